@@ -1,0 +1,292 @@
+//! The graph descriptor registered with `GRAPH_ATTACH`: where a CSR graph lives on the namespace.
+//!
+//! The graph is stored as two LBA ranges written with ordinary NVMe WRITEs: `indptr`
+//! (`node_count + 1` little-endian `u64`, `indptr[v]..indptr[v+1]` are the positions of `v`'s
+//! neighbours) and `indices` (`edge_count` little-endian ids of `id_width_bytes` each, 4 or 8).
+//! Both ranges start at byte 0 of their first LBA.
+
+use core::mem::{offset_of, size_of};
+use zerocopy::little_endian::{U16, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::nvme::VendorStatus;
+
+/// Magic number of a graph descriptor: the bytes `GRPH`.
+pub const GRAPH_MAGIC: [u8; 4] = *b"GRPH";
+/// The graph descriptor version this crate writes and reads.
+pub const GRAPH_VERSION: u16 = 1;
+
+/// The 64-byte graph descriptor, as carried by `GRAPH_ATTACH`.
+#[repr(C)]
+#[derive(
+    FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub struct GraphDescriptorWire {
+    /// [`GRAPH_MAGIC`].
+    pub magic: [u8; 4],
+    /// [`GRAPH_VERSION`].
+    pub version: U16,
+    /// Bytes per neighbour id in `indices`: 4 or 8.
+    pub id_width_bytes: u8,
+    /// Reserved flags, must be 0.
+    pub flags: u8,
+    /// Number of nodes.
+    pub node_count: U64,
+    /// Number of stored (directed) edges: the length of `indices`.
+    pub edge_count: U64,
+    /// First LBA of `indptr`.
+    pub indptr_slba: U64,
+    /// Number of LBAs of `indptr`.
+    pub indptr_block_count: U64,
+    /// First LBA of `indices`.
+    pub indices_slba: U64,
+    /// Number of LBAs of `indices`.
+    pub indices_block_count: U64,
+    /// Reserved, must be 0.
+    pub reserved: U64,
+}
+
+const _: () = {
+    assert!(size_of::<GraphDescriptorWire>() == 64);
+    assert!(offset_of!(GraphDescriptorWire, node_count) == 8);
+    assert!(offset_of!(GraphDescriptorWire, edge_count) == 16);
+    assert!(offset_of!(GraphDescriptorWire, indptr_slba) == 24);
+    assert!(offset_of!(GraphDescriptorWire, indices_slba) == 40);
+    assert!(offset_of!(GraphDescriptorWire, reserved) == 56);
+};
+
+/// A contiguous range of logical blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LbaRange {
+    /// First LBA.
+    pub slba: u64,
+    /// Number of LBAs.
+    pub block_count: u64,
+}
+
+impl LbaRange {
+    /// One past the last LBA, if it does not overflow.
+    pub fn end(&self) -> Option<u64> {
+        self.slba.checked_add(self.block_count)
+    }
+
+    fn overlaps(&self, other: &Self) -> bool {
+        match (self.end(), other.end()) {
+            (Some(a), Some(b)) => self.slba < b && other.slba < a,
+            _ => true,
+        }
+    }
+}
+
+/// A validated graph descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphDescriptor {
+    /// Number of nodes.
+    pub node_count: u64,
+    /// Number of stored edges.
+    pub edge_count: u64,
+    /// Bytes per id in `indices` (4 or 8).
+    pub id_width_bytes: u8,
+    /// Where `indptr` lives.
+    pub indptr: LbaRange,
+    /// Where `indices` lives.
+    pub indices: LbaRange,
+}
+
+impl GraphDescriptor {
+    /// Encodes this descriptor for `GRAPH_ATTACH`.
+    pub fn to_wire(&self) -> GraphDescriptorWire {
+        GraphDescriptorWire {
+            magic: GRAPH_MAGIC,
+            version: GRAPH_VERSION.into(),
+            id_width_bytes: self.id_width_bytes,
+            flags: 0,
+            node_count: self.node_count.into(),
+            edge_count: self.edge_count.into(),
+            indptr_slba: self.indptr.slba.into(),
+            indptr_block_count: self.indptr.block_count.into(),
+            indices_slba: self.indices.slba.into(),
+            indices_block_count: self.indices.block_count.into(),
+            reserved: 0.into(),
+        }
+    }
+
+    /// Parses and validates a descriptor against a namespace of `namespace_blocks` LBAs of
+    /// `block_size_bytes` each. Checks magic, version, reserved fields, id width, that both
+    /// ranges fit in the namespace without overlapping, and that they are large enough for the
+    /// counts they claim to hold.
+    pub fn parse(
+        bytes: &[u8],
+        block_size_bytes: u32,
+        namespace_blocks: u64,
+    ) -> Result<Self, VendorStatus> {
+        let (wire, _) =
+            GraphDescriptorWire::read_from_prefix(bytes).map_err(|_| VendorStatus::Truncated)?;
+        if wire.magic != GRAPH_MAGIC {
+            return Err(VendorStatus::BadMagic);
+        }
+        if wire.version.get() != GRAPH_VERSION {
+            return Err(VendorStatus::BadVersion);
+        }
+        if wire.flags != 0 || wire.reserved.get() != 0 {
+            return Err(VendorStatus::ReservedField);
+        }
+        let d = Self {
+            node_count: wire.node_count.get(),
+            edge_count: wire.edge_count.get(),
+            id_width_bytes: wire.id_width_bytes,
+            indptr: LbaRange {
+                slba: wire.indptr_slba.get(),
+                block_count: wire.indptr_block_count.get(),
+            },
+            indices: LbaRange {
+                slba: wire.indices_slba.get(),
+                block_count: wire.indices_block_count.get(),
+            },
+        };
+        let fits = |r: &LbaRange, need_bytes: Option<u64>| -> bool {
+            let have = r.block_count.checked_mul(u64::from(block_size_bytes));
+            matches!((r.end(), have, need_bytes), (Some(end), Some(have), Some(need)) if end <= namespace_blocks && have >= need)
+        };
+        let indptr_bytes = d.node_count.checked_add(1).and_then(|n| n.checked_mul(8));
+        let indices_bytes = d.edge_count.checked_mul(u64::from(d.id_width_bytes));
+        let valid = matches!(d.id_width_bytes, 4 | 8)
+            && d.node_count > 0
+            && (d.id_width_bytes == 8 || d.node_count <= u64::from(u32::MAX) + 1)
+            && fits(&d.indptr, indptr_bytes)
+            && fits(&d.indices, indices_bytes)
+            && (d.indices.block_count == 0 || !d.indptr.overlaps(&d.indices));
+        if valid {
+            Ok(d)
+        } else {
+            Err(VendorStatus::BadDescriptor)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> GraphDescriptor {
+        GraphDescriptor {
+            node_count: 3,
+            edge_count: 4,
+            id_width_bytes: 4,
+            indptr: LbaRange {
+                slba: 0,
+                block_count: 1,
+            },
+            indices: LbaRange {
+                slba: 1,
+                block_count: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn golden_bytes() {
+        let wire = sample().to_wire();
+        let mut golden = [0u8; 64];
+        golden[0..4].copy_from_slice(b"GRPH");
+        golden[4] = 1;
+        golden[6] = 4;
+        golden[8] = 3;
+        golden[16] = 4;
+        golden[32] = 1; // indptr block count
+        golden[40] = 1; // indices slba
+        golden[48] = 1; // indices block count
+        assert_eq!(wire.as_bytes(), &golden);
+        assert_eq!(GraphDescriptor::parse(&golden, 4096, 16), Ok(sample()));
+    }
+
+    #[test]
+    fn every_invalid_field_is_rejected() {
+        let good = sample().to_wire();
+        let check = |w: GraphDescriptorWire, want: VendorStatus| {
+            assert_eq!(
+                GraphDescriptor::parse(w.as_bytes(), 4096, 16),
+                Err(want),
+                "{w:?}"
+            );
+        };
+        check(
+            GraphDescriptorWire {
+                magic: *b"GRPX",
+                ..good
+            },
+            VendorStatus::BadMagic,
+        );
+        check(
+            GraphDescriptorWire {
+                version: 2.into(),
+                ..good
+            },
+            VendorStatus::BadVersion,
+        );
+        check(
+            GraphDescriptorWire { flags: 1, ..good },
+            VendorStatus::ReservedField,
+        );
+        check(
+            GraphDescriptorWire {
+                reserved: 1.into(),
+                ..good
+            },
+            VendorStatus::ReservedField,
+        );
+        check(
+            GraphDescriptorWire {
+                id_width_bytes: 2,
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        check(
+            GraphDescriptorWire {
+                node_count: 0.into(),
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        check(
+            GraphDescriptorWire {
+                indices_slba: 0.into(),
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        check(
+            GraphDescriptorWire {
+                indices_slba: 16.into(),
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        check(
+            GraphDescriptorWire {
+                indices_slba: u64::MAX.into(),
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        check(
+            GraphDescriptorWire {
+                edge_count: 1025.into(),
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        check(
+            GraphDescriptorWire {
+                node_count: 1000.into(),
+                ..good
+            },
+            VendorStatus::BadDescriptor,
+        );
+        assert_eq!(
+            GraphDescriptor::parse(&good.as_bytes()[..63], 4096, 16),
+            Err(VendorStatus::Truncated)
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! The sagessd wire format: every byte that crosses the host/device boundary.
+//!
+//! This crate is the single definition shared by the firmware, the emulator, the host driver and
+//! the runtime (the way SPDK's `nvme_spec.h` serves both its host driver and its target):
+//!
+//! * [`nvme`]: the 64-byte submission and 16-byte completion entries, status codes, opcodes and the
+//!   parsed form of every command the device understands;
+//! * [`identify`]: the Identify Controller / Namespace data structures (the subset we fill in);
+//! * [`graph`]: the graph descriptor registered with `GRAPH_ATTACH`;
+//! * [`ns_config`]: the neighbour-sampling configuration carried by `NS_SUBMIT`;
+//! * [`subgraph`]: the sampled-subgraph (message-flow graph) format returned by `NS_COLLECT`;
+//! * [`sample`]: the one neighbour-sampling function that device and host both call, so that an
+//!   in-storage sample and a host sample are byte-identical.
+//!
+//! Everything is little-endian, fixed-size headers carry a magic and a version, and every struct
+//! has compile-time size and offset asserts. Parsing never panics: an invalid field becomes an
+//! error value that maps to exactly one NVMe [`nvme::Status`].
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod graph;
+pub mod identify;
+pub mod ns_config;
+pub mod nvme;
+pub mod sample;
+pub mod subgraph;
