@@ -1,1 +1,30 @@
-//! placeholder
+//! sagessd host driver: how the host runtime talks NVMe to a sagessd device.
+//!
+//! ```plain
+//!  runtime samplers ─► Device<T> ─ identify · read/write (split, pipelined) · GRAPH_ATTACH ·
+//!                         │        sample = one NS_SUBMIT + one NS_COLLECT
+//!                         ▼
+//!                   Transport (trait) ─► LocalTransport (in-process emulated SSD) │ NVMe/TCP │ passthrough
+//! ```
+//!
+//! * [`Transport`] moves submission entries and data buffers to a device and brings completions
+//!   back, with the modelled completion time when the transport has one.
+//! * [`Device`] owns command-id allocation and completion multiplexing, identifies the namespace,
+//!   splits block I/O at the maximum transfer size with several commands in flight, attaches
+//!   graphs, and coalesces a minibatch's in-storage sampling into one `NS_SUBMIT` and one
+//!   `NS_COLLECT`. It counts commands and bytes per direction ([`DriverStats`]).
+//! * Device errors surface as [`DriverError::Command`] with the NVMe status and the decoded
+//!   sagessd vendor status.
+
+mod device;
+mod error;
+mod local;
+mod transport;
+
+pub use device::{
+    ADMIN_QUEUE, DEFAULT_COLLECT_CAP_BYTES, DEFAULT_QUEUE_DEPTH, Device, DeviceInfo, DriverStats,
+    FALLBACK_MAX_TRANSFER_BYTES, IO_QUEUE, NAMESPACE_ID, subgraph_size_bound,
+};
+pub use error::{DriverError, describe_status, opcode_name};
+pub use local::LocalTransport;
+pub use transport::{Completion, DeviceCounters, Transport, TransportError};

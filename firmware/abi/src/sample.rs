@@ -62,12 +62,11 @@ pub fn sample_positions(
         return Some(k);
     }
     let key = mix(mix(seed ^ GOLDEN.wrapping_mul(u64::from(layer) + 1)) ^ node);
-    let mut len = 0;
     for (i, j) in (degree - k as u64..degree).enumerate() {
         let r = mix(key.wrapping_add(GOLDEN.wrapping_mul(i as u64 + 1)));
         let t = ((u128::from(r) * (u128::from(j) + 1)) >> 64) as u64;
-        out[len] = if out[..len].contains(&t) { j } else { t };
-        len += 1;
+        // `out[..i]` holds the set drawn so far.
+        out[i] = if out[..i].contains(&t) { j } else { t };
     }
     out.sort_unstable();
     Some(k)

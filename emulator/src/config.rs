@@ -1,0 +1,746 @@
+//! The hardware description of an emulated SSD, loaded from TOML (`hw-configs/*.toml`).
+//!
+//! One [`HwConfig`] describes everything the timing model needs: the NAND array, the PCIe link,
+//! the controller's fixed costs, the embedded cores, the DRAM, and the firmware's sizing. Every
+//! field is mandatory and unknown fields are rejected, so a typo never silently falls back to a
+//! default. [`HwConfig::validate`] checks every field and names the offending one in its error,
+//! e.g. `invalid hw config field nand.page_size_bytes: must be a multiple of 512 (got 1000)`.
+
+use std::path::Path;
+
+use sagessd_abi::ns_config::NsLimits;
+use sagessd_abi::sample::MAX_FANOUT;
+use sagessd_firmware::hal::Geometry;
+use sagessd_firmware::{ConfigError, Firmware, FirmwareConfig, MAX_ISP_SLOTS};
+use serde::{Deserialize, Serialize};
+
+use crate::error::EmulatorError;
+use crate::nand::NandArray;
+
+/// Longest fixed latency any time field may hold (10 s): larger values are unit mistakes.
+const MAX_LATENCY_NS: u64 = 10_000_000_000;
+/// Largest per-unit cycle cost accepted (10^9 cycles): larger values are unit mistakes.
+const MAX_CYCLES: u64 = 1_000_000_000;
+
+/// A complete hardware description. See `hw-configs/cosmos-plus.toml` for a documented example.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HwConfig {
+    /// Identity of the device.
+    pub device: DeviceConfig,
+    /// The NAND flash array.
+    pub nand: NandConfig,
+    /// The PCIe link to the host.
+    pub pcie: PcieConfig,
+    /// Fixed costs of the NVMe controller's queue handling.
+    pub controller: ControllerConfig,
+    /// The embedded cores that run the firmware.
+    pub cores: CoresConfig,
+    /// The controller's DRAM.
+    pub dram: DramConfig,
+    /// Sizing of the firmware's tables and buffers.
+    pub firmware: FirmwareSection,
+}
+
+/// `[device]`: what the device is called and the seed of anything random in the model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// Human-readable name, reported in statistics.
+    pub name: String,
+    /// Seed for any randomness the model uses (none yet); fixed so runs are reproducible.
+    pub seed: u64,
+}
+
+/// `[nand]`: geometry and timing of the flash array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NandConfig {
+    /// Independent flash channels (buses).
+    pub channels: u32,
+    /// Chips (chip enables) per channel.
+    pub ways: u32,
+    /// Independently operating dies per chip.
+    pub dies_per_way: u32,
+    /// Erase blocks per die.
+    pub blocks_per_die: u32,
+    /// Pages per erase block.
+    pub pages_per_block: u32,
+    /// User-data bytes per page (the spare area is not modelled).
+    pub page_size_bytes: u32,
+    /// Array-to-page-register read time (tR).
+    pub t_read_ns: u64,
+    /// Page-register-to-array program time (tPROG).
+    pub t_program_ns: u64,
+    /// Block erase time (tBERS).
+    pub t_erase_ns: u64,
+    /// Data rate of one channel bus, in MB/s (10^6 bytes per second).
+    pub channel_rate_mb_s: u32,
+    /// Channel time of one operation's command, address and status cycles.
+    pub command_overhead_ns: u64,
+}
+
+impl NandConfig {
+    /// The firmware-facing geometry of this array.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            channels: self.channels,
+            ways: self.ways,
+            dies_per_way: self.dies_per_way,
+            blocks_per_die: self.blocks_per_die,
+            pages_per_block: self.pages_per_block,
+            page_size_bytes: self.page_size_bytes,
+        }
+    }
+
+    /// Channel time to move one page: `ceil(page_size_bytes × 1000 / channel_rate_mb_s)` ns
+    /// (1 MB/s moves one byte per 1000 ns).
+    pub fn page_transfer_ns(&self) -> u64 {
+        (u64::from(self.page_size_bytes) * 1000).div_ceil(u64::from(self.channel_rate_mb_s.max(1)))
+    }
+}
+
+/// `[pcie]`: the host link.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcieConfig {
+    /// PCIe generation, 1 to 5 (2.5, 5, 8, 16, 32 GT/s per lane).
+    pub generation: u8,
+    /// Link width in lanes (1, 2, 4, 8, 12, 16 or 32).
+    pub lanes: u8,
+    /// Max Payload Size: the most data bytes one TLP carries (128 to 4096, a power of two).
+    pub max_payload_bytes: u32,
+    /// Bytes each TLP adds on the wire (framing, sequence number, header, LCRC).
+    pub tlp_overhead_bytes: u32,
+    /// Latency before a DMA's data starts to flow (descriptor set-up, read-request round trip).
+    pub dma_setup_ns: u64,
+}
+
+/// `[controller]`: the fixed costs of the NVMe queue mechanics that are not data transfers.
+///
+/// Fetching a 64-byte submission entry and posting a 16-byte completion entry are modelled as
+/// PCIe transfers on the link (see [`crate::pcie`]); these fields add the parts that are not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// From the host's doorbell write until the controller starts fetching the entry.
+    pub doorbell_ns: u64,
+    /// From the completion entry landing in host memory until the host is interrupted.
+    pub interrupt_ns: u64,
+}
+
+/// `[cores]`: the embedded cores and what each unit of counted firmware work costs them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoresConfig {
+    /// Number of cores (see [`crate::cores`] for how they are used).
+    pub count: u32,
+    /// Core clock in MHz.
+    pub clock_mhz: u32,
+    /// Cycles to fetch, parse and dispatch one NVMe command.
+    pub cycles_per_command: u64,
+    /// Cycles to issue and retire one flash operation.
+    pub cycles_per_flash_op: u64,
+    /// Cycles per page-buffer lookup.
+    pub cycles_per_page_lookup: u64,
+    /// Cycles of per-page bookkeeping when the ISP engine scans a flash page.
+    pub cycles_per_page_scanned: u64,
+    /// Cycles per neighbour-list entry the ISP engine looks at.
+    pub cycles_per_edge_scanned: u64,
+    /// Cycles per neighbour the ISP engine samples (RNG, deduplication, output).
+    pub cycles_per_edge_sampled: u64,
+    /// Cycles per KiB of data the cores copy.
+    pub cycles_per_kib_copied: u64,
+}
+
+/// `[dram]`: the controller's DRAM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DramConfig {
+    /// Capacity in MiB; the firmware's needs for this configuration must fit.
+    pub capacity_mib: u32,
+}
+
+/// `[firmware]`: sizing of the firmware's tables and buffers (see `FirmwareConfig`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirmwareSection {
+    /// Pages held by the DRAM page buffer.
+    pub page_buffer_pages: u32,
+    /// Sampling jobs the ISP engine holds at once (submitted and not yet collected).
+    pub isp_slots: u8,
+    /// Most target nodes one NS_config may carry.
+    pub max_targets: u32,
+    /// Largest fanout per layer.
+    pub max_fanout: u16,
+    /// Most nodes of one sampled subgraph (all layers).
+    pub max_subgraph_nodes: u32,
+    /// Most edges of one sampled subgraph (all layers).
+    pub max_subgraph_edges: u32,
+    /// Largest data transfer of one command (NVMe MDTS), in bytes.
+    pub max_transfer_bytes: u32,
+    /// Share of the physical pages hidden from the namespace for garbage collection.
+    pub over_provisioning_percent: u8,
+    /// Logical block (LBA) size of the namespace.
+    pub block_size_bytes: u32,
+}
+
+impl FirmwareSection {
+    /// The firmware configuration this section describes (block size as its log2).
+    pub fn to_firmware_config(&self) -> FirmwareConfig {
+        FirmwareConfig {
+            block_size_log2: self.block_size_bytes.trailing_zeros() as u8,
+            over_provisioning_percent: self.over_provisioning_percent,
+            page_buffer_pages: self.page_buffer_pages,
+            isp_slots: self.isp_slots,
+            limits: NsLimits {
+                max_targets: self.max_targets,
+                max_fanout: self.max_fanout,
+            },
+            max_subgraph_nodes: self.max_subgraph_nodes,
+            max_subgraph_edges: self.max_subgraph_edges,
+            max_transfer_bytes: self.max_transfer_bytes,
+        }
+    }
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> EmulatorError {
+    EmulatorError::InvalidConfig {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn check(
+    ok: bool,
+    field: &'static str,
+    reason: impl FnOnce() -> String,
+) -> Result<(), EmulatorError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(field, reason()))
+    }
+}
+
+fn non_zero(value: u64, field: &'static str) -> Result<(), EmulatorError> {
+    check(value > 0, field, || {
+        "must be greater than 0 (got 0)".to_string()
+    })
+}
+
+fn in_range(value: u64, min: u64, max: u64, field: &'static str) -> Result<(), EmulatorError> {
+    check((min..=max).contains(&value), field, || {
+        format!("must be between {min} and {max} (got {value})")
+    })
+}
+
+fn at_most(value: u64, max: u64, field: &'static str) -> Result<(), EmulatorError> {
+    check(value <= max, field, || {
+        format!("must be at most {max} (got {value})")
+    })
+}
+
+fn power_of_two(value: u64, field: &'static str) -> Result<(), EmulatorError> {
+    check(value.is_power_of_two(), field, || {
+        format!("must be a power of two (got {value})")
+    })
+}
+
+impl HwConfig {
+    /// Parses and validates a TOML description.
+    pub fn from_toml_str(text: &str) -> Result<Self, EmulatorError> {
+        let config: Self =
+            toml::from_str(text).map_err(|e| EmulatorError::ParseConfig(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates a TOML file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, EmulatorError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| EmulatorError::ReadConfig {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// The Cosmos+ OpenSSD, as described (with a source for every number) by the shipped
+    /// `hw-configs/cosmos-plus.toml`.
+    pub fn cosmos_plus() -> Self {
+        Self::from_toml_str(COSMOS_PLUS_TOML)
+            .expect("hw-configs/cosmos-plus.toml is valid (checked by this crate's tests)")
+    }
+
+    /// The DRAM the firmware needs for this configuration, in bytes.
+    pub fn firmware_dram_bytes(&self) -> Result<usize, EmulatorError> {
+        Firmware::<NandArray, Vec<u8>>::dram_size_bytes(
+            &self.firmware.to_firmware_config(),
+            &self.nand.geometry(),
+        )
+        .map_err(|e| self.firmware_error(e))
+    }
+
+    /// Names the field behind a firmware configuration error, with the firmware's rule.
+    pub(crate) fn firmware_error(&self, error: ConfigError) -> EmulatorError {
+        let f = &self.firmware;
+        let (field, reason) = match error {
+            ConfigError::Geometry => (
+                "nand.blocks_per_die",
+                "the firmware cannot use this flash geometry".to_string(),
+            ),
+            ConfigError::BlockSize => (
+                "firmware.block_size_bytes",
+                format!(
+                    "must be between 512 and nand.page_size_bytes = {} (got {})",
+                    self.nand.page_size_bytes, f.block_size_bytes
+                ),
+            ),
+            ConfigError::OverProvisioning => (
+                "firmware.over_provisioning_percent",
+                format!("must be below 50 (got {})", f.over_provisioning_percent),
+            ),
+            ConfigError::PageBufferPages => (
+                "firmware.page_buffer_pages",
+                format!(
+                    "the firmware needs a multiple of its page-buffer associativity (8) \
+                     between 16 and 32768 (got {})",
+                    f.page_buffer_pages
+                ),
+            ),
+            ConfigError::IspSlots => (
+                "firmware.isp_slots",
+                format!(
+                    "must be between 1 and {MAX_ISP_SLOTS} (got {})",
+                    f.isp_slots
+                ),
+            ),
+            ConfigError::MaxTargets => (
+                "firmware.max_targets",
+                format!(
+                    "must be between 1 and firmware.max_subgraph_nodes = {} (got {})",
+                    f.max_subgraph_nodes, f.max_targets
+                ),
+            ),
+            ConfigError::MaxFanout => (
+                "firmware.max_fanout",
+                format!("must be between 1 and {MAX_FANOUT} (got {})", f.max_fanout),
+            ),
+            ConfigError::SubgraphCapacity => (
+                "firmware.max_subgraph_nodes",
+                format!(
+                    "max_subgraph_nodes and max_subgraph_edges must be between 1 and 2^28 \
+                     (got {} and {})",
+                    f.max_subgraph_nodes, f.max_subgraph_edges
+                ),
+            ),
+            ConfigError::MaxTransfer => (
+                "firmware.max_transfer_bytes",
+                format!(
+                    "must be a power of two of at least 4096 spanning at most 62 flash pages \
+                     of {} bytes (got {})",
+                    self.nand.page_size_bytes, f.max_transfer_bytes
+                ),
+            ),
+            ConfigError::TooLittleFlash => (
+                "nand.blocks_per_die",
+                "the flash is too small for a namespace after the firmware's reserves and \
+                 over-provisioning"
+                    .to_string(),
+            ),
+            ConfigError::DramTooSmall => (
+                "dram.capacity_mib",
+                "the firmware's DRAM layout for this configuration overflows".to_string(),
+            ),
+        };
+        invalid(field, reason)
+    }
+
+    /// Checks every field; the error names the first offending field and the value given.
+    pub fn validate(&self) -> Result<(), EmulatorError> {
+        self.validate_device()?;
+        self.validate_nand()?;
+        self.validate_pcie()?;
+        self.validate_controller()?;
+        self.validate_cores()?;
+        self.validate_firmware()?;
+        self.validate_dram()
+    }
+
+    fn validate_device(&self) -> Result<(), EmulatorError> {
+        check(!self.device.name.trim().is_empty(), "device.name", || {
+            "must not be empty".to_string()
+        })
+        // Every u64 is a valid seed.
+    }
+
+    fn validate_nand(&self) -> Result<(), EmulatorError> {
+        let n = &self.nand;
+        non_zero(n.channels.into(), "nand.channels")?;
+        non_zero(n.ways.into(), "nand.ways")?;
+        non_zero(n.dies_per_way.into(), "nand.dies_per_way")?;
+        non_zero(n.blocks_per_die.into(), "nand.blocks_per_die")?;
+        non_zero(n.pages_per_block.into(), "nand.pages_per_block")?;
+        check(
+            n.page_size_bytes >= 512 && n.page_size_bytes.is_multiple_of(512),
+            "nand.page_size_bytes",
+            || format!("must be a multiple of 512 (got {})", n.page_size_bytes),
+        )?;
+        let pages = [
+            n.channels,
+            n.ways,
+            n.dies_per_way,
+            n.blocks_per_die,
+            n.pages_per_block,
+        ]
+        .iter()
+        .try_fold(1u64, |acc, c| acc.checked_mul(u64::from(*c)));
+        check(
+            matches!(pages, Some(p) if p < u64::from(u32::MAX)),
+            "nand.blocks_per_die",
+            || {
+                "channels × ways × dies_per_way × blocks_per_die × pages_per_block \
+                 must be below 2^32 physical pages"
+                    .to_string()
+            },
+        )?;
+        in_range(n.t_read_ns, 1, MAX_LATENCY_NS, "nand.t_read_ns")?;
+        in_range(n.t_program_ns, 1, MAX_LATENCY_NS, "nand.t_program_ns")?;
+        in_range(n.t_erase_ns, 1, MAX_LATENCY_NS, "nand.t_erase_ns")?;
+        non_zero(n.channel_rate_mb_s.into(), "nand.channel_rate_mb_s")?;
+        at_most(
+            n.command_overhead_ns,
+            MAX_LATENCY_NS,
+            "nand.command_overhead_ns",
+        )
+    }
+
+    fn validate_pcie(&self) -> Result<(), EmulatorError> {
+        let p = &self.pcie;
+        in_range(p.generation.into(), 1, 5, "pcie.generation")?;
+        check(
+            matches!(p.lanes, 1 | 2 | 4 | 8 | 12 | 16 | 32),
+            "pcie.lanes",
+            || format!("must be 1, 2, 4, 8, 12, 16 or 32 (got {})", p.lanes),
+        )?;
+        power_of_two(p.max_payload_bytes.into(), "pcie.max_payload_bytes")?;
+        in_range(
+            p.max_payload_bytes.into(),
+            128,
+            4096,
+            "pcie.max_payload_bytes",
+        )?;
+        in_range(
+            p.tlp_overhead_bytes.into(),
+            1,
+            128,
+            "pcie.tlp_overhead_bytes",
+        )?;
+        at_most(p.dma_setup_ns, MAX_LATENCY_NS, "pcie.dma_setup_ns")
+    }
+
+    fn validate_controller(&self) -> Result<(), EmulatorError> {
+        at_most(
+            self.controller.doorbell_ns,
+            MAX_LATENCY_NS,
+            "controller.doorbell_ns",
+        )?;
+        at_most(
+            self.controller.interrupt_ns,
+            MAX_LATENCY_NS,
+            "controller.interrupt_ns",
+        )
+    }
+
+    fn validate_cores(&self) -> Result<(), EmulatorError> {
+        let c = &self.cores;
+        in_range(c.count.into(), 1, 64, "cores.count")?;
+        in_range(c.clock_mhz.into(), 1, 100_000, "cores.clock_mhz")?;
+        at_most(c.cycles_per_command, MAX_CYCLES, "cores.cycles_per_command")?;
+        at_most(
+            c.cycles_per_flash_op,
+            MAX_CYCLES,
+            "cores.cycles_per_flash_op",
+        )?;
+        at_most(
+            c.cycles_per_page_lookup,
+            MAX_CYCLES,
+            "cores.cycles_per_page_lookup",
+        )?;
+        at_most(
+            c.cycles_per_page_scanned,
+            MAX_CYCLES,
+            "cores.cycles_per_page_scanned",
+        )?;
+        at_most(
+            c.cycles_per_edge_scanned,
+            MAX_CYCLES,
+            "cores.cycles_per_edge_scanned",
+        )?;
+        at_most(
+            c.cycles_per_edge_sampled,
+            MAX_CYCLES,
+            "cores.cycles_per_edge_sampled",
+        )?;
+        at_most(
+            c.cycles_per_kib_copied,
+            MAX_CYCLES,
+            "cores.cycles_per_kib_copied",
+        )
+    }
+
+    fn validate_firmware(&self) -> Result<(), EmulatorError> {
+        let f = &self.firmware;
+        let page = self.nand.page_size_bytes;
+        non_zero(f.page_buffer_pages.into(), "firmware.page_buffer_pages")?;
+        in_range(
+            f.isp_slots.into(),
+            1,
+            MAX_ISP_SLOTS as u64,
+            "firmware.isp_slots",
+        )?;
+        non_zero(f.max_targets.into(), "firmware.max_targets")?;
+        in_range(
+            f.max_fanout.into(),
+            1,
+            MAX_FANOUT.into(),
+            "firmware.max_fanout",
+        )?;
+        non_zero(f.max_subgraph_nodes.into(), "firmware.max_subgraph_nodes")?;
+        non_zero(f.max_subgraph_edges.into(), "firmware.max_subgraph_edges")?;
+        in_range(
+            f.over_provisioning_percent.into(),
+            0,
+            49,
+            "firmware.over_provisioning_percent",
+        )?;
+        power_of_two(f.block_size_bytes.into(), "firmware.block_size_bytes")?;
+        in_range(
+            f.block_size_bytes.into(),
+            512,
+            page.into(),
+            "firmware.block_size_bytes",
+        )?;
+        // NVMe expresses MDTS as a power of two of the 4 KiB minimum memory page size.
+        check(
+            f.max_transfer_bytes >= 4096 && f.max_transfer_bytes.is_power_of_two(),
+            "firmware.max_transfer_bytes",
+            || {
+                format!(
+                    "must be 4096 × a power of two (NVMe MDTS) (got {})",
+                    f.max_transfer_bytes
+                )
+            },
+        )?;
+        // The firmware's own rules (page-buffer associativity, per-command page bound, ...).
+        f.to_firmware_config()
+            .validate(&self.nand.geometry())
+            .map_err(|e| self.firmware_error(e))
+    }
+
+    fn validate_dram(&self) -> Result<(), EmulatorError> {
+        non_zero(self.dram.capacity_mib.into(), "dram.capacity_mib")?;
+        let need = self.firmware_dram_bytes()? as u64;
+        let have = u64::from(self.dram.capacity_mib) << 20;
+        check(need <= have, "dram.capacity_mib", || {
+            format!(
+                "the firmware needs {need} bytes ({} MiB) for this configuration, more than \
+                 the capacity (got {} MiB)",
+                need.div_ceil(1 << 20),
+                self.dram.capacity_mib
+            )
+        })
+    }
+}
+
+/// The shipped Cosmos+ description, compiled in so [`HwConfig::cosmos_plus`] needs no file.
+const COSMOS_PLUS_TOML: &str = include_str!("../../hw-configs/cosmos-plus.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosmos_plus_parses_and_validates() {
+        let c = HwConfig::cosmos_plus();
+        assert_eq!(c.nand.channels, 8);
+        assert_eq!(c.nand.ways, 8);
+        assert_eq!(c.nand.page_size_bytes, 16384);
+        assert_eq!(c.pcie.generation, 2);
+        assert_eq!(c.pcie.lanes, 8);
+        assert_eq!(c.cores.count, 2);
+        assert!(c.nand.geometry().page_count() <= 1 << 24);
+        assert!(c.firmware_dram_bytes().unwrap() as u64 <= u64::from(c.dram.capacity_mib) << 20);
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let c = HwConfig::cosmos_plus();
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(HwConfig::from_toml_str(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn load_reads_a_file_and_names_a_missing_one() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../hw-configs/cosmos-plus.toml"
+        );
+        assert_eq!(HwConfig::load(path).unwrap(), HwConfig::cosmos_plus());
+        let err = HwConfig::load("/nonexistent/x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/x.toml"), "{err}");
+    }
+
+    /// The shipped text with one `key = value` line of `section` replaced.
+    fn patched(section: &str, key: &str, value: &str) -> String {
+        let mut out = String::new();
+        let mut current = String::new();
+        let mut replaced = false;
+        for line in COSMOS_PLUS_TOML.lines() {
+            let t = line.trim_start();
+            if t.starts_with('[') {
+                current = t.trim_matches(|c| c == '[' || c == ']').to_string();
+            }
+            let is_key = t
+                .split_once('=')
+                .is_some_and(|(k, _)| k.trim() == key && !t.starts_with('#'));
+            if current == section && is_key {
+                out.push_str(&format!("{key} = {value}\n"));
+                replaced = true;
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        assert!(replaced, "{section}.{key} not found in cosmos-plus.toml");
+        out
+    }
+
+    fn rejects(section: &str, key: &str, value: &str, expect: &str) {
+        let err = HwConfig::from_toml_str(&patched(section, key, value))
+            .expect_err(&format!("{section}.{key} = {value} must be rejected"))
+            .to_string();
+        let field = format!("{section}.{key}");
+        assert!(
+            err.contains(&field) || err.contains(key),
+            "error for {field} = {value} does not name the field: {err}"
+        );
+        assert!(err.contains(expect), "error for {field} = {value}: {err}");
+    }
+
+    #[test]
+    fn every_invalid_field_is_rejected_with_its_name() {
+        rejects("device", "name", "\"  \"", "must not be empty");
+        rejects("nand", "channels", "0", "greater than 0");
+        rejects("nand", "ways", "0", "greater than 0");
+        rejects("nand", "dies_per_way", "0", "greater than 0");
+        rejects("nand", "blocks_per_die", "0", "greater than 0");
+        rejects("nand", "blocks_per_die", "4000000000", "2^32");
+        rejects("nand", "pages_per_block", "0", "greater than 0");
+        rejects(
+            "nand",
+            "page_size_bytes",
+            "1000",
+            "multiple of 512 (got 1000)",
+        );
+        rejects("nand", "page_size_bytes", "0", "multiple of 512");
+        rejects("nand", "t_read_ns", "0", "between 1 and");
+        rejects("nand", "t_program_ns", "0", "between 1 and");
+        rejects("nand", "t_erase_ns", "20000000000", "between 1 and");
+        rejects("nand", "channel_rate_mb_s", "0", "greater than 0");
+        rejects("nand", "command_overhead_ns", "20000000000", "at most");
+        rejects("pcie", "generation", "0", "between 1 and 5 (got 0)");
+        rejects("pcie", "generation", "6", "between 1 and 5 (got 6)");
+        rejects("pcie", "lanes", "3", "(got 3)");
+        rejects("pcie", "max_payload_bytes", "100", "power of two (got 100)");
+        rejects("pcie", "max_payload_bytes", "64", "between 128 and 4096");
+        rejects("pcie", "tlp_overhead_bytes", "0", "between 1 and 128");
+        rejects("pcie", "dma_setup_ns", "20000000000", "at most");
+        rejects("controller", "doorbell_ns", "20000000000", "at most");
+        rejects("controller", "interrupt_ns", "20000000000", "at most");
+        rejects("cores", "count", "0", "between 1 and 64");
+        rejects("cores", "clock_mhz", "0", "between 1 and");
+        rejects("cores", "cycles_per_command", "2000000000", "at most");
+        rejects("cores", "cycles_per_flash_op", "2000000000", "at most");
+        rejects("cores", "cycles_per_page_lookup", "2000000000", "at most");
+        rejects("cores", "cycles_per_page_scanned", "2000000000", "at most");
+        rejects("cores", "cycles_per_edge_scanned", "2000000000", "at most");
+        rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
+        rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");
+        rejects("dram", "capacity_mib", "0", "greater than 0");
+        rejects("dram", "capacity_mib", "1", "the firmware needs");
+        rejects("firmware", "page_buffer_pages", "0", "greater than 0");
+        rejects("firmware", "isp_slots", "0", "between 1 and");
+        rejects("firmware", "isp_slots", "255", "between 1 and");
+        rejects("firmware", "max_targets", "0", "greater than 0");
+        rejects("firmware", "max_fanout", "0", "between 1 and 1024");
+        rejects("firmware", "max_subgraph_nodes", "0", "greater than 0");
+        rejects("firmware", "max_subgraph_edges", "0", "greater than 0");
+        rejects("firmware", "max_transfer_bytes", "5000", "power of two");
+        rejects("firmware", "max_transfer_bytes", "2048", "power of two");
+        rejects(
+            "firmware",
+            "over_provisioning_percent",
+            "50",
+            "between 0 and 49",
+        );
+        rejects("firmware", "page_buffer_pages", "1004", "multiple");
+        rejects("firmware", "page_buffer_pages", "8", "between 16 and 32768");
+        rejects("firmware", "max_fanout", "2000", "between 1 and 1024");
+        rejects("firmware", "max_targets", "3000000", "max_subgraph_nodes");
+        rejects("firmware", "max_subgraph_edges", "300000000", "2^28");
+        rejects(
+            "firmware",
+            "max_transfer_bytes",
+            "1048576",
+            "62 flash pages",
+        );
+        rejects(
+            "firmware",
+            "block_size_bytes",
+            "1000",
+            "power of two (got 1000)",
+        );
+        rejects(
+            "firmware",
+            "block_size_bytes",
+            "256",
+            "between 512 and 16384",
+        );
+        rejects(
+            "firmware",
+            "block_size_bytes",
+            "32768",
+            "between 512 and 16384",
+        );
+    }
+
+    #[test]
+    fn unknown_missing_and_mistyped_fields_are_named() {
+        let unknown = COSMOS_PLUS_TOML.replace("[nand]", "[nand]\nt_read_us = 5");
+        let err = HwConfig::from_toml_str(&unknown).unwrap_err().to_string();
+        assert!(err.contains("t_read_us"), "{err}");
+
+        let unknown_section = format!("{COSMOS_PLUS_TOML}\n[gpu]\ncount = 1\n");
+        let err = HwConfig::from_toml_str(&unknown_section)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gpu"), "{err}");
+
+        let missing: String = COSMOS_PLUS_TOML
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("t_erase_ns"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let err = HwConfig::from_toml_str(&missing).unwrap_err().to_string();
+        assert!(err.contains("t_erase_ns"), "{err}");
+
+        let err = HwConfig::from_toml_str(&patched("pcie", "lanes", "\"eight\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lanes"), "{err}");
+    }
+}

@@ -1,0 +1,125 @@
+//! The embedded cores: firmware work, as counted by the firmware, converted into time.
+//!
+//! The firmware never reads a clock; it counts what it does in [`WorkCounters`]. After each
+//! firmware call the emulator takes the counters' delta and charges
+//!
+//! ```plain
+//! cycles = commands      × cycles_per_command
+//!        + flash_ops     × cycles_per_flash_op
+//!        + page_lookups  × cycles_per_page_lookup
+//!        + pages_scanned × cycles_per_page_scanned
+//!        + edges_scanned × cycles_per_edge_scanned
+//!        + edges_sampled × cycles_per_edge_sampled
+//!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
+//! time_ns = ceil(cycles × 1000 / clock_mhz)
+//! ```
+//!
+//! # Which core runs what
+//!
+//! The sagessd firmware is one poll-driven thread (no threads, no interrupts), so the model
+//! runs it on **one** core: every call occupies core 0 for its `time_ns`, calls never overlap,
+//! and the call's effects (flash operations, DMAs, completions) happen when it ends. The
+//! further cores of `cores.count` are described but idle. This is the honest reading of the
+//! firmware as written, and it matches the SmartSAGE prototype on the same board, whose
+//! sampling "time-shares the embedded cores with the flash management firmware". Splitting NVMe
+//! handling and ISP work across cores would need a firmware that runs them concurrently.
+
+use sagessd_firmware::work::WorkCounters;
+
+use crate::config::CoresConfig;
+
+/// Converts counted firmware work into core cycles and nanoseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreModel {
+    config: CoresConfig,
+}
+
+impl CoreModel {
+    /// A model with the costs and clock of `config` (assumed validated).
+    pub fn new(config: &CoresConfig) -> Self {
+        Self {
+            config: config.clone(),
+        }
+    }
+
+    /// Number of cores described (only one runs the firmware; see the module docs).
+    pub fn core_count(&self) -> u32 {
+        self.config.count
+    }
+
+    /// Cycles the work `w` costs.
+    pub fn cycles(&self, w: &WorkCounters) -> u64 {
+        let c = &self.config;
+        let terms = [
+            w.commands.saturating_mul(c.cycles_per_command),
+            w.flash_ops.saturating_mul(c.cycles_per_flash_op),
+            w.page_lookups.saturating_mul(c.cycles_per_page_lookup),
+            w.pages_scanned.saturating_mul(c.cycles_per_page_scanned),
+            w.edges_scanned.saturating_mul(c.cycles_per_edge_scanned),
+            w.edges_sampled.saturating_mul(c.cycles_per_edge_sampled),
+            w.bytes_copied
+                .saturating_mul(c.cycles_per_kib_copied)
+                .div_ceil(1024),
+        ];
+        terms.iter().fold(0u64, |a, t| a.saturating_add(*t))
+    }
+
+    /// Nanoseconds `cycles` take at the core clock (rounded up).
+    pub fn cycles_to_ns(&self, cycles: u64) -> u64 {
+        let ns = (u128::from(cycles) * 1000).div_ceil(u128::from(self.config.clock_mhz.max(1)));
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// Nanoseconds the work `w` takes on one core.
+    pub fn ns(&self, w: &WorkCounters) -> u64 {
+        self.cycles_to_ns(self.cycles(w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(clock_mhz: u32) -> CoreModel {
+        CoreModel::new(&CoresConfig {
+            count: 2,
+            clock_mhz,
+            cycles_per_command: 1000,
+            cycles_per_flash_op: 100,
+            cycles_per_page_lookup: 10,
+            cycles_per_page_scanned: 20,
+            cycles_per_edge_scanned: 2,
+            cycles_per_edge_sampled: 50,
+            cycles_per_kib_copied: 512,
+        })
+    }
+
+    #[test]
+    fn each_counter_is_charged_its_cost() {
+        let m = model(1000);
+        let w = WorkCounters {
+            commands: 1,
+            flash_ops: 2,
+            page_lookups: 3,
+            pages_scanned: 4,
+            edges_scanned: 5,
+            edges_sampled: 6,
+            bytes_copied: 2048,
+        };
+        assert_eq!(m.cycles(&w), 1000 + 200 + 30 + 80 + 10 + 300 + 1024);
+        assert_eq!(m.ns(&w), 2644);
+        assert_eq!(m.ns(&WorkCounters::default()), 0);
+    }
+
+    #[test]
+    fn time_scales_with_the_clock_and_rounds_up() {
+        assert_eq!(model(500).cycles_to_ns(1000), 2000);
+        assert_eq!(model(667).cycles_to_ns(1), 2);
+        assert_eq!(model(1000).cycles_to_ns(u64::MAX), u64::MAX);
+        let w = WorkCounters {
+            bytes_copied: 1,
+            ..WorkCounters::default()
+        };
+        assert_eq!(model(1000).cycles(&w), 1, "partial KiB rounds up");
+    }
+}

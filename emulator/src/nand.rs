@@ -1,0 +1,689 @@
+//! The NAND flash array: sparse page storage plus a resource-based timing model.
+//!
+//! [`NandArray`] implements the firmware's [`Flash`] HAL. Its contents are a sparse map from
+//! physical page number to page data; an absent page is erased and reads as `0xFF`. Each block
+//! remembers its next programmable page, so programs out of order (or onto programmed pages)
+//! fail with [`FlashError::NotErased`], as on real NAND.
+//!
+//! # Timing
+//!
+//! Time is a resource model, not a constant latency. Every die and every channel has a
+//! "busy until" time; dies are numbered channel-first (die `d` sits on channel
+//! `d % channels`, see [`Geometry::channel_of`]). With `cmd` = `command_overhead_ns`,
+//! `xfer` = `page_size_bytes × 1000 / channel_rate_mb_s` ns and `t_issue` the time the firmware
+//! issued the operation:
+//!
+//! ```plain
+//! start     = max(t_issue, die free, channel free)              (per-die FIFO)
+//! Read:     channel [start, start+cmd)          command + address cycles
+//!           die     [start+cmd, +tR)            array → page register (sense)
+//!           channel [x, x+xfer), x = max(sense end, channel free then)   data out
+//!           done = x + xfer; the die stays busy until done (its page register holds the data)
+//! Program:  channel [start, start+cmd+xfer)     command, address, data in
+//!           die busy until done = start + cmd + xfer + tPROG
+//! Erase:    channel [start, start+cmd)          die busy until done = start + cmd + tBERS
+//! ```
+//!
+//! Channel slots are granted first come, first served at the virtual time the request is
+//! made, so a die's data-out waits for transfers already on its channel while other dies on
+//! the same channel keep sensing in parallel (way interleaving). Operations on one die run and
+//! complete strictly in submission order.
+//!
+//! # Driving it
+//!
+//! [`Flash::submit`] checks and *stages* an operation (errors are returned at once, as the HAL
+//! requires); the emulator then stamps staged operations with their issue time via
+//! [`NandArray::issue_staged`] once it knows when the firmware's call ended. Internal events
+//! (issue, sense done, done) are processed in `(time, sequence)` order by
+//! [`NandArray::advance_to`]; [`Flash::poll`] returns only operations that finished at or
+//! before the time the array was advanced to. Nothing reads a clock: same calls, same timeline.
+
+use std::collections::{HashMap, VecDeque};
+
+use sagessd_firmware::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry};
+
+use crate::config::NandConfig;
+use crate::event_queue::EventQueue;
+
+/// The timing parameters of the array, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NandTiming {
+    /// Array-to-register read time (tR).
+    pub t_read_ns: u64,
+    /// Register-to-array program time (tPROG).
+    pub t_program_ns: u64,
+    /// Block erase time (tBERS).
+    pub t_erase_ns: u64,
+    /// Channel time to move one page between controller and die.
+    pub page_transfer_ns: u64,
+    /// Channel time of one operation's command/address/status cycles.
+    pub command_overhead_ns: u64,
+}
+
+impl NandTiming {
+    /// The timing a `[nand]` section describes.
+    pub fn from_config(config: &NandConfig) -> Self {
+        Self {
+            t_read_ns: config.t_read_ns,
+            t_program_ns: config.t_program_ns,
+            t_erase_ns: config.t_erase_ns,
+            page_transfer_ns: config.page_transfer_ns(),
+            command_overhead_ns: config.command_overhead_ns,
+        }
+    }
+
+    /// Latency of one read on an idle die and channel: `cmd + tR + xfer`.
+    pub fn read_latency_ns(&self) -> u64 {
+        self.command_overhead_ns + self.t_read_ns + self.page_transfer_ns
+    }
+
+    /// Latency of one program on an idle die and channel: `cmd + xfer + tPROG`.
+    pub fn program_latency_ns(&self) -> u64 {
+        self.command_overhead_ns + self.page_transfer_ns + self.t_program_ns
+    }
+
+    /// Latency of one erase on an idle die and channel: `cmd + tBERS`.
+    pub fn erase_latency_ns(&self) -> u64 {
+        self.command_overhead_ns + self.t_erase_ns
+    }
+}
+
+/// What the array has done since it was built.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NandStats {
+    /// Pages read (completed reads).
+    pub pages_read: u64,
+    /// Pages programmed (completed programs).
+    pub pages_programmed: u64,
+    /// Blocks erased (completed erases).
+    pub blocks_erased: u64,
+    /// Data bytes moved over each channel (reads out plus programs in), indexed by channel.
+    pub channel_bytes: Vec<u64>,
+    /// Sum over dies of the time each was busy with an operation.
+    pub die_busy_ns: u64,
+}
+
+impl NandStats {
+    /// Data bytes moved over all channels together.
+    pub fn total_channel_bytes(&self) -> u64 {
+        self.channel_bytes.iter().sum()
+    }
+}
+
+#[derive(Debug)]
+enum OpKind {
+    Read { ppn: u32, dram_offset_bytes: usize },
+    Program { ppn: u32, data: Box<[u8]> },
+    Erase { block: u32 },
+}
+
+#[derive(Debug)]
+struct Op {
+    tag: u32,
+    die: u32,
+    kind: OpKind,
+    started_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EventKind {
+    /// The firmware's issue of the operation reaches the die's queue.
+    Issue,
+    /// A read's sense (tR) finished; its data-out needs the channel.
+    SenseDone,
+    /// The operation finished; its die is free.
+    Done,
+}
+
+/// A finished operation waiting for [`Flash::poll`]; reads carry the page as it was when the
+/// read finished (`None` = erased).
+#[derive(Debug)]
+struct Finished {
+    tag: u32,
+    read: Option<(usize, Option<Box<[u8]>>)>,
+}
+
+/// An emulated NAND array: see the [module documentation](self) for the model.
+#[derive(Debug)]
+pub struct NandArray {
+    geometry: Geometry,
+    timing: NandTiming,
+    page_size: usize,
+    pages: HashMap<u32, Box<[u8]>>,
+    /// Per block: the lowest page that may still be programmed.
+    next_page: Vec<u32>,
+    die_busy: Vec<Option<u64>>,
+    die_queue: Vec<VecDeque<u64>>,
+    channel_busy_until_ns: Vec<u64>,
+    ops: HashMap<u64, Op>,
+    next_op_id: u64,
+    staged: Vec<u64>,
+    events: EventQueue<(EventKind, u64)>,
+    finished: VecDeque<Finished>,
+    now_ns: u64,
+    stats: NandStats,
+}
+
+impl NandArray {
+    /// An erased array of the geometry and timing of `config` (assumed validated).
+    pub fn new(config: &NandConfig) -> Self {
+        Self::with_timing(config.geometry(), NandTiming::from_config(config))
+    }
+
+    /// An erased array with an explicit geometry and timing.
+    pub fn with_timing(geometry: Geometry, timing: NandTiming) -> Self {
+        let dies = geometry.die_count() as usize;
+        Self {
+            geometry,
+            timing,
+            page_size: geometry.page_size_bytes as usize,
+            pages: HashMap::new(),
+            next_page: vec![0; geometry.block_count() as usize],
+            die_busy: vec![None; dies],
+            die_queue: vec![VecDeque::new(); dies],
+            channel_busy_until_ns: vec![0; geometry.channels as usize],
+            ops: HashMap::new(),
+            next_op_id: 0,
+            staged: Vec::new(),
+            events: EventQueue::default(),
+            finished: VecDeque::new(),
+            now_ns: 0,
+            stats: NandStats {
+                channel_bytes: vec![0; geometry.channels as usize],
+                ..NandStats::default()
+            },
+        }
+    }
+
+    /// The timing parameters.
+    pub fn timing(&self) -> &NandTiming {
+        &self.timing
+    }
+
+    /// Counters since construction.
+    pub fn stats(&self) -> &NandStats {
+        &self.stats
+    }
+
+    /// The time the array has been advanced to.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Pages currently holding programmed data.
+    pub fn programmed_page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Operations accepted and not yet returned by [`Flash::poll`] (staged, queued, running or
+    /// finished).
+    pub fn pending_ops(&self) -> usize {
+        self.ops.len() + self.finished.len()
+    }
+
+    /// Whether a finished operation is waiting for [`Flash::poll`].
+    pub fn has_finished(&self) -> bool {
+        !self.finished.is_empty()
+    }
+
+    /// Time of the next internal event, if any operation is in flight.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.events.peek_time()
+    }
+
+    /// Issues every staged operation at `at_ns` (never earlier than the array's current time).
+    pub fn issue_staged(&mut self, at_ns: u64) {
+        let at_ns = at_ns.max(self.now_ns);
+        for op_id in std::mem::take(&mut self.staged) {
+            self.schedule(at_ns, EventKind::Issue, op_id);
+        }
+    }
+
+    /// Processes every internal event up to and including `t_ns` and moves the array's clock
+    /// there. Operations still staged are issued at the array's current time first.
+    pub fn advance_to(&mut self, t_ns: u64) {
+        self.issue_staged(self.now_ns);
+        while self.events.peek_time().is_some_and(|t| t <= t_ns) {
+            self.process_next_event();
+        }
+        self.now_ns = self.now_ns.max(t_ns);
+    }
+
+    /// Processes the single earliest internal event (if any) and moves the clock to its time.
+    /// Returns that time.
+    pub fn process_next_event(&mut self) -> Option<u64> {
+        let (time_ns, (kind, op_id)) = self.events.pop()?;
+        self.now_ns = self.now_ns.max(time_ns);
+        match kind {
+            EventKind::Issue => self.on_issue(time_ns, op_id),
+            EventKind::SenseDone => self.on_sense_done(time_ns, op_id),
+            EventKind::Done => self.on_done(time_ns, op_id),
+        }
+        Some(time_ns)
+    }
+
+    fn schedule(&mut self, time_ns: u64, kind: EventKind, op_id: u64) {
+        self.events.push(time_ns, (kind, op_id));
+    }
+
+    /// Books `duration_ns` on `channel` no earlier than `at_ns`; returns the slot's start.
+    fn book_channel(&mut self, channel: u32, at_ns: u64, duration_ns: u64) -> u64 {
+        let busy = &mut self.channel_busy_until_ns[channel as usize];
+        let start = at_ns.max(*busy);
+        *busy = start + duration_ns;
+        start
+    }
+
+    fn on_issue(&mut self, t_ns: u64, op_id: u64) {
+        let die = self.ops[&op_id].die as usize;
+        if self.die_busy[die].is_none() {
+            self.start(t_ns, op_id);
+        } else {
+            self.die_queue[die].push_back(op_id);
+        }
+    }
+
+    fn start(&mut self, t_ns: u64, op_id: u64) {
+        let t = self.timing;
+        let page_bytes = self.page_size as u64;
+        let (die, channel, is) = {
+            let op = &self.ops[&op_id];
+            let is = match op.kind {
+                OpKind::Read { .. } => 0,
+                OpKind::Program { .. } => 1,
+                OpKind::Erase { .. } => 2,
+            };
+            (op.die, self.geometry.channel_of(op.die), is)
+        };
+        self.die_busy[die as usize] = Some(op_id);
+        let (start, next, kind) = match is {
+            0 => {
+                let s = self.book_channel(channel, t_ns, t.command_overhead_ns);
+                (
+                    s,
+                    s + t.command_overhead_ns + t.t_read_ns,
+                    EventKind::SenseDone,
+                )
+            }
+            1 => {
+                let s =
+                    self.book_channel(channel, t_ns, t.command_overhead_ns + t.page_transfer_ns);
+                self.stats.channel_bytes[channel as usize] += page_bytes;
+                let done = s + t.command_overhead_ns + t.page_transfer_ns + t.t_program_ns;
+                (s, done, EventKind::Done)
+            }
+            _ => {
+                let s = self.book_channel(channel, t_ns, t.command_overhead_ns);
+                (s, s + t.command_overhead_ns + t.t_erase_ns, EventKind::Done)
+            }
+        };
+        if let Some(op) = self.ops.get_mut(&op_id) {
+            op.started_ns = start;
+        }
+        self.schedule(next, kind, op_id);
+    }
+
+    fn on_sense_done(&mut self, t_ns: u64, op_id: u64) {
+        let channel = self.geometry.channel_of(self.ops[&op_id].die);
+        let x = self.book_channel(channel, t_ns, self.timing.page_transfer_ns);
+        self.stats.channel_bytes[channel as usize] += self.page_size as u64;
+        self.schedule(x + self.timing.page_transfer_ns, EventKind::Done, op_id);
+    }
+
+    fn on_done(&mut self, t_ns: u64, op_id: u64) {
+        let Some(op) = self.ops.remove(&op_id) else {
+            return;
+        };
+        self.stats.die_busy_ns += t_ns - op.started_ns;
+        let read = match op.kind {
+            OpKind::Read {
+                ppn,
+                dram_offset_bytes,
+            } => {
+                self.stats.pages_read += 1;
+                Some((dram_offset_bytes, self.pages.get(&ppn).cloned()))
+            }
+            OpKind::Program { ppn, data } => {
+                self.stats.pages_programmed += 1;
+                self.pages.insert(ppn, data);
+                None
+            }
+            OpKind::Erase { block } => {
+                self.stats.blocks_erased += 1;
+                let first = block * self.geometry.pages_per_block;
+                for ppn in first..first + self.geometry.pages_per_block {
+                    self.pages.remove(&ppn);
+                }
+                None
+            }
+        };
+        self.finished.push_back(Finished { tag: op.tag, read });
+        let die = op.die as usize;
+        self.die_busy[die] = None;
+        if let Some(next) = self.die_queue[die].pop_front() {
+            self.start(t_ns, next);
+        }
+    }
+
+    fn check_dram(&self, offset: usize, dram: &[u8]) -> Result<(), FlashError> {
+        match offset.checked_add(self.page_size) {
+            Some(end) if end <= dram.len() => Ok(()),
+            _ => Err(FlashError::OutOfRange),
+        }
+    }
+
+    fn check_ppn(&self, ppn: u32) -> Result<(), FlashError> {
+        if u64::from(ppn) < self.geometry.page_count() {
+            Ok(())
+        } else {
+            Err(FlashError::OutOfRange)
+        }
+    }
+}
+
+impl Flash for NandArray {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn submit(&mut self, tag: u32, op: FlashOp, dram: &[u8]) -> Result<(), FlashError> {
+        let g = self.geometry;
+        let (die, kind) = match op {
+            FlashOp::Read {
+                ppn,
+                dram_offset_bytes,
+            } => {
+                self.check_ppn(ppn.0)?;
+                self.check_dram(dram_offset_bytes, dram)?;
+                (
+                    g.die_of(ppn),
+                    OpKind::Read {
+                        ppn: ppn.0,
+                        dram_offset_bytes,
+                    },
+                )
+            }
+            FlashOp::Program {
+                ppn,
+                dram_offset_bytes,
+            } => {
+                self.check_ppn(ppn.0)?;
+                self.check_dram(dram_offset_bytes, dram)?;
+                let block = (ppn.0 / g.pages_per_block) as usize;
+                let page = ppn.0 % g.pages_per_block;
+                if page < self.next_page[block] {
+                    return Err(FlashError::NotErased);
+                }
+                self.next_page[block] = page + 1;
+                let data = dram[dram_offset_bytes..dram_offset_bytes + self.page_size].into();
+                (g.die_of(ppn), OpKind::Program { ppn: ppn.0, data })
+            }
+            FlashOp::Erase { block } => {
+                if block.0 >= g.block_count() {
+                    return Err(FlashError::OutOfRange);
+                }
+                self.next_page[block.0 as usize] = 0;
+                (block.0 / g.blocks_per_die, OpKind::Erase { block: block.0 })
+            }
+        };
+        let op_id = self.next_op_id;
+        self.next_op_id += 1;
+        self.ops.insert(
+            op_id,
+            Op {
+                tag,
+                die,
+                kind,
+                started_ns: 0,
+            },
+        );
+        self.staged.push(op_id);
+        Ok(())
+    }
+
+    fn poll(&mut self, dram: &mut [u8]) -> Option<FlashCompletion> {
+        let done = self.finished.pop_front()?;
+        let mut result = Ok(());
+        if let Some((offset, data)) = done.read {
+            match dram.get_mut(offset..offset + self.page_size) {
+                Some(window) => match data {
+                    Some(page) => window.copy_from_slice(&page),
+                    None => window.fill(0xFF),
+                },
+                None => result = Err(FlashError::OutOfRange),
+            }
+        }
+        Some(FlashCompletion {
+            tag: done.tag,
+            result,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sagessd_firmware::hal::{PhysBlock, PhysPage};
+
+    const PAGE: usize = 4096;
+
+    /// 2 channels × 2 ways × 1 die, 4 blocks of 4 pages, round timings.
+    fn array() -> NandArray {
+        let geometry = Geometry {
+            channels: 2,
+            ways: 2,
+            dies_per_way: 1,
+            blocks_per_die: 4,
+            pages_per_block: 4,
+            page_size_bytes: PAGE as u32,
+        };
+        let timing = NandTiming {
+            t_read_ns: 50_000,
+            t_program_ns: 500_000,
+            t_erase_ns: 3_000_000,
+            page_transfer_ns: 10_000,
+            command_overhead_ns: 1_000,
+        };
+        NandArray::with_timing(geometry, timing)
+    }
+
+    /// First page of block `block` of die `die` (16 pages per die).
+    fn ppn(die: u32, page: u32) -> PhysPage {
+        PhysPage(die * 16 + page)
+    }
+
+    fn run(nand: &mut NandArray, dram: &mut [u8]) -> Vec<(u32, u64, Result<(), FlashError>)> {
+        nand.issue_staged(nand.now_ns());
+        let mut out = Vec::new();
+        while let Some(t) = nand.process_next_event() {
+            while let Some(c) = nand.poll(dram) {
+                out.push((c.tag, t, c.result));
+            }
+        }
+        out
+    }
+
+    fn read(die: u32, page: u32, slot: usize) -> FlashOp {
+        FlashOp::Read {
+            ppn: ppn(die, page),
+            dram_offset_bytes: slot * PAGE,
+        }
+    }
+
+    #[test]
+    fn erased_pages_read_ff_and_programs_round_trip() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 4 * PAGE];
+        dram[..PAGE].fill(0xAB);
+        nand.submit(1, read(0, 0, 1), &dram).unwrap();
+        let program = FlashOp::Program {
+            ppn: ppn(0, 0),
+            dram_offset_bytes: 0,
+        };
+        nand.submit(2, program, &dram).unwrap();
+        nand.submit(3, read(0, 0, 2), &dram).unwrap();
+        let done = run(&mut nand, &mut dram);
+        assert_eq!(done.iter().map(|d| d.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(dram[PAGE..2 * PAGE].iter().all(|b| *b == 0xFF));
+        assert!(dram[2 * PAGE..3 * PAGE].iter().all(|b| *b == 0xAB));
+        assert_eq!(nand.stats().pages_read, 2);
+        assert_eq!(nand.stats().pages_programmed, 1);
+    }
+
+    #[test]
+    fn program_order_and_erase_are_enforced() {
+        let mut nand = array();
+        let dram = vec![0u8; PAGE];
+        let program = |page| FlashOp::Program {
+            ppn: ppn(1, page),
+            dram_offset_bytes: 0,
+        };
+        nand.submit(1, program(1), &dram).unwrap();
+        assert_eq!(
+            nand.submit(2, program(0), &dram),
+            Err(FlashError::NotErased)
+        );
+        assert_eq!(
+            nand.submit(3, program(1), &dram),
+            Err(FlashError::NotErased)
+        );
+        nand.submit(4, program(3), &dram).unwrap();
+        nand.submit(
+            5,
+            FlashOp::Erase {
+                block: PhysBlock(4),
+            },
+            &dram,
+        )
+        .unwrap();
+        nand.submit(6, program(0), &dram).unwrap();
+        let oob = FlashOp::Read {
+            ppn: PhysPage(64),
+            dram_offset_bytes: 0,
+        };
+        assert_eq!(nand.submit(7, oob, &dram), Err(FlashError::OutOfRange));
+        assert_eq!(
+            nand.submit(8, read(0, 0, 1), &dram),
+            Err(FlashError::OutOfRange),
+            "DRAM window past the arena"
+        );
+        let erase = FlashOp::Erase {
+            block: PhysBlock(16),
+        };
+        assert_eq!(nand.submit(9, erase, &dram), Err(FlashError::OutOfRange));
+        let mut dram = dram;
+        let done = run(&mut nand, &mut dram);
+        assert_eq!(
+            done.iter().map(|d| d.0).collect::<Vec<_>>(),
+            vec![1, 4, 5, 6]
+        );
+        assert_eq!(
+            nand.programmed_page_count(),
+            1,
+            "the erase dropped pages 1 and 3"
+        );
+    }
+
+    #[test]
+    fn reads_on_different_channels_overlap_completely() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 2 * PAGE];
+        nand.submit(1, read(0, 0, 0), &dram).unwrap(); // die 0, channel 0
+        nand.submit(2, read(1, 0, 1), &dram).unwrap(); // die 1, channel 1
+        let done = run(&mut nand, &mut dram);
+        let lat = nand.timing().read_latency_ns();
+        assert_eq!(done[0].1, lat);
+        assert_eq!(done[1].1, lat);
+    }
+
+    #[test]
+    fn reads_on_one_die_serialise() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 2 * PAGE];
+        nand.submit(1, read(0, 0, 0), &dram).unwrap();
+        nand.submit(2, read(0, 1, 1), &dram).unwrap();
+        let done = run(&mut nand, &mut dram);
+        let lat = nand.timing().read_latency_ns();
+        assert_eq!((done[0].0, done[0].1), (1, lat));
+        assert_eq!((done[1].0, done[1].1), (2, 2 * lat));
+    }
+
+    #[test]
+    fn ways_on_one_channel_interleave_but_contend_for_the_bus() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 2 * PAGE];
+        let t = *nand.timing();
+        // Dies 0 and 2 are ways 0 and 1 of channel 0.
+        nand.submit(1, read(0, 0, 0), &dram).unwrap();
+        nand.submit(2, read(2, 0, 1), &dram).unwrap();
+        let done = run(&mut nand, &mut dram);
+        // The second command waits for the first one's command cycles, the two senses overlap,
+        // and the second data-out waits for the first.
+        assert_eq!(done[0].1, t.read_latency_ns());
+        let second_sense_end = 2 * t.command_overhead_ns + t.t_read_ns;
+        let expect = second_sense_end.max(t.read_latency_ns()) + t.page_transfer_ns;
+        assert_eq!(done[1].1, expect);
+        assert!(done[1].1 < 2 * t.read_latency_ns(), "senses overlap");
+        assert!(done[1].1 > t.read_latency_ns(), "the channel is shared");
+        assert_eq!(nand.stats().channel_bytes, vec![2 * PAGE as u64, 0]);
+    }
+
+    #[test]
+    fn program_holds_the_channel_only_for_its_data_in() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 2 * PAGE];
+        let t = *nand.timing();
+        let program = FlashOp::Program {
+            ppn: ppn(0, 0),
+            dram_offset_bytes: 0,
+        };
+        nand.submit(1, program, &dram).unwrap();
+        nand.submit(2, read(2, 0, 1), &dram).unwrap(); // same channel, other way
+        let done = run(&mut nand, &mut dram);
+        assert_eq!(done[0].0, 2, "the read finishes during the program");
+        let read_start = t.command_overhead_ns + t.page_transfer_ns;
+        assert_eq!(done[0].1, read_start + t.read_latency_ns());
+        assert_eq!(done[1].1, t.program_latency_ns());
+    }
+
+    #[test]
+    fn operations_on_a_die_complete_in_submission_order() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 2 * PAGE];
+        let program = FlashOp::Program {
+            ppn: ppn(3, 0),
+            dram_offset_bytes: 0,
+        };
+        nand.submit(
+            10,
+            FlashOp::Erase {
+                block: PhysBlock(12),
+            },
+            &dram,
+        )
+        .unwrap();
+        nand.submit(11, read(3, 2, 1), &dram).unwrap();
+        nand.submit(12, program, &dram).unwrap();
+        nand.submit(13, read(3, 0, 1), &dram).unwrap();
+        let done = run(&mut nand, &mut dram);
+        let tags: Vec<u32> = done.iter().map(|d| d.0).collect();
+        assert_eq!(tags, vec![10, 11, 12, 13]);
+        assert!(done.windows(2).all(|w| w[0].1 < w[1].1));
+    }
+
+    #[test]
+    fn issue_time_and_advance_bound_what_poll_returns() {
+        let mut nand = array();
+        let mut dram = vec![0u8; PAGE];
+        nand.submit(1, read(0, 0, 0), &dram).unwrap();
+        nand.issue_staged(1_000_000);
+        let lat = nand.timing().read_latency_ns();
+        nand.advance_to(1_000_000 + lat - 1);
+        assert!(nand.poll(&mut dram).is_none());
+        assert_eq!(nand.pending_ops(), 1);
+        nand.advance_to(1_000_000 + lat);
+        assert_eq!(nand.poll(&mut dram).map(|c| c.tag), Some(1));
+        assert_eq!(nand.pending_ops(), 0);
+        assert_eq!(nand.next_event_ns(), None);
+    }
+}

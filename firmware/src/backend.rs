@@ -1,0 +1,56 @@
+//! The storage back end shared by host commands and the ISP engine: FTL, page buffer and the
+//! flash queue, plus the work counters they feed.
+
+use crate::dram::Region;
+use crate::flash_queue::{FlashQueue, Tag, TagKind};
+use crate::ftl::Ftl;
+use crate::hal::{FlashOp, Geometry};
+use crate::page_buffer::{Acquire, PageBuffer};
+use crate::work::WorkCounters;
+
+/// FTL + page buffer + flash queue.
+#[derive(Debug)]
+pub(crate) struct Backend {
+    pub geometry: Geometry,
+    pub ftl: Ftl,
+    pub buffer: PageBuffer,
+    pub queue: FlashQueue,
+    pub work: WorkCounters,
+}
+
+impl Backend {
+    /// Pins logical page `lpn` in the page buffer. On a miss it starts the flash read (or, for an
+    /// unmapped page, fills zeros at once), so the answer is never [`Acquire::Miss`]:
+    /// `Valid`, `Loading` (poll again), `Failed`, or `Full` (nothing pinned; try later).
+    pub fn request_page(&mut self, dram: &mut [u8], lpn: u32) -> Acquire {
+        self.work.page_lookups += 1;
+        match self.buffer.acquire(dram, lpn, true) {
+            Acquire::Miss(slot) => match self.ftl.lookup(dram, lpn) {
+                None => {
+                    self.buffer.slot_region(slot).bytes_mut(dram).fill(0);
+                    self.buffer.fill_done(dram, slot, true);
+                    Acquire::Valid(slot)
+                }
+                Some(ppn) if self.queue.has_room(1) => {
+                    let op = FlashOp::Read {
+                        ppn,
+                        dram_offset_bytes: self.buffer.slot_region(slot).start,
+                    };
+                    self.queue.push(Tag::new(TagKind::Fill, 0, slot as u16), op);
+                    Acquire::Loading(slot)
+                }
+                Some(_) => {
+                    self.buffer.detach_slot(dram, slot);
+                    self.buffer.unpin(dram, slot);
+                    Acquire::Full
+                }
+            },
+            other => other,
+        }
+    }
+
+    /// The arena window of a page-buffer slot.
+    pub fn slot(&self, slot: u32) -> Region {
+        self.buffer.slot_region(slot)
+    }
+}

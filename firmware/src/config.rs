@@ -1,0 +1,134 @@
+//! Firmware configuration: the sizes an integrator chooses, checked once at start-up.
+
+use sagessd_abi::ns_config::NsLimits;
+use sagessd_abi::sample::MAX_FANOUT;
+
+use crate::hal::Geometry;
+
+/// Most NVMe commands the firmware holds at once (admin and I/O together).
+pub const MAX_COMMANDS: usize = 64;
+/// Most sampling jobs (submitted but not yet collected) the firmware holds at once.
+pub const MAX_ISP_SLOTS: usize = 8;
+/// Most flash pages one Read or Write command may touch (bounds `max_transfer_bytes`).
+pub const MAX_PAGES_PER_COMMAND: usize = 64;
+/// Page-buffer associativity: a logical page can live in one of this many slots.
+pub const PAGE_BUFFER_WAYS: u32 = 8;
+
+/// The sizes the firmware runs with. Every field is checked by [`FirmwareConfig::validate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirmwareConfig {
+    /// log2 of the logical block (LBA) size: 9 (512 B) up to log2 of the flash page size.
+    pub block_size_log2: u8,
+    /// Share of the usable flash kept back from the namespace for garbage collection, in percent.
+    pub over_provisioning_percent: u8,
+    /// DRAM page-buffer slots (flash pages cached), a multiple of [`PAGE_BUFFER_WAYS`], 16..=32768.
+    pub page_buffer_pages: u32,
+    /// Sampling jobs that may be submitted and not yet collected, 1..=[`MAX_ISP_SLOTS`].
+    pub isp_slots: u8,
+    /// NS_config limits (targets per job, fanout per layer).
+    pub limits: NsLimits,
+    /// Unique nodes one sampled subgraph may hold.
+    pub max_subgraph_nodes: u32,
+    /// Sampled edges one subgraph may hold over all its layers.
+    pub max_subgraph_edges: u32,
+    /// Largest data transfer of one Read or Write (MDTS), a power of two ≥ 4 KiB.
+    pub max_transfer_bytes: u32,
+}
+
+impl Default for FirmwareConfig {
+    fn default() -> Self {
+        Self {
+            block_size_log2: 12,
+            over_provisioning_percent: 7,
+            page_buffer_pages: 512,
+            isp_slots: 2,
+            limits: NsLimits {
+                max_targets: 4096,
+                max_fanout: 64,
+            },
+            max_subgraph_nodes: 1 << 20,
+            max_subgraph_edges: 1 << 22,
+            max_transfer_bytes: 128 * 1024,
+        }
+    }
+}
+
+/// Why a configuration cannot run; each variant names the field at fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The flash geometry is empty, has a bad page size, or has more than 2^32 pages.
+    Geometry,
+    /// `block_size_log2` is below 9 or the block is larger than a flash page.
+    BlockSize,
+    /// `over_provisioning_percent` is 50 or more.
+    OverProvisioning,
+    /// `page_buffer_pages` is outside 16..=32768 or not a multiple of [`PAGE_BUFFER_WAYS`].
+    PageBufferPages,
+    /// `isp_slots` is 0 or above [`MAX_ISP_SLOTS`].
+    IspSlots,
+    /// `limits.max_targets` is 0 or above `max_subgraph_nodes`.
+    MaxTargets,
+    /// `limits.max_fanout` is 0 or above the sampling function's maximum.
+    MaxFanout,
+    /// `max_subgraph_nodes` or `max_subgraph_edges` is 0 or too large for the result format.
+    SubgraphCapacity,
+    /// `max_transfer_bytes` is not a power of two ≥ 4 KiB, or spans more than
+    /// [`MAX_PAGES_PER_COMMAND`] − 1 flash pages.
+    MaxTransfer,
+    /// The flash is too small to hold a namespace after reserves and over-provisioning.
+    TooLittleFlash,
+    /// The DRAM arena given is smaller than [`crate::Firmware::dram_size_bytes`].
+    DramTooSmall,
+}
+
+impl FirmwareConfig {
+    /// Checks every field against itself and against `geometry`.
+    pub fn validate(&self, geometry: &Geometry) -> Result<(), ConfigError> {
+        if !geometry.is_valid() {
+            return Err(ConfigError::Geometry);
+        }
+        if self.block_size_log2 < 9
+            || (1u64 << self.block_size_log2.min(40)) > u64::from(geometry.page_size_bytes)
+        {
+            return Err(ConfigError::BlockSize);
+        }
+        if self.over_provisioning_percent >= 50 {
+            return Err(ConfigError::OverProvisioning);
+        }
+        if self.page_buffer_pages < 16
+            || !self.page_buffer_pages.is_multiple_of(PAGE_BUFFER_WAYS)
+            || self.page_buffer_pages > 1 << 15
+        {
+            return Err(ConfigError::PageBufferPages);
+        }
+        if self.isp_slots == 0 || usize::from(self.isp_slots) > MAX_ISP_SLOTS {
+            return Err(ConfigError::IspSlots);
+        }
+        if self.max_subgraph_nodes == 0
+            || self.max_subgraph_nodes > 1 << 28
+            || self.max_subgraph_edges == 0
+            || self.max_subgraph_edges > 1 << 28
+        {
+            return Err(ConfigError::SubgraphCapacity);
+        }
+        if self.limits.max_targets == 0 || self.limits.max_targets > self.max_subgraph_nodes {
+            return Err(ConfigError::MaxTargets);
+        }
+        if self.limits.max_fanout == 0 || self.limits.max_fanout > MAX_FANOUT {
+            return Err(ConfigError::MaxFanout);
+        }
+        let t = self.max_transfer_bytes;
+        if !t.is_power_of_two()
+            || t < 4096
+            || t / geometry.page_size_bytes + 1 >= MAX_PAGES_PER_COMMAND as u32
+        {
+            return Err(ConfigError::MaxTransfer);
+        }
+        Ok(())
+    }
+
+    /// The logical block size in bytes.
+    pub fn block_size_bytes(&self) -> u32 {
+        1 << self.block_size_log2
+    }
+}

@@ -1,0 +1,784 @@
+//! The NVMe command dispatcher: the firmware's top level.
+//!
+//! [`Firmware::submit`] parses a command (parse apart from execute: [`AdminCommand::parse`],
+//! [`IoCommand::parse`]) and either completes it at once (Identify, Flush, Dataset Management,
+//! GRAPH_ATTACH, NS_SUBMIT, and every error) or parks it in a command slot (Read, Write,
+//! NS_COLLECT). [`Firmware::poll`] moves everything forward: it collects flash completions, runs
+//! garbage collection, steps every parked command and the ISP engine, and hands queued flash
+//! operations to the HAL.
+
+use sagessd_abi::graph::GraphDescriptor;
+use sagessd_abi::identify::{
+    CNS_CONTROLLER, CNS_NAMESPACE, ControllerInfo, IDENTIFY_SIZE_BYTES, NamespaceInfo,
+};
+use sagessd_abi::nvme::{
+    AdminCommand, CompletionEntry, DsmRange, IoCommand, Status, SubmissionEntry, VendorStatus,
+};
+use zerocopy::FromBytes;
+
+use crate::backend::Backend;
+use crate::config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_PAGES_PER_COMMAND};
+use crate::dram::DramLayout;
+use crate::flash_queue::{FlashQueue, Tag, TagKind};
+use crate::ftl::{Ftl, FtlStats, logical_page_count};
+use crate::hal::{Flash, FlashCompletion, PhysPage};
+use crate::host::{CommandId, DmaError, HostInterface};
+use crate::isp::{Collect, Isp};
+use crate::page_buffer::{Acquire, PageBuffer};
+use crate::work::WorkCounters;
+
+/// The namespace the device exposes.
+const NSID: u32 = 1;
+/// Command ID Conflict (generic status 0x03).
+const COMMAND_ID_CONFLICT: Status = Status::generic(0x03, true);
+
+/// [`Firmware::submit`] could not take the command now: every command slot is in use. Nothing
+/// happened; submit it again after a [`Firmware::poll`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Busy;
+
+/// Progress of one flash page of a Read or Write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PageIo {
+    Todo,
+    /// Pinned in the page buffer, waiting for its flash read.
+    Waiting(u32),
+    /// A write's pinned slot, ready to take host data, waiting for a free flash page.
+    Owned(u32),
+    /// Being programmed from the slot to the physical page.
+    Programming(u32, PhysPage),
+    Done,
+}
+
+/// A Read or Write in progress.
+#[derive(Clone, Copy, Debug)]
+struct Transfer {
+    start_byte: u64,
+    len_bytes: u64,
+    first_lpn: u32,
+    page_count: usize,
+    pages: [PageIo; MAX_PAGES_PER_COMMAND],
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Read(Transfer),
+    Write(Transfer),
+    Collect { tag: u32, data_len_bytes: usize },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Parked {
+    id: CommandId,
+    seq: u32,
+    op: Op,
+    status: Status,
+}
+
+/// The firmware: generic over the flash HAL and over the DRAM arena's owner.
+#[derive(Debug)]
+pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
+    config: FirmwareConfig,
+    flash: F,
+    dram: M,
+    be: Backend,
+    isp: Isp,
+    graph: Option<GraphDescriptor>,
+    commands: [Option<Parked>; MAX_COMMANDS],
+    next_seq: u32,
+    flash_in_flight: u32,
+    namespace_blocks: u64,
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
+    /// Bytes of DRAM arena the firmware needs for `config` on `geometry`.
+    pub fn dram_size_bytes(
+        config: &FirmwareConfig,
+        geometry: &crate::hal::Geometry,
+    ) -> Result<usize, ConfigError> {
+        config.validate(geometry)?;
+        let pages = logical_page_count(geometry, config.over_provisioning_percent)
+            .ok_or(ConfigError::TooLittleFlash)?;
+        DramLayout::new(config, geometry, pages)
+            .map(|l| l.total_bytes)
+            .ok_or(ConfigError::DramTooSmall)
+    }
+
+    /// Boots on freshly erased flash: formats the FTL and clears the firmware's tables.
+    /// The arena must be at least [`Self::dram_size_bytes`] long and zero-filled (the mapping
+    /// tables, which scale with capacity, are not cleared here).
+    pub fn new(config: FirmwareConfig, flash: F, mut dram: M) -> Result<Self, ConfigError> {
+        let geometry = flash.geometry();
+        config.validate(&geometry)?;
+        let pages = logical_page_count(&geometry, config.over_provisioning_percent)
+            .ok_or(ConfigError::TooLittleFlash)?;
+        let layout = DramLayout::new(&config, &geometry, pages).ok_or(ConfigError::DramTooSmall)?;
+        let arena = dram.as_mut();
+        if arena.len() < layout.total_bytes {
+            return Err(ConfigError::DramTooSmall);
+        }
+        let ftl = Ftl::format(geometry, &layout, pages, arena);
+        let buffer = PageBuffer::new(
+            layout.slot_meta,
+            layout.slot_data,
+            config.page_buffer_pages,
+            geometry.page_size_bytes,
+            arena,
+        );
+        let isp = Isp::new(&layout, &config, arena);
+        let blocks_per_page = u64::from(geometry.page_size_bytes / config.block_size_bytes());
+        Ok(Self {
+            config,
+            flash,
+            dram,
+            be: Backend {
+                geometry,
+                ftl,
+                buffer,
+                queue: FlashQueue::default(),
+                work: WorkCounters::default(),
+            },
+            isp,
+            graph: None,
+            commands: [None; MAX_COMMANDS],
+            next_seq: 0,
+            flash_in_flight: 0,
+            namespace_blocks: u64::from(pages) * blocks_per_page,
+        })
+    }
+
+    /// Size of namespace 1 in logical blocks.
+    pub fn namespace_block_count(&self) -> u64 {
+        self.namespace_blocks
+    }
+
+    /// Logical block size in bytes.
+    pub fn block_size_bytes(&self) -> u32 {
+        self.config.block_size_bytes()
+    }
+
+    /// The configuration the firmware runs with.
+    pub fn config(&self) -> &FirmwareConfig {
+        &self.config
+    }
+
+    /// Work done since boot.
+    pub fn work(&self) -> WorkCounters {
+        self.be.work
+    }
+
+    /// FTL counters.
+    pub fn ftl_stats(&self) -> FtlStats {
+        self.be.ftl.stats
+    }
+
+    /// The flash HAL.
+    pub fn flash(&self) -> &F {
+        &self.flash
+    }
+
+    /// The flash HAL, mutable (the emulator advances its clock through this).
+    pub fn flash_mut(&mut self) -> &mut F {
+        &mut self.flash
+    }
+
+    /// Whether nothing is parked, queued, running or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.commands.iter().all(Option::is_none)
+            && self.isp.is_idle()
+            && self.be.queue.is_empty()
+            && self.flash_in_flight == 0
+            && !self.be.ftl.gc_running()
+    }
+
+    /// Takes one command. Completes it through `host` at once when it can; otherwise parks it
+    /// until [`Self::poll`] finishes it. `Err(Busy)`: no slot free, nothing was done.
+    pub fn submit<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        sqe: &SubmissionEntry,
+    ) -> Result<(), Busy> {
+        let free = self.commands.iter().position(Option::is_none).ok_or(Busy)?;
+        self.be.work.commands += 1;
+        if self.commands.iter().flatten().any(|c| c.id == id) {
+            host.complete(
+                id,
+                CompletionEntry::new(id.sq_id, id.cid, COMMAND_ID_CONFLICT, 0),
+            );
+            return Ok(());
+        }
+        let outcome = if id.sq_id == 0 {
+            self.admin(host, id, sqe)
+        } else {
+            self.io(host, id, sqe)
+        };
+        match outcome {
+            Ok(Some(op)) => {
+                self.commands[free] = Some(Parked {
+                    id,
+                    seq: self.next_seq,
+                    op,
+                    status: Status::SUCCESS,
+                });
+                self.next_seq = self.next_seq.wrapping_add(1);
+            }
+            Ok(None) => {}
+            Err((status, result)) => {
+                host.complete(id, CompletionEntry::new(id.sq_id, id.cid, status, result))
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies from the host, counting the bytes.
+    fn dma_in<H: HostInterface>(
+        work: &mut WorkCounters,
+        host: &mut H,
+        id: CommandId,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), DmaError> {
+        work.bytes_copied += dst.len() as u64;
+        host.dma_from_host(id, offset, dst)
+    }
+
+    /// Copies to the host, counting the bytes.
+    fn dma_out<H: HostInterface>(
+        work: &mut WorkCounters,
+        host: &mut H,
+        id: CommandId,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), DmaError> {
+        work.bytes_copied += src.len() as u64;
+        host.dma_to_host(id, offset, src)
+    }
+
+    /// Runs an admin command to completion. `Err` carries (status, result dword 0).
+    fn admin<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        sqe: &SubmissionEntry,
+    ) -> Result<Option<Op>, (Status, u32)> {
+        match AdminCommand::parse(sqe) {
+            AdminCommand::Identify { cns, nsid } => {
+                let mut data = [0u8; IDENTIFY_SIZE_BYTES];
+                match cns {
+                    CNS_CONTROLLER => ControllerInfo {
+                        serial: "SAGESSD-0001",
+                        model: "sagessd computational SSD",
+                        firmware_revision: env!("CARGO_PKG_VERSION"),
+                        mdts: (self.config.max_transfer_bytes / 4096).trailing_zeros() as u8,
+                        namespace_count: 1,
+                        limits: self.isp.limits(),
+                    }
+                    .encode(&mut data),
+                    CNS_NAMESPACE if nsid == NSID => NamespaceInfo {
+                        block_count: self.namespace_blocks,
+                        used_block_count: self.be.ftl.mapped_pages(self.dram.as_ref())
+                            * u64::from(self.be.geometry.page_size_bytes / self.block_size_bytes()),
+                        block_size_log2: self.config.block_size_log2,
+                    }
+                    .encode(&mut data),
+                    CNS_NAMESPACE => return Err((Status::INVALID_NAMESPACE, 0)),
+                    _ => return Err((Status::INVALID_FIELD, 0)),
+                }
+                Self::dma_out(&mut self.be.work, host, id, 0, &data)
+                    .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
+                Err((Status::SUCCESS, 0))
+            }
+            AdminCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
+        }
+    }
+
+    /// Starts an I/O command. `Ok(Some(op))`: park it; `Err`: complete now with (status, dw0).
+    fn io<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        sqe: &SubmissionEntry,
+    ) -> Result<Option<Op>, (Status, u32)> {
+        let cmd = IoCommand::parse(sqe).map_err(|s| (s, 0))?;
+        if matches!(cmd, IoCommand::Unsupported(_)) {
+            return Err((Status::INVALID_OPCODE, 0));
+        }
+        if sqe.nsid.get() != NSID {
+            return Err((Status::INVALID_NAMESPACE, 0));
+        }
+        let vendor = |v: VendorStatus| (Status::from(v), 0);
+        match cmd {
+            IoCommand::Flush => Err((Status::SUCCESS, 0)),
+            IoCommand::Read { slba, block_count } => {
+                Ok(Some(Op::Read(self.transfer(slba, block_count)?)))
+            }
+            IoCommand::Write { slba, block_count } => {
+                Ok(Some(Op::Write(self.transfer(slba, block_count)?)))
+            }
+            IoCommand::DatasetManagement {
+                range_count,
+                deallocate,
+            } => {
+                let mut ranges = [0u8; 256 * 16];
+                let bytes = &mut ranges[..range_count as usize * 16];
+                Self::dma_in(&mut self.be.work, host, id, 0, bytes)
+                    .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
+                if deallocate {
+                    for r in <[DsmRange]>::ref_from_bytes(bytes)
+                        .map_err(|_| (Status::INTERNAL_ERROR, 0))?
+                    {
+                        self.deallocate(r.slba.get(), r.block_count.get());
+                    }
+                }
+                Err((Status::SUCCESS, 0))
+            }
+            IoCommand::GraphAttach { data_len_bytes } => {
+                let mut wire = [0u8; 64];
+                let n = (data_len_bytes as usize).min(wire.len());
+                Self::dma_in(&mut self.be.work, host, id, 0, &mut wire[..n])
+                    .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
+                let g = GraphDescriptor::parse(
+                    &wire[..n],
+                    self.block_size_bytes(),
+                    self.namespace_blocks,
+                )
+                .map_err(vendor)?;
+                self.graph = Some(g);
+                Err((Status::SUCCESS, 0))
+            }
+            IoCommand::NsSubmit { data_len_bytes } => {
+                let graph = self.graph.ok_or(vendor(VendorStatus::NoGraphAttached))?;
+                let (slot, window) = self
+                    .isp
+                    .free_slot()
+                    .ok_or(vendor(VendorStatus::NoFreeSlot))?;
+                let n = (data_len_bytes as usize).min(window.len);
+                let dram = self.dram.as_mut();
+                Self::dma_in(
+                    &mut self.be.work,
+                    host,
+                    id,
+                    0,
+                    window.sub(0, n).bytes_mut(dram),
+                )
+                .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
+                let tag = self.isp.accept(dram, slot, n, &graph).map_err(vendor)?;
+                Err((Status::SUCCESS, tag))
+            }
+            IoCommand::NsCollect {
+                tag,
+                data_len_bytes,
+            } => match self.isp.collect_state(tag) {
+                Collect::Unknown => Err(vendor(VendorStatus::UnknownTag)),
+                _ => Ok(Some(Op::Collect {
+                    tag,
+                    data_len_bytes: data_len_bytes as usize,
+                })),
+            },
+            IoCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
+        }
+    }
+
+    /// Checks a Read/Write range and lays out its pages.
+    fn transfer(&self, slba: u64, block_count: u32) -> Result<Transfer, (Status, u32)> {
+        let end = slba
+            .checked_add(u64::from(block_count))
+            .ok_or((Status::LBA_OUT_OF_RANGE, 0))?;
+        if end > self.namespace_blocks {
+            return Err((Status::LBA_OUT_OF_RANGE, 0));
+        }
+        let bs = u64::from(self.block_size_bytes());
+        let len_bytes = u64::from(block_count) * bs;
+        if len_bytes > u64::from(self.config.max_transfer_bytes) {
+            return Err((Status::INVALID_FIELD, 0));
+        }
+        let ps = u64::from(self.be.geometry.page_size_bytes);
+        let start_byte = slba * bs;
+        let first = start_byte / ps;
+        let last = (start_byte + len_bytes - 1) / ps;
+        Ok(Transfer {
+            start_byte,
+            len_bytes,
+            first_lpn: first as u32,
+            page_count: (last - first + 1) as usize,
+            pages: [PageIo::Todo; MAX_PAGES_PER_COMMAND],
+        })
+    }
+
+    /// Trims the flash pages fully inside a deallocated range, except pages a write is changing
+    /// (deallocation is advisory, so skipping them is allowed).
+    fn deallocate(&mut self, slba: u64, block_count: u32) {
+        let bs = u64::from(self.block_size_bytes());
+        let ps = u64::from(self.be.geometry.page_size_bytes);
+        let Some(end) = slba
+            .checked_add(u64::from(block_count))
+            .filter(|e| *e <= self.namespace_blocks)
+        else {
+            return;
+        };
+        let first = (slba * bs).div_ceil(ps);
+        let last = end * bs / ps;
+        let dram = self.dram.as_mut();
+        for lpn in first..last {
+            let lpn = lpn as u32;
+            let busy = self.commands.iter().flatten().any(|c| match c.op {
+                Op::Write(t) => (t.first_lpn..t.first_lpn + t.page_count as u32).contains(&lpn),
+                _ => false,
+            });
+            if !busy {
+                self.be.ftl.trim(dram, lpn);
+                self.be.buffer.detach(dram, lpn);
+            }
+        }
+    }
+
+    /// Moves everything forward once. Returns whether anything happened; the caller polls again
+    /// until it returns false, then waits for flash time to pass.
+    pub fn poll<H: HostInterface>(&mut self, host: &mut H) -> bool {
+        let mut progress = false;
+        while let Some(c) = self.next_flash_completion() {
+            self.flash_completed(c);
+            progress = true;
+        }
+        progress |= self.be.ftl.gc_step(self.dram.as_mut(), &mut self.be.queue);
+        for i in 0..MAX_COMMANDS {
+            progress |= self.step_command(host, i);
+        }
+        progress |= self.isp.step(self.dram.as_mut(), &mut self.be);
+        let taken = self.be.queue.drain(&mut self.flash, self.dram.as_ref());
+        self.be.work.flash_ops += taken;
+        self.flash_in_flight += taken as u32;
+        progress || taken > 0
+    }
+
+    fn next_flash_completion(&mut self) -> Option<FlashCompletion> {
+        if let Some(c) = self.be.queue.take_refused() {
+            return Some(c);
+        }
+        let c = self.flash.poll(self.dram.as_mut())?;
+        self.flash_in_flight = self.flash_in_flight.saturating_sub(1);
+        Some(c)
+    }
+
+    fn flash_completed(&mut self, c: FlashCompletion) {
+        let Some(tag) = Tag::decode(c.tag) else {
+            return;
+        };
+        let dram = self.dram.as_mut();
+        match tag.kind {
+            TagKind::Fill => self
+                .be
+                .buffer
+                .fill_done(dram, u32::from(tag.b), c.result.is_ok()),
+            TagKind::Program => {
+                let Some(cmd) = self
+                    .commands
+                    .get_mut(usize::from(tag.a))
+                    .and_then(Option::as_mut)
+                else {
+                    return;
+                };
+                let Op::Write(t) = &mut cmd.op else { return };
+                let Some(PageIo::Programming(slot, ppn)) = t.pages.get(usize::from(tag.b)).copied()
+                else {
+                    return;
+                };
+                let lpn = t.first_lpn + u32::from(tag.b);
+                self.be.ftl.program_finished(dram, ppn, c.result.is_ok());
+                if c.result.is_ok() && cmd.status.is_success() {
+                    self.be.ftl.commit(dram, lpn, ppn, None);
+                    self.be.ftl.stats.host_pages_written += 1;
+                } else {
+                    // The slot holds data flash does not: nobody may find it any more.
+                    self.be.buffer.detach_slot(dram, slot);
+                    if cmd.status.is_success() {
+                        cmd.status = Status::WRITE_FAULT;
+                    }
+                }
+                self.be.buffer.unpin(dram, slot);
+                t.pages[usize::from(tag.b)] = PageIo::Done;
+            }
+            TagKind::GcRead | TagKind::GcProgram | TagKind::GcErase => {
+                self.be
+                    .ftl
+                    .gc_complete(dram, &mut self.be.queue, tag.kind, c.result)
+            }
+        }
+    }
+
+    /// Advances parked command `i`; completes it when it is done.
+    fn step_command<H: HostInterface>(&mut self, host: &mut H, i: usize) -> bool {
+        let Some(mut cmd) = self.commands[i] else {
+            return false;
+        };
+        let (progress, done, result) = match &mut cmd.op {
+            Op::Read(t) => {
+                let p = self.step_read(host, cmd.id, t, &mut cmd.status);
+                (
+                    p,
+                    t.pages[..t.page_count].iter().all(|p| *p == PageIo::Done),
+                    0,
+                )
+            }
+            Op::Write(t) => {
+                let blocked = self.write_blocked(i, cmd.seq, t);
+                let p = !blocked && self.step_write(host, cmd.id, i, t, &mut cmd.status);
+                (
+                    p,
+                    t.pages[..t.page_count].iter().all(|p| *p == PageIo::Done),
+                    0,
+                )
+            }
+            Op::Collect {
+                tag,
+                data_len_bytes,
+            } => match self.isp.collect_state(*tag) {
+                Collect::Pending => (false, false, 0),
+                Collect::Unknown => {
+                    cmd.status = VendorStatus::UnknownTag.into();
+                    (true, true, 0)
+                }
+                Collect::Failed(s) => {
+                    cmd.status = s;
+                    self.isp.release(*tag);
+                    (true, true, 0)
+                }
+                Collect::Done(size) if size > *data_len_bytes => {
+                    cmd.status = VendorStatus::BufferTooSmall.into();
+                    (true, true, size as u32)
+                }
+                Collect::Done(size) => {
+                    self.be.work.bytes_copied += size as u64;
+                    match self
+                        .isp
+                        .write_result(self.dram.as_ref(), *tag, host, cmd.id)
+                    {
+                        Ok(_) => self.isp.release(*tag),
+                        Err(DmaError) => cmd.status = Status::DATA_TRANSFER_ERROR,
+                    }
+                    (true, true, size as u32)
+                }
+            },
+        };
+        if done {
+            host.complete(
+                cmd.id,
+                CompletionEntry::new(cmd.id.sq_id, cmd.id.cid, cmd.status, result),
+            );
+            self.commands[i] = None;
+        } else {
+            self.commands[i] = Some(cmd);
+        }
+        progress || done
+    }
+
+    /// The part of page `i` of a transfer that the host buffer covers: (offset in the page,
+    /// offset in the host buffer, length).
+    fn page_span(&self, t: &Transfer, i: usize) -> (usize, usize, usize) {
+        let ps = u64::from(self.be.geometry.page_size_bytes);
+        let page_start = u64::from(t.first_lpn + i as u32) * ps;
+        let from = page_start.max(t.start_byte);
+        let to = (page_start + ps).min(t.start_byte + t.len_bytes);
+        (
+            (from - page_start) as usize,
+            (from - t.start_byte) as usize,
+            (to - from) as usize,
+        )
+    }
+
+    fn step_read<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        t: &mut Transfer,
+        status: &mut Status,
+    ) -> bool {
+        let mut progress = false;
+        for i in 0..t.page_count {
+            let lpn = t.first_lpn + i as u32;
+            let dram = self.dram.as_mut();
+            let slot = match t.pages[i] {
+                PageIo::Todo => match self.be.request_page(dram, lpn) {
+                    Acquire::Valid(s) => s,
+                    Acquire::Loading(s) => {
+                        t.pages[i] = PageIo::Waiting(s);
+                        progress = true;
+                        continue;
+                    }
+                    Acquire::Failed(s) | Acquire::Miss(s) => {
+                        self.be.buffer.unpin(dram, s);
+                        *status = Status::UNRECOVERED_READ_ERROR;
+                        t.pages[i] = PageIo::Done;
+                        progress = true;
+                        continue;
+                    }
+                    Acquire::Full => continue,
+                },
+                PageIo::Waiting(s) if self.be.buffer.is_loading(dram, s) => continue,
+                PageIo::Waiting(s) if self.be.buffer.is_failed(dram, s) => {
+                    self.be.buffer.unpin(dram, s);
+                    *status = Status::UNRECOVERED_READ_ERROR;
+                    t.pages[i] = PageIo::Done;
+                    progress = true;
+                    continue;
+                }
+                PageIo::Waiting(s) => s,
+                PageIo::Owned(..) | PageIo::Programming(..) | PageIo::Done => continue,
+            };
+            let (in_page, in_host, len) = self.page_span(t, i);
+            let src = self.be.slot(slot).sub(in_page, len);
+            if Self::dma_out(
+                &mut self.be.work,
+                host,
+                id,
+                in_host,
+                src.bytes(self.dram.as_ref()),
+            )
+            .is_err()
+            {
+                *status = Status::DATA_TRANSFER_ERROR;
+            }
+            self.be.buffer.unpin(self.dram.as_mut(), slot);
+            t.pages[i] = PageIo::Done;
+            progress = true;
+        }
+        progress
+    }
+
+    /// Whether an older write that overlaps `t` is still in progress (writes to one page must
+    /// not interleave their read-modify-write).
+    fn write_blocked(&self, me: usize, seq: u32, t: &Transfer) -> bool {
+        let (a0, a1) = (t.first_lpn, t.first_lpn + t.page_count as u32);
+        self.commands
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != me)
+            .filter_map(|(_, c)| c.as_ref())
+            .any(|c| match c.op {
+                Op::Write(o) => {
+                    let older = c.seq.wrapping_sub(seq) > u32::MAX / 2;
+                    older && o.first_lpn < a1 && a0 < o.first_lpn + o.page_count as u32
+                }
+                _ => false,
+            })
+    }
+
+    fn step_write<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        me: usize,
+        t: &mut Transfer,
+        status: &mut Status,
+    ) -> bool {
+        let mut progress = false;
+        let ps = self.be.geometry.page_size_bytes as usize;
+        for i in 0..t.page_count {
+            let lpn = t.first_lpn + i as u32;
+            let (in_page, in_host, len) = self.page_span(t, i);
+            let dram = self.dram.as_mut();
+            let slot = match t.pages[i] {
+                PageIo::Todo if len == ps => match self.be.buffer.acquire(dram, lpn, true) {
+                    // A whole-page write needs no old data: any slot for the page will do. A new
+                    // slot stays "loading" until the host data is in, so readers wait for it.
+                    Acquire::Valid(s) | Acquire::Miss(s) => s,
+                    Acquire::Loading(s) => {
+                        t.pages[i] = PageIo::Waiting(s);
+                        progress = true;
+                        continue;
+                    }
+                    Acquire::Failed(s) => {
+                        self.be.buffer.unpin(dram, s);
+                        self.be.buffer.detach_slot(dram, s);
+                        continue;
+                    }
+                    Acquire::Full => continue,
+                },
+                PageIo::Todo => match self.be.request_page(dram, lpn) {
+                    Acquire::Valid(s) => s,
+                    Acquire::Loading(s) => {
+                        t.pages[i] = PageIo::Waiting(s);
+                        progress = true;
+                        continue;
+                    }
+                    Acquire::Failed(s) | Acquire::Miss(s) => {
+                        self.be.buffer.unpin(dram, s);
+                        *status = Status::UNRECOVERED_READ_ERROR;
+                        t.pages[i] = PageIo::Done;
+                        progress = true;
+                        continue;
+                    }
+                    Acquire::Full => continue,
+                },
+                PageIo::Waiting(s) if self.be.buffer.is_loading(dram, s) => continue,
+                PageIo::Waiting(s) if self.be.buffer.is_failed(dram, s) && len < ps => {
+                    self.be.buffer.unpin(dram, s);
+                    *status = Status::UNRECOVERED_READ_ERROR;
+                    t.pages[i] = PageIo::Done;
+                    progress = true;
+                    continue;
+                }
+                PageIo::Waiting(s) | PageIo::Owned(s) => s,
+                PageIo::Programming(..) | PageIo::Done => continue,
+            };
+            // The slot is pinned and holds the old page (or will be overwritten whole).
+            if self.be.ftl.is_full() {
+                self.be.buffer.unpin(dram, slot);
+                *status = Status::CAPACITY_EXCEEDED;
+                t.pages[i] = PageIo::Done;
+                progress = true;
+                continue;
+            }
+            let ppn = match self.be.queue.has_room(1) {
+                true => self.be.ftl.allocate(dram, false),
+                false => None,
+            };
+            let Some(ppn) = ppn else {
+                // Wait for GC or queue space; keep the slot pinned so the old data stays.
+                t.pages[i] = PageIo::Owned(slot);
+                continue;
+            };
+            let window = self.be.slot(slot).sub(in_page, len);
+            if Self::dma_in(&mut self.be.work, host, id, in_host, window.bytes_mut(dram)).is_err() {
+                // The slot may now hold half-copied data: drop it. The allocated page is
+                // still programmed (programs of a block must stay in order), with whatever
+                // the slot holds, and then left unmapped.
+                *status = Status::DATA_TRANSFER_ERROR;
+            }
+            self.be.buffer.fill_done(dram, slot, true);
+            if !status.is_success() {
+                self.be.buffer.detach_slot(dram, slot);
+            }
+            let op = crate::hal::FlashOp::Program {
+                ppn,
+                dram_offset_bytes: self.be.slot(slot).start,
+            };
+            self.be
+                .queue
+                .push(Tag::new(TagKind::Program, me as u16, i as u16), op);
+            t.pages[i] = PageIo::Programming(slot, ppn);
+            progress = true;
+        }
+        progress
+    }
+}
+
+#[cfg(test)]
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
+    /// A description of every parked command and the GC state, for test failure messages.
+    pub(crate) fn describe(&self) -> std::string::String {
+        std::format!(
+            "commands: {:?}\ngc: {} full: {} queue empty: {} in flight: {}",
+            self.commands
+                .iter()
+                .flatten()
+                .map(|c| (c.id, c.op))
+                .collect::<std::vec::Vec<_>>(),
+            self.be.ftl.describe_gc(),
+            self.be.ftl.is_full(),
+            self.be.queue.is_empty(),
+            self.flash_in_flight
+        )
+    }
+}

@@ -1,0 +1,132 @@
+//! The ordered queue between the firmware and the flash HAL.
+//!
+//! Every flash operation goes through this FIFO, so operations reach the HAL in the order the
+//! firmware decided them: programs of a block in page order, and a block's erase after the reads
+//! that were issued against its pages. When the HAL answers [`FlashError::Busy`] the queue simply
+//! waits for the next poll.
+
+use heapless::Deque;
+
+use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp};
+
+/// Capacity of the queue.
+pub(crate) const FLASH_QUEUE_DEPTH: usize = 512;
+
+/// What an operation was for; encoded in the top bits of its tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TagKind {
+    /// Fill of page-buffer slot `b`.
+    Fill = 1,
+    /// Program of page `b` of the command in slot `a`.
+    Program = 2,
+    /// Garbage-collection read.
+    GcRead = 3,
+    /// Garbage-collection program.
+    GcProgram = 4,
+    /// Garbage-collection erase.
+    GcErase = 5,
+}
+
+/// A decoded flash tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub kind: TagKind,
+    pub a: u16,
+    pub b: u16,
+}
+
+impl Tag {
+    pub fn new(kind: TagKind, a: u16, b: u16) -> Self {
+        Self { kind, a, b }
+    }
+
+    pub fn encode(self) -> u32 {
+        ((self.kind as u32) << 28) | (u32::from(self.a & 0x0FFF) << 16) | u32::from(self.b)
+    }
+
+    pub fn decode(tag: u32) -> Option<Self> {
+        let kind = match tag >> 28 {
+            1 => TagKind::Fill,
+            2 => TagKind::Program,
+            3 => TagKind::GcRead,
+            4 => TagKind::GcProgram,
+            5 => TagKind::GcErase,
+            _ => return None,
+        };
+        Some(Self {
+            kind,
+            a: ((tag >> 16) & 0x0FFF) as u16,
+            b: (tag & 0xFFFF) as u16,
+        })
+    }
+}
+
+/// The FIFO of operations not yet accepted by the HAL, plus operations the HAL refused outright
+/// (reported back as failed completions).
+#[derive(Debug, Default)]
+pub(crate) struct FlashQueue {
+    pending: Deque<(u32, FlashOp), FLASH_QUEUE_DEPTH>,
+    refused: Deque<FlashCompletion, FLASH_QUEUE_DEPTH>,
+}
+
+impl FlashQueue {
+    /// Whether `n` more operations fit.
+    pub fn has_room(&self, n: usize) -> bool {
+        self.pending.capacity() - self.pending.len() >= n
+    }
+
+    /// Appends an operation; callers check [`Self::has_room`] first. Returns false if full.
+    pub fn push(&mut self, tag: Tag, op: FlashOp) -> bool {
+        self.pending.push_back((tag.encode(), op)).is_ok()
+    }
+
+    /// Hands queued operations to the HAL until it is busy; returns how many it took.
+    pub fn drain<F: Flash>(&mut self, flash: &mut F, dram: &[u8]) -> u64 {
+        let mut taken = 0;
+        while let Some((tag, op)) = self.pending.front().copied() {
+            match flash.submit(tag, op, dram) {
+                Ok(()) => taken += 1,
+                Err(FlashError::Busy) => break,
+                Err(e) => {
+                    // `refused` has the same capacity as `pending`, so this cannot overflow.
+                    let _ = self.refused.push_back(FlashCompletion {
+                        tag,
+                        result: Err(e),
+                    });
+                }
+            }
+            self.pending.pop_front();
+        }
+        taken
+    }
+
+    /// The next operation the HAL refused outright, as a failed completion.
+    pub fn take_refused(&mut self) -> Option<FlashCompletion> {
+        self.refused.pop_front()
+    }
+
+    /// Whether nothing waits to be handed to the HAL.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.refused.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip() {
+        for kind in [
+            TagKind::Fill,
+            TagKind::Program,
+            TagKind::GcRead,
+            TagKind::GcProgram,
+            TagKind::GcErase,
+        ] {
+            let t = Tag::new(kind, 0x0ABC, 0xFFFF);
+            assert_eq!(Tag::decode(t.encode()), Some(t));
+        }
+        assert_eq!(Tag::decode(0), None);
+    }
+}

@@ -1,0 +1,639 @@
+//! In-storage neighbour sampling: the ISP control unit and the subgraph generator.
+//!
+//! The control unit keeps up to [`MAX_ISP_SLOTS`] jobs: an `NS_SUBMIT` parks its NS_config in a
+//! free slot and gets the slot's tag back; `NS_COLLECT` with that tag waits until the job is done
+//! and DMAs the subgraph out. The subgraph generator runs one job at a time, layer by layer, as a
+//! poll-driven state machine with two phases per layer:
+//!
+//! 1. **Degrees**: for each destination node, in order, read `indptr[v]` and `indptr[v+1]`, draw
+//!    the sampled positions with [`sample_positions`] and append their global edge positions;
+//! 2. **Neighbours**: for each sampled position, in order, read the neighbour id from the edge
+//!    list, deduplicate it into the node list and record its local index.
+//!
+//! Each phase walks a deterministic sequence of flash pages with two cursors: the *issuer* runs
+//! ahead, pinning up to a window of pages in the page buffer (starting their flash reads, so many
+//! dies work at once), and the *consumer* processes items strictly in order as their pages
+//! arrive. Order of processing, and so the output, never depends on completion order.
+
+use heapless::Deque;
+use sagessd_abi::graph::GraphDescriptor;
+use sagessd_abi::ns_config::{MAX_LAYERS, NsConfig, NsLimits};
+use sagessd_abi::nvme::{Status, VendorStatus};
+use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
+use sagessd_abi::subgraph::{LayerCounts, SubgraphLayout};
+
+use crate::backend::Backend;
+use crate::config::MAX_ISP_SLOTS;
+use crate::dram::{DramLayout, Region, SlotRegions, hash_capacity};
+use crate::host::{CommandId, DmaError, HostInterface};
+use crate::page_buffer::Acquire;
+
+/// Most pages the issuer keeps pinned ahead of the consumer.
+const MAX_WINDOW: usize = 64;
+
+/// Where a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobState {
+    Free,
+    Queued,
+    Running,
+    Done,
+    Failed(Status),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    state: JobState,
+    generation: u8,
+    seq: u32,
+    seed: u64,
+    fanouts: [u16; MAX_LAYERS],
+    layer_count: u8,
+    target_count: u32,
+    graph: Option<GraphDescriptor>,
+    layers: [LayerCounts; MAX_LAYERS],
+    node_count: u32,
+}
+
+impl Job {
+    const FREE: Self = Self {
+        state: JobState::Free,
+        generation: 0,
+        seq: 0,
+        seed: 0,
+        fanouts: [0; MAX_LAYERS],
+        layer_count: 0,
+        target_count: 0,
+        graph: None,
+        layers: [LayerCounts {
+            dst_count: 0,
+            src_count: 0,
+            edge_count: 0,
+        }; MAX_LAYERS],
+        node_count: 0,
+    };
+
+    fn layout(&self) -> Option<SubgraphLayout> {
+        SubgraphLayout::new(&self.layers[..usize::from(self.layer_count)])
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Degrees,
+    Neighbours,
+}
+
+/// The generator's cursors for the running job.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    slot: usize,
+    graph: GraphDescriptor,
+    layer: usize,
+    phase: Phase,
+    item_count: u32,
+    issued: u32,
+    consumed: u32,
+    last_issued: Option<u32>,
+    /// Index of this layer's first edge in the slot's indices region.
+    edge_base: u32,
+    /// Edges sampled so far in this layer.
+    layer_edges: u32,
+    /// Destination count of this layer.
+    dst_count: u32,
+}
+
+/// The ISP control unit and subgraph generator.
+#[derive(Debug)]
+pub(crate) struct Isp {
+    jobs: [Job; MAX_ISP_SLOTS],
+    slot_count: usize,
+    regions: [SlotRegions; MAX_ISP_SLOTS],
+    node_hash: Region,
+    hash_mask: usize,
+    entries: Region,
+    max_nodes: u32,
+    max_edges: u32,
+    limits: NsLimits,
+    next_seq: u32,
+    run: Option<Run>,
+    window: Deque<(u32, u32), MAX_WINDOW>,
+    window_pages: usize,
+    scratch: [u64; MAX_FANOUT as usize],
+    block_size_bytes: u64,
+}
+
+/// What `NS_COLLECT` finds for a tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Collect {
+    /// The tag names no submitted job.
+    Unknown,
+    /// Queued or running: wait.
+    Pending,
+    /// Done; the subgraph has this many bytes.
+    Done(usize),
+    /// The job failed with this status.
+    Failed(Status),
+}
+
+impl Isp {
+    pub fn new(layout: &DramLayout, config: &crate::FirmwareConfig, dram: &mut [u8]) -> Self {
+        layout.node_hash.bytes_mut(dram).fill(0);
+        Self {
+            jobs: [Job::FREE; MAX_ISP_SLOTS],
+            slot_count: usize::from(config.isp_slots),
+            regions: layout.slots,
+            node_hash: layout.node_hash,
+            hash_mask: hash_capacity(config.max_subgraph_nodes) - 1,
+            entries: layout.entries,
+            max_nodes: config.max_subgraph_nodes,
+            max_edges: config.max_subgraph_edges,
+            limits: config.limits,
+            next_seq: 0,
+            run: None,
+            window: Deque::new(),
+            window_pages: (config.page_buffer_pages as usize / 4).clamp(1, MAX_WINDOW),
+            scratch: [0; MAX_FANOUT as usize],
+            block_size_bytes: u64::from(config.block_size_bytes()),
+        }
+    }
+
+    /// The NS_config limits this device accepts.
+    pub fn limits(&self) -> NsLimits {
+        self.limits
+    }
+
+    /// A slot that can take a new job, and the arena window its NS_config must be DMA'd into.
+    pub fn free_slot(&self) -> Option<(usize, Region)> {
+        (0..self.slot_count)
+            .find(|s| self.jobs[*s].state == JobState::Free)
+            .map(|s| (s, self.regions[s].config))
+    }
+
+    fn tag_of(&self, slot: usize) -> u32 {
+        (u32::from(self.jobs[slot].generation) << 8) | slot as u32
+    }
+
+    fn slot_of(&self, tag: u32) -> Option<usize> {
+        let slot = (tag & 0xFF) as usize;
+        let job = self.jobs.get(..self.slot_count)?.get(slot)?;
+        (tag >> 16 == 0 && u32::from(job.generation) == (tag >> 8) && job.state != JobState::Free)
+            .then_some(slot)
+    }
+
+    /// Validates the NS_config now in `slot`'s config window (`len` bytes were DMA'd) against
+    /// the attached graph and queues the job; returns its tag.
+    pub fn accept(
+        &mut self,
+        dram: &[u8],
+        slot: usize,
+        len: usize,
+        graph: &GraphDescriptor,
+    ) -> Result<u32, VendorStatus> {
+        let bytes = &self.regions[slot].config.bytes(dram)[..len];
+        let cfg = NsConfig::parse(bytes, &self.limits, graph.node_count)?;
+        let job = &mut self.jobs[slot];
+        job.state = JobState::Queued;
+        job.generation = job.generation.wrapping_add(1);
+        job.seq = self.next_seq;
+        job.seed = cfg.seed;
+        job.fanouts = [0; MAX_LAYERS];
+        job.fanouts[..cfg.fanouts().len()].copy_from_slice(cfg.fanouts());
+        job.layer_count = cfg.fanouts().len() as u8;
+        job.target_count = cfg.target_count() as u32;
+        job.graph = Some(*graph);
+        self.next_seq = self.next_seq.wrapping_add(1);
+        Ok(self.tag_of(slot))
+    }
+
+    /// The state of the job named by `tag`.
+    pub fn collect_state(&self, tag: u32) -> Collect {
+        let Some(slot) = self.slot_of(tag) else {
+            return Collect::Unknown;
+        };
+        let job = &self.jobs[slot];
+        match job.state {
+            JobState::Free => Collect::Unknown,
+            JobState::Queued | JobState::Running => Collect::Pending,
+            JobState::Failed(s) => Collect::Failed(s),
+            JobState::Done => job
+                .layout()
+                .map_or(Collect::Failed(Status::INTERNAL_ERROR), |l| {
+                    Collect::Done(l.total_size_bytes())
+                }),
+        }
+    }
+
+    /// DMAs the finished subgraph of `tag` to `cmd`'s host buffer; returns the bytes written.
+    pub fn write_result<H: HostInterface>(
+        &self,
+        dram: &[u8],
+        tag: u32,
+        host: &mut H,
+        cmd: CommandId,
+    ) -> Result<usize, DmaError> {
+        let slot = self.slot_of(tag).ok_or(DmaError)?;
+        let job = &self.jobs[slot];
+        let layout = job.layout().ok_or(DmaError)?;
+        let regions = &self.regions[slot];
+        let mut head = [0u8; 32 + 16 * MAX_LAYERS];
+        layout.write_head(job.seed, &mut head).ok_or(DmaError)?;
+        host.dma_to_host(cmd, 0, &head[..layout.head_size_bytes()])?;
+        let nodes = regions.nodes.sub(0, 8 * job.node_count as usize);
+        host.dma_to_host(cmd, layout.nodes_offset(), nodes.bytes(dram))?;
+        let mut edge_base = 0usize;
+        for (l, counts) in job.layers[..usize::from(job.layer_count)]
+            .iter()
+            .enumerate()
+        {
+            let row = regions.indptr.sub(
+                l * 4 * (self.max_nodes as usize + 1),
+                4 * (counts.dst_count as usize + 1),
+            );
+            host.dma_to_host(cmd, layout.indptr_offset(l), row.bytes(dram))?;
+            let edges = regions
+                .indices
+                .sub(4 * edge_base, 4 * counts.edge_count as usize);
+            host.dma_to_host(cmd, layout.indices_offset(l), edges.bytes(dram))?;
+            edge_base += counts.edge_count as usize;
+        }
+        Ok(layout.total_size_bytes())
+    }
+
+    /// Frees the job named by `tag` (after a successful or failed collect).
+    pub fn release(&mut self, tag: u32) {
+        if let Some(slot) = self.slot_of(tag) {
+            self.jobs[slot].state = JobState::Free;
+        }
+    }
+
+    /// Whether no job is queued or running.
+    pub fn is_idle(&self) -> bool {
+        self.run.is_none() && !self.jobs.iter().any(|j| j.state == JobState::Queued)
+    }
+
+    /// Advances the generator; returns whether anything happened.
+    pub fn step(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
+        if self.run.is_none() && !self.start_next(dram) {
+            return false;
+        }
+        let issued = self.issue(dram, be);
+        let consumed = self.consume(dram, be);
+        issued || consumed
+    }
+
+    /// Starts the oldest queued job: deduplicates its targets into the node list.
+    fn start_next(&mut self, dram: &mut [u8]) -> bool {
+        let next = (0..self.slot_count)
+            .filter(|s| self.jobs[*s].state == JobState::Queued)
+            .min_by_key(|s| self.jobs[*s].seq.wrapping_sub(self.next_seq));
+        let Some(slot) = next else { return false };
+        let Some(graph) = self.jobs[slot].graph else {
+            self.jobs[slot].state = JobState::Failed(VendorStatus::NoGraphAttached.into());
+            return true;
+        };
+        self.jobs[slot].state = JobState::Running;
+        self.jobs[slot].node_count = 0;
+        self.jobs[slot].layers = [LayerCounts::default(); MAX_LAYERS];
+        let config = self.regions[slot].config;
+        for i in 0..self.jobs[slot].target_count as usize {
+            let target = config.u64(dram, 4 + i);
+            if self.dedup(dram, slot, target).is_none() {
+                self.finish(dram, slot, Some(VendorStatus::ResultTooLarge.into()));
+                return true;
+            }
+        }
+        let dst = self.jobs[slot].node_count;
+        self.run = Some(Run {
+            slot,
+            graph,
+            layer: 0,
+            phase: Phase::Degrees,
+            item_count: dst,
+            issued: 0,
+            consumed: 0,
+            last_issued: None,
+            edge_base: 0,
+            layer_edges: 0,
+            dst_count: dst,
+        });
+        self.regions[slot].indptr.set_u32(dram, 0, 0);
+        true
+    }
+
+    /// The logical pages item `item` of the current phase needs (equal if one).
+    fn item_pages(&self, dram: &[u8], run: &Run, page_size: u64, item: u32) -> (u32, u32) {
+        let bs = self.block_size_bytes;
+        let (start, len) = match run.phase {
+            Phase::Degrees => {
+                let v = self.regions[run.slot].nodes.u64(dram, item as usize);
+                (run.graph.indptr.slba * bs + 8 * v, 16)
+            }
+            Phase::Neighbours => {
+                let e = self.entries.u64(dram, item as usize);
+                let w = u64::from(run.graph.id_width_bytes);
+                (run.graph.indices.slba * bs + w * e, w)
+            }
+        };
+        // Validated descriptors keep these inside the namespace, whose pages fit in u32.
+        (
+            (start / page_size) as u32,
+            ((start + len - 1) / page_size) as u32,
+        )
+    }
+
+    /// Pins pages ahead of the consumer, up to the window.
+    fn issue(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
+        let Some(mut run) = self.run else {
+            return false;
+        };
+        let page_size = u64::from(be.geometry.page_size_bytes);
+        let mut progress = false;
+        'items: while run.issued < run.item_count {
+            let (a, b) = self.item_pages(dram, &run, page_size, run.issued);
+            for lpn in [a, b] {
+                if run.last_issued == Some(lpn) {
+                    continue;
+                }
+                if self.window.len() >= self.window_pages {
+                    break 'items;
+                }
+                match be.request_page(dram, lpn) {
+                    Acquire::Valid(slot)
+                    | Acquire::Loading(slot)
+                    | Acquire::Failed(slot)
+                    | Acquire::Miss(slot) => {
+                        // The window has room (checked above).
+                        let _ = self.window.push_back((lpn, slot));
+                        run.last_issued = Some(lpn);
+                        progress = true;
+                    }
+                    Acquire::Full => break 'items,
+                }
+            }
+            run.issued += 1;
+        }
+        self.run = Some(run);
+        progress
+    }
+
+    /// The window slot holding `lpn` at position `at` (0 front), if it is there and ready.
+    fn window_slot(
+        &self,
+        be: &Backend,
+        dram: &[u8],
+        at: usize,
+        lpn: u32,
+    ) -> Result<Option<u32>, Status> {
+        match self.window.iter().nth(at) {
+            Some(&(l, slot)) if l == lpn => {
+                if be.buffer.is_failed(dram, slot) {
+                    Err(Status::UNRECOVERED_READ_ERROR)
+                } else if be.buffer.is_loading(dram, slot) {
+                    Ok(None)
+                } else {
+                    Ok(Some(slot))
+                }
+            }
+            _ => Err(Status::INTERNAL_ERROR),
+        }
+    }
+
+    /// Processes issued items in order while their pages are present.
+    fn consume(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
+        let Some(mut run) = self.run else {
+            return false;
+        };
+        let page_size = u64::from(be.geometry.page_size_bytes);
+        let mut progress = false;
+        while run.consumed < run.issued {
+            let (a, b) = self.item_pages(dram, &run, page_size, run.consumed);
+            while self.window.front().is_some_and(|(l, _)| *l != a) {
+                if let Some((_, slot)) = self.window.pop_front() {
+                    be.buffer.unpin(dram, slot);
+                    be.work.pages_scanned += 1;
+                }
+            }
+            let slots = self.window_slot(be, dram, 0, a).and_then(|sa| {
+                let sb = if b == a {
+                    sa
+                } else {
+                    self.window_slot(be, dram, 1, b)?
+                };
+                Ok(sa.zip(sb))
+            });
+            let (sa, sb) = match slots {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(status) => {
+                    self.run = Some(run);
+                    self.fail_run(dram, be, status);
+                    return true;
+                }
+            };
+            let result = match run.phase {
+                Phase::Degrees => self.consume_degrees(dram, be, &mut run, (sa, sb), page_size),
+                Phase::Neighbours => self.consume_neighbour(dram, be, &mut run, sa, page_size),
+            };
+            if let Err(status) = result {
+                self.run = Some(run);
+                self.fail_run(dram, be, status);
+                return true;
+            }
+            run.consumed += 1;
+            progress = true;
+        }
+        self.run = Some(run);
+        if run.consumed == run.item_count {
+            self.next_phase(dram, be);
+            progress = true;
+        }
+        progress
+    }
+
+    fn read_in_page(dram: &[u8], be: &Backend, slot: u32, offset: usize, width: usize) -> u64 {
+        let bytes = &be.slot(slot).bytes(dram)[offset..offset + width];
+        let mut b = [0u8; 8];
+        b[..width].copy_from_slice(bytes);
+        u64::from_le_bytes(b)
+    }
+
+    fn consume_degrees(
+        &mut self,
+        dram: &mut [u8],
+        be: &mut Backend,
+        run: &mut Run,
+        slots: (u32, u32),
+        page_size: u64,
+    ) -> Result<(), Status> {
+        let job = &self.jobs[run.slot];
+        let v = self.regions[run.slot]
+            .nodes
+            .u64(dram, run.consumed as usize);
+        let at = run.graph.indptr.slba * self.block_size_bytes + 8 * v;
+        let start = Self::read_in_page(dram, be, slots.0, (at % page_size) as usize, 8);
+        let end = Self::read_in_page(dram, be, slots.1, ((at + 8) % page_size) as usize, 8);
+        if start > end || end > run.graph.edge_count {
+            return Err(VendorStatus::GraphCorrupt.into());
+        }
+        let fanout = job.fanouts[run.layer];
+        let k = sample_positions(
+            job.seed,
+            run.layer as u8,
+            v,
+            end - start,
+            fanout,
+            &mut self.scratch,
+        )
+        .ok_or(Status::INTERNAL_ERROR)?;
+        if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
+            > u64::from(self.max_edges)
+        {
+            return Err(VendorStatus::ResultTooLarge.into());
+        }
+        for p in &self.scratch[..k] {
+            self.entries
+                .set_u64(dram, run.layer_edges as usize, start + p);
+            run.layer_edges += 1;
+        }
+        let row = run.layer * (self.max_nodes as usize + 1);
+        self.regions[run.slot].indptr.set_u32(
+            dram,
+            row + run.consumed as usize + 1,
+            run.layer_edges,
+        );
+        be.work.edges_scanned += k as u64;
+        Ok(())
+    }
+
+    fn consume_neighbour(
+        &mut self,
+        dram: &mut [u8],
+        be: &mut Backend,
+        run: &mut Run,
+        slot: u32,
+        page_size: u64,
+    ) -> Result<(), Status> {
+        let w = u64::from(run.graph.id_width_bytes);
+        let e = self.entries.u64(dram, run.consumed as usize);
+        let at = run.graph.indices.slba * self.block_size_bytes + w * e;
+        let id = Self::read_in_page(dram, be, slot, (at % page_size) as usize, w as usize);
+        if id >= run.graph.node_count {
+            return Err(VendorStatus::GraphCorrupt.into());
+        }
+        let local = self
+            .dedup(dram, run.slot, id)
+            .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
+        self.regions[run.slot].indices.set_u32(
+            dram,
+            (run.edge_base + run.consumed) as usize,
+            local,
+        );
+        be.work.edges_sampled += 1;
+        Ok(())
+    }
+
+    /// Releases every pinned window page.
+    fn drain_window(&mut self, dram: &mut [u8], be: &mut Backend) {
+        while let Some((_, slot)) = self.window.pop_front() {
+            be.buffer.unpin(dram, slot);
+            be.work.pages_scanned += 1;
+        }
+    }
+
+    fn next_phase(&mut self, dram: &mut [u8], be: &mut Backend) {
+        self.drain_window(dram, be);
+        let Some(mut run) = self.run else { return };
+        run.issued = 0;
+        run.consumed = 0;
+        run.last_issued = None;
+        match run.phase {
+            Phase::Degrees => {
+                run.phase = Phase::Neighbours;
+                run.item_count = run.layer_edges;
+                self.run = Some(run);
+            }
+            Phase::Neighbours => {
+                let job = &mut self.jobs[run.slot];
+                job.layers[run.layer] = LayerCounts {
+                    dst_count: run.dst_count,
+                    src_count: job.node_count,
+                    edge_count: run.layer_edges,
+                };
+                if run.layer + 1 == usize::from(job.layer_count) {
+                    self.run = None;
+                    self.finish(dram, run.slot, None);
+                    return;
+                }
+                run.layer += 1;
+                run.phase = Phase::Degrees;
+                run.edge_base += run.layer_edges;
+                run.layer_edges = 0;
+                run.dst_count = job.node_count;
+                run.item_count = job.node_count;
+                let row = run.layer * (self.max_nodes as usize + 1);
+                self.regions[run.slot].indptr.set_u32(dram, row, 0);
+                self.run = Some(run);
+            }
+        }
+    }
+
+    fn fail_run(&mut self, dram: &mut [u8], be: &mut Backend, status: Status) {
+        self.drain_window(dram, be);
+        if let Some(run) = self.run.take() {
+            self.finish(dram, run.slot, Some(status));
+        }
+    }
+
+    /// Ends job `slot` (successfully if `error` is `None`) and clears the dedup table.
+    fn finish(&mut self, dram: &mut [u8], slot: usize, error: Option<Status>) {
+        let job = &mut self.jobs[slot];
+        job.state = match error {
+            None if job.layout().is_some() => JobState::Done,
+            None => JobState::Failed(VendorStatus::ResultTooLarge.into()),
+            Some(s) => JobState::Failed(s),
+        };
+        let nodes = job.node_count as usize;
+        if nodes > (self.hash_mask + 1) / 16 {
+            self.node_hash.bytes_mut(dram).fill(0);
+        } else {
+            for i in 0..nodes {
+                let node = self.regions[slot].nodes.u64(dram, i);
+                let mut h = self.home(node);
+                // Deleting in arbitrary order would cut probe chains, so find each entry by value.
+                while self.node_hash.u32(dram, h) != i as u32 + 1 {
+                    h = (h + 1) & self.hash_mask;
+                }
+                self.node_hash.set_u32(dram, h, 0);
+            }
+        }
+    }
+
+    fn home(&self, node: u64) -> usize {
+        (node.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.hash_mask
+    }
+
+    /// The local id of `node` in job `slot`, adding it to the node list if new; `None` if the
+    /// node list is full.
+    fn dedup(&mut self, dram: &mut [u8], slot: usize, node: u64) -> Option<u32> {
+        let nodes = self.regions[slot].nodes;
+        let mut h = self.home(node);
+        loop {
+            let e = self.node_hash.u32(dram, h);
+            if e == 0 {
+                let job = &mut self.jobs[slot];
+                if job.node_count >= self.max_nodes {
+                    return None;
+                }
+                nodes.set_u64(dram, job.node_count as usize, node);
+                job.node_count += 1;
+                self.node_hash.set_u32(dram, h, job.node_count);
+                return Some(job.node_count - 1);
+            }
+            if nodes.u64(dram, e as usize - 1) == node {
+                return Some(e - 1);
+            }
+            h = (h + 1) & self.hash_mask;
+        }
+    }
+}

@@ -1,0 +1,628 @@
+//! Firmware tests through the NVMe interface, over the in-memory flash fake.
+
+use std::collections::BTreeMap;
+use std::vec;
+use std::vec::Vec;
+
+use proptest::prelude::*;
+use sagessd_abi::graph::{GraphDescriptor, LbaRange};
+use sagessd_abi::identify::{ControllerInfo, NamespaceInfo};
+use sagessd_abi::ns_config::{NsLimits, encode_ns_config, ns_config_size_bytes};
+use sagessd_abi::nvme::{
+    CompletionEntry, Status, SubmissionEntry, VendorStatus, admin_opcode, io_opcode,
+};
+use sagessd_abi::subgraph::SubgraphView;
+use zerocopy::IntoBytes;
+
+use crate::fake::MemFlash;
+use crate::hal::Geometry;
+use crate::host::{CommandId, DmaError, HostInterface};
+use crate::{Firmware, FirmwareConfig};
+
+/// Host memory and completion queue of a test.
+#[derive(Default)]
+struct TestHost {
+    buffers: BTreeMap<(u16, u16), Vec<u8>>,
+    completions: Vec<(CommandId, CompletionEntry)>,
+}
+
+impl HostInterface for TestHost {
+    fn dma_from_host(
+        &mut self,
+        cmd: CommandId,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), DmaError> {
+        let buf = self.buffers.get(&(cmd.sq_id, cmd.cid)).ok_or(DmaError)?;
+        dst.copy_from_slice(buf.get(offset..offset + dst.len()).ok_or(DmaError)?);
+        Ok(())
+    }
+
+    fn dma_to_host(&mut self, cmd: CommandId, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        let buf = self
+            .buffers
+            .get_mut(&(cmd.sq_id, cmd.cid))
+            .ok_or(DmaError)?;
+        buf.get_mut(offset..offset + src.len())
+            .ok_or(DmaError)?
+            .copy_from_slice(src);
+        Ok(())
+    }
+
+    fn complete(&mut self, cmd: CommandId, cqe: CompletionEntry) {
+        self.completions.push((cmd, cqe));
+    }
+}
+
+type Fw = Firmware<MemFlash, Vec<u8>>;
+
+struct Device {
+    fw: Fw,
+    host: TestHost,
+    next_cid: u16,
+}
+
+impl Device {
+    fn new(geometry: Geometry, config: FirmwareConfig, seed: u64) -> Self {
+        let size = Fw::dram_size_bytes(&config, &geometry).unwrap();
+        let fw = Fw::new(config, MemFlash::new(geometry, 32, seed), vec![0u8; size]).unwrap();
+        Self {
+            fw,
+            host: TestHost::default(),
+            next_cid: 0,
+        }
+    }
+
+    /// Submits `sqe` (its cid replaced) with host buffer `data`; returns the cid.
+    fn submit(&mut self, sq_id: u16, mut sqe: SubmissionEntry, data: Vec<u8>) -> CommandId {
+        self.next_cid = self.next_cid.wrapping_add(1);
+        sqe.cid = self.next_cid.into();
+        let id = CommandId {
+            sq_id,
+            cid: self.next_cid,
+        };
+        self.host.buffers.insert((sq_id, id.cid), data);
+        while self.fw.submit(&mut self.host, id, &sqe).is_err() {
+            assert!(self.fw.poll(&mut self.host), "busy and making no progress");
+        }
+        id
+    }
+
+    /// Polls until `id` completes; returns its completion and host buffer.
+    fn wait(&mut self, id: CommandId) -> (CompletionEntry, Vec<u8>) {
+        for _ in 0..10_000_000 {
+            if let Some(i) = self.host.completions.iter().position(|(c, _)| *c == id) {
+                let (_, cqe) = self.host.completions.remove(i);
+                return (cqe, self.host.buffers.remove(&(id.sq_id, id.cid)).unwrap());
+            }
+            self.fw.poll(&mut self.host);
+        }
+        panic!("command {id:?} never completed\n{}", self.fw.describe());
+    }
+
+    fn exec(
+        &mut self,
+        sq_id: u16,
+        sqe: SubmissionEntry,
+        data: Vec<u8>,
+    ) -> (CompletionEntry, Vec<u8>) {
+        let id = self.submit(sq_id, sqe, data);
+        self.wait(id)
+    }
+
+    fn write(&mut self, slba: u64, data: &[u8]) -> Status {
+        let blocks = (data.len() / self.fw.block_size_bytes() as usize) as u32;
+        self.exec(
+            1,
+            SubmissionEntry::read_write(true, 0, 1, slba, blocks),
+            data.to_vec(),
+        )
+        .0
+        .status()
+    }
+
+    fn read(&mut self, slba: u64, blocks: u32) -> (Status, Vec<u8>) {
+        let len = (blocks * self.fw.block_size_bytes()) as usize;
+        let (cqe, data) = self.exec(
+            1,
+            SubmissionEntry::read_write(false, 0, 1, slba, blocks),
+            vec![0xAB; len],
+        );
+        (cqe.status(), data)
+    }
+}
+
+/// 2 channels × 2 ways, 16 blocks of 8 pages of 2 KiB per die: 64 blocks, 512-B LBAs.
+fn small_geometry() -> Geometry {
+    Geometry {
+        channels: 2,
+        ways: 2,
+        dies_per_way: 1,
+        blocks_per_die: 16,
+        pages_per_block: 8,
+        page_size_bytes: 2048,
+    }
+}
+
+fn small_config() -> FirmwareConfig {
+    FirmwareConfig {
+        block_size_log2: 9,
+        page_buffer_pages: 16,
+        limits: NsLimits {
+            max_targets: 64,
+            max_fanout: 16,
+        },
+        max_subgraph_nodes: 4096,
+        max_subgraph_edges: 16384,
+        max_transfer_bytes: 16 * 1024,
+        ..FirmwareConfig::default()
+    }
+}
+
+#[test]
+fn identify_reports_namespace_and_limits() {
+    let mut d = Device::new(small_geometry(), small_config(), 1);
+    let mut sqe = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 0);
+    sqe.cdw10 = 1.into();
+    let (cqe, data) = d.exec(0, sqe, vec![0; 4096]);
+    assert!(cqe.status().is_success());
+    assert_eq!(
+        ControllerInfo::decode_limits(&data),
+        Some(small_config().limits)
+    );
+    let mut sqe = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 1);
+    sqe.cdw10 = 0.into();
+    let (cqe, data) = d.exec(0, sqe, vec![0; 4096]);
+    assert!(cqe.status().is_success());
+    let ns = NamespaceInfo::decode(&data).unwrap();
+    assert_eq!(ns.block_count, d.fw.namespace_block_count());
+    assert_eq!(ns.block_size_log2, 9);
+    // (64 blocks − 2·4 dies − 1) · 8 pages · 93 % · 4 LBAs per page
+    assert_eq!(ns.block_count, 55 * 8 * 93 / 100 * 4);
+}
+
+#[test]
+fn unknown_and_malformed_commands_get_statuses_and_the_device_keeps_serving() {
+    let mut d = Device::new(small_geometry(), small_config(), 2);
+    assert_eq!(
+        d.exec(0, SubmissionEntry::new(0x7E, 0, 0), vec![])
+            .0
+            .status(),
+        Status::INVALID_OPCODE
+    );
+    assert_eq!(
+        d.exec(1, SubmissionEntry::new(0xC4, 0, 1), vec![])
+            .0
+            .status(),
+        Status::INVALID_OPCODE
+    );
+    let n = d.fw.namespace_block_count();
+    assert_eq!(d.read(n, 1).0, Status::LBA_OUT_OF_RANGE);
+    assert_eq!(d.read(u64::MAX, 1).0, Status::LBA_OUT_OF_RANGE);
+    assert_eq!(d.read(0, 64).0, Status::INVALID_FIELD);
+    let wrong_ns = SubmissionEntry::read_write(false, 0, 7, 0, 1);
+    assert_eq!(
+        d.exec(1, wrong_ns, vec![0; 512]).0.status(),
+        Status::INVALID_NAMESPACE
+    );
+    // A host buffer shorter than the transfer is a data transfer error.
+    let short = SubmissionEntry::read_write(false, 0, 1, 0, 4);
+    assert_eq!(
+        d.exec(1, short, vec![0; 100]).0.status(),
+        Status::DATA_TRANSFER_ERROR
+    );
+    assert_eq!(d.write(3, &[7u8; 1024]), Status::SUCCESS);
+    assert_eq!(d.read(3, 2), (Status::SUCCESS, vec![7u8; 1024]));
+}
+
+#[test]
+fn unwritten_blocks_read_as_zeros_and_partial_pages_merge() {
+    let mut d = Device::new(small_geometry(), small_config(), 3);
+    assert_eq!(d.read(0, 8), (Status::SUCCESS, vec![0u8; 4096]));
+    assert_eq!(d.write(1, &[1u8; 512]), Status::SUCCESS);
+    assert_eq!(d.write(2, &[2u8; 2048]), Status::SUCCESS);
+    let (s, data) = d.read(0, 8);
+    assert!(s.is_success());
+    let mut want = vec![0u8; 4096];
+    want[512..1024].fill(1);
+    want[1024..3072].fill(2);
+    assert_eq!(data, want);
+}
+
+/// One step of the FTL oracle test.
+#[derive(Clone, Debug)]
+enum FtlOp {
+    Write { slba: u64, blocks: u32, byte: u8 },
+    Trim { slba: u64, blocks: u32 },
+    Read { slba: u64, blocks: u32 },
+}
+
+fn ftl_op(ns_blocks: u64) -> impl Strategy<Value = FtlOp> {
+    let range =
+        (0..ns_blocks, 1u32..=16).prop_map(move |(s, b)| (s.min(ns_blocks - u64::from(b)), b));
+    prop_oneof![
+        6 => (range.clone(), any::<u8>()).prop_map(|((slba, blocks), byte)| FtlOp::Write { slba, blocks, byte }),
+        1 => range.clone().prop_map(|(slba, blocks)| FtlOp::Trim { slba, blocks }),
+        2 => range.prop_map(|(slba, blocks)| FtlOp::Read { slba, blocks }),
+    ]
+}
+
+fn dsm(slba: u64, blocks: u32) -> (SubmissionEntry, Vec<u8>) {
+    let mut sqe = SubmissionEntry::new(io_opcode::DATASET_MANAGEMENT, 0, 1);
+    sqe.cdw10 = 0.into();
+    sqe.cdw11 = (1 << 2).into();
+    let range = sagessd_abi::nvme::DsmRange {
+        attributes: 0.into(),
+        block_count: blocks.into(),
+        slba: slba.into(),
+    };
+    (sqe, range.as_bytes().to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Writes, overwrites, trims and reads against a `BTreeMap` of block contents; the workload
+    /// writes the namespace several times over, so garbage collection must run and be right.
+    #[test]
+    fn ftl_matches_a_btreemap_oracle(seed in any::<u64>(), ops in proptest::collection::vec(ftl_op(1636), 200..400)) {
+        let mut d = Device::new(small_geometry(), small_config(), seed);
+        let ns = d.fw.namespace_block_count();
+        prop_assert_eq!(ns, 1636);
+        let mut oracle: BTreeMap<u64, u8> = BTreeMap::new();
+        // Fill the whole namespace once so every later write is an overwrite.
+        for slba in (0..ns).step_by(16) {
+            let blocks = 16.min(ns - slba) as usize;
+            prop_assert_eq!(d.write(slba, &vec![0xEE; blocks * 512]), Status::SUCCESS);
+            for b in slba..slba + blocks as u64 { oracle.insert(b, 0xEE); }
+        }
+        for op in ops {
+            match op {
+                FtlOp::Write { slba, blocks, byte } => {
+                    prop_assert_eq!(d.write(slba, &vec![byte; blocks as usize * 512]), Status::SUCCESS);
+                    for b in slba..slba + u64::from(blocks) { oracle.insert(b, byte); }
+                }
+                FtlOp::Trim { slba, blocks } => {
+                    let (sqe, data) = dsm(slba, blocks);
+                    prop_assert!(d.exec(1, sqe, data).0.status().is_success());
+                    // Only whole flash pages (4 blocks) inside the range are deallocated.
+                    let first = slba.div_ceil(4) * 4;
+                    let last = (slba + u64::from(blocks)) / 4 * 4;
+                    for b in first..last.max(first) { oracle.remove(&b); }
+                }
+                FtlOp::Read { slba, blocks } => {
+                    let (s, data) = d.read(slba, blocks);
+                    prop_assert!(s.is_success());
+                    for (i, chunk) in data.chunks(512).enumerate() {
+                        let want = oracle.get(&(slba + i as u64)).copied().unwrap_or(0);
+                        prop_assert!(chunk.iter().all(|b| *b == want), "block {} wants {}", slba + i as u64, want);
+                    }
+                }
+            }
+        }
+        for slba in (0..ns).step_by(16) {
+            let blocks = 16.min(ns - slba) as u32;
+            let (s, data) = d.read(slba, blocks);
+            prop_assert!(s.is_success());
+            for (i, chunk) in data.chunks(512).enumerate() {
+                let want = oracle.get(&(slba + i as u64)).copied().unwrap_or(0);
+                prop_assert!(chunk.iter().all(|b| *b == want));
+            }
+        }
+        let stats = d.fw.ftl_stats();
+        prop_assert!(stats.blocks_erased > 0, "GC never ran: {:?}", stats);
+    }
+}
+
+#[test]
+fn a_write_larger_than_the_free_blocks_forces_gc_and_a_full_device_says_so() {
+    let mut d = Device::new(small_geometry(), small_config(), 4);
+    let ns = d.fw.namespace_block_count();
+    // Write the namespace three times: far more than the free blocks.
+    for pass in 0..3u8 {
+        for slba in (0..ns).step_by(32) {
+            let blocks = 32.min(ns - slba) as usize;
+            assert_eq!(d.write(slba, &vec![pass; blocks * 512]), Status::SUCCESS);
+        }
+    }
+    assert!(d.fw.ftl_stats().blocks_erased > 0);
+    assert_eq!(d.read(ns - 4, 4), (Status::SUCCESS, vec![2u8; 2048]));
+    assert_eq!(d.read(0, 4), (Status::SUCCESS, vec![2u8; 2048]));
+}
+
+#[test]
+fn media_errors_become_nvme_statuses() {
+    let mut d = Device::new(small_geometry(), small_config(), 5);
+    assert_eq!(d.write(0, &[9u8; 2048]), Status::SUCCESS);
+    let ppn = (0..small_geometry().page_count() as u32)
+        .map(crate::hal::PhysPage)
+        .find(|p| d.fw.flash().page(*p)[0] == 9)
+        .unwrap();
+    d.fw.flash_mut().fail_reads_of(ppn);
+    // Evict the cached copy by reading many other pages through the small buffer.
+    for slba in (64..64 + 4 * 64).step_by(4) {
+        assert!(d.read(slba, 4).0.is_success());
+    }
+    assert_eq!(d.read(0, 4).0, Status::UNRECOVERED_READ_ERROR);
+    assert!(d.read(8, 4).0.is_success());
+}
+
+// ---- in-storage sampling -------------------------------------------------------------------
+
+/// A CSR graph written to the device, with its descriptor.
+struct StoredGraph {
+    indptr: Vec<u64>,
+    indices: Vec<u32>,
+    descriptor: GraphDescriptor,
+}
+
+fn store_graph(d: &mut Device, indptr: Vec<u64>, indices: Vec<u32>) -> StoredGraph {
+    let bs = 512u64;
+    let mut ip = indptr.as_bytes().to_vec();
+    ip.resize(ip.len().div_ceil(512) * 512, 0);
+    let mut ix = indices.as_bytes().to_vec();
+    ix.resize(ix.len().div_ceil(512).max(1) * 512, 0);
+    let ip_blocks = ip.len() as u64 / bs;
+    // Start indices on a fresh flash page, a few pages in.
+    let ix_start = (ip_blocks + 12).div_ceil(4) * 4;
+    for (i, chunk) in ip.chunks(8192).enumerate() {
+        assert_eq!(d.write(i as u64 * 16, chunk), Status::SUCCESS);
+    }
+    for (i, chunk) in ix.chunks(8192).enumerate() {
+        assert_eq!(d.write(ix_start + i as u64 * 16, chunk), Status::SUCCESS);
+    }
+    let descriptor = GraphDescriptor {
+        node_count: indptr.len() as u64 - 1,
+        edge_count: indices.len() as u64,
+        id_width_bytes: 4,
+        indptr: LbaRange {
+            slba: 0,
+            block_count: ip_blocks,
+        },
+        indices: LbaRange {
+            slba: ix_start,
+            block_count: ix.len() as u64 / bs,
+        },
+    };
+    let wire = descriptor.to_wire();
+    let sqe = SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, 0, 1, 64, 0);
+    assert!(
+        d.exec(1, sqe, wire.as_bytes().to_vec())
+            .0
+            .status()
+            .is_success()
+    );
+    StoredGraph {
+        indptr,
+        indices,
+        descriptor,
+    }
+}
+
+/// A ring of `n` nodes plus a hub connected to everyone (degree ≫ page size / 4).
+fn ring_with_hub(n: u32) -> (Vec<u64>, Vec<u32>) {
+    let hub = n;
+    let mut adj: Vec<Vec<u32>> = (0..n)
+        .map(|v| vec![(v + n - 1) % n, (v + 1) % n, hub])
+        .collect();
+    adj.push((0..n).collect());
+    adj.push(Vec::new()); // an isolated node, degree 0
+    let mut indptr = vec![0u64];
+    let mut indices = Vec::new();
+    for mut a in adj {
+        a.sort_unstable();
+        a.dedup();
+        indices.extend(a);
+        indptr.push(indices.len() as u64);
+    }
+    (indptr, indices)
+}
+
+fn ns_submit(d: &mut Device, seed: u64, fanouts: &[u16], targets: &[u64]) -> (Status, u32) {
+    let mut cfg = vec![0u8; ns_config_size_bytes(targets.len())];
+    encode_ns_config(seed, fanouts, targets, &mut cfg).unwrap();
+    let sqe = SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, 1, cfg.len() as u32, 0);
+    let (cqe, _) = d.exec(1, sqe, cfg);
+    (cqe.status(), cqe.result.get())
+}
+
+fn ns_collect(d: &mut Device, tag: u32, len: usize) -> (Status, u32, Vec<u8>) {
+    let sqe = SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, 1, len as u32, tag);
+    let (cqe, data) = d.exec(1, sqe, vec![0; len]);
+    (cqe.status(), cqe.result.get(), data)
+}
+
+#[test]
+fn sampling_covers_hubs_isolated_nodes_and_repeated_targets() {
+    let mut d = Device::new(small_geometry(), small_config(), 6);
+    let (indptr, indices) = ring_with_hub(1500);
+    let g = store_graph(&mut d, indptr, indices);
+    let isolated = g.descriptor.node_count - 1;
+    let hub = isolated - 1;
+    let (s, tag) = ns_submit(&mut d, 42, &[5, 3, 2], &[hub, 7, isolated, 7, 1499]);
+    assert!(s.is_success());
+    // Too small a buffer: the size needed comes back and the result stays.
+    let (s, need, _) = ns_collect(&mut d, tag, 64);
+    assert_eq!(
+        VendorStatus::from_status(s),
+        Some(VendorStatus::BufferTooSmall)
+    );
+    let (s, size, data) = ns_collect(&mut d, tag, need as usize);
+    assert!(s.is_success(), "{s:?}");
+    assert_eq!(size, need);
+    let view = SubgraphView::parse(&data).unwrap();
+    assert_eq!(view.layer_count(), 3);
+    let nodes: Vec<u64> = view.nodes().iter().map(|n| n.get()).collect();
+    assert_eq!(&nodes[..4], &[hub, 7, isolated, 1499]);
+    let l0 = view.layer(0);
+    // The hub gets 5 neighbours, node 7 its three, the isolated node none.
+    let deg: Vec<u32> = l0
+        .indptr
+        .windows(2)
+        .map(|w| w[1].get() - w[0].get())
+        .collect();
+    assert_eq!(deg, vec![5, 3, 0, 3]);
+    for l in 0..3 {
+        let layer = view.layer(l);
+        for v in 0..layer.counts.dst_count as usize {
+            let node = nodes[v] as usize;
+            let neigh = &g.indices[g.indptr[node] as usize..g.indptr[node + 1] as usize];
+            for e in layer.indptr[v].get()..layer.indptr[v + 1].get() {
+                let src = nodes[layer.indices[e as usize].get() as usize] as u32;
+                assert!(
+                    neigh.contains(&src),
+                    "layer {l}: {src} is no neighbour of {node}"
+                );
+            }
+        }
+    }
+    // Collected once: the tag is gone.
+    let (s, _, _) = ns_collect(&mut d, tag, need as usize);
+    assert_eq!(VendorStatus::from_status(s), Some(VendorStatus::UnknownTag));
+}
+
+#[test]
+fn each_malformed_ns_config_gets_its_status_and_the_device_keeps_serving() {
+    let mut d = Device::new(small_geometry(), small_config(), 7);
+    let (s, _) = ns_submit(&mut d, 1, &[2], &[0]);
+    assert_eq!(
+        VendorStatus::from_status(s),
+        Some(VendorStatus::NoGraphAttached)
+    );
+    let (indptr, indices) = ring_with_hub(100);
+    store_graph(&mut d, indptr, indices);
+    let good = {
+        let mut cfg = vec![0u8; ns_config_size_bytes(2)];
+        encode_ns_config(9, &[2, 2], &[1, 2], &mut cfg).unwrap();
+        cfg
+    };
+    let send = |d: &mut Device, cfg: Vec<u8>, len: u32| {
+        let sqe = SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, 1, len, 0);
+        d.exec(1, sqe, cfg).0.status()
+    };
+    let patched = |offset: usize, value: &[u8]| {
+        let mut b = good.clone();
+        b[offset..offset + value.len()].copy_from_slice(value);
+        b
+    };
+    let len = good.len() as u32;
+    let v = Status::from;
+    let cases: Vec<(Vec<u8>, u32, Status)> = vec![
+        (patched(0, b"XSCF"), len, v(VendorStatus::BadMagic)),
+        (patched(4, &[9, 0]), len, v(VendorStatus::BadVersion)),
+        (patched(6, &[0]), len, v(VendorStatus::BadLayerCount)),
+        (patched(6, &[5]), len, v(VendorStatus::BadLayerCount)),
+        (patched(16, &[0, 0]), len, v(VendorStatus::BadFanout)),
+        (patched(16, &[17, 0]), len, v(VendorStatus::BadFanout)),
+        (
+            patched(24, &[0, 0, 0, 0]),
+            len,
+            v(VendorStatus::BadTargetCount),
+        ),
+        (
+            patched(24, &[65, 0, 0, 0]),
+            len,
+            v(VendorStatus::BadTargetCount),
+        ),
+        (
+            patched(32, &[102, 0, 0, 0]),
+            len,
+            v(VendorStatus::NodeOutOfRange),
+        ),
+        (good.clone(), 40, v(VendorStatus::Truncated)),
+        // The command says 48 bytes but the host buffer has 40: the DMA fails.
+        (good[..40].to_vec(), len, Status::DATA_TRANSFER_ERROR),
+        (patched(7, &[1]), len, v(VendorStatus::ReservedField)),
+    ];
+    for (cfg, len, want) in cases {
+        assert_eq!(send(&mut d, cfg, len), want);
+        // The device still serves: a good config samples.
+        let (s, tag) = ns_submit(&mut d, 3, &[2], &[5]);
+        assert!(s.is_success());
+        let (s, _, _) = ns_collect(&mut d, tag, 1 << 16);
+        assert!(s.is_success());
+    }
+    let (s, _, _) = ns_collect(&mut d, 0xDEAD, 4096);
+    assert_eq!(VendorStatus::from_status(s), Some(VendorStatus::UnknownTag));
+    // A descriptor past the namespace is refused.
+    let bad = GraphDescriptor {
+        node_count: 10,
+        edge_count: 10,
+        id_width_bytes: 4,
+        indptr: LbaRange {
+            slba: d.fw.namespace_block_count(),
+            block_count: 1,
+        },
+        indices: LbaRange {
+            slba: 0,
+            block_count: 1,
+        },
+    };
+    let sqe = SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, 0, 1, 64, 0);
+    let s = d.exec(1, sqe, bad.to_wire().as_bytes().to_vec()).0.status();
+    assert_eq!(
+        VendorStatus::from_status(s),
+        Some(VendorStatus::BadDescriptor)
+    );
+}
+
+#[test]
+fn a_corrupt_graph_fails_the_job_not_the_firmware() {
+    let mut d = Device::new(small_geometry(), small_config(), 8);
+    // indptr decreases at node 1.
+    store_graph(&mut d, vec![0, 3, 2, 4], vec![1, 2, 0, 1]);
+    let (s, tag) = ns_submit(&mut d, 1, &[2], &[1]);
+    assert!(s.is_success());
+    let (s, _, _) = ns_collect(&mut d, tag, 4096);
+    assert_eq!(
+        VendorStatus::from_status(s),
+        Some(VendorStatus::GraphCorrupt)
+    );
+    // Neighbour id past the node count.
+    store_graph(&mut d, vec![0, 1, 2, 3], vec![1, 2, 77]);
+    let (_, tag) = ns_submit(&mut d, 1, &[2], &[2]);
+    let (s, _, _) = ns_collect(&mut d, tag, 4096);
+    assert_eq!(
+        VendorStatus::from_status(s),
+        Some(VendorStatus::GraphCorrupt)
+    );
+    let (_, tag) = ns_submit(&mut d, 1, &[2], &[0]);
+    assert!(ns_collect(&mut d, tag, 4096).0.is_success());
+}
+
+#[test]
+fn every_slot_busy_is_reported_and_slots_come_back() {
+    let mut d = Device::new(small_geometry(), small_config(), 9);
+    let (indptr, indices) = ring_with_hub(50);
+    store_graph(&mut d, indptr, indices);
+    let (_, t1) = ns_submit(&mut d, 1, &[2], &[1]);
+    let (_, t2) = ns_submit(&mut d, 1, &[2], &[2]);
+    let (s, _) = ns_submit(&mut d, 1, &[2], &[3]);
+    assert_eq!(VendorStatus::from_status(s), Some(VendorStatus::NoFreeSlot));
+    assert!(ns_collect(&mut d, t2, 4096).0.is_success());
+    assert!(ns_collect(&mut d, t1, 4096).0.is_success());
+    let (s, t3) = ns_submit(&mut d, 1, &[2], &[3]);
+    assert!(s.is_success());
+    assert_ne!(t3, t1, "a reused slot gets a new generation");
+    assert_eq!(
+        VendorStatus::from_status(ns_collect(&mut d, t1, 4096).0),
+        Some(VendorStatus::UnknownTag)
+    );
+}
+
+#[test]
+fn command_id_conflicts_are_refused() {
+    let mut d = Device::new(small_geometry(), small_config(), 10);
+    let (indptr, indices) = ring_with_hub(50);
+    store_graph(&mut d, indptr, indices);
+    let (_, tag) = ns_submit(&mut d, 1, &[2], &[1]);
+    // Park a collect, then reuse its cid before polling.
+    let sqe = SubmissionEntry::vendor(io_opcode::NS_COLLECT, 77, 1, 4096, tag);
+    let id = CommandId { sq_id: 1, cid: 77 };
+    d.host.buffers.insert((1, 77), vec![0; 4096]);
+    d.fw.submit(&mut d.host, id, &sqe).unwrap();
+    d.fw.submit(&mut d.host, id, &sqe).unwrap();
+    assert_eq!(d.host.completions[0].1.status().sc, 0x03);
+    d.host.completions.clear();
+    assert!(d.wait(id).0.status().is_success());
+}

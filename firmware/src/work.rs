@@ -1,0 +1,36 @@
+//! Work the firmware did, counted in the units the emulator's core model charges.
+
+/// Cumulative counts of firmware work since boot. The emulator converts deltas into embedded-core
+/// cycles; the firmware itself never reads a clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCounters {
+    /// NVMe commands parsed and dispatched.
+    pub commands: u64,
+    /// Flash operations issued (reads, programs, erases).
+    pub flash_ops: u64,
+    /// Page-buffer lookups (hits and misses).
+    pub page_lookups: u64,
+    /// Flash pages whose contents the ISP engine scanned.
+    pub pages_scanned: u64,
+    /// Neighbour-list entries the ISP engine looked at.
+    pub edges_scanned: u64,
+    /// Neighbours the ISP engine sampled (including deduplication).
+    pub edges_sampled: u64,
+    /// Bytes moved by the cores or DMA between host and DRAM.
+    pub bytes_copied: u64,
+}
+
+impl WorkCounters {
+    /// The work done since `earlier`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            commands: self.commands - earlier.commands,
+            flash_ops: self.flash_ops - earlier.flash_ops,
+            page_lookups: self.page_lookups - earlier.page_lookups,
+            pages_scanned: self.pages_scanned - earlier.pages_scanned,
+            edges_scanned: self.edges_scanned - earlier.edges_scanned,
+            edges_sampled: self.edges_sampled - earlier.edges_sampled,
+            bytes_copied: self.bytes_copied - earlier.bytes_copied,
+        }
+    }
+}

@@ -1,0 +1,989 @@
+//! Neighbour samplers: one trait, one output type, three implementations.
+//!
+//! Every sampler turns `(seed, fanouts, targets)` into a [`SampledSubgraph`] — the exact bytes of
+//! the message-flow-graph format of [`sagessd_abi::subgraph`]. For the same request all samplers
+//! must produce the same bytes; that byte identity is the project's test oracle.
+//!
+//! * [`ReferenceSampler`]: over an in-memory [`CsrGraph`] (the DRAM-only upper bound).
+//! * [`HostDeviceSampler`]: the host samples but reads the graph from the device, block by block,
+//!   only the LBAs it needs (SmartSAGE's direct-I/O host path).
+//! * [`IspSampler`]: the device samples; one `NS_SUBMIT` plus one `NS_COLLECT` per minibatch.
+//!
+//! The first two share one message-flow-graph builder, [`build_subgraph`], generic over a
+//! [`NeighbourSource`]: it deduplicates targets and sources in first-seen order, computes each
+//! destination's sampled *positions* with [`sample_positions`] before asking for any neighbour
+//! id, and serialises with [`SubgraphLayout`] — the same steps the firmware takes.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use sagessd_abi::graph::{GraphDescriptor, LbaRange};
+use sagessd_abi::ns_config::MAX_LAYERS;
+use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
+use sagessd_abi::subgraph::{LayerCounts, SubgraphError, SubgraphLayout, SubgraphView};
+use sagessd_host_driver::{Device, DeviceCounters, DriverError, DriverStats, Transport};
+
+use crate::graph::CsrGraph;
+
+/// Why a sample could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// The request is malformed (no targets, bad fanouts, a target outside the graph, …).
+    #[error("invalid sampling request: {0}")]
+    InvalidRequest(String),
+    /// The device or transport failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The graph read from the device is inconsistent.
+    #[error("graph on device is corrupt: {0}")]
+    GraphCorrupt(String),
+    /// A subgraph's bytes are not valid, or the sample does not fit the format.
+    #[error("invalid subgraph: {0:?}")]
+    Subgraph(SubgraphError),
+}
+
+/// A sampled minibatch: the validated bytes of one message-flow graph in the format of
+/// [`sagessd_abi::subgraph`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct SampledSubgraph {
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for SampledSubgraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.view();
+        f.debug_struct("SampledSubgraph")
+            .field("layers", &v.layer_count())
+            .field("nodes", &v.nodes().len())
+            .field("size_bytes", &self.bytes.len())
+            .field("checksum", &format_args!("{:#018x}", self.checksum()))
+            .finish()
+    }
+}
+
+impl SampledSubgraph {
+    /// Validates `bytes` (exactly one subgraph, nothing after it) and wraps them.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, SamplerError> {
+        let view = SubgraphView::parse(&bytes).map_err(SamplerError::Subgraph)?;
+        if view.as_bytes().len() != bytes.len() {
+            return Err(SamplerError::Subgraph(SubgraphError::Inconsistent(
+                "trailing bytes",
+            )));
+        }
+        Ok(Self { bytes })
+    }
+
+    /// The subgraph's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The subgraph's bytes, by value.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// A structured view (layers, node list, local CSRs).
+    pub fn view(&self) -> SubgraphView<'_> {
+        SubgraphView::parse(&self.bytes).expect("validated when constructed")
+    }
+
+    /// Number of unique nodes.
+    pub fn node_count(&self) -> usize {
+        self.view().nodes().len()
+    }
+
+    /// Number of sampled edges over all layers.
+    pub fn edge_count(&self) -> u64 {
+        let v = self.view();
+        (0..v.layer_count())
+            .map(|l| u64::from(v.layer(l).counts.edge_count))
+            .sum()
+    }
+
+    /// FNV-1a 64 of the bytes: a short fingerprint for reports.
+    pub fn checksum(&self) -> u64 {
+        fnv1a(FNV_OFFSET, &self.bytes)
+    }
+}
+
+/// The FNV-1a 64-bit offset basis.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Continues an FNV-1a 64 hash `h` over `bytes`.
+pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// What a sampler did, cumulative over its minibatches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerStats {
+    /// Minibatches sampled.
+    pub minibatches: u64,
+    /// Unique nodes over all subgraphs.
+    pub nodes: u64,
+    /// Sampled edges over all subgraphs.
+    pub edges: u64,
+    /// Subgraph bytes produced.
+    pub subgraph_bytes: u64,
+    /// NVMe commands, bytes per direction and failures, as the host driver counted them.
+    pub driver: DriverStats,
+    /// Device-side counters (flash pages read, link bytes), when the transport exposes them.
+    pub device: Option<DeviceCounters>,
+    /// Modelled (virtual) time spent in minibatches: from the transport's clock at the start of
+    /// each minibatch to its last completion; `None` when no command ran on a timed transport.
+    pub modelled_time_ns: Option<u64>,
+}
+
+impl SamplerStats {
+    fn add_subgraph(&mut self, s: &SampledSubgraph) {
+        self.minibatches += 1;
+        self.nodes += s.node_count() as u64;
+        self.edges += s.edge_count();
+        self.subgraph_bytes += s.as_bytes().len() as u64;
+    }
+}
+
+/// A neighbour sampler: one minibatch in, one message-flow graph out.
+pub trait Sampler {
+    /// A short name for reports.
+    fn name(&self) -> &'static str;
+
+    /// Samples `fanouts` (hop order, 1..=4 layers) around `targets` with `seed`, producing the
+    /// subgraph format of [`sagessd_abi::subgraph`].
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError>;
+
+    /// What this sampler did so far.
+    fn stats(&self) -> SamplerStats;
+}
+
+/// Checks a request the way the device does (layer count, fanouts, targets, node range), so
+/// host samplers refuse exactly what the device refuses (device-specific limits aside).
+pub fn validate_request(
+    fanouts: &[u16],
+    targets: &[u64],
+    node_count: u64,
+) -> Result<(), SamplerError> {
+    if fanouts.is_empty() || fanouts.len() > MAX_LAYERS {
+        return Err(SamplerError::InvalidRequest(format!(
+            "{} layers requested, 1..={MAX_LAYERS} allowed",
+            fanouts.len()
+        )));
+    }
+    if let Some(f) = fanouts.iter().find(|f| **f == 0 || **f > MAX_FANOUT) {
+        return Err(SamplerError::InvalidRequest(format!(
+            "fanout {f} outside 1..={MAX_FANOUT}"
+        )));
+    }
+    if targets.is_empty() || targets.len() > u32::MAX as usize {
+        return Err(SamplerError::InvalidRequest(format!(
+            "{} targets",
+            targets.len()
+        )));
+    }
+    if let Some(t) = targets.iter().find(|t| **t >= node_count) {
+        return Err(SamplerError::InvalidRequest(format!(
+            "target {t} is not below the node count {node_count}"
+        )));
+    }
+    Ok(())
+}
+
+/// Where a node's neighbour list sits in a source's edge array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeRange {
+    /// Position of the first neighbour.
+    pub start: u64,
+    /// Number of neighbours.
+    pub degree: u64,
+}
+
+/// Where [`build_subgraph`] gets a graph's adjacency from, one layer at a time: first the edge
+/// ranges of all of a layer's destinations, then the neighbour ids at the sampled positions.
+pub trait NeighbourSource {
+    /// Number of nodes of the graph.
+    fn node_count(&self) -> u64;
+
+    /// The neighbour-list range of each of `nodes`, in order.
+    fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError>;
+
+    /// The neighbour ids at each of `positions` (absolute positions in the edge array), in
+    /// order.
+    fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError>;
+}
+
+/// Builds the message-flow graph of [`sagessd_abi::subgraph`] for one minibatch from `source`.
+pub fn build_subgraph<S: NeighbourSource + ?Sized>(
+    source: &mut S,
+    seed: u64,
+    fanouts: &[u16],
+    targets: &[u64],
+) -> Result<SampledSubgraph, SamplerError> {
+    let node_count = source.node_count();
+    validate_request(fanouts, targets, node_count)?;
+    let too_big = || SamplerError::Subgraph(SubgraphError::Inconsistent("subgraph too large"));
+
+    // The one node list, first-seen order, and each node's place in it.
+    let mut nodes: Vec<u64> = Vec::new();
+    let mut place: HashMap<u64, u32> = HashMap::new();
+    let mut intern = |nodes: &mut Vec<u64>, id: u64| -> Result<u32, SamplerError> {
+        match place.entry(id) {
+            Entry::Occupied(e) => Ok(*e.get()),
+            Entry::Vacant(e) => {
+                let i = u32::try_from(nodes.len()).map_err(|_| too_big())?;
+                nodes.push(id);
+                Ok(*e.insert(i))
+            }
+        }
+    };
+    for &t in targets {
+        intern(&mut nodes, t)?;
+    }
+
+    let mut counts: Vec<LayerCounts> = Vec::with_capacity(fanouts.len());
+    let mut local: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(fanouts.len());
+    let mut scratch = vec![0u64; usize::from(*fanouts.iter().max().unwrap_or(&0))];
+    for (layer, &fanout) in fanouts.iter().enumerate() {
+        let dst_count = nodes.len();
+        let ranges = source.edge_ranges(&nodes[..dst_count])?;
+        if ranges.len() != dst_count {
+            return Err(SamplerError::GraphCorrupt(format!(
+                "{} edge ranges for {dst_count} nodes",
+                ranges.len()
+            )));
+        }
+        let mut positions: Vec<u64> = Vec::new();
+        let mut indptr: Vec<u32> = Vec::with_capacity(dst_count + 1);
+        indptr.push(0);
+        for (&v, r) in nodes[..dst_count].iter().zip(&ranges) {
+            let k = sample_positions(seed, layer as u8, v, r.degree, fanout, &mut scratch)
+                .ok_or_else(|| SamplerError::InvalidRequest(format!("fanout {fanout}")))?;
+            positions.extend(scratch[..k].iter().map(|p| r.start + p));
+            indptr.push(u32::try_from(positions.len()).map_err(|_| too_big())?);
+        }
+        let neighbours = source.neighbours_at(&positions)?;
+        if neighbours.len() != positions.len() {
+            return Err(SamplerError::GraphCorrupt(format!(
+                "{} neighbours for {} positions",
+                neighbours.len(),
+                positions.len()
+            )));
+        }
+        let mut indices = Vec::with_capacity(neighbours.len());
+        for &n in &neighbours {
+            if n >= node_count {
+                return Err(SamplerError::GraphCorrupt(format!(
+                    "neighbour id {n} is not below the node count {node_count}"
+                )));
+            }
+            indices.push(intern(&mut nodes, n)?);
+        }
+        counts.push(LayerCounts {
+            dst_count: dst_count as u32,
+            src_count: u32::try_from(nodes.len()).map_err(|_| too_big())?,
+            edge_count: indices.len() as u32,
+        });
+        local.push((indptr, indices));
+    }
+
+    let layout = SubgraphLayout::new(&counts).ok_or_else(too_big)?;
+    let mut out = vec![0u8; layout.total_size_bytes()];
+    layout.write_head(seed, &mut out).ok_or_else(too_big)?;
+    let put_u32s = |out: &mut [u8], offset: usize, words: &[u32]| {
+        for (chunk, w) in out[offset..offset + 4 * words.len()]
+            .chunks_exact_mut(4)
+            .zip(words)
+        {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+    };
+    let at = layout.nodes_offset();
+    for (chunk, n) in out[at..at + 8 * nodes.len()]
+        .chunks_exact_mut(8)
+        .zip(&nodes)
+    {
+        chunk.copy_from_slice(&n.to_le_bytes());
+    }
+    for (l, (indptr, indices)) in local.iter().enumerate() {
+        put_u32s(&mut out, layout.indptr_offset(l), indptr);
+        put_u32s(&mut out, layout.indices_offset(l), indices);
+    }
+    SampledSubgraph::from_bytes(out)
+}
+
+/// A [`NeighbourSource`] over an in-memory CSR graph.
+#[derive(Clone, Copy, Debug)]
+pub struct CsrSource<'g> {
+    graph: &'g CsrGraph,
+}
+
+impl<'g> CsrSource<'g> {
+    /// A source reading `graph`.
+    pub fn new(graph: &'g CsrGraph) -> Self {
+        Self { graph }
+    }
+}
+
+impl NeighbourSource for CsrSource<'_> {
+    fn node_count(&self) -> u64 {
+        self.graph.node_count()
+    }
+
+    fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
+        let indptr = self.graph.indptr();
+        Ok(nodes
+            .iter()
+            .map(|&v| EdgeRange {
+                start: indptr[v as usize],
+                degree: indptr[v as usize + 1] - indptr[v as usize],
+            })
+            .collect())
+    }
+
+    fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
+        let indices = self.graph.indices();
+        Ok(positions
+            .iter()
+            .map(|&p| u64::from(indices[p as usize]))
+            .collect())
+    }
+}
+
+/// The in-memory reference sampler: the graph lives in host DRAM.
+#[derive(Debug)]
+pub struct ReferenceSampler<'g> {
+    graph: &'g CsrGraph,
+    stats: SamplerStats,
+}
+
+impl<'g> ReferenceSampler<'g> {
+    /// A sampler over `graph`.
+    pub fn new(graph: &'g CsrGraph) -> Self {
+        Self {
+            graph,
+            stats: SamplerStats::default(),
+        }
+    }
+}
+
+impl Sampler for ReferenceSampler<'_> {
+    fn name(&self) -> &'static str {
+        "in-memory"
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let s = build_subgraph(&mut CsrSource::new(self.graph), seed, fanouts, targets)?;
+        self.stats.add_subgraph(&s);
+        Ok(s)
+    }
+
+    fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+}
+
+/// A set of blocks read from a device in runs, looked up by LBA.
+struct BlockSet {
+    block_size: usize,
+    /// (first LBA, data) per run, ascending.
+    runs: Vec<(u64, Vec<u8>)>,
+}
+
+impl BlockSet {
+    /// Reads every LBA of `lbas` (ascending, deduplicated) with one Read per maximal run of
+    /// consecutive LBAs.
+    fn read<T: Transport>(device: &mut Device<T>, lbas: &[u64]) -> Result<Self, SamplerError> {
+        let mut ranges: Vec<LbaRange> = Vec::new();
+        for &lba in lbas {
+            match ranges.last_mut() {
+                Some(r) if r.slba + r.block_count == lba => r.block_count += 1,
+                _ => ranges.push(LbaRange {
+                    slba: lba,
+                    block_count: 1,
+                }),
+            }
+        }
+        let data = device.read_runs(&ranges)?;
+        Ok(Self {
+            block_size: device.info().block_size_bytes as usize,
+            runs: ranges.iter().map(|r| r.slba).zip(data).collect(),
+        })
+    }
+
+    /// The bytes `offset..offset + len` of block `lba` (which must have been read, and the range
+    /// must lie within the block).
+    fn bytes(&self, lba: u64, offset: usize, len: usize) -> &[u8] {
+        let i = self.runs.partition_point(|(s, _)| *s <= lba) - 1;
+        let (slba, data) = &self.runs[i];
+        let at = (lba - slba) as usize * self.block_size + offset;
+        &data[at..at + len]
+    }
+}
+
+/// A [`NeighbourSource`] reading a graph stored on a device: per layer, the blocks holding the
+/// destinations' `indptr` entries, then the blocks holding the sampled positions of `indices`.
+/// Nothing is kept beyond one call (one layer's working set).
+#[derive(Debug)]
+pub struct DeviceSource<'d, T: Transport> {
+    device: &'d mut Device<T>,
+    graph: GraphDescriptor,
+}
+
+impl<'d, T: Transport> DeviceSource<'d, T> {
+    /// A source reading the graph `graph` (as attached) from `device`.
+    pub fn new(device: &'d mut Device<T>, graph: GraphDescriptor) -> Self {
+        Self { device, graph }
+    }
+
+    /// The LBA and in-block offset of byte `byte` of a region starting at `slba`.
+    fn locate(&self, slba: u64, byte: u64) -> (u64, usize) {
+        let bs = u64::from(self.device.info().block_size_bytes);
+        (slba + byte / bs, (byte % bs) as usize)
+    }
+}
+
+fn sorted_unique(mut v: Vec<u64>) -> Vec<u64> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl<T: Transport> NeighbourSource for DeviceSource<'_, T> {
+    fn node_count(&self) -> u64 {
+        self.graph.node_count
+    }
+
+    fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
+        let slba = self.graph.indptr.slba;
+        // indptr[v] and indptr[v + 1]: each 8-byte entry lies within one block.
+        let lbas = sorted_unique(
+            nodes
+                .iter()
+                .flat_map(|&v| [self.locate(slba, 8 * v).0, self.locate(slba, 8 * v + 8).0])
+                .collect(),
+        );
+        let blocks = BlockSet::read(self.device, &lbas)?;
+        let entry = |i: u64| -> u64 {
+            let (lba, off) = self.locate(slba, 8 * i);
+            u64::from_le_bytes(blocks.bytes(lba, off, 8).try_into().expect("8 bytes"))
+        };
+        nodes
+            .iter()
+            .map(|&v| {
+                let (start, end) = (entry(v), entry(v + 1));
+                if end < start || end > self.graph.edge_count {
+                    return Err(SamplerError::GraphCorrupt(format!(
+                        "indptr of node {v} is {start}..{end} with {} edges",
+                        self.graph.edge_count
+                    )));
+                }
+                Ok(EdgeRange {
+                    start,
+                    degree: end - start,
+                })
+            })
+            .collect()
+    }
+
+    fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let slba = self.graph.indices.slba;
+        let width = u64::from(self.graph.id_width_bytes);
+        let lbas = sorted_unique(
+            positions
+                .iter()
+                .map(|&p| self.locate(slba, width * p).0)
+                .collect(),
+        );
+        let blocks = BlockSet::read(self.device, &lbas)?;
+        Ok(positions
+            .iter()
+            .map(|&p| {
+                let (lba, off) = self.locate(slba, width * p);
+                let b = blocks.bytes(lba, off, width as usize);
+                if width == 4 {
+                    u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                } else {
+                    u64::from_le_bytes(b.try_into().expect("8 bytes"))
+                }
+            })
+            .collect())
+    }
+}
+
+/// Measures the driver, device and clock around one minibatch.
+struct Meter {
+    driver: DriverStats,
+    device: Option<DeviceCounters>,
+    start_ns: Option<u64>,
+}
+
+impl Meter {
+    fn start<T: Transport>(device: &Device<T>) -> Self {
+        Self {
+            driver: device.stats(),
+            device: device.device_counters(),
+            start_ns: device.now_ns(),
+        }
+    }
+
+    fn finish<T: Transport>(self, device: &Device<T>, stats: &mut SamplerStats) {
+        let d = device.stats().since(&self.driver);
+        let s = &mut stats.driver;
+        s.commands += d.commands;
+        s.admin_commands += d.admin_commands;
+        s.reads += d.reads;
+        s.writes += d.writes;
+        s.ns_submits += d.ns_submits;
+        s.ns_collects += d.ns_collects;
+        s.other_commands += d.other_commands;
+        s.failed_commands += d.failed_commands;
+        s.bytes_h2c += d.bytes_h2c;
+        s.bytes_c2h += d.bytes_c2h;
+        if let (Some(before), Some(after)) = (self.device, device.device_counters()) {
+            let delta = after.since(&before);
+            let acc = stats.device.get_or_insert_with(DeviceCounters::default);
+            acc.nand_pages_read += delta.nand_pages_read;
+            acc.nand_pages_programmed += delta.nand_pages_programmed;
+            acc.pcie_bytes_h2c += delta.pcie_bytes_h2c;
+            acc.pcie_bytes_c2h += delta.pcie_bytes_c2h;
+            acc.commands += delta.commands;
+        }
+        if let (Some(start), Some(end)) = (self.start_ns, device.last_completed_at_ns())
+            && d.commands > 0
+        {
+            let elapsed = end.saturating_sub(start);
+            stats.modelled_time_ns = Some(stats.modelled_time_ns.unwrap_or(0) + elapsed);
+        }
+    }
+}
+
+/// The host-over-device sampler: the host runs the sampling, reading exactly the `indptr` and
+/// `indices` blocks it needs from the device (one Read per run of consecutive needed LBAs,
+/// pipelined per layer), like SmartSAGE's direct-I/O host path. It caches nothing across layers.
+#[derive(Debug)]
+pub struct HostDeviceSampler<T: Transport> {
+    device: Device<T>,
+    graph: GraphDescriptor,
+    stats: SamplerStats,
+}
+
+impl<T: Transport> HostDeviceSampler<T> {
+    /// A sampler reading `graph` (already written and described) from `device`.
+    pub fn new(device: Device<T>, graph: GraphDescriptor) -> Self {
+        Self {
+            device,
+            graph,
+            stats: SamplerStats::default(),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device<T> {
+        &self.device
+    }
+
+    /// Gives the device back.
+    pub fn into_device(self) -> Device<T> {
+        self.device
+    }
+}
+
+impl<T: Transport> Sampler for HostDeviceSampler<T> {
+    fn name(&self) -> &'static str {
+        "host-over-device"
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let meter = Meter::start(&self.device);
+        let result = build_subgraph(
+            &mut DeviceSource::new(&mut self.device, self.graph),
+            seed,
+            fanouts,
+            targets,
+        );
+        meter.finish(&self.device, &mut self.stats);
+        let s = result?;
+        self.stats.add_subgraph(&s);
+        Ok(s)
+    }
+
+    fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+}
+
+/// The in-storage (ISP) sampler: the device samples the whole minibatch; the host sends one
+/// `NS_SUBMIT` and one `NS_COLLECT` (plus one retry if its first buffer was too small).
+#[derive(Debug)]
+pub struct IspSampler<T: Transport> {
+    device: Device<T>,
+    stats: SamplerStats,
+}
+
+impl<T: Transport> IspSampler<T> {
+    /// A sampler over `device`, on which a graph must be attached.
+    pub fn new(device: Device<T>) -> Self {
+        Self {
+            device,
+            stats: SamplerStats::default(),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device<T> {
+        &self.device
+    }
+
+    /// Gives the device back.
+    pub fn into_device(self) -> Device<T> {
+        self.device
+    }
+}
+
+impl<T: Transport> Sampler for IspSampler<T> {
+    fn name(&self) -> &'static str {
+        "ISP"
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let meter = Meter::start(&self.device);
+        let result = self.device.sample(seed, fanouts, targets);
+        meter.finish(&self.device, &mut self.stats);
+        let s = SampledSubgraph::from_bytes(result?)?;
+        self.stats.add_subgraph(&s);
+        Ok(s)
+    }
+
+    fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    use crate::rmat::{RmatParams, generate};
+
+    /// A brute-force, obviously-correct rendering of the module's semantics, independent of
+    /// [`build_subgraph`]: returns (node list, per layer (dst, src, edges as (dst idx, src idx))).
+    #[allow(clippy::type_complexity)]
+    fn brute_force(
+        g: &CsrGraph,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> (Vec<u64>, Vec<(usize, usize, Vec<(usize, usize)>)>) {
+        let mut nodes: Vec<u64> = Vec::new();
+        for t in targets {
+            if !nodes.contains(t) {
+                nodes.push(*t);
+            }
+        }
+        let mut layers = Vec::new();
+        for (l, &f) in fanouts.iter().enumerate() {
+            let dst = nodes.len();
+            let mut edges = Vec::new();
+            for d in 0..dst {
+                let v = nodes[d];
+                let nbrs = g.neighbours(v);
+                let mut pos = vec![0u64; nbrs.len().max(1)];
+                let k = sample_positions(seed, l as u8, v, nbrs.len() as u64, f, &mut pos).unwrap();
+                // Positions are a subset of the list, distinct, ascending, min(degree, f) many.
+                assert_eq!(k, nbrs.len().min(f as usize));
+                assert!(pos[..k].windows(2).all(|w| w[0] < w[1]));
+                for p in &pos[..k] {
+                    let n = u64::from(nbrs[*p as usize]);
+                    let s = match nodes.iter().position(|x| *x == n) {
+                        Some(s) => s,
+                        None => {
+                            nodes.push(n);
+                            nodes.len() - 1
+                        }
+                    };
+                    edges.push((d, s));
+                }
+            }
+            layers.push((dst, nodes.len(), edges));
+        }
+        (nodes, layers)
+    }
+
+    fn check_against_brute_force(g: &CsrGraph, seed: u64, fanouts: &[u16], targets: &[u64]) {
+        let s = ReferenceSampler::new(g)
+            .sample(seed, fanouts, targets)
+            .unwrap();
+        let (nodes, layers) = brute_force(g, seed, fanouts, targets);
+        let v = s.view();
+        assert_eq!(v.seed(), seed);
+        assert_eq!(v.nodes().iter().map(|n| n.get()).collect::<Vec<_>>(), nodes);
+        assert_eq!(v.layer_count(), layers.len());
+        for (l, (dst, src, edges)) in layers.iter().enumerate() {
+            let lv = v.layer(l);
+            assert_eq!(lv.counts.dst_count as usize, *dst);
+            assert_eq!(lv.counts.src_count as usize, *src);
+            let mut got = Vec::new();
+            for d in 0..*dst {
+                for e in lv.indptr[d].get()..lv.indptr[d + 1].get() {
+                    got.push((d, lv.indices[e as usize].get() as usize));
+                }
+            }
+            assert_eq!(&got, edges);
+            // Every sampled edge is a real edge of the graph.
+            for (d, s) in &got {
+                let (dn, sn) = (nodes[*d], nodes[*s]);
+                assert!(g.neighbours(dn).contains(&(sn as u32)));
+            }
+        }
+    }
+
+    fn tiny_graphs() -> Vec<CsrGraph> {
+        vec![
+            // A path 0-1-2-3 plus an isolated node 4.
+            CsrGraph::from_edges(5, &[(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)]).unwrap(),
+            // A star: node 0 with 30 leaves (degree ≫ fanout).
+            CsrGraph::from_edges(
+                31,
+                &(1..31u32)
+                    .flat_map(|i| [(0, i), (i, 0)])
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap(),
+            // A directed graph with duplicate neighbours and a self loop.
+            CsrGraph::from_edges(3, &[(0, 1), (0, 1), (0, 0), (1, 2), (2, 0)]).unwrap(),
+            generate(&RmatParams::graph500(7, 4, 3)).unwrap(),
+        ]
+    }
+
+    #[test]
+    fn reference_matches_brute_force_on_tiny_graphs() {
+        for (gi, g) in tiny_graphs().iter().enumerate() {
+            let n = g.node_count();
+            for seed in 0..6u64 {
+                for fanouts in [&[1u16][..], &[2, 2], &[3, 1, 2], &[5, 5, 5, 5], &[25]] {
+                    let targets: Vec<u64> =
+                        (0..(seed % 4 + 1)).map(|i| (i * 7 + seed) % n).collect();
+                    check_against_brute_force(g, seed, fanouts, &targets);
+                    // Repeated targets collapse to their first occurrence.
+                    let mut repeated = targets.clone();
+                    repeated.extend(targets.iter().rev());
+                    check_against_brute_force(g, seed, fanouts, &repeated);
+                }
+            }
+            // Degree-0 target only.
+            if gi == 0 {
+                check_against_brute_force(g, 1, &[3, 3], &[4]);
+            }
+        }
+    }
+
+    #[test]
+    fn hand_worked_example() {
+        // Path 0-1-2-3: target 1, fanout 10 takes every neighbour: 1 → {0, 2}.
+        let g = &tiny_graphs()[0];
+        let s = ReferenceSampler::new(g).sample(9, &[10, 10], &[1]).unwrap();
+        let v = s.view();
+        let nodes: Vec<u64> = v.nodes().iter().map(|n| n.get()).collect();
+        // Layer 0: dst [1], src [1, 0, 2]; layer 1: dst [1, 0, 2] → 1:{0,2} 0:{1} 2:{1,3}.
+        assert_eq!(nodes, vec![1, 0, 2, 3]);
+        let l0 = v.layer(0);
+        assert_eq!(
+            (
+                l0.counts.dst_count,
+                l0.counts.src_count,
+                l0.counts.edge_count
+            ),
+            (1, 3, 2)
+        );
+        let l1 = v.layer(1);
+        assert_eq!(
+            (
+                l1.counts.dst_count,
+                l1.counts.src_count,
+                l1.counts.edge_count
+            ),
+            (3, 4, 5)
+        );
+        let idx: Vec<u32> = l1.indices.iter().map(|i| i.get()).collect();
+        assert_eq!(idx, vec![1, 2, 0, 0, 3]);
+    }
+
+    #[test]
+    fn invalid_requests_are_refused() {
+        let g = &tiny_graphs()[0];
+        let mut s = ReferenceSampler::new(g);
+        for (fanouts, targets) in [
+            (&[][..], &[0u64][..]),
+            (&[1, 1, 1, 1, 1][..], &[0][..]),
+            (&[0][..], &[0][..]),
+            (&[MAX_FANOUT + 1][..], &[0][..]),
+            (&[2][..], &[][..]),
+            (&[2][..], &[5][..]),
+        ] {
+            assert!(
+                matches!(
+                    s.sample(1, fanouts, targets),
+                    Err(SamplerError::InvalidRequest(_))
+                ),
+                "{fanouts:?} {targets:?}"
+            );
+        }
+        assert_eq!(s.stats().minibatches, 0);
+    }
+
+    #[test]
+    fn sampled_nodes_are_unique_and_deterministic() {
+        let g = generate(&RmatParams::graph500(9, 8, 11)).unwrap();
+        let targets: Vec<u64> = (0..64).map(|i| i * 7 % g.node_count()).collect();
+        let a = ReferenceSampler::new(&g)
+            .sample(5, &[10, 5, 3], &targets)
+            .unwrap();
+        let b = ReferenceSampler::new(&g)
+            .sample(5, &[10, 5, 3], &targets)
+            .unwrap();
+        assert_eq!(a, b);
+        let c = ReferenceSampler::new(&g)
+            .sample(6, &[10, 5, 3], &targets)
+            .unwrap();
+        assert_ne!(a, c);
+        let nodes: Vec<u64> = a.view().nodes().iter().map(|n| n.get()).collect();
+        assert_eq!(nodes.iter().collect::<BTreeSet<_>>().len(), nodes.len());
+    }
+
+    #[test]
+    fn from_bytes_rejects_garbage_and_trailing_bytes() {
+        let g = &tiny_graphs()[0];
+        let s = ReferenceSampler::new(g).sample(1, &[2], &[1]).unwrap();
+        let mut bytes = s.clone().into_bytes();
+        bytes.push(0);
+        assert!(SampledSubgraph::from_bytes(bytes).is_err());
+        assert!(SampledSubgraph::from_bytes(vec![0; 64]).is_err());
+        assert_eq!(
+            SampledSubgraph::from_bytes(s.as_bytes().to_vec()).unwrap(),
+            s
+        );
+    }
+    fn loaded_device(
+        g: &CsrGraph,
+    ) -> (Device<sagessd_host_driver::LocalTransport>, GraphDescriptor) {
+        let transport = sagessd_host_driver::LocalTransport::from_config(
+            &sagessd_emulator::HwConfig::cosmos_plus(),
+        )
+        .unwrap();
+        let mut dev = Device::open(transport).unwrap();
+        let desc = crate::load::load_graph(&mut dev, g, 7).unwrap();
+        (dev, desc)
+    }
+
+    #[test]
+    fn host_over_device_and_isp_equal_the_reference() {
+        // A power-law graph, plus a star whose hub's list spans many blocks and flash pages.
+        let star = CsrGraph::from_edges(
+            20_001,
+            &(1..20_001u32)
+                .flat_map(|i| [(0, i), (i, 0)])
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        for g in [generate(&RmatParams::graph500(9, 8, 5)).unwrap(), star] {
+            let (dev, desc) = loaded_device(&g);
+            let mut host = HostDeviceSampler::new(dev, desc);
+            let (dev, _) = loaded_device(&g);
+            let mut isp = IspSampler::new(dev);
+            let mut reference = ReferenceSampler::new(&g);
+            let n = g.node_count();
+            for (seed, fanouts) in [
+                (1u64, &[10u16, 10, 10][..]),
+                (2, &[25, 10][..]),
+                (3, &[3, 2, 2, 2][..]),
+                (4, &[64][..]),
+            ] {
+                let mut targets: Vec<u64> = (0..50).map(|i| (i * 37 + seed * 11) % n).collect();
+                targets.push(targets[3]);
+                targets.push(0);
+                let r = reference.sample(seed, fanouts, &targets).unwrap();
+                let h = host.sample(seed, fanouts, &targets).unwrap();
+                let i = isp.sample(seed, fanouts, &targets).unwrap();
+                assert!(
+                    h == r,
+                    "host-over-device differs: seed {seed} fanouts {fanouts:?}"
+                );
+                assert!(i == r, "ISP differs: seed {seed} fanouts {fanouts:?}");
+            }
+            let (hs, is) = (host.stats(), isp.stats());
+            assert_eq!(hs.minibatches, 4);
+            assert_eq!(is.driver.commands, 2 * 4);
+            assert_eq!((is.driver.ns_submits, is.driver.ns_collects), (4, 4));
+            assert_eq!(hs.driver.commands, hs.driver.reads);
+            assert!(hs.modelled_time_ns.unwrap() > 0 && is.modelled_time_ns.unwrap() > 0);
+            assert!(hs.device.is_some() && is.device.is_some());
+            assert_eq!(hs.edges, reference.stats().edges);
+        }
+    }
+
+    #[test]
+    fn host_over_device_reads_only_the_blocks_it_needs() {
+        // 2000 nodes: indptr spans 4 blocks; node 511's entries straddle blocks 0 and 1.
+        let edges: Vec<(u32, u32)> = (0..2000u32)
+            .flat_map(|i| [(i, (i + 1) % 2000), ((i + 1) % 2000, i)])
+            .collect();
+        let mut edges = edges;
+        edges.sort_unstable();
+        let g = CsrGraph::from_edges(2000, &edges).unwrap();
+        let (dev, desc) = loaded_device(&g);
+        let mut host = HostDeviceSampler::new(dev, desc);
+        // Target 511, one layer: indptr LBAs 7 and 8 (one 2-block run), then the one indices
+        // block holding positions 1022 and 1023.
+        host.sample(1, &[2], &[511]).unwrap();
+        let s = host.stats();
+        assert_eq!(s.driver.reads, 2);
+        assert_eq!(s.driver.bytes_c2h, 3 * 4096);
+        // Target 0, one layer: one indptr block, one indices block.
+        host.sample(1, &[2], &[0]).unwrap();
+        let s = host.stats();
+        assert_eq!(s.driver.reads, 4);
+        assert_eq!(s.driver.bytes_c2h, 5 * 4096);
+    }
+
+    #[test]
+    fn device_errors_surface_from_the_isp_sampler() {
+        let g = &tiny_graphs()[0];
+        let (dev, _) = loaded_device(g);
+        let mut isp = IspSampler::new(dev);
+        let e = isp.sample(1, &[2], &[99]).unwrap_err();
+        assert!(
+            matches!(&e, SamplerError::Driver(d) if d.vendor_status()
+                == Some(sagessd_abi::nvme::VendorStatus::NodeOutOfRange)),
+            "{e}"
+        );
+        assert!(isp.sample(1, &[2], &[1]).is_ok());
+        assert_eq!(isp.stats().minibatches, 1);
+    }
+}
