@@ -151,6 +151,8 @@ pub struct CoresConfig {
     pub cycles_per_edge_sampled: u64,
     /// Cycles per KiB of data the cores copy.
     pub cycles_per_kib_copied: u64,
+    /// Cycles per key per radix-sort pass of the ISP engine (count, then scatter).
+    pub cycles_per_sort_key_move: u64,
 }
 
 /// `[dram]`: the controller's DRAM.
@@ -487,6 +489,11 @@ impl HwConfig {
             c.cycles_per_kib_copied,
             MAX_CYCLES,
             "cores.cycles_per_kib_copied",
+        )?;
+        at_most(
+            c.cycles_per_sort_key_move,
+            MAX_CYCLES,
+            "cores.cycles_per_sort_key_move",
         )
     }
 
@@ -670,6 +677,7 @@ mod tests {
         rejects("cores", "cycles_per_edge_scanned", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");
+        rejects("cores", "cycles_per_sort_key_move", "2000000000", "at most");
         rejects("dram", "capacity_mib", "0", "greater than 0");
         rejects("dram", "capacity_mib", "1", "the firmware needs");
         rejects("firmware", "page_buffer_pages", "0", "greater than 0");

@@ -11,6 +11,7 @@
 //!        + edges_scanned × cycles_per_edge_scanned
 //!        + edges_sampled × cycles_per_edge_sampled
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
+//!        + sort_key_moves × cycles_per_sort_key_move
 //! time_ns = ceil(cycles × 1000 / clock_mhz)
 //! ```
 //!
@@ -60,6 +61,7 @@ impl CoreModel {
             w.bytes_copied
                 .saturating_mul(c.cycles_per_kib_copied)
                 .div_ceil(1024),
+            w.sort_key_moves.saturating_mul(c.cycles_per_sort_key_move),
         ];
         terms.iter().fold(0u64, |a, t| a.saturating_add(*t))
     }
@@ -91,6 +93,7 @@ mod tests {
             cycles_per_edge_scanned: 2,
             cycles_per_edge_sampled: 50,
             cycles_per_kib_copied: 512,
+            cycles_per_sort_key_move: 3,
         })
     }
 
@@ -105,9 +108,10 @@ mod tests {
             edges_scanned: 5,
             edges_sampled: 6,
             bytes_copied: 2048,
+            sort_key_moves: 7,
         };
-        assert_eq!(m.cycles(&w), 1000 + 200 + 30 + 80 + 10 + 300 + 1024);
-        assert_eq!(m.ns(&w), 2644);
+        assert_eq!(m.cycles(&w), 1000 + 200 + 30 + 80 + 10 + 300 + 1024 + 21);
+        assert_eq!(m.ns(&w), 2665);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
     }
 

@@ -465,6 +465,12 @@ impl Ssd {
         self.now_ns = self.now_ns.max(t_ns);
     }
 
+    /// Empties the controller's DRAM page buffer (write-through, so nothing is lost): the next
+    /// reads come from NAND, as on a board just powered on. Takes no virtual time.
+    pub fn drop_caches(&mut self) {
+        self.firmware.drop_page_buffer();
+    }
+
     /// Commands submitted and not yet reaped.
     pub fn outstanding(&self) -> usize {
         self.outstanding

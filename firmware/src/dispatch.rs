@@ -125,7 +125,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             geometry.page_size_bytes,
             arena,
         );
-        let isp = Isp::new(&layout, &config, arena);
+        let isp = Isp::new(&layout, &config, geometry.page_size_bytes, arena);
         let blocks_per_page = u64::from(geometry.page_size_bytes / config.block_size_bytes());
         Ok(Self {
             config,
@@ -180,6 +180,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// The flash HAL, mutable (the emulator advances its clock through this).
     pub fn flash_mut(&mut self) -> &mut F {
         &mut self.flash
+    }
+
+    /// Empties the DRAM page buffer of every page no command is using, so that the next reads
+    /// come from flash (the buffer is write-through: nothing is lost). The emulator uses it to
+    /// start measurements cold, as a board would be after a power cycle.
+    pub fn drop_page_buffer(&mut self) {
+        self.be.buffer.drop_unpinned(self.dram.as_mut());
     }
 
     /// Whether nothing is parked, queued, running or in flight.

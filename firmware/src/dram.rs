@@ -100,6 +100,12 @@ pub(crate) struct DramLayout {
     pub node_hash: Region,
     /// Global neighbour positions of the running layer, `u64` per sampled edge.
     pub entries: Region,
+    /// Sort keys of the running gather (`page << 29 | item`), `u64` per item.
+    pub gather_keys: Region,
+    /// Second buffer of the gather keys' radix sort.
+    pub gather_scratch: Region,
+    /// Values the running gather read, `u64` per item.
+    pub gather_values: Region,
     /// Sampling-slot regions, `isp_slots` of them.
     pub slots: [SlotRegions; crate::config::MAX_ISP_SLOTS],
     /// Total bytes.
@@ -136,6 +142,10 @@ impl DramLayout {
         let gc_page = take(page)?;
         let node_hash = take(hash_capacity(config.max_subgraph_nodes).checked_mul(4)?)?;
         let entries = take(edges.checked_mul(8)?)?;
+        let gather_items = nodes.checked_mul(2)?.max(edges);
+        let gather_keys = take(gather_items.checked_mul(8)?)?;
+        let gather_scratch = take(gather_items.checked_mul(8)?)?;
+        let gather_values = take(gather_items.checked_mul(8)?)?;
         let mut slot_regions = [SlotRegions::default(); crate::config::MAX_ISP_SLOTS];
         for s in slot_regions.iter_mut().take(usize::from(config.isp_slots)) {
             *s = SlotRegions {
@@ -161,6 +171,9 @@ impl DramLayout {
             gc_page,
             node_hash,
             entries,
+            gather_keys,
+            gather_scratch,
+            gather_values,
             slots: slot_regions,
             total_bytes: next,
         })

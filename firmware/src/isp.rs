@@ -3,17 +3,23 @@
 //! The control unit keeps up to [`MAX_ISP_SLOTS`] jobs: an `NS_SUBMIT` parks its NS_config in a
 //! free slot and gets the slot's tag back; `NS_COLLECT` with that tag waits until the job is done
 //! and DMAs the subgraph out. The subgraph generator runs one job at a time, layer by layer, as a
-//! poll-driven state machine with two phases per layer:
+//! poll-driven state machine. Each layer has two *gathers* that read flash, each followed by an
+//! in-order pass that does not:
 //!
-//! 1. **Degrees**: for each destination node, in order, read `indptr[v]` and `indptr[v+1]`, draw
-//!    the sampled positions with [`sample_positions`] and append their global edge positions;
-//! 2. **Neighbours**: for each sampled position, in order, read the neighbour id from the edge
-//!    list, deduplicate it into the node list and record its local index.
+//! 1. **Bounds gather**: read `indptr[v]` and `indptr[v + 1]` of every destination node;
+//!    **sample pass**: for each destination in order, draw the sampled positions with
+//!    [`sample_positions`] and append their global edge positions;
+//! 2. **Neighbour gather**: read the neighbour id at every sampled position;
+//!    **dedup pass**: for each sampled edge in order, deduplicate its neighbour into the node list
+//!    and record its local index.
 //!
-//! Each phase walks a deterministic sequence of flash pages with two cursors: the *issuer* runs
-//! ahead, pinning up to a window of pages in the page buffer (starting their flash reads, so many
-//! dies work at once), and the *consumer* processes items strictly in order as their pages
-//! arrive. Order of processing, and so the output, never depends on completion order.
+//! A gather sorts its reads by logical page (`page << 29 | item` keys, an LSD radix sort on the
+//! page, stable so items of a page stay in order), so every page is read once per gather however
+//! many items it serves, and consecutive pages, which the FTL striped over dies, are read in
+//! parallel. Two cursors walk the sorted keys: the *issuer*
+//! runs ahead pinning up to a window of pages in the page buffer (starting their flash reads),
+//! the *consumer* copies each item's value out as its page arrives. The passes after a gather run
+//! in item order, so the output never depends on the order pages arrive in.
 
 use heapless::Deque;
 use sagessd_abi::graph::GraphDescriptor;
@@ -30,6 +36,10 @@ use crate::page_buffer::Acquire;
 
 /// Most pages the issuer keeps pinned ahead of the consumer.
 const MAX_WINDOW: usize = 64;
+/// Bits of a gather key that hold the item; the page is above them.
+const ITEM_BITS: u32 = 29;
+/// Bits of the page the radix sort handles per pass.
+const RADIX_BITS: u32 = 11;
 
 /// Where a job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,9 +88,12 @@ impl Job {
     }
 }
 
+/// Which gather is running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Degrees,
+enum Gather {
+    /// Item `2i` is `indptr[v]`, item `2i + 1` is `indptr[v + 1]`, for destination `i` = `v`.
+    Bounds,
+    /// Item `e` is the neighbour id at sampled position `e` of this layer.
     Neighbours,
 }
 
@@ -90,14 +103,14 @@ struct Run {
     slot: usize,
     graph: GraphDescriptor,
     layer: usize,
-    phase: Phase,
+    gather: Gather,
     item_count: u32,
     issued: u32,
     consumed: u32,
     last_issued: Option<u32>,
     /// Index of this layer's first edge in the slot's indices region.
     edge_base: u32,
-    /// Edges sampled so far in this layer.
+    /// Edges sampled in this layer.
     layer_edges: u32,
     /// Destination count of this layer.
     dst_count: u32,
@@ -112,6 +125,10 @@ pub(crate) struct Isp {
     node_hash: Region,
     hash_mask: usize,
     entries: Region,
+    keys: Region,
+    keys_scratch: Region,
+    values: Region,
+    radix_counts: [u32; 1 << RADIX_BITS],
     max_nodes: u32,
     max_edges: u32,
     limits: NsLimits,
@@ -121,6 +138,7 @@ pub(crate) struct Isp {
     window_pages: usize,
     scratch: [u64; MAX_FANOUT as usize],
     block_size_bytes: u64,
+    page_size_bytes: u64,
 }
 
 /// What `NS_COLLECT` finds for a tag.
@@ -137,7 +155,12 @@ pub(crate) enum Collect {
 }
 
 impl Isp {
-    pub fn new(layout: &DramLayout, config: &crate::FirmwareConfig, dram: &mut [u8]) -> Self {
+    pub fn new(
+        layout: &DramLayout,
+        config: &crate::FirmwareConfig,
+        page_size_bytes: u32,
+        dram: &mut [u8],
+    ) -> Self {
         layout.node_hash.bytes_mut(dram).fill(0);
         Self {
             jobs: [Job::FREE; MAX_ISP_SLOTS],
@@ -146,6 +169,10 @@ impl Isp {
             node_hash: layout.node_hash,
             hash_mask: hash_capacity(config.max_subgraph_nodes) - 1,
             entries: layout.entries,
+            keys: layout.gather_keys,
+            keys_scratch: layout.gather_scratch,
+            values: layout.gather_values,
+            radix_counts: [0; 1 << RADIX_BITS],
             max_nodes: config.max_subgraph_nodes,
             max_edges: config.max_subgraph_edges,
             limits: config.limits,
@@ -155,6 +182,7 @@ impl Isp {
             window_pages: (config.page_buffer_pages as usize / 4).clamp(1, MAX_WINDOW),
             scratch: [0; MAX_FANOUT as usize],
             block_size_bytes: u64::from(config.block_size_bytes()),
+            page_size_bytes: u64::from(page_size_bytes),
         }
     }
 
@@ -274,16 +302,22 @@ impl Isp {
 
     /// Advances the generator; returns whether anything happened.
     pub fn step(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
-        if self.run.is_none() && !self.start_next(dram) {
+        if self.run.is_none() && !self.start_next(dram, be) {
             return false;
         }
         let issued = self.issue(dram, be);
-        let consumed = self.consume(dram, be);
-        issued || consumed
+        match self.consume(dram, be) {
+            Ok(consumed) => issued || consumed,
+            Err(status) => {
+                self.fail_run(dram, be, status);
+                true
+            }
+        }
     }
 
-    /// Starts the oldest queued job: deduplicates its targets into the node list.
-    fn start_next(&mut self, dram: &mut [u8]) -> bool {
+    /// Starts the oldest queued job: deduplicates its targets into the node list and starts the
+    /// first layer's bounds gather.
+    fn start_next(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
         let next = (0..self.slot_count)
             .filter(|s| self.jobs[*s].state == JobState::Queued)
             .min_by_key(|s| self.jobs[*s].seq.wrapping_sub(self.next_seq));
@@ -304,41 +338,106 @@ impl Isp {
             }
         }
         let dst = self.jobs[slot].node_count;
-        self.run = Some(Run {
+        let run = Run {
             slot,
             graph,
             layer: 0,
-            phase: Phase::Degrees,
-            item_count: dst,
+            gather: Gather::Bounds,
+            item_count: 0,
             issued: 0,
             consumed: 0,
             last_issued: None,
             edge_base: 0,
             layer_edges: 0,
             dst_count: dst,
-        });
-        self.regions[slot].indptr.set_u32(dram, 0, 0);
+        };
+        self.start_gather(dram, be, run, Gather::Bounds);
         true
     }
 
-    /// The logical pages item `item` of the current phase needs (equal if one).
-    fn item_pages(&self, dram: &[u8], run: &Run, page_size: u64, item: u32) -> (u32, u32) {
-        let bs = self.block_size_bytes;
-        let (start, len) = match run.phase {
-            Phase::Degrees => {
-                let v = self.regions[run.slot].nodes.u64(dram, item as usize);
-                (run.graph.indptr.slba * bs + 8 * v, 16)
+    /// The byte address (on the namespace) of gather item `item`.
+    fn item_address(&self, dram: &[u8], run: &Run, item: u32) -> u64 {
+        match run.gather {
+            Gather::Bounds => {
+                let v = self.regions[run.slot].nodes.u64(dram, item as usize / 2);
+                run.graph.indptr.slba * self.block_size_bytes + 8 * (v + u64::from(item & 1))
             }
-            Phase::Neighbours => {
+            Gather::Neighbours => {
                 let e = self.entries.u64(dram, item as usize);
-                let w = u64::from(run.graph.id_width_bytes);
-                (run.graph.indices.slba * bs + w * e, w)
+                run.graph.indices.slba * self.block_size_bytes
+                    + u64::from(run.graph.id_width_bytes) * e
             }
+        }
+    }
+
+    /// Builds and sorts the keys of a gather and makes it the running one.
+    fn start_gather(&mut self, dram: &mut [u8], be: &mut Backend, mut run: Run, gather: Gather) {
+        run.gather = gather;
+        run.item_count = match gather {
+            Gather::Bounds => 2 * run.dst_count,
+            Gather::Neighbours => run.layer_edges,
         };
-        // Validated descriptors keep these inside the namespace, whose pages fit in u32.
+        run.issued = 0;
+        run.consumed = 0;
+        run.last_issued = None;
+        for item in 0..run.item_count {
+            let page = self.item_address(dram, &run, item) / self.page_size_bytes;
+            self.keys
+                .set_u64(dram, item as usize, (page << ITEM_BITS) | u64::from(item));
+        }
+        self.sort_keys(dram, be, run.item_count as usize);
+        self.run = Some(run);
+    }
+
+    /// Sorts the first `n` gather keys by page: least-significant-digit radix passes of
+    /// [`RADIX_BITS`] over the page's offset from the lowest page, as many as the page range
+    /// needs. Stable, so a page's items stay in item order.
+    fn sort_keys(&mut self, dram: &mut [u8], be: &mut Backend, n: usize) {
+        let page = |key: u64| key >> ITEM_BITS;
+        let (lo, hi) = (0..n)
+            .map(|i| page(self.keys.u64(dram, i)))
+            .fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        if n < 2 || lo == hi {
+            return;
+        }
+        let bits = u64::BITS - (hi - lo).leading_zeros();
+        let passes = bits.div_ceil(RADIX_BITS);
+        let (mut src, mut dst) = (self.keys, self.keys_scratch);
+        for pass in 0..passes {
+            let digit = |key: u64| {
+                ((page(key) - lo) >> (pass * RADIX_BITS)) as usize & ((1 << RADIX_BITS) - 1)
+            };
+            self.radix_counts.fill(0);
+            for i in 0..n {
+                self.radix_counts[digit(src.u64(dram, i))] += 1;
+            }
+            let mut sum = 0;
+            for c in self.radix_counts.iter_mut() {
+                let count = *c;
+                *c = sum;
+                sum += count;
+            }
+            for i in 0..n {
+                let key = src.u64(dram, i);
+                let d = digit(key);
+                dst.set_u64(dram, self.radix_counts[d] as usize, key);
+                self.radix_counts[d] += 1;
+            }
+            core::mem::swap(&mut src, &mut dst);
+        }
+        if src != self.keys {
+            dram.copy_within(src.start..src.start + 8 * n, self.keys.start);
+        }
+        be.work.sort_key_moves += n as u64 * u64::from(passes + passes % 2);
+    }
+
+    /// The page and item of sorted key `k` of the running gather.
+    fn key(&self, dram: &[u8], k: u32) -> (u32, u32) {
+        let key = self.keys.u64(dram, k as usize);
+        // Validated descriptors keep addresses inside the namespace, whose pages fit in u32.
         (
-            (start / page_size) as u32,
-            ((start + len - 1) / page_size) as u32,
+            (key >> ITEM_BITS) as u32,
+            (key & ((1 << ITEM_BITS) - 1)) as u32,
         )
     }
 
@@ -347,28 +446,24 @@ impl Isp {
         let Some(mut run) = self.run else {
             return false;
         };
-        let page_size = u64::from(be.geometry.page_size_bytes);
         let mut progress = false;
-        'items: while run.issued < run.item_count {
-            let (a, b) = self.item_pages(dram, &run, page_size, run.issued);
-            for lpn in [a, b] {
-                if run.last_issued == Some(lpn) {
-                    continue;
-                }
+        while run.issued < run.item_count {
+            let (page, _) = self.key(dram, run.issued);
+            if run.last_issued != Some(page) {
                 if self.window.len() >= self.window_pages {
-                    break 'items;
+                    break;
                 }
-                match be.request_page(dram, lpn) {
+                match be.request_page(dram, page) {
+                    Acquire::Full => break,
                     Acquire::Valid(slot)
                     | Acquire::Loading(slot)
                     | Acquire::Failed(slot)
                     | Acquire::Miss(slot) => {
                         // The window has room (checked above).
-                        let _ = self.window.push_back((lpn, slot));
-                        run.last_issued = Some(lpn);
+                        let _ = self.window.push_back((page, slot));
+                        run.last_issued = Some(page);
                         progress = true;
                     }
-                    Acquire::Full => break 'items,
                 }
             }
             run.issued += 1;
@@ -377,160 +472,140 @@ impl Isp {
         progress
     }
 
-    /// The window slot holding `lpn` at position `at` (0 front), if it is there and ready.
-    fn window_slot(
-        &self,
-        be: &Backend,
-        dram: &[u8],
-        at: usize,
-        lpn: u32,
-    ) -> Result<Option<u32>, Status> {
-        match self.window.iter().nth(at) {
-            Some(&(l, slot)) if l == lpn => {
-                if be.buffer.is_failed(dram, slot) {
-                    Err(Status::UNRECOVERED_READ_ERROR)
-                } else if be.buffer.is_loading(dram, slot) {
-                    Ok(None)
-                } else {
-                    Ok(Some(slot))
-                }
-            }
-            _ => Err(Status::INTERNAL_ERROR),
-        }
-    }
-
-    /// Processes issued items in order while their pages are present.
-    fn consume(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
+    /// Copies issued items' values out of their pages, in key order, while pages are present;
+    /// runs the in-order pass and the next gather when the gather is complete.
+    fn consume(&mut self, dram: &mut [u8], be: &mut Backend) -> Result<bool, Status> {
         let Some(mut run) = self.run else {
-            return false;
+            return Ok(false);
         };
-        let page_size = u64::from(be.geometry.page_size_bytes);
         let mut progress = false;
+        let width = match run.gather {
+            Gather::Bounds => 8,
+            Gather::Neighbours => usize::from(run.graph.id_width_bytes),
+        };
         while run.consumed < run.issued {
-            let (a, b) = self.item_pages(dram, &run, page_size, run.consumed);
-            while self.window.front().is_some_and(|(l, _)| *l != a) {
+            let (page, item) = self.key(dram, run.consumed);
+            while self.window.front().is_some_and(|(p, _)| *p != page) {
                 if let Some((_, slot)) = self.window.pop_front() {
                     be.buffer.unpin(dram, slot);
                     be.work.pages_scanned += 1;
                 }
             }
-            let slots = self.window_slot(be, dram, 0, a).and_then(|sa| {
-                let sb = if b == a {
-                    sa
-                } else {
-                    self.window_slot(be, dram, 1, b)?
-                };
-                Ok(sa.zip(sb))
-            });
-            let (sa, sb) = match slots {
-                Ok(Some(s)) => s,
-                Ok(None) => break,
-                Err(status) => {
-                    self.run = Some(run);
-                    self.fail_run(dram, be, status);
-                    return true;
+            let slot = match self.window.front() {
+                Some(&(_, slot)) if be.buffer.is_failed(dram, slot) => {
+                    return Err(Status::UNRECOVERED_READ_ERROR);
                 }
+                Some(&(_, slot)) if be.buffer.is_loading(dram, slot) => break,
+                Some(&(_, slot)) => slot,
+                None => return Err(Status::INTERNAL_ERROR),
             };
-            let result = match run.phase {
-                Phase::Degrees => self.consume_degrees(dram, be, &mut run, (sa, sb), page_size),
-                Phase::Neighbours => self.consume_neighbour(dram, be, &mut run, sa, page_size),
-            };
-            if let Err(status) = result {
-                self.run = Some(run);
-                self.fail_run(dram, be, status);
-                return true;
-            }
+            let offset = (self.item_address(dram, &run, item) % self.page_size_bytes) as usize;
+            let mut b = [0u8; 8];
+            b[..width].copy_from_slice(&be.slot(slot).bytes(dram)[offset..offset + width]);
+            self.values
+                .set_u64(dram, item as usize, u64::from_le_bytes(b));
+            be.work.edges_scanned += 1;
             run.consumed += 1;
             progress = true;
         }
         self.run = Some(run);
         if run.consumed == run.item_count {
-            self.next_phase(dram, be);
+            self.drain_window(dram, be);
+            match run.gather {
+                Gather::Bounds => {
+                    self.sample_pass(dram, &mut run)?;
+                    self.start_gather(dram, be, run, Gather::Neighbours);
+                }
+                Gather::Neighbours => {
+                    self.dedup_pass(dram, be, &run)?;
+                    self.next_layer(dram, be, run);
+                }
+            }
             progress = true;
         }
-        progress
+        Ok(progress)
     }
 
-    fn read_in_page(dram: &[u8], be: &Backend, slot: u32, offset: usize, width: usize) -> u64 {
-        let bytes = &be.slot(slot).bytes(dram)[offset..offset + width];
-        let mut b = [0u8; 8];
-        b[..width].copy_from_slice(bytes);
-        u64::from_le_bytes(b)
-    }
-
-    fn consume_degrees(
-        &mut self,
-        dram: &mut [u8],
-        be: &mut Backend,
-        run: &mut Run,
-        slots: (u32, u32),
-        page_size: u64,
-    ) -> Result<(), Status> {
-        let job = &self.jobs[run.slot];
-        let v = self.regions[run.slot]
-            .nodes
-            .u64(dram, run.consumed as usize);
-        let at = run.graph.indptr.slba * self.block_size_bytes + 8 * v;
-        let start = Self::read_in_page(dram, be, slots.0, (at % page_size) as usize, 8);
-        let end = Self::read_in_page(dram, be, slots.1, ((at + 8) % page_size) as usize, 8);
-        if start > end || end > run.graph.edge_count {
-            return Err(VendorStatus::GraphCorrupt.into());
-        }
+    /// For each destination in order: check its bounds, draw its sampled positions and append
+    /// their global edge positions; fills the layer's local `indptr`.
+    fn sample_pass(&mut self, dram: &mut [u8], run: &mut Run) -> Result<(), Status> {
+        let job = self.jobs[run.slot];
         let fanout = job.fanouts[run.layer];
-        let k = sample_positions(
-            job.seed,
-            run.layer as u8,
-            v,
-            end - start,
-            fanout,
-            &mut self.scratch,
-        )
-        .ok_or(Status::INTERNAL_ERROR)?;
-        if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
-            > u64::from(self.max_edges)
-        {
-            return Err(VendorStatus::ResultTooLarge.into());
-        }
-        for p in &self.scratch[..k] {
-            self.entries
-                .set_u64(dram, run.layer_edges as usize, start + p);
-            run.layer_edges += 1;
-        }
         let row = run.layer * (self.max_nodes as usize + 1);
-        self.regions[run.slot].indptr.set_u32(
-            dram,
-            row + run.consumed as usize + 1,
-            run.layer_edges,
-        );
-        be.work.edges_scanned += k as u64;
+        let indptr = self.regions[run.slot].indptr;
+        indptr.set_u32(dram, row, 0);
+        run.layer_edges = 0;
+        for i in 0..run.dst_count as usize {
+            let v = self.regions[run.slot].nodes.u64(dram, i);
+            let (start, end) = (
+                self.values.u64(dram, 2 * i),
+                self.values.u64(dram, 2 * i + 1),
+            );
+            if start > end || end > run.graph.edge_count {
+                return Err(VendorStatus::GraphCorrupt.into());
+            }
+            let k = sample_positions(
+                job.seed,
+                run.layer as u8,
+                v,
+                end - start,
+                fanout,
+                &mut self.scratch,
+            )
+            .ok_or(Status::INTERNAL_ERROR)?;
+            if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
+                > u64::from(self.max_edges)
+            {
+                return Err(VendorStatus::ResultTooLarge.into());
+            }
+            for p in &self.scratch[..k] {
+                self.entries
+                    .set_u64(dram, run.layer_edges as usize, start + p);
+                run.layer_edges += 1;
+            }
+            indptr.set_u32(dram, row + i + 1, run.layer_edges);
+        }
         Ok(())
     }
 
-    fn consume_neighbour(
-        &mut self,
-        dram: &mut [u8],
-        be: &mut Backend,
-        run: &mut Run,
-        slot: u32,
-        page_size: u64,
-    ) -> Result<(), Status> {
-        let w = u64::from(run.graph.id_width_bytes);
-        let e = self.entries.u64(dram, run.consumed as usize);
-        let at = run.graph.indices.slba * self.block_size_bytes + w * e;
-        let id = Self::read_in_page(dram, be, slot, (at % page_size) as usize, w as usize);
-        if id >= run.graph.node_count {
-            return Err(VendorStatus::GraphCorrupt.into());
+    /// For each sampled edge in order: deduplicate its neighbour and record its local index.
+    /// Counted once per edge as "sampled", which the core model prices as drawing, deduplicating
+    /// and writing it.
+    fn dedup_pass(&mut self, dram: &mut [u8], be: &mut Backend, run: &Run) -> Result<(), Status> {
+        for e in 0..run.layer_edges {
+            let id = self.values.u64(dram, e as usize);
+            if id >= run.graph.node_count {
+                return Err(VendorStatus::GraphCorrupt.into());
+            }
+            let local = self
+                .dedup(dram, run.slot, id)
+                .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
+            self.regions[run.slot]
+                .indices
+                .set_u32(dram, (run.edge_base + e) as usize, local);
         }
-        let local = self
-            .dedup(dram, run.slot, id)
-            .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
-        self.regions[run.slot].indices.set_u32(
-            dram,
-            (run.edge_base + run.consumed) as usize,
-            local,
-        );
-        be.work.edges_sampled += 1;
+        be.work.edges_sampled += u64::from(run.layer_edges);
         Ok(())
+    }
+
+    /// Records the finished layer and starts the next one, or finishes the job.
+    fn next_layer(&mut self, dram: &mut [u8], be: &mut Backend, mut run: Run) {
+        let job = &mut self.jobs[run.slot];
+        job.layers[run.layer] = LayerCounts {
+            dst_count: run.dst_count,
+            src_count: job.node_count,
+            edge_count: run.layer_edges,
+        };
+        if run.layer + 1 == usize::from(job.layer_count) {
+            self.run = None;
+            self.finish(dram, run.slot, None);
+            return;
+        }
+        run.layer += 1;
+        run.edge_base += run.layer_edges;
+        run.layer_edges = 0;
+        run.dst_count = job.node_count;
+        self.start_gather(dram, be, run, Gather::Bounds);
     }
 
     /// Releases every pinned window page.
@@ -538,43 +613,6 @@ impl Isp {
         while let Some((_, slot)) = self.window.pop_front() {
             be.buffer.unpin(dram, slot);
             be.work.pages_scanned += 1;
-        }
-    }
-
-    fn next_phase(&mut self, dram: &mut [u8], be: &mut Backend) {
-        self.drain_window(dram, be);
-        let Some(mut run) = self.run else { return };
-        run.issued = 0;
-        run.consumed = 0;
-        run.last_issued = None;
-        match run.phase {
-            Phase::Degrees => {
-                run.phase = Phase::Neighbours;
-                run.item_count = run.layer_edges;
-                self.run = Some(run);
-            }
-            Phase::Neighbours => {
-                let job = &mut self.jobs[run.slot];
-                job.layers[run.layer] = LayerCounts {
-                    dst_count: run.dst_count,
-                    src_count: job.node_count,
-                    edge_count: run.layer_edges,
-                };
-                if run.layer + 1 == usize::from(job.layer_count) {
-                    self.run = None;
-                    self.finish(dram, run.slot, None);
-                    return;
-                }
-                run.layer += 1;
-                run.phase = Phase::Degrees;
-                run.edge_base += run.layer_edges;
-                run.layer_edges = 0;
-                run.dst_count = job.node_count;
-                run.item_count = job.node_count;
-                let row = run.layer * (self.max_nodes as usize + 1);
-                self.regions[run.slot].indptr.set_u32(dram, row, 0);
-                self.run = Some(run);
-            }
         }
     }
 

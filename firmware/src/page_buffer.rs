@@ -189,6 +189,26 @@ impl PageBuffer {
         self.put(dram, slot, m);
     }
 
+    /// Empties every slot nobody holds: the buffer is write-through, so this loses nothing and
+    /// leaves the buffer as cold as after a power cycle.
+    pub fn drop_unpinned(&self, dram: &mut [u8]) {
+        for slot in 0..self.slots {
+            let m = self.get(dram, slot);
+            if m.pins == 0 && m.state != LOADING {
+                self.put(
+                    dram,
+                    slot,
+                    Meta {
+                        key: 0,
+                        stamp: m.stamp,
+                        pins: 0,
+                        state: EMPTY,
+                    },
+                );
+            }
+        }
+    }
+
     /// The arena window holding slot `slot`'s page.
     pub fn slot_region(&self, slot: u32) -> Region {
         let size = self.page_size_bytes as usize;

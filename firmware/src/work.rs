@@ -18,6 +18,9 @@ pub struct WorkCounters {
     pub edges_sampled: u64,
     /// Bytes moved by the cores or DMA between host and DRAM.
     pub bytes_copied: u64,
+    /// Keys moved by the ISP engine's radix-sort passes (each pass counts and scatters every
+    /// key once).
+    pub sort_key_moves: u64,
 }
 
 impl WorkCounters {
@@ -31,6 +34,7 @@ impl WorkCounters {
             edges_scanned: self.edges_scanned - earlier.edges_scanned,
             edges_sampled: self.edges_sampled - earlier.edges_sampled,
             bytes_copied: self.bytes_copied - earlier.bytes_copied,
+            sort_key_moves: self.sort_key_moves - earlier.sort_key_moves,
         }
     }
 }

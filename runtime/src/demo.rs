@@ -265,6 +265,9 @@ pub fn run(
             events(DemoEvent::Progress { done })
         })?;
         events(DemoEvent::PhaseDone);
+        // Sample from a cold device: the pages the load left in the controller's DRAM would
+        // otherwise serve the first minibatches without touching NAND.
+        device.transport_mut().ssd_mut().drop_caches();
         descriptor = Some(d);
         devices.push(device);
     }
