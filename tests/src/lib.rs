@@ -1,1 +1,36 @@
-//! placeholder
+//! Shared fixtures of the cross-crate end-to-end tests in `tests/tests/`.
+//!
+//! The tests drive the whole stack the way a user does: a graph is written to an emulated SSD
+//! through the host driver's NVMe WRITEs, attached with GRAPH_ATTACH, and sampled through
+//! NS_SUBMIT/NS_COLLECT, and the results are compared byte for byte with the host samplers.
+
+use sagessd_emulator::HwConfig;
+use sagessd_host_driver::{Device, LocalTransport};
+
+/// A small device for tests: the Cosmos+ timing model, shrunk to 2 × 2 dies of 64 blocks of
+/// 16 pages of 2 KiB, 512-byte LBAs and a 32-page DRAM buffer, so that graphs of a few thousand
+/// edges span many flash pages, hub neighbour lists span several, and the page buffer is far
+/// smaller than the graph.
+pub fn small_config() -> HwConfig {
+    let mut hw = HwConfig::cosmos_plus();
+    hw.device.name = "test-small".into();
+    hw.nand.channels = 2;
+    hw.nand.ways = 2;
+    hw.nand.blocks_per_die = 64;
+    hw.nand.pages_per_block = 16;
+    hw.nand.page_size_bytes = 2048;
+    hw.firmware.page_buffer_pages = 32;
+    hw.firmware.block_size_bytes = 512;
+    hw.firmware.max_transfer_bytes = 16 * 1024;
+    hw.firmware.max_targets = 256;
+    hw.firmware.max_subgraph_nodes = 1 << 16;
+    hw.firmware.max_subgraph_edges = 1 << 18;
+    hw.validate().expect("the small test config is valid");
+    hw
+}
+
+/// Opens a fresh in-process device described by `hw`.
+pub fn open(hw: &HwConfig) -> Device<LocalTransport> {
+    let transport = LocalTransport::from_config(hw).expect("emulator starts");
+    Device::open(transport).expect("identify succeeds")
+}

@@ -1,0 +1,103 @@
+//! The project's strongest oracle: for any graph, seed, fanouts and targets, the subgraph the
+//! firmware samples inside the emulated SSD is byte-identical to the in-memory reference and to
+//! the host-over-device sampler.
+
+use proptest::prelude::*;
+use sagessd_runtime::graph::CsrGraph;
+use sagessd_runtime::load::load_graph;
+use sagessd_runtime::sampler::{HostDeviceSampler, IspSampler, ReferenceSampler, Sampler};
+use sagessd_tests::{open, small_config};
+
+/// A random directed multigraph with isolated nodes and one hub whose neighbour list spans
+/// several 2 KiB flash pages (512 ids per page).
+fn graph() -> impl Strategy<Value = CsrGraph> {
+    (2u32..1200, 0usize..4000, 0usize..2500, any::<u64>()).prop_map(|(n, m, hub_degree, seed)| {
+        let mut x = seed | 1;
+        let mut next = move |bound: u32| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % u64::from(bound)) as u32
+        };
+        // Nodes in the upper quarter get no out-edges: degree 0.
+        let active = (n * 3 / 4).max(1);
+        let mut edges: Vec<(u32, u32)> = (0..m).map(|_| (next(active), next(n))).collect();
+        edges.extend((0..hub_degree).map(|_| (0, next(n))));
+        CsrGraph::from_edges(u64::from(n), &edges).expect("valid graph")
+    })
+}
+
+fn request(node_count: u64) -> impl Strategy<Value = (u64, Vec<u16>, Vec<u64>)> {
+    let targets = proptest::collection::vec(0..node_count.min(40), 1..48).prop_map(move |mut t| {
+        // Repeated targets are likely (ids < 40), and the hub and the last node always appear.
+        t.push(0);
+        t.push(node_count - 1);
+        t
+    });
+    (
+        any::<u64>(),
+        proptest::collection::vec(1u16..=16, 1..=4),
+        targets,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn isp_host_over_device_and_reference_are_byte_identical(
+        (g, requests) in graph().prop_flat_map(|g| {
+            let n = g.node_count();
+            (Just(g), proptest::collection::vec(request(n), 1..4))
+        })
+    ) {
+        let hw = small_config();
+        let mut isp_device = open(&hw);
+        let descriptor = load_graph(&mut isp_device, &g, 0).expect("load");
+        let mut host_device = open(&hw);
+        load_graph(&mut host_device, &g, 0).expect("load");
+        isp_device.transport_mut().ssd_mut().drop_caches();
+        let mut reference = ReferenceSampler::new(&g);
+        let mut host = HostDeviceSampler::new(host_device, descriptor);
+        let mut isp = IspSampler::new(isp_device);
+        for (seed, fanouts, targets) in requests {
+            let want = reference.sample(seed, &fanouts, &targets).expect("reference");
+            let got = isp.sample(seed, &fanouts, &targets).expect("isp");
+            prop_assert!(want == got, "ISP differs: seed {seed} fanouts {fanouts:?} targets {targets:?}");
+            let got = host.sample(seed, &fanouts, &targets).expect("host-over-device");
+            prop_assert!(want == got, "host-over-device differs: seed {seed} fanouts {fanouts:?}");
+        }
+    }
+}
+
+/// A graph several times larger than the page buffer, sampled many times from a cold cache:
+/// the ISP engine's gathers, page buffer and the FTL all work under eviction pressure.
+#[test]
+fn a_graph_larger_than_the_device_buffer_samples_identically() {
+    let params = sagessd_runtime::rmat::RmatParams::graph500(14, 8, 7);
+    let g = sagessd_runtime::rmat::generate(&params).expect("rmat");
+    let hw = small_config();
+    let mut device = open(&hw);
+    load_graph(&mut device, &g, 0).expect("load");
+    device.transport_mut().ssd_mut().drop_caches();
+    let graph_bytes = 8 * g.indptr().len() + 4 * g.indices().len();
+    let buffer_bytes = (hw.firmware.page_buffer_pages * hw.nand.page_size_bytes) as usize;
+    assert!(
+        graph_bytes > 8 * buffer_bytes,
+        "{graph_bytes} vs {buffer_bytes}"
+    );
+    let mut reference = ReferenceSampler::new(&g);
+    let mut isp = IspSampler::new(device);
+    for batch in 0..6u64 {
+        let targets: Vec<u64> = (0..200)
+            .map(|i| (i * 7919 + batch * 104_729) % g.node_count())
+            .collect();
+        let want = reference
+            .sample(batch, &[10, 5, 3], &targets)
+            .expect("reference");
+        let got = isp.sample(batch, &[10, 5, 3], &targets).expect("isp");
+        assert!(want == got, "batch {batch} differs");
+    }
+    let stats = isp.device().transport().ssd().stats();
+    assert!(stats.nand_pages_read > 0);
+}
