@@ -605,33 +605,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let dram = self.dram.as_mut();
-            let slot = match t.pages[i] {
-                PageIo::Todo => match self.be.request_page(dram, lpn) {
-                    Acquire::Valid(s) => s,
-                    Acquire::Loading(s) => {
-                        t.pages[i] = PageIo::Waiting(s);
-                        progress = true;
-                        continue;
-                    }
-                    Acquire::Failed(s) | Acquire::Miss(s) => {
-                        self.be.buffer.unpin(dram, s);
-                        *status = Status::UNRECOVERED_READ_ERROR;
-                        t.pages[i] = PageIo::Done;
-                        progress = true;
-                        continue;
-                    }
-                    Acquire::Full => continue,
-                },
-                PageIo::Waiting(s) if self.be.buffer.is_loading(dram, s) => continue,
-                PageIo::Waiting(s) if self.be.buffer.is_failed(dram, s) => {
-                    self.be.buffer.unpin(dram, s);
-                    *status = Status::UNRECOVERED_READ_ERROR;
-                    t.pages[i] = PageIo::Done;
+            let slot = match page_contents(&mut self.be, dram, lpn, &mut t.pages[i], status, true) {
+                Next::Ready(slot) => slot,
+                Next::Moved => {
                     progress = true;
                     continue;
                 }
-                PageIo::Waiting(s) => s,
-                PageIo::Owned(..) | PageIo::Programming(..) | PageIo::Done => continue,
+                Next::Wait => continue,
             };
             let (in_page, in_host, len) = self.page_span(t, i);
             let src = self.be.slot(slot).sub(in_page, len);
@@ -685,49 +665,35 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             let lpn = t.first_lpn + i as u32;
             let (in_page, in_host, len) = self.page_span(t, i);
             let dram = self.dram.as_mut();
-            let slot = match t.pages[i] {
-                PageIo::Todo if len == ps => match self.be.buffer.acquire(dram, lpn, true) {
-                    // A whole-page write needs no old data: any slot for the page will do. A new
-                    // slot stays "loading" until the host data is in, so readers wait for it.
-                    Acquire::Valid(s) | Acquire::Miss(s) => s,
-                    Acquire::Loading(s) => {
-                        t.pages[i] = PageIo::Waiting(s);
-                        progress = true;
-                        continue;
+            let next = match t.pages[i] {
+                // A whole-page write needs no old data: any slot for the page will do. A new
+                // slot stays "loading" until the host data is in, so readers wait for it.
+                PageIo::Todo if len == ps && status.is_success() => {
+                    match self.be.buffer.acquire(dram, lpn, true) {
+                        Acquire::Valid(s) | Acquire::Miss(s) => Next::Ready(s),
+                        Acquire::Loading(s) => {
+                            t.pages[i] = PageIo::Waiting(s);
+                            Next::Moved
+                        }
+                        Acquire::Failed(s) => {
+                            // Forget the failed copy; the next poll gets a fresh slot.
+                            self.be.buffer.unpin(dram, s);
+                            self.be.buffer.detach_slot(dram, s);
+                            Next::Moved
+                        }
+                        Acquire::Full => Next::Wait,
                     }
-                    Acquire::Failed(s) => {
-                        self.be.buffer.unpin(dram, s);
-                        self.be.buffer.detach_slot(dram, s);
-                        continue;
-                    }
-                    Acquire::Full => continue,
-                },
-                PageIo::Todo => match self.be.request_page(dram, lpn) {
-                    Acquire::Valid(s) => s,
-                    Acquire::Loading(s) => {
-                        t.pages[i] = PageIo::Waiting(s);
-                        progress = true;
-                        continue;
-                    }
-                    Acquire::Failed(s) | Acquire::Miss(s) => {
-                        self.be.buffer.unpin(dram, s);
-                        *status = Status::UNRECOVERED_READ_ERROR;
-                        t.pages[i] = PageIo::Done;
-                        progress = true;
-                        continue;
-                    }
-                    Acquire::Full => continue,
-                },
-                PageIo::Waiting(s) if self.be.buffer.is_loading(dram, s) => continue,
-                PageIo::Waiting(s) if self.be.buffer.is_failed(dram, s) && len < ps => {
-                    self.be.buffer.unpin(dram, s);
-                    *status = Status::UNRECOVERED_READ_ERROR;
-                    t.pages[i] = PageIo::Done;
+                }
+                PageIo::Owned(s) => Next::Ready(s),
+                _ => page_contents(&mut self.be, dram, lpn, &mut t.pages[i], status, len < ps),
+            };
+            let slot = match next {
+                Next::Ready(slot) => slot,
+                Next::Moved => {
                     progress = true;
                     continue;
                 }
-                PageIo::Waiting(s) | PageIo::Owned(s) => s,
-                PageIo::Programming(..) | PageIo::Done => continue,
+                Next::Wait => continue,
             };
             // The slot is pinned and holds the old page (or will be overwritten whole).
             if self.be.ftl.is_full() {
@@ -769,6 +735,54 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
         progress
     }
+}
+
+/// What a page of a Read or Write needs next.
+enum Next {
+    /// Its slot is pinned and valid: use it.
+    Ready(u32),
+    /// Something changed (a read started, the page ended); look again next poll.
+    Moved,
+    /// Nothing to do until a flash completion or a free slot.
+    Wait,
+}
+
+/// Brings logical page `lpn` of a transfer into the page buffer with its current contents:
+/// starts the read when the page is still to do, waits while it loads, and hands back the pinned
+/// slot once it is valid. A failed read ends the page with Unrecovered Read Error, unless
+/// `need_old` is false (the caller overwrites the whole page), in which case the slot is handed
+/// back all the same. A page of a command that already failed is not started.
+fn page_contents(
+    be: &mut Backend,
+    dram: &mut [u8],
+    lpn: u32,
+    page: &mut PageIo,
+    status: &mut Status,
+    need_old: bool,
+) -> Next {
+    let failed = match *page {
+        PageIo::Todo if !status.is_success() => {
+            *page = PageIo::Done;
+            return Next::Moved;
+        }
+        PageIo::Todo => match be.request_page(dram, lpn) {
+            Acquire::Valid(s) => return Next::Ready(s),
+            Acquire::Loading(s) => {
+                *page = PageIo::Waiting(s);
+                return Next::Moved;
+            }
+            Acquire::Failed(s) | Acquire::Miss(s) => s,
+            Acquire::Full => return Next::Wait,
+        },
+        PageIo::Waiting(s) if be.buffer.is_loading(dram, s) => return Next::Wait,
+        PageIo::Waiting(s) if be.buffer.is_failed(dram, s) && need_old => s,
+        PageIo::Waiting(s) | PageIo::Owned(s) => return Next::Ready(s),
+        PageIo::Programming(..) | PageIo::Done => return Next::Wait,
+    };
+    be.buffer.unpin(dram, failed);
+    *status = Status::UNRECOVERED_READ_ERROR;
+    *page = PageIo::Done;
+    Next::Moved
 }
 
 #[cfg(test)]

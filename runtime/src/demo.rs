@@ -422,7 +422,8 @@ impl DemoReport {
         ));
         out.push_str(&format!(
             "workload: {} minibatches × {} targets, fanouts {}, seed {}; each mode on its own freshly loaded device \
-             (identical hardware description and load sequence), sampling phase only\n\n",
+             (identical hardware description and load sequence, controller DRAM page buffer emptied \
+             after the load), sampling phase only\n\n",
             c.batches,
             c.batch_size,
             fanouts.join(","),
