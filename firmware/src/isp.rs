@@ -35,7 +35,7 @@ use crate::host::{CommandId, DmaError, HostInterface};
 use crate::page_buffer::Acquire;
 
 /// Most pages the issuer keeps pinned ahead of the consumer.
-const MAX_WINDOW: usize = 64;
+const MAX_WINDOW: usize = 256;
 /// Bits of a gather key that hold the item; the page is above them.
 const ITEM_BITS: u32 = 29;
 /// Bits of the page the radix sort handles per pass.
