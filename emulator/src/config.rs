@@ -42,14 +42,12 @@ pub struct HwConfig {
     pub firmware: FirmwareSection,
 }
 
-/// `[device]`: what the device is called and the seed of anything random in the model.
+/// `[device]`: what the device is called.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceConfig {
     /// Human-readable name, reported in statistics.
     pub name: String,
-    /// Seed for any randomness the model uses (none yet); fixed so runs are reproducible.
-    pub seed: u64,
 }
 
 /// `[nand]`: geometry and timing of the flash array.
@@ -153,6 +151,8 @@ pub struct CoresConfig {
     pub cycles_per_kib_copied: u64,
     /// Cycles per key per radix-sort pass of the ISP engine (count, then scatter).
     pub cycles_per_sort_key_move: u64,
+    /// Cycles per block-table entry the FTL scans when it picks a garbage-collection victim.
+    pub cycles_per_block_scanned: u64,
 }
 
 /// `[dram]`: the controller's DRAM.
@@ -374,7 +374,6 @@ impl HwConfig {
         check(!self.device.name.trim().is_empty(), "device.name", || {
             "must not be empty".to_string()
         })
-        // Every u64 is a valid seed.
     }
 
     fn validate_nand(&self) -> Result<(), EmulatorError> {
@@ -494,6 +493,11 @@ impl HwConfig {
             c.cycles_per_sort_key_move,
             MAX_CYCLES,
             "cores.cycles_per_sort_key_move",
+        )?;
+        at_most(
+            c.cycles_per_block_scanned,
+            MAX_CYCLES,
+            "cores.cycles_per_block_scanned",
         )
     }
 
@@ -678,6 +682,7 @@ mod tests {
         rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");
         rejects("cores", "cycles_per_sort_key_move", "2000000000", "at most");
+        rejects("cores", "cycles_per_block_scanned", "2000000000", "at most");
         rejects("dram", "capacity_mib", "0", "greater than 0");
         rejects("dram", "capacity_mib", "1", "the firmware needs");
         rejects("firmware", "page_buffer_pages", "0", "greater than 0");

@@ -12,6 +12,7 @@
 //!        + edges_sampled × cycles_per_edge_sampled
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
 //!        + sort_key_moves × cycles_per_sort_key_move
+//!        + blocks_scanned × cycles_per_block_scanned
 //! time_ns = ceil(cycles × 1000 / clock_mhz)
 //! ```
 //!
@@ -43,11 +44,6 @@ impl CoreModel {
         }
     }
 
-    /// Number of cores described (only one runs the firmware; see the module docs).
-    pub fn core_count(&self) -> u32 {
-        self.config.count
-    }
-
     /// Cycles the work `w` costs.
     pub fn cycles(&self, w: &WorkCounters) -> u64 {
         let c = &self.config;
@@ -62,6 +58,7 @@ impl CoreModel {
                 .saturating_mul(c.cycles_per_kib_copied)
                 .div_ceil(1024),
             w.sort_key_moves.saturating_mul(c.cycles_per_sort_key_move),
+            w.blocks_scanned.saturating_mul(c.cycles_per_block_scanned),
         ];
         terms.iter().fold(0u64, |a, t| a.saturating_add(*t))
     }
@@ -94,6 +91,7 @@ mod tests {
             cycles_per_edge_sampled: 50,
             cycles_per_kib_copied: 512,
             cycles_per_sort_key_move: 3,
+            cycles_per_block_scanned: 4,
         })
     }
 
@@ -109,9 +107,13 @@ mod tests {
             edges_sampled: 6,
             bytes_copied: 2048,
             sort_key_moves: 7,
+            blocks_scanned: 5,
         };
-        assert_eq!(m.cycles(&w), 1000 + 200 + 30 + 80 + 10 + 300 + 1024 + 21);
-        assert_eq!(m.ns(&w), 2665);
+        assert_eq!(
+            m.cycles(&w),
+            1000 + 200 + 30 + 80 + 10 + 300 + 1024 + 21 + 20
+        );
+        assert_eq!(m.ns(&w), 2685);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
     }
 

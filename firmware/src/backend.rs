@@ -20,11 +20,16 @@ pub(crate) struct Backend {
 
 impl Backend {
     /// Pins logical page `lpn` in the page buffer. On a miss it starts the flash read (or, for an
-    /// unmapped page, fills zeros at once), so the answer is never [`Acquire::Miss`]:
-    /// `Valid`, `Loading` (poll again), `Failed`, or `Full` (nothing pinned; try later).
+    /// unmapped page, fills zeros at once; for a page the media lost, fails at once), so the
+    /// answer is never [`Acquire::Miss`]: `Valid`, `Loading` (poll again), `Failed`, or `Full`
+    /// (nothing pinned; try later).
     pub fn request_page(&mut self, dram: &mut [u8], lpn: u32) -> Acquire {
         self.work.page_lookups += 1;
         match self.buffer.acquire(dram, lpn, true) {
+            Acquire::Miss(slot) if self.ftl.is_lost(dram, lpn) => {
+                self.buffer.fill_done(dram, slot, false);
+                Acquire::Failed(slot)
+            }
             Acquire::Miss(slot) => match self.ftl.lookup(dram, lpn) {
                 None => {
                     self.buffer.slot_region(slot).bytes_mut(dram).fill(0);
@@ -40,8 +45,7 @@ impl Backend {
                     Acquire::Loading(slot)
                 }
                 Some(_) => {
-                    self.buffer.detach_slot(dram, slot);
-                    self.buffer.unpin(dram, slot);
+                    self.buffer.abandon(dram, slot);
                     Acquire::Full
                 }
             },

@@ -29,6 +29,8 @@ use crate::work::WorkCounters;
 
 /// The namespace the device exposes.
 const NSID: u32 = 1;
+/// Most logical pages one poll trims, bounding the time a poll can take.
+const TRIM_PAGES_PER_POLL: u32 = 1024;
 /// Command ID Conflict (generic status 0x03).
 const COMMAND_ID_CONFLICT: Status = Status::generic(0x03, true);
 
@@ -60,10 +62,22 @@ struct Transfer {
     pages: [PageIo; MAX_PAGES_PER_COMMAND],
 }
 
+/// A Dataset Management deallocate in progress.
+#[derive(Clone, Copy, Debug)]
+struct Trim {
+    range_count: u32,
+    /// The next range to fetch from the host.
+    range: u32,
+    /// The next logical page of the current range, and one past its last.
+    next_lpn: u32,
+    end_lpn: u32,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Op {
     Read(Transfer),
     Write(Transfer),
+    Deallocate(Trim),
     Collect { tag: u32, data_len_bytes: usize },
 }
 
@@ -81,7 +95,7 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     config: FirmwareConfig,
     flash: F,
     dram: M,
-    be: Backend,
+    backend: Backend,
     isp: Isp,
     graph: Option<GraphDescriptor>,
     commands: [Option<Parked>; MAX_COMMANDS],
@@ -105,7 +119,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     }
 
     /// Boots on freshly erased flash: formats the FTL and clears the firmware's tables.
-    /// The arena must be at least [`Self::dram_size_bytes`] long and zero-filled (the mapping
+    /// The arena must backend at least [`Self::dram_size_bytes`] long and zero-filled (the mapping
     /// tables, which scale with capacity, are not cleared here).
     pub fn new(config: FirmwareConfig, flash: F, mut dram: M) -> Result<Self, ConfigError> {
         let geometry = flash.geometry();
@@ -131,7 +145,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             config,
             flash,
             dram,
-            be: Backend {
+            backend: Backend {
                 geometry,
                 ftl,
                 buffer,
@@ -164,12 +178,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 
     /// Work done since boot.
     pub fn work(&self) -> WorkCounters {
-        self.be.work
+        self.backend.work
     }
 
     /// FTL counters.
     pub fn ftl_stats(&self) -> FtlStats {
-        self.be.ftl.stats
+        self.backend.ftl.stats
     }
 
     /// The flash HAL.
@@ -184,18 +198,18 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 
     /// Empties the DRAM page buffer of every page no command is using, so that the next reads
     /// come from flash (the buffer is write-through: nothing is lost). The emulator uses it to
-    /// start measurements cold, as a board would be after a power cycle.
+    /// start measurements cold, as a board would backend after a power cycle.
     pub fn drop_page_buffer(&mut self) {
-        self.be.buffer.drop_unpinned(self.dram.as_mut());
+        self.backend.buffer.drop_unpinned(self.dram.as_mut());
     }
 
     /// Whether nothing is parked, queued, running or in flight.
     pub fn is_idle(&self) -> bool {
         self.commands.iter().all(Option::is_none)
             && self.isp.is_idle()
-            && self.be.queue.is_empty()
+            && self.backend.queue.is_empty()
             && self.flash_in_flight == 0
-            && !self.be.ftl.gc_running()
+            && !self.backend.ftl.gc_running()
     }
 
     /// Takes one command. Completes it through `host` at once when it can; otherwise parks it
@@ -207,7 +221,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         sqe: &SubmissionEntry,
     ) -> Result<(), Busy> {
         let free = self.commands.iter().position(Option::is_none).ok_or(Busy)?;
-        self.be.work.commands += 1;
+        self.backend.work.commands += 1;
         if self.commands.iter().flatten().any(|c| c.id == id) {
             host.complete(
                 id,
@@ -284,15 +298,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     .encode(&mut data),
                     CNS_NAMESPACE if nsid == NSID => NamespaceInfo {
                         block_count: self.namespace_blocks,
-                        used_block_count: self.be.ftl.mapped_pages(self.dram.as_ref())
-                            * u64::from(self.be.geometry.page_size_bytes / self.block_size_bytes()),
+                        used_block_count: self.backend.ftl.mapped_pages()
+                            * u64::from(
+                                self.backend.geometry.page_size_bytes / self.block_size_bytes(),
+                            ),
                         block_size_log2: self.config.block_size_log2,
                     }
                     .encode(&mut data),
                     CNS_NAMESPACE => return Err((Status::INVALID_NAMESPACE, 0)),
                     _ => return Err((Status::INVALID_FIELD, 0)),
                 }
-                Self::dma_out(&mut self.be.work, host, id, 0, &data)
+                Self::dma_out(&mut self.backend.work, host, id, 0, &data)
                     .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
                 Err((Status::SUCCESS, 0))
             }
@@ -326,24 +342,20 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             IoCommand::DatasetManagement {
                 range_count,
                 deallocate,
-            } => {
-                let mut ranges = [0u8; 256 * 16];
-                let bytes = &mut ranges[..range_count as usize * 16];
-                Self::dma_in(&mut self.be.work, host, id, 0, bytes)
-                    .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
-                if deallocate {
-                    for r in <[DsmRange]>::ref_from_bytes(bytes)
-                        .map_err(|_| (Status::INTERNAL_ERROR, 0))?
-                    {
-                        self.deallocate(r.slba.get(), r.block_count.get());
-                    }
-                }
-                Err((Status::SUCCESS, 0))
-            }
+            } => match deallocate {
+                // Without the deallocate attribute the ranges are only hints: nothing to do.
+                false => Err((Status::SUCCESS, 0)),
+                true => Ok(Some(Op::Deallocate(Trim {
+                    range_count,
+                    range: 0,
+                    next_lpn: 0,
+                    end_lpn: 0,
+                }))),
+            },
             IoCommand::GraphAttach { data_len_bytes } => {
                 let mut wire = [0u8; 64];
                 let n = (data_len_bytes as usize).min(wire.len());
-                Self::dma_in(&mut self.be.work, host, id, 0, &mut wire[..n])
+                Self::dma_in(&mut self.backend.work, host, id, 0, &mut wire[..n])
                     .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
                 let g = GraphDescriptor::parse(
                     &wire[..n],
@@ -363,7 +375,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 let n = (data_len_bytes as usize).min(window.len);
                 let dram = self.dram.as_mut();
                 Self::dma_in(
-                    &mut self.be.work,
+                    &mut self.backend.work,
                     host,
                     id,
                     0,
@@ -400,7 +412,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         if len_bytes > u64::from(self.config.max_transfer_bytes) {
             return Err((Status::INVALID_FIELD, 0));
         }
-        let ps = u64::from(self.be.geometry.page_size_bytes);
+        let ps = u64::from(self.backend.geometry.page_size_bytes);
         let start_byte = slba * bs;
         let first = start_byte / ps;
         let last = (start_byte + len_bytes - 1) / ps;
@@ -413,31 +425,69 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         })
     }
 
-    /// Trims the flash pages fully inside a deallocated range, except pages a write is changing
-    /// (deallocation is advisory, so skipping them is allowed).
-    fn deallocate(&mut self, slba: u64, block_count: u32) {
+    /// Advances a Dataset Management deallocate by at most [`TRIM_PAGES_PER_POLL`] pages, so a
+    /// command naming the whole namespace cannot stall the poll loop. Ranges are fetched from the
+    /// host one at a time; only flash pages wholly inside a range are trimmed, and pages a write
+    /// is changing are skipped (deallocation is advisory). Returns whether it finished.
+    fn step_trim<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        t: &mut Trim,
+        status: &mut Status,
+    ) -> bool {
         let bs = u64::from(self.block_size_bytes());
-        let ps = u64::from(self.be.geometry.page_size_bytes);
-        let Some(end) = slba
-            .checked_add(u64::from(block_count))
-            .filter(|e| *e <= self.namespace_blocks)
-        else {
-            return;
-        };
-        let first = (slba * bs).div_ceil(ps);
-        let last = end * bs / ps;
-        let dram = self.dram.as_mut();
-        for lpn in first..last {
-            let lpn = lpn as u32;
+        let ps = u64::from(self.backend.geometry.page_size_bytes);
+        let mut budget = TRIM_PAGES_PER_POLL;
+        while budget > 0 {
+            if t.next_lpn == t.end_lpn {
+                if t.range == t.range_count {
+                    return true;
+                }
+                let mut wire = [0u8; 16];
+                if Self::dma_in(
+                    &mut self.backend.work,
+                    host,
+                    id,
+                    16 * t.range as usize,
+                    &mut wire,
+                )
+                .is_err()
+                {
+                    *status = Status::DATA_TRANSFER_ERROR;
+                    return true;
+                }
+                t.range += 1;
+                let Ok(r) = DsmRange::read_from_bytes(&wire) else {
+                    continue;
+                };
+                let (slba, blocks) = (r.slba.get(), u64::from(r.block_count.get()));
+                let Some(end) = slba
+                    .checked_add(blocks)
+                    .filter(|e| *e <= self.namespace_blocks)
+                else {
+                    *status = Status::LBA_OUT_OF_RANGE;
+                    return true;
+                };
+                t.next_lpn = (slba * bs).div_ceil(ps) as u32;
+                t.end_lpn = (end * bs / ps).max(u64::from(t.next_lpn)) as u32;
+                continue;
+            }
+            let lpn = t.next_lpn;
             let busy = self.commands.iter().flatten().any(|c| match c.op {
-                Op::Write(t) => (t.first_lpn..t.first_lpn + t.page_count as u32).contains(&lpn),
+                Op::Write(w) => (w.first_lpn..w.first_lpn + w.page_count as u32).contains(&lpn),
                 _ => false,
             });
             if !busy {
-                self.be.ftl.trim(dram, lpn);
-                self.be.buffer.detach(dram, lpn);
+                let dram = self.dram.as_mut();
+                self.backend.ftl.trim(dram, lpn);
+                self.backend.buffer.detach(dram, lpn);
+                self.backend.work.page_lookups += 1;
             }
+            t.next_lpn += 1;
+            budget -= 1;
         }
+        false
     }
 
     /// Moves everything forward once. Returns whether anything happened; the caller polls again
@@ -448,19 +498,26 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             self.flash_completed(c);
             progress = true;
         }
-        progress |= self.be.ftl.gc_step(self.dram.as_mut(), &mut self.be.queue);
+        progress |= self.backend.ftl.gc_step(
+            self.dram.as_mut(),
+            &mut self.backend.queue,
+            &mut self.backend.work,
+        );
         for i in 0..MAX_COMMANDS {
             progress |= self.step_command(host, i);
         }
-        progress |= self.isp.step(self.dram.as_mut(), &mut self.be);
-        let taken = self.be.queue.drain(&mut self.flash, self.dram.as_ref());
-        self.be.work.flash_ops += taken;
+        progress |= self.isp.step(self.dram.as_mut(), &mut self.backend);
+        let taken = self
+            .backend
+            .queue
+            .drain(&mut self.flash, self.dram.as_ref());
+        self.backend.work.flash_ops += taken;
         self.flash_in_flight += taken as u32;
         progress || taken > 0
     }
 
     fn next_flash_completion(&mut self) -> Option<FlashCompletion> {
-        if let Some(c) = self.be.queue.take_refused() {
+        if let Some(c) = self.backend.queue.take_refused() {
             return Some(c);
         }
         let c = self.flash.poll(self.dram.as_mut())?;
@@ -474,43 +531,46 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         };
         let dram = self.dram.as_mut();
         match tag.kind {
-            TagKind::Fill => self
-                .be
-                .buffer
-                .fill_done(dram, u32::from(tag.b), c.result.is_ok()),
+            TagKind::Fill => {
+                self.backend
+                    .buffer
+                    .fill_done(dram, u32::from(tag.index), c.result.is_ok())
+            }
             TagKind::Program => {
                 let Some(cmd) = self
                     .commands
-                    .get_mut(usize::from(tag.a))
+                    .get_mut(usize::from(tag.owner))
                     .and_then(Option::as_mut)
                 else {
                     return;
                 };
                 let Op::Write(t) = &mut cmd.op else { return };
-                let Some(PageIo::Programming(slot, ppn)) = t.pages.get(usize::from(tag.b)).copied()
+                let Some(PageIo::Programming(slot, ppn)) =
+                    t.pages.get(usize::from(tag.index)).copied()
                 else {
                     return;
                 };
-                let lpn = t.first_lpn + u32::from(tag.b);
-                self.be.ftl.program_finished(dram, ppn, c.result.is_ok());
+                let lpn = t.first_lpn + u32::from(tag.index);
+                self.backend
+                    .ftl
+                    .program_finished(dram, ppn, c.result.is_ok());
                 if c.result.is_ok() && cmd.status.is_success() {
-                    self.be.ftl.commit(dram, lpn, ppn, None);
-                    self.be.ftl.stats.host_pages_written += 1;
+                    self.backend.ftl.commit(dram, lpn, ppn, None);
+                    self.backend.ftl.stats.host_pages_written += 1;
                 } else {
                     // The slot holds data flash does not: nobody may find it any more.
-                    self.be.buffer.detach_slot(dram, slot);
+                    self.backend.buffer.detach_slot(dram, slot);
                     if cmd.status.is_success() {
                         cmd.status = Status::WRITE_FAULT;
                     }
                 }
-                self.be.buffer.unpin(dram, slot);
-                t.pages[usize::from(tag.b)] = PageIo::Done;
+                self.backend.buffer.unpin(dram, slot);
+                t.pages[usize::from(tag.index)] = PageIo::Done;
             }
-            TagKind::GcRead | TagKind::GcProgram | TagKind::GcErase => {
-                self.be
-                    .ftl
-                    .gc_complete(dram, &mut self.be.queue, tag.kind, c.result)
-            }
+            TagKind::GcRead | TagKind::GcProgram | TagKind::GcErase => self
+                .backend
+                .ftl
+                .gc_complete(dram, &mut self.backend.queue, tag.kind, c.result),
         }
     }
 
@@ -537,6 +597,10 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     0,
                 )
             }
+            Op::Deallocate(t) => {
+                let done = self.step_trim(host, cmd.id, t, &mut cmd.status);
+                (true, done, 0)
+            }
             Op::Collect {
                 tag,
                 data_len_bytes,
@@ -556,7 +620,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     (true, true, size as u32)
                 }
                 Collect::Done(size) => {
-                    self.be.work.bytes_copied += size as u64;
+                    self.backend.work.bytes_copied += size as u64;
                     match self
                         .isp
                         .write_result(self.dram.as_ref(), *tag, host, cmd.id)
@@ -583,7 +647,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// The part of page `i` of a transfer that the host buffer covers: (offset in the page,
     /// offset in the host buffer, length).
     fn page_span(&self, t: &Transfer, i: usize) -> (usize, usize, usize) {
-        let ps = u64::from(self.be.geometry.page_size_bytes);
+        let ps = u64::from(self.backend.geometry.page_size_bytes);
         let page_start = u64::from(t.first_lpn + i as u32) * ps;
         let from = page_start.max(t.start_byte);
         let to = (page_start + ps).min(t.start_byte + t.len_bytes);
@@ -605,18 +669,19 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let dram = self.dram.as_mut();
-            let slot = match page_contents(&mut self.be, dram, lpn, &mut t.pages[i], status, true) {
-                Next::Ready(slot) => slot,
-                Next::Moved => {
-                    progress = true;
-                    continue;
-                }
-                Next::Wait => continue,
-            };
+            let slot =
+                match page_contents(&mut self.backend, dram, lpn, &mut t.pages[i], status, true) {
+                    Next::Ready(slot) => slot,
+                    Next::Moved => {
+                        progress = true;
+                        continue;
+                    }
+                    Next::Wait => continue,
+                };
             let (in_page, in_host, len) = self.page_span(t, i);
-            let src = self.be.slot(slot).sub(in_page, len);
+            let src = self.backend.slot(slot).sub(in_page, len);
             if Self::dma_out(
-                &mut self.be.work,
+                &mut self.backend.work,
                 host,
                 id,
                 in_host,
@@ -626,7 +691,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             {
                 *status = Status::DATA_TRANSFER_ERROR;
             }
-            self.be.buffer.unpin(self.dram.as_mut(), slot);
+            self.backend.buffer.unpin(self.dram.as_mut(), slot);
             t.pages[i] = PageIo::Done;
             progress = true;
         }
@@ -660,7 +725,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         status: &mut Status,
     ) -> bool {
         let mut progress = false;
-        let ps = self.be.geometry.page_size_bytes as usize;
+        let ps = self.backend.geometry.page_size_bytes as usize;
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let (in_page, in_host, len) = self.page_span(t, i);
@@ -669,7 +734,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 // A whole-page write needs no old data: any slot for the page will do. A new
                 // slot stays "loading" until the host data is in, so readers wait for it.
                 PageIo::Todo if len == ps && status.is_success() => {
-                    match self.be.buffer.acquire(dram, lpn, true) {
+                    match self.backend.buffer.acquire(dram, lpn, true) {
                         Acquire::Valid(s) | Acquire::Miss(s) => Next::Ready(s),
                         Acquire::Loading(s) => {
                             t.pages[i] = PageIo::Waiting(s);
@@ -677,15 +742,22 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                         }
                         Acquire::Failed(s) => {
                             // Forget the failed copy; the next poll gets a fresh slot.
-                            self.be.buffer.unpin(dram, s);
-                            self.be.buffer.detach_slot(dram, s);
+                            self.backend.buffer.unpin(dram, s);
+                            self.backend.buffer.detach_slot(dram, s);
                             Next::Moved
                         }
                         Acquire::Full => Next::Wait,
                     }
                 }
                 PageIo::Owned(s) => Next::Ready(s),
-                _ => page_contents(&mut self.be, dram, lpn, &mut t.pages[i], status, len < ps),
+                _ => page_contents(
+                    &mut self.backend,
+                    dram,
+                    lpn,
+                    &mut t.pages[i],
+                    status,
+                    len < ps,
+                ),
             };
             let slot = match next {
                 Next::Ready(slot) => slot,
@@ -695,16 +767,16 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
                 Next::Wait => continue,
             };
-            // The slot is pinned and holds the old page (or will be overwritten whole).
-            if self.be.ftl.is_full() {
-                self.be.buffer.unpin(dram, slot);
+            // The slot is pinned and holds the old page (or will backend overwritten whole).
+            if self.backend.ftl.is_full() {
+                self.backend.buffer.abandon(dram, slot);
                 *status = Status::CAPACITY_EXCEEDED;
                 t.pages[i] = PageIo::Done;
                 progress = true;
                 continue;
             }
-            let ppn = match self.be.queue.has_room(1) {
-                true => self.be.ftl.allocate(dram, false),
+            let ppn = match self.backend.queue.has_room(1) {
+                true => self.backend.ftl.allocate(dram, false),
                 false => None,
             };
             let Some(ppn) = ppn else {
@@ -712,22 +784,30 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 t.pages[i] = PageIo::Owned(slot);
                 continue;
             };
-            let window = self.be.slot(slot).sub(in_page, len);
-            if Self::dma_in(&mut self.be.work, host, id, in_host, window.bytes_mut(dram)).is_err() {
+            let window = self.backend.slot(slot).sub(in_page, len);
+            if Self::dma_in(
+                &mut self.backend.work,
+                host,
+                id,
+                in_host,
+                window.bytes_mut(dram),
+            )
+            .is_err()
+            {
                 // The slot may now hold half-copied data: drop it. The allocated page is
                 // still programmed (programs of a block must stay in order), with whatever
                 // the slot holds, and then left unmapped.
                 *status = Status::DATA_TRANSFER_ERROR;
             }
-            self.be.buffer.fill_done(dram, slot, true);
+            self.backend.buffer.fill_done(dram, slot, true);
             if !status.is_success() {
-                self.be.buffer.detach_slot(dram, slot);
+                self.backend.buffer.detach_slot(dram, slot);
             }
             let op = crate::hal::FlashOp::Program {
                 ppn,
-                dram_offset_bytes: self.be.slot(slot).start,
+                dram_offset_bytes: self.backend.slot(slot).start,
             };
-            self.be
+            self.backend
                 .queue
                 .push(Tag::new(TagKind::Program, me as u16, i as u16), op);
             t.pages[i] = PageIo::Programming(slot, ppn);
@@ -753,7 +833,7 @@ enum Next {
 /// `need_old` is false (the caller overwrites the whole page), in which case the slot is handed
 /// back all the same. A page of a command that already failed is not started.
 fn page_contents(
-    be: &mut Backend,
+    backend: &mut Backend,
     dram: &mut [u8],
     lpn: u32,
     page: &mut PageIo,
@@ -765,7 +845,7 @@ fn page_contents(
             *page = PageIo::Done;
             return Next::Moved;
         }
-        PageIo::Todo => match be.request_page(dram, lpn) {
+        PageIo::Todo => match backend.request_page(dram, lpn) {
             Acquire::Valid(s) => return Next::Ready(s),
             Acquire::Loading(s) => {
                 *page = PageIo::Waiting(s);
@@ -774,12 +854,12 @@ fn page_contents(
             Acquire::Failed(s) | Acquire::Miss(s) => s,
             Acquire::Full => return Next::Wait,
         },
-        PageIo::Waiting(s) if be.buffer.is_loading(dram, s) => return Next::Wait,
-        PageIo::Waiting(s) if be.buffer.is_failed(dram, s) && need_old => s,
+        PageIo::Waiting(s) if backend.buffer.is_loading(dram, s) => return Next::Wait,
+        PageIo::Waiting(s) if backend.buffer.is_failed(dram, s) && need_old => s,
         PageIo::Waiting(s) | PageIo::Owned(s) => return Next::Ready(s),
         PageIo::Programming(..) | PageIo::Done => return Next::Wait,
     };
-    be.buffer.unpin(dram, failed);
+    backend.buffer.unpin(dram, failed);
     *status = Status::UNRECOVERED_READ_ERROR;
     *page = PageIo::Done;
     Next::Moved
@@ -796,9 +876,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 .flatten()
                 .map(|c| (c.id, c.op))
                 .collect::<std::vec::Vec<_>>(),
-            self.be.ftl.describe_gc(),
-            self.be.ftl.is_full(),
-            self.be.queue.is_empty(),
+            self.backend.ftl.describe_gc(),
+            self.backend.ftl.is_full(),
+            self.backend.queue.is_empty(),
             self.flash_in_flight
         )
     }

@@ -15,9 +15,9 @@ pub(crate) const FLASH_QUEUE_DEPTH: usize = 512;
 /// What an operation was for; encoded in the top bits of its tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TagKind {
-    /// Fill of page-buffer slot `b`.
+    /// Fill of page-buffer slot `index`.
     Fill = 1,
-    /// Program of page `b` of the command in slot `a`.
+    /// Program of page `index` of the command in slot `owner`.
     Program = 2,
     /// Garbage-collection read.
     GcRead = 3,
@@ -31,17 +31,19 @@ pub(crate) enum TagKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tag {
     pub kind: TagKind,
-    pub a: u16,
-    pub b: u16,
+    /// The command slot an operation belongs to (12 bits), when it belongs to one.
+    pub owner: u16,
+    /// The page-buffer slot or the command's page index.
+    pub index: u16,
 }
 
 impl Tag {
-    pub fn new(kind: TagKind, a: u16, b: u16) -> Self {
-        Self { kind, a, b }
+    pub fn new(kind: TagKind, owner: u16, index: u16) -> Self {
+        Self { kind, owner, index }
     }
 
     pub fn encode(self) -> u32 {
-        ((self.kind as u32) << 28) | (u32::from(self.a & 0x0FFF) << 16) | u32::from(self.b)
+        ((self.kind as u32) << 28) | (u32::from(self.owner & 0x0FFF) << 16) | u32::from(self.index)
     }
 
     pub fn decode(tag: u32) -> Option<Self> {
@@ -55,8 +57,8 @@ impl Tag {
         };
         Some(Self {
             kind,
-            a: ((tag >> 16) & 0x0FFF) as u16,
-            b: (tag & 0xFFFF) as u16,
+            owner: ((tag >> 16) & 0x0FFF) as u16,
+            index: (tag & 0xFFFF) as u16,
         })
     }
 }

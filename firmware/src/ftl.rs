@@ -19,12 +19,17 @@
 use crate::dram::{DramLayout, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage};
+use crate::work::WorkCounters;
 
 const BLOCK_USED: u8 = 0;
 const BLOCK_FREE: u8 = 1;
 const BLOCK_ACTIVE: u8 = 2;
 const BLOCK_BAD: u8 = 3;
 const BLOCK_GC: u8 = 4;
+
+/// L2P value of a logical page whose data the media lost (a GC copy could not read it): reads
+/// fail with an unrecovered-read error until the page is written or trimmed.
+const L2P_LOST: u32 = u32::MAX;
 
 // Per-die record words.
 const DIE_FREE_HEAD: usize = 0;
@@ -92,6 +97,8 @@ pub(crate) struct Ftl {
     gc: Gc,
     /// No used block has an invalid page: writes cannot make progress until something is trimmed.
     full: bool,
+    /// Logical pages currently mapped.
+    mapped_pages: u64,
     pub stats: FtlStats,
 }
 
@@ -135,6 +142,7 @@ impl Ftl {
             gc_active: None,
             gc: Gc::Idle,
             full: false,
+            mapped_pages: 0,
             stats: FtlStats::default(),
         };
         layout.block_valid.bytes_mut(dram).fill(0);
@@ -146,10 +154,8 @@ impl Ftl {
     }
 
     /// Logical pages currently mapped.
-    pub fn mapped_pages(&self, dram: &[u8]) -> u64 {
-        (0..self.geometry.block_count() as usize)
-            .map(|b| u64::from(self.block_valid.u32(dram, b)))
-            .sum()
+    pub fn mapped_pages(&self) -> u64 {
+        self.mapped_pages
     }
 
     /// The physical page holding logical page `lpn`, if mapped.
@@ -160,6 +166,11 @@ impl Ftl {
         let v = self.l2p.u32(dram, lpn as usize);
         // A value past the array can only come from an arena that was not zeroed: unmapped.
         (v != 0 && u64::from(v) <= self.geometry.page_count()).then(|| PhysPage(v - 1))
+    }
+
+    /// Whether logical page `lpn`'s data was lost by the media.
+    pub fn is_lost(&self, dram: &[u8], lpn: u32) -> bool {
+        lpn < self.logical_pages && self.l2p.u32(dram, lpn as usize) == L2P_LOST
     }
 
     fn die_word(&self, dram: &[u8], die: u32, word: usize) -> u32 {
@@ -263,6 +274,7 @@ impl Ftl {
         let b = self.block_of(ppn).0 as usize;
         let v = self.block_valid.u32(dram, b);
         self.block_valid.set_u32(dram, b, v.saturating_sub(1));
+        self.mapped_pages = self.mapped_pages.saturating_sub(1);
         self.full = false;
     }
 
@@ -302,6 +314,7 @@ impl Ftl {
         let b = self.block_of(ppn).0 as usize;
         let v = self.block_valid.u32(dram, b);
         self.block_valid.set_u32(dram, b, v + 1);
+        self.mapped_pages += 1;
         true
     }
 
@@ -309,6 +322,8 @@ impl Ftl {
     pub fn trim(&mut self, dram: &mut [u8], lpn: u32) {
         if let Some(old) = self.lookup(dram, lpn) {
             self.invalidate(dram, old);
+        }
+        if lpn < self.logical_pages {
             self.l2p.set_u32(dram, lpn as usize, 0);
         }
     }
@@ -332,12 +347,18 @@ impl Ftl {
 
     /// Advances garbage collection by queueing its next flash operation, if one is due.
     /// Returns whether anything changed.
-    pub fn gc_step(&mut self, dram: &mut [u8], queue: &mut FlashQueue) -> bool {
+    pub fn gc_step(
+        &mut self,
+        dram: &mut [u8],
+        queue: &mut FlashQueue,
+        work: &mut WorkCounters,
+    ) -> bool {
         match self.gc {
             Gc::Idle => {
                 if self.free_blocks > self.reserve_blocks + 1 || self.full {
                     return false;
                 }
+                work.blocks_scanned += u64::from(self.geometry.block_count());
                 match self.pick_victim(dram) {
                     Some(victim) => {
                         self.block_state.bytes_mut(dram)[victim.0 as usize] = BLOCK_GC;
@@ -407,10 +428,11 @@ impl Ftl {
                 let from = victim.page(&self.geometry, page);
                 let lpn = self.p2l.u32(dram, from.0 as usize);
                 if result.is_err() {
-                    // The data is lost: unmap it so reads return zeros instead of stale pages.
+                    // The data is lost: reads must say so, not return zeros or a stale page.
                     self.stats.media_failures += 1;
                     if lpn != 0 {
                         self.trim(dram, lpn - 1);
+                        self.l2p.set_u32(dram, lpn as usize - 1, L2P_LOST);
                     }
                     self.gc = Gc::Scan {
                         victim,

@@ -144,8 +144,11 @@ pub struct FlashCompletion {
 /// A NAND array driven by the firmware.
 ///
 /// Implementations MUST: report each accepted operation exactly once from [`Flash::poll`];
-/// finish a Read's DMA into DRAM before reporting it; read a Program's data no later than its
-/// completion; keep pages erased to 0xFF; program pages of a block in increasing order only.
+/// execute and complete the operations of one die in the order they were submitted (the FTL
+/// relies on it: a block's pages are programmed in order, and a block is erased only after the
+/// reads queued against it); finish a Read's DMA into DRAM before reporting it; read a Program's
+/// data no later than its completion; keep erased pages at 0xFF; refuse a program that is not
+/// the next page of its block.
 pub trait Flash {
     /// The array's geometry; constant for the life of the implementation.
     fn geometry(&self) -> Geometry;

@@ -22,7 +22,7 @@
 //! in item order, so the output never depends on the order pages arrive in.
 
 use heapless::Deque;
-use sagessd_abi::graph::GraphDescriptor;
+use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::ns_config::{MAX_LAYERS, NsConfig, NsLimits};
 use sagessd_abi::nvme::{Status, VendorStatus};
 use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
@@ -33,6 +33,7 @@ use crate::config::MAX_ISP_SLOTS;
 use crate::dram::{DramLayout, Region, SlotRegions, hash_capacity};
 use crate::host::{CommandId, DmaError, HostInterface};
 use crate::page_buffer::Acquire;
+use crate::work::WorkCounters;
 
 /// Most pages the issuer keeps pinned ahead of the consumer.
 const MAX_WINDOW: usize = 256;
@@ -40,6 +41,21 @@ const MAX_WINDOW: usize = 256;
 const ITEM_BITS: u32 = 29;
 /// Bits of the page the radix sort handles per pass.
 const RADIX_BITS: u32 = 11;
+
+/// The graph of a free slot (never sampled: jobs are queued with the graph attached then).
+const NO_GRAPH: GraphDescriptor = GraphDescriptor {
+    node_count: 0,
+    edge_count: 0,
+    id_width_bytes: 4,
+    indptr: LbaRange {
+        slba: 0,
+        block_count: 0,
+    },
+    indices: LbaRange {
+        slba: 0,
+        block_count: 0,
+    },
+};
 
 /// Where a job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,13 +70,14 @@ pub(crate) enum JobState {
 #[derive(Clone, Copy, Debug)]
 struct Job {
     state: JobState,
-    generation: u8,
+    generation: u16,
     seq: u32,
     seed: u64,
     fanouts: [u16; MAX_LAYERS],
     layer_count: u8,
     target_count: u32,
-    graph: Option<GraphDescriptor>,
+    /// The graph attached when the job was submitted.
+    graph: GraphDescriptor,
     layers: [LayerCounts; MAX_LAYERS],
     node_count: u32,
 }
@@ -74,7 +91,7 @@ impl Job {
         fanouts: [0; MAX_LAYERS],
         layer_count: 0,
         target_count: 0,
-        graph: None,
+        graph: NO_GRAPH,
         layers: [LayerCounts {
             dst_count: 0,
             src_count: 0,
@@ -191,13 +208,15 @@ impl Isp {
         self.limits
     }
 
-    /// A slot that can take a new job, and the arena window its NS_config must be DMA'd into.
+    /// A slot that can take a new job, and the arena window its NS_config must backend DMA'd into.
     pub fn free_slot(&self) -> Option<(usize, Region)> {
         (0..self.slot_count)
             .find(|s| self.jobs[*s].state == JobState::Free)
             .map(|s| (s, self.regions[s].config))
     }
 
+    /// A job's tag: its slot in bits 7:0 and the slot's generation in bits 23:8, so a tag from
+    /// an earlier job of the same slot names nothing for 65,535 reuses.
     fn tag_of(&self, slot: usize) -> u32 {
         (u32::from(self.jobs[slot].generation) << 8) | slot as u32
     }
@@ -205,7 +224,7 @@ impl Isp {
     fn slot_of(&self, tag: u32) -> Option<usize> {
         let slot = (tag & 0xFF) as usize;
         let job = self.jobs.get(..self.slot_count)?.get(slot)?;
-        (tag >> 16 == 0 && u32::from(job.generation) == (tag >> 8) && job.state != JobState::Free)
+        (tag >> 24 == 0 && u32::from(job.generation) == (tag >> 8) && job.state != JobState::Free)
             .then_some(slot)
     }
 
@@ -229,7 +248,7 @@ impl Isp {
         job.fanouts[..cfg.fanouts().len()].copy_from_slice(cfg.fanouts());
         job.layer_count = cfg.fanouts().len() as u8;
         job.target_count = cfg.target_count() as u32;
-        job.graph = Some(*graph);
+        job.graph = *graph;
         self.next_seq = self.next_seq.wrapping_add(1);
         Ok(self.tag_of(slot))
     }
@@ -301,15 +320,15 @@ impl Isp {
     }
 
     /// Advances the generator; returns whether anything happened.
-    pub fn step(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
-        if self.run.is_none() && !self.start_next(dram, be) {
+    pub fn step(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
+        if self.run.is_none() && !self.start_next(dram, backend) {
             return false;
         }
-        let issued = self.issue(dram, be);
-        match self.consume(dram, be) {
+        let issued = self.issue(dram, backend);
+        match self.consume(dram, backend) {
             Ok(consumed) => issued || consumed,
             Err(status) => {
-                self.fail_run(dram, be, status);
+                self.fail_run(dram, backend, status);
                 true
             }
         }
@@ -317,15 +336,12 @@ impl Isp {
 
     /// Starts the oldest queued job: deduplicates its targets into the node list and starts the
     /// first layer's bounds gather.
-    fn start_next(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
+    fn start_next(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
         let next = (0..self.slot_count)
             .filter(|s| self.jobs[*s].state == JobState::Queued)
             .min_by_key(|s| self.jobs[*s].seq.wrapping_sub(self.next_seq));
         let Some(slot) = next else { return false };
-        let Some(graph) = self.jobs[slot].graph else {
-            self.jobs[slot].state = JobState::Failed(VendorStatus::NoGraphAttached.into());
-            return true;
-        };
+        let graph = self.jobs[slot].graph;
         self.jobs[slot].state = JobState::Running;
         self.jobs[slot].node_count = 0;
         self.jobs[slot].layers = [LayerCounts::default(); MAX_LAYERS];
@@ -333,10 +349,16 @@ impl Isp {
         for i in 0..self.jobs[slot].target_count as usize {
             let target = config.u64(dram, 4 + i);
             if self.dedup(dram, slot, target).is_none() {
-                self.finish(dram, slot, Some(VendorStatus::ResultTooLarge.into()));
+                self.finish(
+                    dram,
+                    &mut backend.work,
+                    slot,
+                    Some(VendorStatus::ResultTooLarge.into()),
+                );
                 return true;
             }
         }
+        backend.work.edges_sampled += u64::from(self.jobs[slot].target_count);
         let dst = self.jobs[slot].node_count;
         let run = Run {
             slot,
@@ -351,7 +373,7 @@ impl Isp {
             layer_edges: 0,
             dst_count: dst,
         };
-        self.start_gather(dram, be, run, Gather::Bounds);
+        self.start_gather(dram, backend, run, Gather::Bounds);
         true
     }
 
@@ -371,7 +393,13 @@ impl Isp {
     }
 
     /// Builds and sorts the keys of a gather and makes it the running one.
-    fn start_gather(&mut self, dram: &mut [u8], be: &mut Backend, mut run: Run, gather: Gather) {
+    fn start_gather(
+        &mut self,
+        dram: &mut [u8],
+        backend: &mut Backend,
+        mut run: Run,
+        gather: Gather,
+    ) {
         run.gather = gather;
         run.item_count = match gather {
             Gather::Bounds => 2 * run.dst_count,
@@ -385,18 +413,21 @@ impl Isp {
             self.keys
                 .set_u64(dram, item as usize, (page << ITEM_BITS) | u64::from(item));
         }
-        self.sort_keys(dram, be, run.item_count as usize);
+        self.sort_keys(dram, backend, run.item_count as usize);
         self.run = Some(run);
     }
 
     /// Sorts the first `n` gather keys by page: least-significant-digit radix passes of
     /// [`RADIX_BITS`] over the page's offset from the lowest page, as many as the page range
-    /// needs. Stable, so a page's items stay in item order.
-    fn sort_keys(&mut self, dram: &mut [u8], be: &mut Backend, n: usize) {
+    /// needs. Stable, so a page's items stay in item order. Counts every key touched, key
+    /// building included, as work.
+    fn sort_keys(&mut self, dram: &mut [u8], backend: &mut Backend, n: usize) {
         let page = |key: u64| key >> ITEM_BITS;
         let (lo, hi) = (0..n)
             .map(|i| page(self.keys.u64(dram, i)))
             .fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        // Building the keys and finding their range touched every key twice.
+        backend.work.sort_key_moves += 2 * n as u64;
         if n < 2 || lo == hi {
             return;
         }
@@ -428,7 +459,7 @@ impl Isp {
         if src != self.keys {
             dram.copy_within(src.start..src.start + 8 * n, self.keys.start);
         }
-        be.work.sort_key_moves += n as u64 * u64::from(passes + passes % 2);
+        backend.work.sort_key_moves += n as u64 * u64::from(passes + passes % 2);
     }
 
     /// The page and item of sorted key `k` of the running gather.
@@ -442,7 +473,7 @@ impl Isp {
     }
 
     /// Pins pages ahead of the consumer, up to the window.
-    fn issue(&mut self, dram: &mut [u8], be: &mut Backend) -> bool {
+    fn issue(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
         let Some(mut run) = self.run else {
             return false;
         };
@@ -453,7 +484,7 @@ impl Isp {
                 if self.window.len() >= self.window_pages {
                     break;
                 }
-                match be.request_page(dram, page) {
+                match backend.request_page(dram, page) {
                     Acquire::Full => break,
                     Acquire::Valid(slot)
                     | Acquire::Loading(slot)
@@ -474,7 +505,7 @@ impl Isp {
 
     /// Copies issued items' values out of their pages, in key order, while pages are present;
     /// runs the in-order pass and the next gather when the gather is complete.
-    fn consume(&mut self, dram: &mut [u8], be: &mut Backend) -> Result<bool, Status> {
+    fn consume(&mut self, dram: &mut [u8], backend: &mut Backend) -> Result<bool, Status> {
         let Some(mut run) = self.run else {
             return Ok(false);
         };
@@ -487,38 +518,38 @@ impl Isp {
             let (page, item) = self.key(dram, run.consumed);
             while self.window.front().is_some_and(|(p, _)| *p != page) {
                 if let Some((_, slot)) = self.window.pop_front() {
-                    be.buffer.unpin(dram, slot);
-                    be.work.pages_scanned += 1;
+                    backend.buffer.unpin(dram, slot);
+                    backend.work.pages_scanned += 1;
                 }
             }
             let slot = match self.window.front() {
-                Some(&(_, slot)) if be.buffer.is_failed(dram, slot) => {
+                Some(&(_, slot)) if backend.buffer.is_failed(dram, slot) => {
                     return Err(Status::UNRECOVERED_READ_ERROR);
                 }
-                Some(&(_, slot)) if be.buffer.is_loading(dram, slot) => break,
+                Some(&(_, slot)) if backend.buffer.is_loading(dram, slot) => break,
                 Some(&(_, slot)) => slot,
                 None => return Err(Status::INTERNAL_ERROR),
             };
             let offset = (self.item_address(dram, &run, item) % self.page_size_bytes) as usize;
             let mut b = [0u8; 8];
-            b[..width].copy_from_slice(&be.slot(slot).bytes(dram)[offset..offset + width]);
+            b[..width].copy_from_slice(&backend.slot(slot).bytes(dram)[offset..offset + width]);
             self.values
                 .set_u64(dram, item as usize, u64::from_le_bytes(b));
-            be.work.edges_scanned += 1;
+            backend.work.edges_scanned += 1;
             run.consumed += 1;
             progress = true;
         }
         self.run = Some(run);
         if run.consumed == run.item_count {
-            self.drain_window(dram, be);
+            self.drain_window(dram, backend);
             match run.gather {
                 Gather::Bounds => {
                     self.sample_pass(dram, &mut run)?;
-                    self.start_gather(dram, be, run, Gather::Neighbours);
+                    self.start_gather(dram, backend, run, Gather::Neighbours);
                 }
                 Gather::Neighbours => {
-                    self.dedup_pass(dram, be, &run)?;
-                    self.next_layer(dram, be, run);
+                    self.dedup_pass(dram, backend, &run)?;
+                    self.next_layer(dram, backend, run);
                 }
             }
             progress = true;
@@ -571,7 +602,12 @@ impl Isp {
     /// For each sampled edge in order: deduplicate its neighbour and record its local index.
     /// Counted once per edge as "sampled", which the core model prices as drawing, deduplicating
     /// and writing it.
-    fn dedup_pass(&mut self, dram: &mut [u8], be: &mut Backend, run: &Run) -> Result<(), Status> {
+    fn dedup_pass(
+        &mut self,
+        dram: &mut [u8],
+        backend: &mut Backend,
+        run: &Run,
+    ) -> Result<(), Status> {
         for e in 0..run.layer_edges {
             let id = self.values.u64(dram, e as usize);
             if id >= run.graph.node_count {
@@ -584,12 +620,12 @@ impl Isp {
                 .indices
                 .set_u32(dram, (run.edge_base + e) as usize, local);
         }
-        be.work.edges_sampled += u64::from(run.layer_edges);
+        backend.work.edges_sampled += u64::from(run.layer_edges);
         Ok(())
     }
 
     /// Records the finished layer and starts the next one, or finishes the job.
-    fn next_layer(&mut self, dram: &mut [u8], be: &mut Backend, mut run: Run) {
+    fn next_layer(&mut self, dram: &mut [u8], backend: &mut Backend, mut run: Run) {
         let job = &mut self.jobs[run.slot];
         job.layers[run.layer] = LayerCounts {
             dst_count: run.dst_count,
@@ -598,33 +634,40 @@ impl Isp {
         };
         if run.layer + 1 == usize::from(job.layer_count) {
             self.run = None;
-            self.finish(dram, run.slot, None);
+            self.finish(dram, &mut backend.work, run.slot, None);
             return;
         }
         run.layer += 1;
         run.edge_base += run.layer_edges;
         run.layer_edges = 0;
         run.dst_count = job.node_count;
-        self.start_gather(dram, be, run, Gather::Bounds);
+        self.start_gather(dram, backend, run, Gather::Bounds);
     }
 
     /// Releases every pinned window page.
-    fn drain_window(&mut self, dram: &mut [u8], be: &mut Backend) {
+    fn drain_window(&mut self, dram: &mut [u8], backend: &mut Backend) {
         while let Some((_, slot)) = self.window.pop_front() {
-            be.buffer.unpin(dram, slot);
-            be.work.pages_scanned += 1;
+            backend.buffer.unpin(dram, slot);
+            backend.work.pages_scanned += 1;
         }
     }
 
-    fn fail_run(&mut self, dram: &mut [u8], be: &mut Backend, status: Status) {
-        self.drain_window(dram, be);
+    fn fail_run(&mut self, dram: &mut [u8], backend: &mut Backend, status: Status) {
+        self.drain_window(dram, backend);
         if let Some(run) = self.run.take() {
-            self.finish(dram, run.slot, Some(status));
+            self.finish(dram, &mut backend.work, run.slot, Some(status));
         }
     }
 
-    /// Ends job `slot` (successfully if `error` is `None`) and clears the dedup table.
-    fn finish(&mut self, dram: &mut [u8], slot: usize, error: Option<Status>) {
+    /// Ends job `slot` (successfully if `error` is `None`) and clears its entries from the
+    /// node table, one probe per node.
+    fn finish(
+        &mut self,
+        dram: &mut [u8],
+        work: &mut WorkCounters,
+        slot: usize,
+        error: Option<Status>,
+    ) {
         let job = &mut self.jobs[slot];
         job.state = match error {
             None if job.layout().is_some() => JobState::Done,
@@ -632,19 +675,16 @@ impl Isp {
             Some(s) => JobState::Failed(s),
         };
         let nodes = job.node_count as usize;
-        if nodes > (self.hash_mask + 1) / 16 {
-            self.node_hash.bytes_mut(dram).fill(0);
-        } else {
-            for i in 0..nodes {
-                let node = self.regions[slot].nodes.u64(dram, i);
-                let mut h = self.home(node);
-                // Deleting in arbitrary order would cut probe chains, so find each entry by value.
-                while self.node_hash.u32(dram, h) != i as u32 + 1 {
-                    h = (h + 1) & self.hash_mask;
-                }
-                self.node_hash.set_u32(dram, h, 0);
+        for i in 0..nodes {
+            let node = self.regions[slot].nodes.u64(dram, i);
+            let mut h = self.home(node);
+            // Deleting in arbitrary order would cut probe chains, so find each entry by value.
+            while self.node_hash.u32(dram, h) != i as u32 + 1 {
+                h = (h + 1) & self.hash_mask;
             }
+            self.node_hash.set_u32(dram, h, 0);
         }
+        work.edges_sampled += nodes as u64;
     }
 
     fn home(&self, node: u64) -> usize {

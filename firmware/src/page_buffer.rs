@@ -139,11 +139,27 @@ impl PageBuffer {
         }
     }
 
-    /// Marks a loading slot filled (or failed).
+    /// Marks a loading slot filled (or failed). A slot detached while it loaded, and no longer
+    /// held, is freed now that its read has landed.
     pub fn fill_done(&self, dram: &mut [u8], slot: u32, ok: bool) {
         let mut m = self.get(dram, slot);
-        m.state = if ok { VALID } else { FAILED };
+        m.state = match (ok, m.key == 0 && m.pins == 0) {
+            (_, true) => EMPTY,
+            (true, false) => VALID,
+            (false, false) => FAILED,
+        };
         self.put(dram, slot, m);
+    }
+
+    /// Gives up a slot the caller got from a miss and never filled (or holds pinned): it is
+    /// marked failed if still loading, so that it is freed with its last pin.
+    pub fn abandon(&self, dram: &mut [u8], slot: u32) {
+        let mut m = self.get(dram, slot);
+        if m.state == LOADING {
+            m.state = FAILED;
+            self.put(dram, slot, m);
+        }
+        self.unpin(dram, slot);
     }
 
     /// Whether the slot is still loading.
@@ -156,11 +172,12 @@ impl PageBuffer {
         self.get(dram, slot).state == FAILED
     }
 
-    /// Drops one pin. A slot that failed or was detached is freed when its last pin goes.
+    /// Drops one pin. A slot that failed or was detached is freed when its last pin goes, unless
+    /// a flash read into it is still in flight ([`Self::fill_done`] frees it then).
     pub fn unpin(&self, dram: &mut [u8], slot: u32) {
         let mut m = self.get(dram, slot);
         m.pins = m.pins.saturating_sub(1);
-        if m.pins == 0 && (m.state == FAILED || m.key == 0) {
+        if m.pins == 0 && m.state != LOADING && (m.state == FAILED || m.key == 0) {
             m = Meta {
                 key: 0,
                 stamp: m.stamp,
@@ -183,7 +200,7 @@ impl PageBuffer {
     pub fn detach_slot(&self, dram: &mut [u8], slot: u32) {
         let mut m = self.get(dram, slot);
         m.key = 0;
-        if m.pins == 0 {
+        if m.pins == 0 && m.state != LOADING {
             m.state = EMPTY;
         }
         self.put(dram, slot, m);
@@ -270,6 +287,36 @@ mod tests {
             assert!(matches!(pb.acquire(&mut dram, lpn, true), Acquire::Miss(_)));
         }
         assert_eq!(pb.acquire(&mut dram, 99, true), Acquire::Full);
+    }
+
+    #[test]
+    fn a_detached_slot_is_not_reused_while_its_read_is_in_flight() {
+        let (mut pb, mut dram) = buffer(8);
+        let Acquire::Miss(s) = pb.acquire(&mut dram, 1, true) else {
+            panic!()
+        };
+        pb.detach(&mut dram, 1);
+        pb.unpin(&mut dram, s);
+        // Every other slot of the set gets a page; the loading one must not be handed out.
+        for lpn in 10..17 {
+            assert!(matches!(pb.acquire(&mut dram, lpn, true), Acquire::Miss(x) if x != s));
+        }
+        assert_eq!(pb.acquire(&mut dram, 20, true), Acquire::Full);
+        pb.fill_done(&mut dram, s, true);
+        assert_eq!(pb.acquire(&mut dram, 20, true), Acquire::Miss(s));
+    }
+
+    #[test]
+    fn an_abandoned_miss_is_freed() {
+        let (mut pb, mut dram) = buffer(8);
+        let Acquire::Miss(s) = pb.acquire(&mut dram, 1, true) else {
+            panic!()
+        };
+        pb.abandon(&mut dram, s);
+        // All eight ways of the set are free again.
+        for lpn in 10..18 {
+            assert!(matches!(pb.acquire(&mut dram, lpn, true), Acquire::Miss(_)));
+        }
     }
 
     #[test]

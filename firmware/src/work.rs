@@ -12,15 +12,19 @@ pub struct WorkCounters {
     pub page_lookups: u64,
     /// Flash pages whose contents the ISP engine scanned.
     pub pages_scanned: u64,
-    /// Neighbour-list entries the ISP engine looked at.
+    /// Values the ISP engine's gathers read out of flash pages: `indptr` bounds and neighbour
+    /// ids (a little-endian load and a store each).
     pub edges_scanned: u64,
-    /// Neighbours the ISP engine sampled (including deduplication).
+    /// Nodes the ISP engine deduplicated: each sampled neighbour (drawn, probed in the node
+    /// table, written out) and each target; plus node-table entries cleared after a job.
     pub edges_sampled: u64,
     /// Bytes moved by the cores or DMA between host and DRAM.
     pub bytes_copied: u64,
     /// Keys moved by the ISP engine's radix-sort passes (each pass counts and scatters every
     /// key once).
     pub sort_key_moves: u64,
+    /// Block-table entries the FTL scanned to pick garbage-collection victims.
+    pub blocks_scanned: u64,
 }
 
 impl WorkCounters {
@@ -35,6 +39,7 @@ impl WorkCounters {
             edges_sampled: self.edges_sampled - earlier.edges_sampled,
             bytes_copied: self.bytes_copied - earlier.bytes_copied,
             sort_key_moves: self.sort_key_moves - earlier.sort_key_moves,
+            blocks_scanned: self.blocks_scanned - earlier.blocks_scanned,
         }
     }
 }
