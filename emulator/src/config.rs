@@ -329,18 +329,18 @@ impl HwConfig {
                 "firmware.max_fanout",
                 format!("must be between 1 and {MAX_FANOUT} (got {})", f.max_fanout),
             ),
-            ConfigError::SubgraphCapacity => (
+            ConfigError::MaxSubgraphNodes => (
                 "firmware.max_subgraph_nodes",
-                format!(
-                    "max_subgraph_nodes and max_subgraph_edges must be between 1 and 2^28 \
-                     (got {} and {})",
-                    f.max_subgraph_nodes, f.max_subgraph_edges
-                ),
+                format!("must be between 1 and 2^28 (got {})", f.max_subgraph_nodes),
+            ),
+            ConfigError::MaxSubgraphEdges => (
+                "firmware.max_subgraph_edges",
+                format!("must be between 1 and 2^28 (got {})", f.max_subgraph_edges),
             ),
             ConfigError::MaxTransfer => (
                 "firmware.max_transfer_bytes",
                 format!(
-                    "must be a power of two of at least 4096 spanning at most 62 flash pages \
+                    "must be a power of two of at least 4096 spanning fewer than 63 flash pages \
                      of {} bytes (got {})",
                     self.nand.page_size_bytes, f.max_transfer_bytes
                 ),
@@ -353,7 +353,12 @@ impl HwConfig {
             ),
             ConfigError::DramTooSmall => (
                 "dram.capacity_mib",
-                "the firmware's DRAM layout for this configuration overflows".to_string(),
+                "is smaller than the firmware's DRAM layout for this configuration".to_string(),
+            ),
+            ConfigError::DramLayoutOverflow => (
+                "firmware",
+                "the firmware's tables for this configuration overflow the address space"
+                    .to_string(),
             ),
         };
         invalid(field, reason)
@@ -709,7 +714,7 @@ mod tests {
             "firmware",
             "max_transfer_bytes",
             "1048576",
-            "62 flash pages",
+            "fewer than 63 flash pages",
         );
         rejects(
             "firmware",

@@ -70,15 +70,20 @@ pub enum ConfigError {
     MaxTargets,
     /// `limits.max_fanout` is 0 or above the sampling function's maximum.
     MaxFanout,
-    /// `max_subgraph_nodes` or `max_subgraph_edges` is 0 or too large for the result format.
-    SubgraphCapacity,
-    /// `max_transfer_bytes` is not a power of two ≥ 4 KiB, or spans more than
-    /// [`MAX_PAGES_PER_COMMAND`] − 1 flash pages.
+    /// `max_subgraph_nodes` is 0 or above 2^28.
+    MaxSubgraphNodes,
+    /// `max_subgraph_edges` is 0 or above 2^28.
+    MaxSubgraphEdges,
+    /// `max_transfer_bytes` is not a power of two ≥ 4 KiB, or a transfer that size starting
+    /// mid-page (`max_transfer_bytes / page_size_bytes + 1` pages) would not stay below
+    /// [`MAX_PAGES_PER_COMMAND`] pages.
     MaxTransfer,
     /// The flash is too small to hold a namespace after reserves and over-provisioning.
     TooLittleFlash,
     /// The DRAM arena given is smaller than [`crate::Firmware::dram_size_bytes`].
     DramTooSmall,
+    /// The arena this configuration needs does not fit the address space.
+    DramLayoutOverflow,
 }
 
 impl FirmwareConfig {
@@ -104,12 +109,11 @@ impl FirmwareConfig {
         if self.isp_slots == 0 || usize::from(self.isp_slots) > MAX_ISP_SLOTS {
             return Err(ConfigError::IspSlots);
         }
-        if self.max_subgraph_nodes == 0
-            || self.max_subgraph_nodes > 1 << 28
-            || self.max_subgraph_edges == 0
-            || self.max_subgraph_edges > 1 << 28
-        {
-            return Err(ConfigError::SubgraphCapacity);
+        if self.max_subgraph_nodes == 0 || self.max_subgraph_nodes > 1 << 28 {
+            return Err(ConfigError::MaxSubgraphNodes);
+        }
+        if self.max_subgraph_edges == 0 || self.max_subgraph_edges > 1 << 28 {
+            return Err(ConfigError::MaxSubgraphEdges);
         }
         if self.limits.max_targets == 0 || self.limits.max_targets > self.max_subgraph_nodes {
             return Err(ConfigError::MaxTargets);

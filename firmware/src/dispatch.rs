@@ -115,18 +115,19 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             .ok_or(ConfigError::TooLittleFlash)?;
         DramLayout::new(config, geometry, pages)
             .map(|l| l.total_bytes)
-            .ok_or(ConfigError::DramTooSmall)
+            .ok_or(ConfigError::DramLayoutOverflow)
     }
 
     /// Boots on freshly erased flash: formats the FTL and clears the firmware's tables.
-    /// The arena must backend at least [`Self::dram_size_bytes`] long and zero-filled (the mapping
+    /// The arena must be at least [`Self::dram_size_bytes`] long and zero-filled (the mapping
     /// tables, which scale with capacity, are not cleared here).
     pub fn new(config: FirmwareConfig, flash: F, mut dram: M) -> Result<Self, ConfigError> {
         let geometry = flash.geometry();
         config.validate(&geometry)?;
         let pages = logical_page_count(&geometry, config.over_provisioning_percent)
             .ok_or(ConfigError::TooLittleFlash)?;
-        let layout = DramLayout::new(&config, &geometry, pages).ok_or(ConfigError::DramTooSmall)?;
+        let layout =
+            DramLayout::new(&config, &geometry, pages).ok_or(ConfigError::DramLayoutOverflow)?;
         let arena = dram.as_mut();
         if arena.len() < layout.total_bytes {
             return Err(ConfigError::DramTooSmall);
@@ -198,7 +199,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 
     /// Empties the DRAM page buffer of every page no command is using, so that the next reads
     /// come from flash (the buffer is write-through: nothing is lost). The emulator uses it to
-    /// start measurements cold, as a board would backend after a power cycle.
+    /// start measurements cold, as a board would be after a power cycle.
     pub fn drop_page_buffer(&mut self) {
         self.backend.buffer.drop_unpinned(self.dram.as_mut());
     }
@@ -767,7 +768,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
                 Next::Wait => continue,
             };
-            // The slot is pinned and holds the old page (or will backend overwritten whole).
+            // The slot is pinned and holds the old page (or will be overwritten whole).
             if self.backend.ftl.is_full() {
                 self.backend.buffer.abandon(dram, slot);
                 *status = Status::CAPACITY_EXCEEDED;

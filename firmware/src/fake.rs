@@ -2,8 +2,8 @@
 //!
 //! [`MemFlash`] keeps every page in RAM, enforces erase-before-program and in-order programming
 //! within a block, and delivers completions out of order across dies (in order within a die)
-//! under a seeded generator, so tests exercise the firmware's asynchronous paths. Operations can
-//! be made to fail to test media-error handling. It counts what it did.
+//! under a seeded generator, so tests exercise the firmware's asynchronous paths. Reads of chosen
+//! pages can be made to fail, to test media-error handling. It counts what it did.
 
 extern crate alloc;
 

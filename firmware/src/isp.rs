@@ -208,7 +208,7 @@ impl Isp {
         self.limits
     }
 
-    /// A slot that can take a new job, and the arena window its NS_config must backend DMA'd into.
+    /// A slot that can take a new job, and the arena window its NS_config must be DMA'd into.
     pub fn free_slot(&self) -> Option<(usize, Region)> {
         (0..self.slot_count)
             .find(|s| self.jobs[*s].state == JobState::Free)

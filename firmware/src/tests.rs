@@ -311,11 +311,14 @@ proptest! {
         }
         let stats = d.fw.ftl_stats();
         prop_assert!(stats.blocks_erased > 0, "GC never ran: {:?}", stats);
+        // Nothing leaked: no command, flash operation or GC step is left over.
+        d.fw.poll(&mut d.host);
+        prop_assert!(d.fw.is_idle(), "{}", d.fw.describe());
     }
 }
 
 #[test]
-fn a_write_larger_than_the_free_blocks_forces_gc_and_a_full_device_says_so() {
+fn writing_the_namespace_three_times_over_forces_gc() {
     let mut d = Device::new(small_geometry(), small_config(), 4);
     let ns = d.fw.namespace_block_count();
     // Write the namespace three times: far more than the free blocks.
@@ -357,10 +360,21 @@ struct StoredGraph {
 }
 
 fn store_graph(d: &mut Device, indptr: Vec<u64>, indices: Vec<u32>) -> StoredGraph {
+    let descriptor = store_ids(d, &indptr, indices.as_bytes().to_vec(), 4);
+    StoredGraph {
+        indptr,
+        indices,
+        descriptor,
+    }
+}
+
+/// Writes `indptr` and the id bytes (`width` bytes per id) at LBA 0 and after it, and attaches.
+fn store_ids(d: &mut Device, indptr: &[u64], ids: Vec<u8>, width: u8) -> GraphDescriptor {
     let bs = 512u64;
+    let edge_count = ids.len() as u64 / u64::from(width);
     let mut ip = indptr.as_bytes().to_vec();
     ip.resize(ip.len().div_ceil(512) * 512, 0);
-    let mut ix = indices.as_bytes().to_vec();
+    let mut ix = ids;
     ix.resize(ix.len().div_ceil(512).max(1) * 512, 0);
     let ip_blocks = ip.len() as u64 / bs;
     // Start indices on a fresh flash page, a few pages in.
@@ -373,8 +387,8 @@ fn store_graph(d: &mut Device, indptr: Vec<u64>, indices: Vec<u32>) -> StoredGra
     }
     let descriptor = GraphDescriptor {
         node_count: indptr.len() as u64 - 1,
-        edge_count: indices.len() as u64,
-        id_width_bytes: 4,
+        edge_count,
+        id_width_bytes: width,
         indptr: LbaRange {
             slba: 0,
             block_count: ip_blocks,
@@ -384,19 +398,14 @@ fn store_graph(d: &mut Device, indptr: Vec<u64>, indices: Vec<u32>) -> StoredGra
             block_count: ix.len() as u64 / bs,
         },
     };
-    let wire = descriptor.to_wire();
     let sqe = SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, 0, 1, 64, 0);
     assert!(
-        d.exec(1, sqe, wire.as_bytes().to_vec())
+        d.exec(1, sqe, descriptor.to_wire().as_bytes().to_vec())
             .0
             .status()
             .is_success()
     );
-    StoredGraph {
-        indptr,
-        indices,
-        descriptor,
-    }
+    descriptor
 }
 
 /// A ring of `n` nodes plus a hub connected to everyone (degree ≫ page size / 4).
@@ -692,4 +701,156 @@ proptest! {
             prop_assert!(ns_collect(&mut d, tag, 1 << 16).0.is_success());
         }
     }
+}
+
+#[test]
+fn eight_byte_ids_sample_like_four_byte_ids() {
+    let (indptr, indices) = ring_with_hub(1500);
+    let wide: Vec<u64> = indices.iter().map(|i| u64::from(*i)).collect();
+    let mut narrow_dev = Device::new(small_geometry(), small_config(), 11);
+    store_ids(&mut narrow_dev, &indptr, indices.as_bytes().to_vec(), 4);
+    let mut wide_dev = Device::new(small_geometry(), small_config(), 12);
+    store_ids(&mut wide_dev, &indptr, wide.as_bytes().to_vec(), 8);
+    for seed in 0..4 {
+        let targets = [1500, 3, 700, 3, 1499];
+        let (s, t) = ns_submit(&mut narrow_dev, seed, &[6, 4, 2], &targets);
+        assert!(s.is_success());
+        let a = ns_collect(&mut narrow_dev, t, 1 << 17);
+        let (s, t) = ns_submit(&mut wide_dev, seed, &[6, 4, 2], &targets);
+        assert!(s.is_success());
+        let b = ns_collect(&mut wide_dev, t, 1 << 17);
+        assert!(a.0.is_success() && b.0.is_success());
+        assert_eq!(a.2[..a.1 as usize], b.2[..b.1 as usize]);
+    }
+}
+
+/// Many commands in flight at once: overlapping writes land in submission order, reads and
+/// sampling jobs run beside them, and everything matches a one-at-a-time run.
+#[test]
+fn concurrent_writes_reads_and_sampling_jobs() {
+    let mut d = Device::new(small_geometry(), small_config(), 13);
+    let (indptr, indices) = ring_with_hub(400);
+    let g = store_graph(&mut d, indptr, indices);
+    let graph_end = g.descriptor.indices.slba + g.descriptor.indices.block_count;
+    let (s, t) = ns_submit(&mut d, 77, &[4, 4], &[1, 2, 3, 400]);
+    assert!(s.is_success());
+    let alone = ns_collect(&mut d, t, 1 << 16);
+    // Now the same job with 24 overlapping writes and 8 reads in flight around it.
+    let base = graph_end + 64;
+    let mut ids = Vec::new();
+    for k in 0..24u64 {
+        let data = vec![k as u8 + 1; 512 * (1 + (k as usize % 7))];
+        let blocks = (data.len() / 512) as u32;
+        ids.push(d.submit(
+            1,
+            SubmissionEntry::read_write(true, 0, 1, base + (k % 5), blocks),
+            data,
+        ));
+    }
+    let mut cfg = vec![0u8; ns_config_size_bytes(4)];
+    encode_ns_config(77, &[4, 4], &[1, 2, 3, 400], &mut cfg).unwrap();
+    let submit = d.submit(
+        1,
+        SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, 1, cfg.len() as u32, 0),
+        cfg,
+    );
+    for k in 0..8u64 {
+        ids.push(d.submit(
+            1,
+            SubmissionEntry::read_write(false, 0, 1, base + k, 4),
+            vec![0; 2048],
+        ));
+    }
+    let (cqe, _) = d.wait(submit);
+    assert!(cqe.status().is_success());
+    let together = ns_collect(&mut d, cqe.result.get(), 1 << 16);
+    assert_eq!(alone, together);
+    for id in ids {
+        assert!(d.wait(id).0.status().is_success());
+    }
+    // The last write to touch each block wins: writes to one page run in submission order.
+    let mut want = vec![0u8; 512 * 16];
+    for k in 0..24u64 {
+        let (start, len) = ((k % 5) as usize, 1 + (k as usize % 7));
+        want[start * 512..(start + len) * 512].fill(k as u8 + 1);
+    }
+    assert_eq!(d.read(base, 16), (Status::SUCCESS, want));
+    assert!(d.fw.is_idle());
+}
+
+#[test]
+fn a_page_gc_cannot_read_is_reported_lost_not_zero() {
+    let mut d = Device::new(small_geometry(), small_config(), 14);
+    let ns = d.fw.namespace_block_count();
+    for slba in (0..ns).step_by(32) {
+        let blocks = 32.min(ns - slba) as usize;
+        let mut data = vec![0x11u8; blocks * 512];
+        if slba == 0 {
+            data[..2048].fill(0x5A);
+        }
+        assert_eq!(d.write(slba, &data), Status::SUCCESS);
+    }
+    let ppn = (0..small_geometry().page_count() as u32)
+        .map(crate::hal::PhysPage)
+        .find(|p| d.fw.flash().page(*p)[0] == 0x5A)
+        .unwrap();
+    d.fw.flash_mut().fail_reads_of(ppn);
+    // Rewrite random pages other than logical page 0 until GC has had to move it: random
+    // overwrites leave few blocks wholly invalid, so victims have pages to copy.
+    let pages = ns / 4;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..pages * 6 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let lpn = 1 + x % (pages - 1);
+        assert_eq!(d.write(lpn * 4, &[0x22; 2048]), Status::SUCCESS);
+        if d.fw.ftl_stats().media_failures > 0 {
+            break;
+        }
+    }
+    assert!(
+        d.fw.ftl_stats().media_failures > 0,
+        "GC never read the failing page"
+    );
+    assert_eq!(d.read(0, 4).0, Status::UNRECOVERED_READ_ERROR);
+    assert!(d.read(4, 4).0.is_success());
+    // Writing the page again makes it readable.
+    assert_eq!(d.write(0, &[0x33; 2048]), Status::SUCCESS);
+    assert_eq!(d.read(0, 4), (Status::SUCCESS, vec![0x33; 2048]));
+}
+
+#[test]
+fn a_huge_deallocate_does_not_hold_up_other_commands() {
+    let mut d = Device::new(small_geometry(), small_config(), 15);
+    assert_eq!(d.write(8, &[1u8; 2048]), Status::SUCCESS);
+    let ns = d.fw.namespace_block_count();
+    // 256 ranges, each the whole namespace.
+    let range = sagessd_abi::nvme::DsmRange {
+        attributes: 0.into(),
+        block_count: (ns as u32).into(),
+        slba: 0.into(),
+    };
+    let ranges: Vec<u8> = (0..256).flat_map(|_| range.as_bytes().to_vec()).collect();
+    let mut sqe = SubmissionEntry::new(io_opcode::DATASET_MANAGEMENT, 0, 1);
+    sqe.cdw10 = 255.into();
+    sqe.cdw11 = (1 << 2).into();
+    let trim = d.submit(1, sqe, ranges);
+    let read = d.submit(
+        1,
+        SubmissionEntry::read_write(false, 0, 1, 100, 4),
+        vec![0; 2048],
+    );
+    let (cqe, _) = d.wait(read);
+    assert!(cqe.status().is_success());
+    assert!(
+        !d.host.completions.iter().any(|(c, _)| *c == trim),
+        "the read waited for the whole deallocate"
+    );
+    assert!(d.wait(trim).0.status().is_success());
+    assert_eq!(d.read(8, 4), (Status::SUCCESS, vec![0u8; 2048]));
+    // A range past the namespace is an error, not a silent no-op.
+    let (mut sqe, data) = dsm(ns - 2, 4);
+    sqe.cid = 0.into();
+    assert_eq!(d.exec(1, sqe, data).0.status(), Status::LBA_OUT_OF_RANGE);
 }

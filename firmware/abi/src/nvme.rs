@@ -71,8 +71,8 @@ impl SubmissionEntry {
         }
     }
 
-    /// A Read (`nvm` = true: the NVM Read, opcode 0x02) or Write (0x01) of `block_count` logical
-    /// blocks starting at `slba`; `block_count` must be ≥ 1 (it is sent 0-based).
+    /// A Write (`write`, opcode 0x01) or Read (opcode 0x02) of `block_count` logical blocks
+    /// starting at `slba`; `block_count` must be ≥ 1 (it is sent 0-based).
     pub fn read_write(write: bool, cid: u16, nsid: u32, slba: u64, block_count: u32) -> Self {
         let opcode = if write {
             io_opcode::WRITE
@@ -86,10 +86,11 @@ impl SubmissionEntry {
         sqe
     }
 
-    /// A vendor command moving `data_len_bytes` (a multiple of 4), with `cdw12` command specific.
+    /// A vendor command moving `data_len_bytes` (sent as a dword count, rounded up: the host
+    /// buffer should be a multiple of 4 bytes), with `cdw12` command specific.
     pub fn vendor(opcode: u8, cid: u16, nsid: u32, data_len_bytes: u32, cdw12: u32) -> Self {
         let mut sqe = Self::new(opcode, cid, nsid);
-        sqe.cdw10 = (data_len_bytes / 4).into();
+        sqe.cdw10 = data_len_bytes.div_ceil(4).into();
         sqe.cdw12 = cdw12.into();
         sqe
     }
@@ -300,7 +301,8 @@ impl VendorStatus {
 
 impl From<VendorStatus> for Status {
     fn from(v: VendorStatus) -> Self {
-        // Only "no free slot" can succeed when retried later.
+        // Retrying can succeed after "no free slot" (once a job is collected) and after "buffer
+        // too small" (with a larger buffer); every other vendor status is final.
         Status {
             sct: sct::VENDOR,
             sc: v as u8,
