@@ -148,7 +148,7 @@ struct Finished {
 pub struct NandArray {
     geometry: Geometry,
     timing: NandTiming,
-    page_size: usize,
+    page_size_bytes: usize,
     pages: HashMap<u32, Box<[u8]>>,
     /// Per block: the lowest page that may still be programmed.
     next_page: Vec<u32>,
@@ -176,7 +176,7 @@ impl NandArray {
         Self {
             geometry,
             timing,
-            page_size: geometry.page_size_bytes as usize,
+            page_size_bytes: geometry.page_size_bytes as usize,
             pages: HashMap::new(),
             next_page: vec![0; geometry.block_count() as usize],
             die_busy: vec![None; dies],
@@ -285,7 +285,7 @@ impl NandArray {
 
     fn start(&mut self, t_ns: u64, op_id: u64) {
         let t = self.timing;
-        let page_bytes = self.page_size as u64;
+        let page_bytes = self.page_size_bytes as u64;
         let (die, channel, is) = {
             let op = &self.ops[&op_id];
             let is = match op.kind {
@@ -326,7 +326,7 @@ impl NandArray {
     fn on_sense_done(&mut self, t_ns: u64, op_id: u64) {
         let channel = self.geometry.channel_of(self.ops[&op_id].die);
         let x = self.book_channel(channel, t_ns, self.timing.page_transfer_ns);
-        self.stats.channel_bytes[channel as usize] += self.page_size as u64;
+        self.stats.channel_bytes[channel as usize] += self.page_size_bytes as u64;
         self.schedule(x + self.timing.page_transfer_ns, EventKind::Done, op_id);
     }
 
@@ -366,7 +366,7 @@ impl NandArray {
     }
 
     fn check_dram(&self, offset: usize, dram: &[u8]) -> Result<(), FlashError> {
-        match offset.checked_add(self.page_size) {
+        match offset.checked_add(self.page_size_bytes) {
             Some(end) if end <= dram.len() => Ok(()),
             _ => Err(FlashError::OutOfRange),
         }
@@ -415,7 +415,7 @@ impl Flash for NandArray {
                     return Err(FlashError::NotErased);
                 }
                 self.next_page[block] = page + 1;
-                let data = dram[dram_offset_bytes..dram_offset_bytes + self.page_size].into();
+                let data = dram[dram_offset_bytes..dram_offset_bytes + self.page_size_bytes].into();
                 (g.die_of(ppn), OpKind::Program { ppn: ppn.0, data })
             }
             FlashOp::Erase { block } => {
@@ -445,7 +445,7 @@ impl Flash for NandArray {
         let done = self.finished.pop_front()?;
         let mut result = Ok(());
         if let Some((offset, data)) = done.read {
-            match dram.get_mut(offset..offset + self.page_size) {
+            match dram.get_mut(offset..offset + self.page_size_bytes) {
                 Some(window) => match data {
                     Some(page) => window.copy_from_slice(&page),
                     None => window.fill(0xFF),

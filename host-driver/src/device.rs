@@ -5,7 +5,7 @@
 //! up to [`Device::queue_depth`] commands in flight. The in-storage sampling call coalesces a
 //! whole minibatch into exactly one `NS_SUBMIT` and one `NS_COLLECT`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::identify::{
@@ -86,9 +86,9 @@ pub struct DriverStats {
     /// Commands that completed with an error status.
     pub failed_commands: u64,
     /// Payload bytes host→device.
-    pub bytes_h2c: u64,
+    pub h2c_bytes: u64,
     /// Payload bytes device→host.
-    pub bytes_c2h: u64,
+    pub c2h_bytes: u64,
 }
 
 impl DriverStats {
@@ -103,8 +103,8 @@ impl DriverStats {
             ns_collects: self.ns_collects - earlier.ns_collects,
             other_commands: self.other_commands - earlier.other_commands,
             failed_commands: self.failed_commands - earlier.failed_commands,
-            bytes_h2c: self.bytes_h2c - earlier.bytes_h2c,
-            bytes_c2h: self.bytes_c2h - earlier.bytes_c2h,
+            h2c_bytes: self.h2c_bytes - earlier.h2c_bytes,
+            c2h_bytes: self.c2h_bytes - earlier.c2h_bytes,
         }
     }
 }
@@ -138,9 +138,9 @@ pub struct Device<T: Transport> {
     collect_cap_bytes: usize,
     next_cid: [u16; 2],
     /// Outstanding commands: (queue, cid) → opcode.
-    in_flight: HashMap<(u16, u16), u8>,
+    in_flight: BTreeMap<(u16, u16), u8>,
     /// Reaped completions not yet claimed by their waiter.
-    ready: HashMap<(u16, u16), Completion>,
+    ready: BTreeMap<(u16, u16), Completion>,
     stats: DriverStats,
     attached: Option<GraphDescriptor>,
     last_completed_at_ns: Option<u64>,
@@ -164,8 +164,8 @@ impl<T: Transport> Device<T> {
             queue_depth: DEFAULT_QUEUE_DEPTH,
             collect_cap_bytes: DEFAULT_COLLECT_CAP_BYTES,
             next_cid: [0; 2],
-            in_flight: HashMap::new(),
-            ready: HashMap::new(),
+            in_flight: BTreeMap::new(),
+            ready: BTreeMap::new(),
             stats: DriverStats::default(),
             attached: None,
             last_completed_at_ns: None,
@@ -323,7 +323,7 @@ impl<T: Transport> Device<T> {
             DataDirection::of(opcode),
             DataDirection::HostToDevice | DataDirection::Bidirectional
         ) {
-            s.bytes_h2c += payload;
+            s.h2c_bytes += payload;
         }
         Ok(cid)
     }
@@ -358,7 +358,7 @@ impl<T: Transport> Device<T> {
                 } else {
                     c.data.len() as u64
                 };
-                self.stats.bytes_c2h += moved;
+                self.stats.c2h_bytes += moved;
             }
         } else {
             self.stats.failed_commands += 1;
@@ -388,7 +388,7 @@ impl<T: Transport> Device<T> {
     fn wait_any(
         &mut self,
         sq_id: u16,
-        cids: &HashMap<u16, usize>,
+        cids: &BTreeMap<u16, usize>,
     ) -> Result<Completion, DriverError> {
         loop {
             if let Some(cid) = cids
@@ -430,8 +430,8 @@ impl<T: Transport> Device<T> {
         F: FnMut(usize, Completion) -> Result<(), DriverError>,
     {
         let mut commands = commands.into_iter().enumerate();
-        let mut outstanding: HashMap<u16, (usize, u8)> = HashMap::new();
-        let mut cids: HashMap<u16, usize> = HashMap::new();
+        let mut outstanding: BTreeMap<u16, (usize, u8)> = BTreeMap::new();
+        let mut cids: BTreeMap<u16, usize> = BTreeMap::new();
         let mut first_err: Option<DriverError> = None;
         loop {
             while first_err.is_none() && outstanding.len() < self.queue_depth {
@@ -723,8 +723,8 @@ mod tests {
         assert!(runs[2] == data[4096..3 * 4096], "run 2 differs");
         let s = dev.stats();
         assert_eq!(s.reads, 3 + 1 + 2 + 1);
-        assert_eq!(s.bytes_h2c, 300 * 4096);
-        assert_eq!(s.bytes_c2h, 2 * 4096 + (300 + 133) * 4096);
+        assert_eq!(s.h2c_bytes, 300 * 4096);
+        assert_eq!(s.c2h_bytes, 2 * 4096 + (300 + 133) * 4096);
         // Unwritten blocks read back as zeroes.
         assert!(dev.read(5000, 1).unwrap().iter().all(|b| *b == 0));
     }
@@ -799,7 +799,7 @@ mod tests {
         let bytes = dev.sample(5, &[10, 10], &[3, 3, 0]).unwrap();
         let d = dev.stats().since(&before);
         assert_eq!((d.commands, d.ns_submits, d.ns_collects), (2, 1, 1));
-        assert_eq!(d.bytes_c2h, bytes.len() as u64);
+        assert_eq!(d.c2h_bytes, bytes.len() as u64);
         let view = SubgraphView::parse(&bytes).unwrap();
         let nodes: Vec<u64> = view.nodes().iter().map(|n| n.get()).collect();
         // Targets 3, 0 (deduplicated); 3's neighbour 2, 0's neighbours 1, 2 → [3, 0, 2, 1].
@@ -846,7 +846,7 @@ mod tests {
         assert!(c.cqe.status().is_success());
         assert!(c.completed_at_ns.unwrap() > c.submitted_at_ns.unwrap());
         assert!(ControllerInfo::decode_limits(&c.data).is_some());
-        assert!(t.device_counters().unwrap().pcie_bytes_c2h >= 4096);
+        assert!(t.device_counters().unwrap().pcie_c2h_bytes >= 4096);
         assert!(t.reap().unwrap().is_none());
     }
 }

@@ -75,8 +75,8 @@ impl Transport for LocalTransport {
         Some(DeviceCounters {
             nand_pages_read: s.nand_pages_read,
             nand_pages_programmed: s.nand_pages_programmed,
-            pcie_bytes_h2c: s.pcie_h2c_bytes,
-            pcie_bytes_c2h: s.pcie_c2h_bytes,
+            pcie_h2c_bytes: s.pcie_h2c_bytes,
+            pcie_c2h_bytes: s.pcie_c2h_bytes,
             commands: s.commands_completed,
         })
     }

@@ -45,9 +45,9 @@ pub struct DeviceCounters {
     /// NAND pages programmed.
     pub nand_pages_programmed: u64,
     /// Bytes moved host→device over the PCIe link (payload as the device's link model counts it).
-    pub pcie_bytes_h2c: u64,
+    pub pcie_h2c_bytes: u64,
     /// Bytes moved device→host over the PCIe link.
-    pub pcie_bytes_c2h: u64,
+    pub pcie_c2h_bytes: u64,
     /// Commands the device completed.
     pub commands: u64,
 }
@@ -60,8 +60,8 @@ impl DeviceCounters {
             nand_pages_programmed: self
                 .nand_pages_programmed
                 .saturating_sub(earlier.nand_pages_programmed),
-            pcie_bytes_h2c: self.pcie_bytes_h2c.saturating_sub(earlier.pcie_bytes_h2c),
-            pcie_bytes_c2h: self.pcie_bytes_c2h.saturating_sub(earlier.pcie_bytes_c2h),
+            pcie_h2c_bytes: self.pcie_h2c_bytes.saturating_sub(earlier.pcie_h2c_bytes),
+            pcie_c2h_bytes: self.pcie_c2h_bytes.saturating_sub(earlier.pcie_c2h_bytes),
             commands: self.commands.saturating_sub(earlier.commands),
         }
     }

@@ -19,7 +19,9 @@ use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport};
 use crate::graph::{CsrGraph, DegreeStats};
 use crate::load::{LoadError, load_graph_with_progress};
 use crate::rmat::{RmatError, RmatParams, generate};
-use crate::rng::{SplitMix64, mix64};
+use sagessd_abi::sample::mix;
+
+use crate::rng::SplitMix64;
 use crate::sampler::{
     FNV_OFFSET, HostDeviceSampler, IspSampler, ReferenceSampler, Sampler, SamplerError,
     SamplerStats, fnv1a,
@@ -136,7 +138,7 @@ pub struct DemoReport {
 
 /// The sampling seed of minibatch `batch` under the run seed `seed`.
 pub fn minibatch_seed(seed: u64, batch: u32) -> u64 {
-    mix64(seed ^ mix64(u64::from(batch) + 1))
+    mix(seed ^ mix(u64::from(batch) + 1))
 }
 
 /// The targets of minibatch `batch`: `batch_size` nodes drawn from `0..node_count` with the run
@@ -275,6 +277,22 @@ pub fn run(
     let isp_device = devices.pop().expect("two devices");
     let host_device = devices.pop().expect("two devices");
     let device_info = host_device.info().clone();
+    // Refuse up front what the device would refuse (it reports its limits in Identify), rather
+    // than failing after the host sampler has run.
+    if let Some(limits) = device_info.limits {
+        if u64::from(config.batch_size) > u64::from(limits.max_targets) {
+            return Err(DemoError::Config(format!(
+                "--batch-size {} exceeds the device's {} targets per NS_config",
+                config.batch_size, limits.max_targets
+            )));
+        }
+        if let Some(f) = config.fanouts.iter().find(|f| **f > limits.max_fanout) {
+            return Err(DemoError::Config(format!(
+                "fanout {f} exceeds the device's maximum fanout {}",
+                limits.max_fanout
+            )));
+        }
+    }
     if descriptor.node_count == 0 {
         return Err(DemoError::Config("empty graph".into()));
     }
@@ -408,6 +426,10 @@ impl DemoReport {
             c.scale, c.edge_factor, c.graph_seed, g.node_count, g.edge_count, g.max, g.mean, g.median, g.isolated
         ));
         let bs = u64::from(self.device.block_size_bytes);
+        let graph_bytes =
+            (self.descriptor.indptr.block_count + self.descriptor.indices.block_count) * bs;
+        let buffer_bytes =
+            u64::from(c.hw.firmware.page_buffer_pages) * u64::from(c.hw.nand.page_size_bytes);
         out.push_str(&format!(
             "device: {} ({} LBAs of {} B, max transfer {}); graph at LBAs {}..{} (indptr) and {}..{} (indices), {}\n",
             c.hw.device.name,
@@ -418,7 +440,17 @@ impl DemoReport {
             self.descriptor.indptr.slba + self.descriptor.indptr.block_count,
             self.descriptor.indices.slba,
             self.descriptor.indices.slba + self.descriptor.indices.block_count,
-            human_bytes((self.descriptor.indptr.block_count + self.descriptor.indices.block_count) * bs),
+            human_bytes(graph_bytes),
+        ));
+        out.push_str(&format!(
+            "graph vs device DRAM page buffer: {} vs {} ({}); a larger --scale makes both modes read NAND throughout\n",
+            human_bytes(graph_bytes),
+            human_bytes(buffer_bytes),
+            if graph_bytes <= buffer_bytes {
+                "the graph fits: after first touch, both modes are served from controller DRAM"
+            } else {
+                "the graph does not fit: pages are evicted and read from NAND again"
+            },
         ));
         out.push_str(&format!(
             "workload: {} minibatches × {} targets, fanouts {}, seed {}; each mode on its own freshly loaded device \
@@ -443,8 +475,8 @@ impl DemoReport {
             ("ISP (in-storage)", &self.isp),
         ] {
             let (h2c, c2h) = match s.device {
-                Some(d) => (d.pcie_bytes_h2c, d.pcie_bytes_c2h),
-                None => (s.driver.bytes_h2c, s.driver.bytes_c2h),
+                Some(d) => (d.pcie_h2c_bytes, d.pcie_c2h_bytes),
+                None => (s.driver.h2c_bytes, s.driver.c2h_bytes),
             };
             rows.push([
                 name.to_string(),

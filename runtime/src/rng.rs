@@ -4,21 +4,13 @@
 //! vertex permutation and minibatch target selection. (Neighbour sampling does not use it: it
 //! uses the counter-based function of [`sagessd_abi::sample`].)
 
+use sagessd_abi::sample::{GOLDEN, mix};
+
 /// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
 /// OOPSLA 2014): a 64-bit state advanced by the golden-ratio increment and finalised by a mix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SplitMix64 {
     state: u64,
-}
-
-/// The SplitMix64 increment (2^64 / φ).
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// The SplitMix64 finaliser: a bijective 64-bit mix.
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl SplitMix64 {
@@ -29,13 +21,13 @@ impl SplitMix64 {
 
     /// A generator for stream `stream` of `seed`, independent of other streams in practice.
     pub fn stream(seed: u64, stream: u64) -> Self {
-        Self::new(mix64(seed ^ mix64(stream.wrapping_add(GOLDEN))))
+        Self::new(mix(seed ^ mix(stream.wrapping_add(GOLDEN))))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(GOLDEN);
-        mix64(self.state)
+        mix(self.state)
     }
 
     /// A uniform float in `[0, 1)` with 53 bits of precision.

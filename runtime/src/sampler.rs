@@ -397,7 +397,7 @@ impl Sampler for ReferenceSampler<'_> {
 
 /// A set of blocks read from a device in runs, looked up by LBA.
 struct BlockSet {
-    block_size: usize,
+    block_size_bytes: usize,
     /// (first LBA, data) per run, ascending.
     runs: Vec<(u64, Vec<u8>)>,
 }
@@ -418,7 +418,7 @@ impl BlockSet {
         }
         let data = device.read_runs(&ranges)?;
         Ok(Self {
-            block_size: device.info().block_size_bytes as usize,
+            block_size_bytes: device.info().block_size_bytes as usize,
             runs: ranges.iter().map(|r| r.slba).zip(data).collect(),
         })
     }
@@ -428,7 +428,7 @@ impl BlockSet {
     fn bytes(&self, lba: u64, offset: usize, len: usize) -> &[u8] {
         let i = self.runs.partition_point(|(s, _)| *s <= lba) - 1;
         let (slba, data) = &self.runs[i];
-        let at = (lba - slba) as usize * self.block_size + offset;
+        let at = (lba - slba) as usize * self.block_size_bytes + offset;
         &data[at..at + len]
     }
 }
@@ -553,15 +553,15 @@ impl Meter {
         s.ns_collects += d.ns_collects;
         s.other_commands += d.other_commands;
         s.failed_commands += d.failed_commands;
-        s.bytes_h2c += d.bytes_h2c;
-        s.bytes_c2h += d.bytes_c2h;
+        s.h2c_bytes += d.h2c_bytes;
+        s.c2h_bytes += d.c2h_bytes;
         if let (Some(before), Some(after)) = (self.device, device.device_counters()) {
             let delta = after.since(&before);
             let acc = stats.device.get_or_insert_with(DeviceCounters::default);
             acc.nand_pages_read += delta.nand_pages_read;
             acc.nand_pages_programmed += delta.nand_pages_programmed;
-            acc.pcie_bytes_h2c += delta.pcie_bytes_h2c;
-            acc.pcie_bytes_c2h += delta.pcie_bytes_c2h;
+            acc.pcie_h2c_bytes += delta.pcie_h2c_bytes;
+            acc.pcie_c2h_bytes += delta.pcie_c2h_bytes;
             acc.commands += delta.commands;
         }
         if let (Some(start), Some(end)) = (self.start_ns, device.last_completed_at_ns())
@@ -964,12 +964,12 @@ mod tests {
         host.sample(1, &[2], &[511]).unwrap();
         let s = host.stats();
         assert_eq!(s.driver.reads, 2);
-        assert_eq!(s.driver.bytes_c2h, 3 * 4096);
+        assert_eq!(s.driver.c2h_bytes, 3 * 4096);
         // Target 0, one layer: one indptr block, one indices block.
         host.sample(1, &[2], &[0]).unwrap();
         let s = host.stats();
         assert_eq!(s.driver.reads, 4);
-        assert_eq!(s.driver.bytes_c2h, 5 * 4096);
+        assert_eq!(s.driver.c2h_bytes, 5 * 4096);
     }
 
     #[test]

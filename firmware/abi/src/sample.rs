@@ -24,10 +24,12 @@
 /// Largest fanout the sampling function accepts (the size of its scratch set).
 pub const MAX_FANOUT: u16 = 1024;
 
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The SplitMix64 increment, 2^64 / φ (the `G` of the specification).
+pub const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// The SplitMix64 finaliser.
-fn mix(mut z: u64) -> u64 {
+/// The SplitMix64 finaliser (the `mix` of the specification): a bijective 64-bit mix, shared
+/// with the host's seeded generators so the project has one definition of it.
+pub fn mix(mut z: u64) -> u64 {
     z ^= z >> 30;
     z = z.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z ^= z >> 27;
