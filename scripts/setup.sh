@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
 # Installs everything sagessd needs on a fresh Debian 12 machine with rustup (the project's
-# machine kind). Idempotent: running it again changes nothing.
+# machine kind). Idempotent: a second run installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Bare-metal targets the firmware must keep building for: the Cosmos+ OpenSSD's Cortex-A9, and a
 # Cortex-M as a second, stricter no_std target (no 64-bit atomics).
 rustup target add armv7a-none-eabi thumbv7em-none-eabihf
+
+# The board toolchain and the emulated Cortex-A9 of the firmware's bare-metal self-test.
+# qemu-utils is named too: installing qemu-system-arm would otherwise remove a newer qemu-utils.
+packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-utils)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${packages[@]}"
+fi

@@ -18,7 +18,7 @@ use zerocopy::FromBytes;
 
 use crate::backend::Backend;
 use crate::config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_PAGES_PER_COMMAND};
-use crate::dram::DramLayout;
+use crate::dram::{DramLayout, DramRegions};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats, logical_page_count};
 use crate::hal::{Flash, FlashCompletion, PhysPage};
@@ -110,12 +110,27 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         config: &FirmwareConfig,
         geometry: &crate::hal::Geometry,
     ) -> Result<usize, ConfigError> {
+        Self::layout(config, geometry).map(|l| l.total_bytes)
+    }
+
+    /// Every region of the DRAM arena for `config` on `geometry`, with its size and what it
+    /// scales with: the footprint report. Its total equals [`Self::dram_size_bytes`].
+    pub fn dram_regions(
+        config: &FirmwareConfig,
+        geometry: &crate::hal::Geometry,
+    ) -> Result<DramRegions, ConfigError> {
+        Self::layout(config, geometry).map(|l| l.regions(usize::from(config.isp_slots)))
+    }
+
+    /// The arena layout for a configuration, after checking it.
+    fn layout(
+        config: &FirmwareConfig,
+        geometry: &crate::hal::Geometry,
+    ) -> Result<DramLayout, ConfigError> {
         config.validate(geometry)?;
         let pages = logical_page_count(geometry, config.over_provisioning_percent)
             .ok_or(ConfigError::TooLittleFlash)?;
-        DramLayout::new(config, geometry, pages)
-            .map(|l| l.total_bytes)
-            .ok_or(ConfigError::DramLayoutOverflow)
+        DramLayout::new(config, geometry, pages).ok_or(ConfigError::DramLayoutOverflow)
     }
 
     /// Boots on freshly erased flash: formats the FTL and clears the firmware's tables.

@@ -184,3 +184,250 @@ impl DramLayout {
 pub(crate) fn hash_capacity(max_nodes: u32) -> usize {
     (2 * max_nodes as usize).next_power_of_two()
 }
+
+/// One region of the DRAM arena, as reported by [`crate::Firmware::dram_regions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DramRegion {
+    /// The region's name, e.g. `l2p` or `slot0.nodes`.
+    pub name: &'static str,
+    /// Its size in bytes (before the 8-byte alignment padding between regions).
+    pub size_bytes: usize,
+    /// What its size scales with, in words.
+    pub formula: &'static str,
+}
+
+/// Most regions an arena has: the shared ones plus four per sampling slot.
+const MAX_REGIONS: usize = 14 + 4 * crate::config::MAX_ISP_SLOTS;
+
+/// The names of the per-slot regions (one row per sampling slot).
+const SLOT_REGION_NAMES: [[&str; 4]; 8] = [
+    [
+        "slot0.config",
+        "slot0.nodes",
+        "slot0.indptr",
+        "slot0.indices",
+    ],
+    [
+        "slot1.config",
+        "slot1.nodes",
+        "slot1.indptr",
+        "slot1.indices",
+    ],
+    [
+        "slot2.config",
+        "slot2.nodes",
+        "slot2.indptr",
+        "slot2.indices",
+    ],
+    [
+        "slot3.config",
+        "slot3.nodes",
+        "slot3.indptr",
+        "slot3.indices",
+    ],
+    [
+        "slot4.config",
+        "slot4.nodes",
+        "slot4.indptr",
+        "slot4.indices",
+    ],
+    [
+        "slot5.config",
+        "slot5.nodes",
+        "slot5.indptr",
+        "slot5.indices",
+    ],
+    [
+        "slot6.config",
+        "slot6.nodes",
+        "slot6.indptr",
+        "slot6.indices",
+    ],
+    [
+        "slot7.config",
+        "slot7.nodes",
+        "slot7.indptr",
+        "slot7.indices",
+    ],
+];
+const _: () = assert!(SLOT_REGION_NAMES.len() == crate::config::MAX_ISP_SLOTS);
+
+/// Every region of the DRAM arena for one configuration, in arena order: the footprint report
+/// of [`crate::Firmware::dram_regions`], read off the same [`DramLayout`] the firmware boots with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DramRegions {
+    regions: [DramRegion; MAX_REGIONS],
+    count: usize,
+    total_bytes: usize,
+}
+
+impl DramRegions {
+    /// The regions, in the order they sit in the arena.
+    pub fn iter(&self) -> impl Iterator<Item = &DramRegion> {
+        self.regions[..self.count].iter()
+    }
+
+    /// The arena size the firmware needs: the sum of the regions plus alignment padding, equal to
+    /// [`crate::Firmware::dram_size_bytes`].
+    pub fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+}
+
+impl DramLayout {
+    /// The footprint report of this layout. `isp_slots` is the configuration's slot count.
+    pub fn regions(&self, isp_slots: usize) -> DramRegions {
+        let empty = DramRegion {
+            name: "",
+            size_bytes: 0,
+            formula: "",
+        };
+        let mut out = DramRegions {
+            regions: [empty; MAX_REGIONS],
+            count: 0,
+            total_bytes: self.total_bytes,
+        };
+        let mut push = |name: &'static str, region: Region, formula: &'static str| {
+            out.regions[out.count] = DramRegion {
+                name,
+                size_bytes: region.len,
+                formula,
+            };
+            out.count += 1;
+        };
+        push(
+            "l2p",
+            self.l2p,
+            "4 B x logical pages (physical pages less GC reserves and over-provisioning)",
+        );
+        push("p2l", self.p2l, "4 B x physical pages");
+        push("block_valid", self.block_valid, "4 B x erase blocks");
+        push(
+            "block_next_free",
+            self.block_next_free,
+            "4 B x erase blocks",
+        );
+        push("block_state", self.block_state, "1 B x erase blocks");
+        push("dies", self.dies, "16 B x dies");
+        push(
+            "page_buffer_meta",
+            self.slot_meta,
+            "12 B x page_buffer_pages",
+        );
+        push(
+            "page_buffer_data",
+            self.slot_data,
+            "page_size_bytes x page_buffer_pages",
+        );
+        push("gc_page", self.gc_page, "page_size_bytes");
+        push(
+            "node_hash",
+            self.node_hash,
+            "4 B x next power of two of 2 x max_subgraph_nodes",
+        );
+        push("entries", self.entries, "8 B x max_subgraph_edges");
+        push(
+            "gather_keys",
+            self.gather_keys,
+            "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)",
+        );
+        push(
+            "gather_scratch",
+            self.gather_scratch,
+            "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)",
+        );
+        push(
+            "gather_values",
+            self.gather_values,
+            "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)",
+        );
+        for (slot, names) in self.slots.iter().zip(SLOT_REGION_NAMES).take(isp_slots) {
+            push(
+                names[0],
+                slot.config,
+                "32 B + 8 B x max_targets (the NS_config)",
+            );
+            push(names[1], slot.nodes, "8 B x max_subgraph_nodes");
+            push(
+                names[2],
+                slot.indptr,
+                "4 B x 4 layers x (max_subgraph_nodes + 1)",
+            );
+            push(names[3], slot.indices, "4 B x max_subgraph_edges");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fake::MemFlash;
+    use crate::hal::Geometry;
+    use crate::{ConfigError, Firmware, FirmwareConfig};
+
+    type Fw = Firmware<MemFlash, std::vec::Vec<u8>>;
+
+    #[test]
+    fn regions_add_up_to_the_arena_size() {
+        let geometry = Geometry {
+            channels: 2,
+            ways: 2,
+            dies_per_way: 1,
+            blocks_per_die: 16,
+            pages_per_block: 8,
+            page_size_bytes: 2048,
+        };
+        for isp_slots in 1..=crate::MAX_ISP_SLOTS as u8 {
+            let config = FirmwareConfig {
+                isp_slots,
+                block_size_log2: 9,
+                max_subgraph_nodes: 1000,
+                max_subgraph_edges: 3000,
+                max_transfer_bytes: 16 * 1024,
+                page_buffer_pages: 16,
+                limits: sagessd_abi::ns_config::NsLimits {
+                    max_targets: 100,
+                    max_fanout: 10,
+                },
+                ..FirmwareConfig::default()
+            };
+            let regions = Fw::dram_regions(&config, &geometry).unwrap();
+            let total = Fw::dram_size_bytes(&config, &geometry).unwrap();
+            assert_eq!(regions.total_bytes(), total);
+            let count = regions.iter().count();
+            assert_eq!(count, 14 + 4 * usize::from(isp_slots));
+            let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
+            assert!(sum <= total && total < sum + 8 * count, "{sum} vs {total}");
+            let find = |name: &str| regions.iter().find(|r| r.name == name).unwrap().size_bytes;
+            assert_eq!(find("p2l"), 4 * 64 * 8);
+            assert_eq!(find("page_buffer_data"), 16 * 2048);
+            assert_eq!(find("node_hash"), 4 * 2048);
+            assert_eq!(find("gather_keys"), 8 * 3000);
+            assert_eq!(find("slot0.config"), 32 + 8 * 100);
+            assert_eq!(find("slot0.indptr"), 4 * 4 * 1001);
+            let mut names: std::vec::Vec<_> = regions.iter().map(|r| r.name).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), count, "region names are unique");
+        }
+        let bad = FirmwareConfig {
+            isp_slots: 0,
+            ..FirmwareConfig::default()
+        };
+        assert_eq!(
+            Fw::dram_regions(&bad, &geometry_of_default()),
+            Err(ConfigError::IspSlots)
+        );
+    }
+
+    fn geometry_of_default() -> Geometry {
+        Geometry {
+            channels: 8,
+            ways: 8,
+            dies_per_way: 1,
+            blocks_per_die: 512,
+            pages_per_block: 256,
+            page_size_bytes: 16384,
+        }
+    }
+}
