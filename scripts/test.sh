@@ -6,7 +6,12 @@ cd "$(dirname "$0")/.."
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-# The firmware is real firmware: it must build for bare-metal targets, not only for the host.
+# The firmware is real firmware: it must build for bare-metal targets, not only for the host,
+# and its C ABI must link into a C program for the Cortex-A9 (and a Cortex-M4F).
 cargo build -p sagessd-firmware --target armv7a-none-eabi
 cargo build -p sagessd-firmware --target thumbv7em-none-eabihf
+cargo clippy -p sagessd-firmware-ffi --target armv7a-none-eabi -- -D warnings
+firmware/ffi/tests/arm_link.sh
+# The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
+tests/board/run.sh
 cargo test --workspace

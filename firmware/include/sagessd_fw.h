@@ -10,7 +10,7 @@
  *
  * How a board drives it (all calls from its one firmware thread, never from an interrupt handler):
  *
- *   sagessd_fw_dram_size(&cfg, &geo, &n);     reserve n bytes of DRAM, 8-byte aligned
+ *   sagessd_fw_dram_size(&cfg, &geo, &n);     reserve n bytes of DRAM, SAGESSD_DRAM_ALIGN-aligned
  *   sagessd_fw_init(&cfg, &geo, dram, n, &ops);
  *   main loop:
  *     fetched an NVMe command     → sagessd_fw_submit(...): COMPLETED → post its CQE now
@@ -70,7 +70,7 @@ extern "C" {
                                           the library never has more outstanding */
 #define SAGESSD_SQE_BYTES         64   /* an NVMe submission queue entry */
 #define SAGESSD_CQE_BYTES         16   /* an NVMe completion queue entry */
-#define SAGESSD_DRAM_ALIGN        8    /* alignment of the DRAM arena */
+#define SAGESSD_DRAM_ALIGN        64   /* alignment of the DRAM arena: page windows on whole cache lines */
 
 /* ---- NVMe commands the firmware serves (opcodes; vendor opcodes keep the direction bits). -- */
 #define SAGESSD_ADMIN_IDENTIFY    0x06 /* CDW10 CNS: 0x00 namespace, 0x01 controller; 4096 B out */

@@ -43,5 +43,5 @@ mod tests;
 
 pub use config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_SLOTS};
 pub use dispatch::{Busy, Firmware};
-pub use dram::{DramRegion, DramRegions};
+pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};
 pub use ftl::FtlStats;

@@ -60,8 +60,9 @@ pub const FLASH_QUEUE_DEPTH: u32 = 1024;
 pub const SQE_BYTES: u32 = 64;
 /// `SAGESSD_CQE_BYTES`: an NVMe completion queue entry.
 pub const CQE_BYTES: u32 = 16;
-/// `SAGESSD_DRAM_ALIGN`: alignment of the DRAM arena, in bytes.
-pub const DRAM_ALIGN: u32 = 8;
+/// `SAGESSD_DRAM_ALIGN`: alignment of the DRAM arena, in bytes: the firmware's region alignment,
+/// so that every flash DMA page window starts and ends on whole cache lines.
+pub const DRAM_ALIGN: u32 = sagessd_firmware::DRAM_REGION_ALIGN_BYTES as u32;
 
 /// Every [`ConfigError`] in code order: `SAGESSD_ERR_CONFIG - i` is `CONFIG_ERRORS[i]`. The
 /// order is stable: new variants are appended, never inserted. The names are the header's

@@ -200,7 +200,7 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     let capacity = u64::from(hw.dram.capacity_mib) << 20;
     writeln!(
         out,
-        "{:<18} {:>14} {:>10.2}  (regions + 8-byte alignment padding) = {:.1}% of \
+        "{:<18} {:>14} {:>10.2}  (regions + alignment padding) = {:.1}% of \
          dram.capacity_mib = {} MiB",
         "total",
         total,
