@@ -80,7 +80,7 @@ extern "C" {
 #define SAGESSD_IO_DSM            0x09 /* Dataset Management (deallocate) */
 #define SAGESSD_IO_GRAPH_ATTACH   0x81 /* host→device: 64-byte graph descriptor; CDW10 = bytes / 4 */
 #define SAGESSD_IO_NS_SUBMIT      0x85 /* host→device: NS_config; CDW10 = bytes / 4; CQE dword 0 = tag */
-#define SAGESSD_IO_NS_COLLECT     0x86 /* device→host: subgraph; CDW10 = bytes / 4, CDW12 = tag */
+#define SAGESSD_IO_NS_COLLECT     0x86 /* device→host: subgraph; CDW10 = bytes / 4, CDW13 = tag */
 #define SAGESSD_NSID              1    /* the one namespace */
 
 /* ---- Structures. -------------------------------------------------------------------------- */

@@ -886,7 +886,8 @@ static uint16_t start_ns_submit(const minibatch *mb, uint32_t which)
         put_le64(c + 32 + 8 * i, mb->targets[i]);
     uint8_t sqe[64];
     sqe_init(sqe, SAGESSD_IO_NS_SUBMIT, 0);
-    put_le32(sqe + 40, size / 4); /* CDW10: NDT, dwords */
+    put_le32(sqe + 40, size / 4);               /* CDW10: NDT, dwords */
+    put_le32(sqe + 48, (size + 4095) / 4096 - 1); /* CDW12: 4 KiB units, 0-based */
     return start_command(sqe, c, size);
 }
 
@@ -906,8 +907,9 @@ static uint16_t ns_collect(uint32_t tag, uint32_t buffer_len, uint32_t *dw0)
 {
     uint8_t sqe[64];
     sqe_init(sqe, SAGESSD_IO_NS_COLLECT, 0);
-    put_le32(sqe + 40, buffer_len / 4); /* CDW10: NDT, dwords */
-    put_le32(sqe + 48, tag);            /* CDW12: the tag */
+    put_le32(sqe + 40, buffer_len / 4);               /* CDW10: NDT, dwords */
+    put_le32(sqe + 48, (buffer_len + 4095) / 4096 - 1); /* CDW12: 4 KiB units, 0-based */
+    put_le32(sqe + 52, tag);                          /* CDW13: the tag */
     return wait_command(start_command(sqe, result, buffer_len), dw0);
 }
 

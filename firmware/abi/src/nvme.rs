@@ -86,12 +86,17 @@ impl SubmissionEntry {
         sqe
     }
 
-    /// A vendor command moving `data_len_bytes` (sent as a dword count, rounded up: the host
-    /// buffer should be a multiple of 4 bytes), with `cdw12` command specific.
-    pub fn vendor(opcode: u8, cid: u16, nsid: u32, data_len_bytes: u32, cdw12: u32) -> Self {
+    /// A sagessd vendor command moving `data_len_bytes`, with `cdw13` command specific (the tag
+    /// of `NS_COLLECT`). The length goes in twice: CDW10 is its dword count (NDT, rounded up:
+    /// host buffers should be a multiple of 4 bytes), which the firmware uses; CDW12 bits 15:0
+    /// are its count of 4 KiB units, 0-based, exactly where a Read or Write of 4 KiB blocks
+    /// keeps its block count, so that controllers whose DMA engine takes a command's length
+    /// from CDW12 (Cosmos+ OpenSSD's) move vendor payloads like reads and writes.
+    pub fn vendor(opcode: u8, cid: u16, nsid: u32, data_len_bytes: u32, cdw13: u32) -> Self {
         let mut sqe = Self::new(opcode, cid, nsid);
         sqe.cdw10 = data_len_bytes.div_ceil(4).into();
-        sqe.cdw12 = cdw12.into();
+        sqe.cdw12 = (data_len_bytes.div_ceil(4096).saturating_sub(1) & 0xFFFF).into();
+        sqe.cdw13 = cdw13.into();
         sqe
     }
 
@@ -331,7 +336,7 @@ pub mod io_opcode {
     pub const GRAPH_ATTACH: u8 = 0x81;
     /// Vendor: submit an NS_config (host→controller, bits 1:0 = 01); result dword 0 is the tag.
     pub const NS_SUBMIT: u8 = 0x85;
-    /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW12 is the tag.
+    /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW13 is the tag.
     pub const NS_COLLECT: u8 = 0x86;
 }
 
@@ -426,7 +431,7 @@ pub enum IoCommand {
     },
     /// Vendor NS_COLLECT returning the subgraph of job `tag` into `data_len_bytes`.
     NsCollect {
-        /// The tag NS_SUBMIT returned (CDW12).
+        /// The tag NS_SUBMIT returned (CDW13).
         tag: u32,
         /// Length of the host buffer (CDW10 NDT × 4).
         data_len_bytes: u32,
@@ -456,7 +461,7 @@ impl IoCommand {
             io_opcode::GRAPH_ATTACH => Self::GraphAttach { data_len_bytes },
             io_opcode::NS_SUBMIT => Self::NsSubmit { data_len_bytes },
             io_opcode::NS_COLLECT => Self::NsCollect {
-                tag: sqe.cdw12.get(),
+                tag: sqe.cdw13.get(),
                 data_len_bytes,
             },
             op => Self::Unsupported(op),
@@ -505,6 +510,26 @@ mod tests {
             Ok(IoCommand::Read {
                 slba: 0x1_0000_0002,
                 block_count: 8
+            })
+        );
+    }
+
+    #[test]
+    fn vendor_entry_golden_bytes() {
+        let sqe = SubmissionEntry::vendor(io_opcode::NS_COLLECT, 9, 1, 8192 + 4, 0x0102);
+        let mut golden = [0u8; 64];
+        golden[0] = 0x86;
+        golden[2] = 9;
+        golden[4] = 1;
+        golden[40..44].copy_from_slice(&2049u32.to_le_bytes()); // CDW10: NDT
+        golden[48] = 2; // CDW12: three 4 KiB units, 0-based
+        golden[52..56].copy_from_slice(&0x0102u32.to_le_bytes()); // CDW13: the tag
+        assert_eq!(sqe.as_bytes(), &golden);
+        assert_eq!(
+            IoCommand::parse(&sqe),
+            Ok(IoCommand::NsCollect {
+                tag: 0x0102,
+                data_len_bytes: 8196
             })
         );
     }

@@ -226,7 +226,8 @@ static result decode(const sagessd_completion *c, uint16_t sq_id, uint16_t cid, 
 
 /* Submits one command and runs the main loop until it completes. */
 static result command(uint16_t sq_id, uint8_t opcode, uint32_t nsid, uint32_t cdw10,
-                      uint32_t cdw11, uint32_t cdw12, uint8_t *data, uint32_t len)
+                      uint32_t cdw11, uint32_t cdw12, uint32_t cdw13, uint8_t *data,
+                      uint32_t len)
 {
     uint8_t sqe[SAGESSD_SQE_BYTES];
     uint16_t cid = next_cid++;
@@ -237,6 +238,7 @@ static result command(uint16_t sq_id, uint8_t opcode, uint32_t nsid, uint32_t cd
     put32(sqe + 40, cdw10);
     put32(sqe + 44, cdw11);
     put32(sqe + 48, cdw12);
+    put32(sqe + 52, cdw13);
     sagessd_completion c;
     int32_t rc;
     while ((rc = sagessd_fw_submit(sq_id, sqe, data, len, &c)) == SAGESSD_ERR_BUSY)
@@ -248,16 +250,22 @@ static result command(uint16_t sq_id, uint8_t opcode, uint32_t nsid, uint32_t cd
     return decode(&c, sq_id, cid, 0);
 }
 
+/* A vendor command's length in 4 KiB units, 0-based, for CDW12 (see SubmissionEntry::vendor). */
+static uint32_t units(uint32_t len)
+{
+    return len ? (len + 4095) / 4096 - 1 : 0;
+}
+
 static result write_blocks(uint64_t slba, uint8_t *data, uint32_t blocks)
 {
     return command(1, SAGESSD_IO_WRITE, SAGESSD_NSID, (uint32_t)slba, (uint32_t)(slba >> 32),
-                   blocks - 1, data, blocks * BLOCK_BYTES);
+                   blocks - 1, 0, data, blocks * BLOCK_BYTES);
 }
 
 static result read_blocks(uint64_t slba, uint8_t *data, uint32_t blocks)
 {
     return command(1, SAGESSD_IO_READ, SAGESSD_NSID, (uint32_t)slba, (uint32_t)(slba >> 32),
-                   blocks - 1, data, blocks * BLOCK_BYTES);
+                   blocks - 1, 0, data, blocks * BLOCK_BYTES);
 }
 
 /* ---- The graph: 24 nodes, node v linked to v+1, v+2, v+5 and v+11 (mod 24). ---------------- */
@@ -308,7 +316,8 @@ static result graph_attach(void)
     put64(d + 32, 1);
     put64(d + 40, INDICES_SLBA);
     put64(d + 48, INDICES_BLOCKS);
-    return command(1, SAGESSD_IO_GRAPH_ATTACH, SAGESSD_NSID, sizeof d / 4, 0, 0, d, sizeof d);
+    return command(1, SAGESSD_IO_GRAPH_ATTACH, SAGESSD_NSID, sizeof d / 4, 0, units(sizeof d), 0, d,
+                   sizeof d);
 }
 
 /* An NS_config of `targets` with fanouts 3 and 2; `corrupt` 1: bad magic, 2: a zero fanout,
@@ -328,12 +337,12 @@ static result ns_submit(uint64_t seed, const uint64_t *targets, uint32_t count, 
     for (uint32_t i = 0; i < count; i++)
         put64(cfg + 32 + 8 * i, corrupt == 3 ? NODES + i : targets[i]);
     uint32_t len = 32 + 8 * count;
-    return command(1, SAGESSD_IO_NS_SUBMIT, SAGESSD_NSID, len / 4, 0, 0, cfg, len);
+    return command(1, SAGESSD_IO_NS_SUBMIT, SAGESSD_NSID, len / 4, 0, units(len), 0, cfg, len);
 }
 
 static result ns_collect(uint32_t tag, uint8_t *buf, uint32_t len)
 {
-    return command(1, SAGESSD_IO_NS_COLLECT, SAGESSD_NSID, len / 4, 0, tag, buf, len);
+    return command(1, SAGESSD_IO_NS_COLLECT, SAGESSD_NSID, len / 4, 0, units(len), tag, buf, len);
 }
 
 /* FNV-1a 64 of the subgraph bytes. */
@@ -476,26 +485,26 @@ int main(void)
     CHECK_EQ(get16(c.cqe + 14) >> 1, ST_SUCCESS);
 
     /* ---- Identify. ---- */
-    result r = command(0, SAGESSD_ADMIN_IDENTIFY, 0, 0x01, 0, 0, buf, 4096);
+    result r = command(0, SAGESSD_ADMIN_IDENTIFY, 0, 0x01, 0, 0, 0, buf, 4096);
     CHECK(r.completed_in_submit, "Identify completes inside submit");
     CHECK_EQ(r.status, ST_SUCCESS);
     CHECK_EQ(get16(buf), 0xFFFF);                    /* VID */
     CHECK(memcmp(buf + 3072, "SAGE", 4) == 0, "sampling limits in the vendor area");
     CHECK_EQ(get32(buf + 3076), cfg.max_targets);
     CHECK_EQ(get16(buf + 3080), cfg.max_fanout);
-    r = command(0, SAGESSD_ADMIN_IDENTIFY, SAGESSD_NSID, 0x00, 0, 0, buf, 4096);
+    r = command(0, SAGESSD_ADMIN_IDENTIFY, SAGESSD_NSID, 0x00, 0, 0, 0, buf, 4096);
     CHECK_EQ(r.status, ST_SUCCESS);
     uint64_t ns_blocks = get64(buf);
     CHECK(ns_blocks > 0 && ns_blocks < (uint64_t)PAGES * PAGE_BYTES / BLOCK_BYTES, "%llu blocks",
           (unsigned long long)ns_blocks);
     CHECK_EQ(buf[130], 9); /* LBADS */
-    r = command(0, SAGESSD_ADMIN_IDENTIFY, 0, 0x01, 0, 0, buf, 100);
+    r = command(0, SAGESSD_ADMIN_IDENTIFY, 0, 0x01, 0, 0, 0, buf, 100);
     CHECK_EQ(r.status, ST_DATA_TRANSFER_ERROR); /* a buffer too small for the data */
 
     /* ---- Unknown opcodes: Invalid Command Opcode, Do Not Retry. ---- */
-    r = command(1, 0xC4, SAGESSD_NSID, 0, 0, 0, NULL, 0);
+    r = command(1, 0xC4, SAGESSD_NSID, 0, 0, 0, 0, NULL, 0);
     CHECK_EQ(r.status, ST_INVALID_OPCODE);
-    r = command(0, 0x7F, 0, 0, 0, 0, NULL, 0);
+    r = command(0, 0x7F, 0, 0, 0, 0, 0, NULL, 0);
     CHECK_EQ(r.status, ST_INVALID_OPCODE);
 
     /* ---- WRITE then READ, starting mid-page, across three pages. ---- */
