@@ -2,8 +2,8 @@
 //!
 //! One [`HwConfig`] describes everything the timing model needs: the NAND array, the PCIe link,
 //! the controller's fixed costs, the embedded cores, the DRAM, and the firmware's sizing. Every
-//! field is mandatory and unknown fields are rejected, so a typo never silently falls back to a
-//! default. [`HwConfig::validate`] checks every field and names the offending one in its error,
+//! field is mandatory (except `firmware.isp`, which defaults to `true`) and unknown fields are
+//! rejected, so a typo never silently falls back to a default. [`HwConfig::validate`] checks every field and names the offending one in its error,
 //! e.g. `invalid hw config field nand.page_size_bytes: must be a multiple of 512 (got 1000)`.
 
 use std::path::Path;
@@ -167,6 +167,13 @@ pub struct DramConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FirmwareSection {
+    /// Whether the device does in-storage processing (optional, default `true`). A device
+    /// without it (a commodity SSD) answers every vendor-specific I/O opcode (0x80–0xFF, the
+    /// ISP exchange among them) with Invalid Opcode; the emulator does so before the firmware
+    /// sees the command, charging the core one command's parse (`cycles_per_command`), as the
+    /// firmware would for an opcode it does not know. See [`crate::ssd`].
+    #[serde(default = "isp_default")]
+    pub isp: bool,
     /// Pages held by the DRAM page buffer.
     pub page_buffer_pages: u32,
     /// Sampling jobs the ISP engine holds at once (submitted and not yet collected).
@@ -185,6 +192,11 @@ pub struct FirmwareSection {
     pub over_provisioning_percent: u8,
     /// Logical block (LBA) size of the namespace.
     pub block_size_bytes: u32,
+}
+
+/// `firmware.isp` when absent: devices do in-storage processing unless they say otherwise.
+fn isp_default() -> bool {
+    true
 }
 
 impl FirmwareSection {
@@ -588,6 +600,79 @@ mod tests {
         assert_eq!(c.cores.count, 2);
         assert!(c.nand.geometry().page_count() <= 1 << 24);
         assert!(c.firmware_dram_bytes().unwrap() as u64 <= u64::from(c.dram.capacity_mib) << 20);
+    }
+
+    /// Every `hw-configs/*.toml` the project ships.
+    fn shipped_configs() -> Vec<(std::path::PathBuf, HwConfig)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../hw-configs");
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        paths.sort();
+        paths
+            .into_iter()
+            .map(|p| {
+                let c = HwConfig::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                (p, c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_shipped_config_parses_validates_and_round_trips() {
+        let configs = shipped_configs();
+        let names: Vec<_> = configs
+            .iter()
+            .map(|(_, c)| c.device.name.as_str())
+            .collect();
+        for expected in ["cosmos-plus", "gen4-ssd", "newport"] {
+            assert!(
+                names.contains(&expected),
+                "{expected} missing from {names:?}"
+            );
+        }
+        for (path, c) in &configs {
+            let stem = path.file_stem().unwrap().to_str().unwrap();
+            assert_eq!(c.device.name, stem, "device.name matches the file name");
+            let text = toml::to_string(c).unwrap();
+            assert_eq!(&HwConfig::from_toml_str(&text).unwrap(), c, "{stem}");
+            let dram = c.firmware_dram_bytes().unwrap() as u64;
+            assert!(dram <= u64::from(c.dram.capacity_mib) << 20, "{stem}");
+        }
+        let gen4 = &configs
+            .iter()
+            .find(|(_, c)| c.device.name == "gen4-ssd")
+            .unwrap()
+            .1;
+        assert!(!gen4.firmware.isp, "the commodity SSD has no ISP");
+        assert!(HwConfig::cosmos_plus().firmware.isp, "isp defaults to true");
+    }
+
+    #[test]
+    fn every_shipped_parameter_has_a_source_comment() {
+        // Each `key = value` line must follow a comment (its source or reasoning), directly or
+        // as part of a commented group of keys.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../hw-configs");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut commented = false;
+            for line in text.lines() {
+                let t = line.trim();
+                if t.starts_with('#') {
+                    commented = true;
+                } else if t.is_empty() || t.starts_with('[') {
+                    commented = false;
+                } else {
+                    assert!(commented, "{}: `{t}` has no source comment", path.display());
+                }
+            }
+        }
     }
 
     #[test]

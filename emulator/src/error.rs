@@ -57,4 +57,7 @@ pub enum EmulatorError {
         /// Consecutive calls that made "progress" at that instant.
         calls: u64,
     },
+    /// A validation workload ([`crate::check`]) saw a command fail.
+    #[error("validation workload failed: {0}")]
+    CheckFailed(String),
 }

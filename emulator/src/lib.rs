@@ -35,10 +35,12 @@
 //! # Ok::<(), sagessd_emulator::EmulatorError>(())
 //! ```
 
+pub mod check;
 pub mod config;
 pub mod cores;
 pub mod error;
 mod event_queue;
+pub mod host_stack;
 pub mod nand;
 pub mod pcie;
 pub mod ssd;

@@ -14,20 +14,26 @@
 //! issued the operation:
 //!
 //! ```plain
-//! start     = max(t_issue, die free, channel free)              (per-die FIFO)
-//! Read:     channel [start, start+cmd)          command + address cycles
-//!           die     [start+cmd, +tR)            array → page register (sense)
-//!           channel [x, x+xfer), x = max(sense end, channel free then)   data out
+//! die free at max(t_issue, its previous operation's end)         (per-die FIFO)
+//! Read:     channel [s, s+cmd)                  command + address cycles, s = channel grant
+//!           die     [s+cmd, +tR)                array → page register (sense)
+//!           channel [x, x+xfer), x = channel grant after the sense   data out
 //!           done = x + xfer; the die stays busy until done (its page register holds the data)
-//! Program:  channel [start, start+cmd+xfer)     command, address, data in
-//!           die busy until done = start + cmd + xfer + tPROG
-//! Erase:    channel [start, start+cmd)          die busy until done = start + cmd + tBERS
+//! Program:  channel [s, s+cmd+xfer)             command, address, data in
+//!           die busy until done = s + cmd + xfer + tPROG
+//! Erase:    channel [s, s+cmd)                  die busy until done = s + cmd + tBERS
 //! ```
 //!
-//! Channel slots are granted first come, first served at the virtual time the request is
-//! made, so a die's data-out waits for transfers already on its channel while other dies on
-//! the same channel keep sensing in parallel (way interleaving). Operations on one die run and
-//! complete strictly in submission order.
+//! A channel is one bus: a phase that asks for it while it is busy waits, and when it comes
+//! free the next waiting phase gets it — command-only phases (a read's or an erase's command
+//! cycles) first, then data phases (read data-out, program command + data-in), each class in
+//! request order. Serving short command cycles first is what a NAND controller's channel
+//! scheduler does to keep dies sensing while data moves (way interleaving); a plain FIFO would
+//! make a die that just finished wait behind every transfer already queued, so all dies of a
+//! channel would end up sensing at once while the bus idles. A read's die therefore never waits
+//! for more than the transfer in progress before it starts sensing, and the channel idles only
+//! when no die has anything for it. Operations on one die run and complete strictly in
+//! submission order.
 //!
 //! # Driving it
 //!
@@ -133,6 +139,40 @@ enum EventKind {
     SenseDone,
     /// The operation finished; its die is free.
     Done,
+    /// A busy channel (the event's id is the channel) came free and someone waits for it.
+    ChannelFree,
+}
+
+/// A phase of an operation that occupies its channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BusPhase {
+    /// A read's command and address cycles.
+    ReadCommand,
+    /// A read's data out of the page register.
+    ReadData,
+    /// A program's command, address and data-in cycles.
+    Program,
+    /// An erase's command and address cycles.
+    Erase,
+}
+
+impl BusPhase {
+    /// Short command-only phases, which a waiting channel serves before data phases.
+    fn is_command(self) -> bool {
+        matches!(self, Self::ReadCommand | Self::Erase)
+    }
+}
+
+/// One channel (bus): when it is next free and who waits for it.
+#[derive(Clone, Debug, Default)]
+struct Channel {
+    busy_until_ns: u64,
+    /// Waiting command phases (served first), in request order.
+    commands: VecDeque<(u64, BusPhase)>,
+    /// Waiting data phases, in request order.
+    data: VecDeque<(u64, BusPhase)>,
+    /// Whether a `ChannelFree` event is scheduled.
+    wake_pending: bool,
 }
 
 /// A finished operation waiting for [`Flash::poll`]; reads carry the page as it was when the
@@ -154,7 +194,7 @@ pub struct NandArray {
     next_page: Vec<u32>,
     die_busy: Vec<Option<u64>>,
     die_queue: Vec<VecDeque<u64>>,
-    channel_busy_until_ns: Vec<u64>,
+    channels: Vec<Channel>,
     ops: HashMap<u64, Op>,
     next_op_id: u64,
     staged: Vec<u64>,
@@ -181,7 +221,7 @@ impl NandArray {
             next_page: vec![0; geometry.block_count() as usize],
             die_busy: vec![None; dies],
             die_queue: vec![VecDeque::new(); dies],
-            channel_busy_until_ns: vec![0; geometry.channels as usize],
+            channels: vec![Channel::default(); geometry.channels as usize],
             ops: HashMap::new(),
             next_op_id: 0,
             staged: Vec::new(),
@@ -258,20 +298,13 @@ impl NandArray {
             EventKind::Issue => self.on_issue(time_ns, op_id),
             EventKind::SenseDone => self.on_sense_done(time_ns, op_id),
             EventKind::Done => self.on_done(time_ns, op_id),
+            EventKind::ChannelFree => self.on_channel_free(time_ns, op_id as usize),
         }
         Some(time_ns)
     }
 
     fn schedule(&mut self, time_ns: u64, kind: EventKind, op_id: u64) {
         self.events.push(time_ns, (kind, op_id));
-    }
-
-    /// Books `duration_ns` on `channel` no earlier than `at_ns`; returns the slot's start.
-    fn book_channel(&mut self, channel: u32, at_ns: u64, duration_ns: u64) -> u64 {
-        let busy = &mut self.channel_busy_until_ns[channel as usize];
-        let start = at_ns.max(*busy);
-        *busy = start + duration_ns;
-        start
     }
 
     fn on_issue(&mut self, t_ns: u64, op_id: u64) {
@@ -283,51 +316,80 @@ impl NandArray {
         }
     }
 
+    /// The die is free: the operation asks its channel for its first bus phase.
     fn start(&mut self, t_ns: u64, op_id: u64) {
-        let t = self.timing;
-        let page_bytes = self.page_size_bytes as u64;
-        let (die, channel, is) = {
-            let op = &self.ops[&op_id];
-            let is = match op.kind {
-                OpKind::Read { .. } => 0,
-                OpKind::Program { .. } => 1,
-                OpKind::Erase { .. } => 2,
-            };
-            (op.die, self.geometry.channel_of(op.die), is)
+        let op = &self.ops[&op_id];
+        let die = op.die;
+        let phase = match op.kind {
+            OpKind::Read { .. } => BusPhase::ReadCommand,
+            OpKind::Program { .. } => BusPhase::Program,
+            OpKind::Erase { .. } => BusPhase::Erase,
         };
         self.die_busy[die as usize] = Some(op_id);
-        let (start, next, kind) = match is {
-            0 => {
-                let s = self.book_channel(channel, t_ns, t.command_overhead_ns);
-                (
-                    s,
-                    s + t.command_overhead_ns + t.t_read_ns,
-                    EventKind::SenseDone,
-                )
-            }
-            1 => {
-                let s =
-                    self.book_channel(channel, t_ns, t.command_overhead_ns + t.page_transfer_ns);
-                self.stats.channel_bytes[channel as usize] += page_bytes;
-                let done = s + t.command_overhead_ns + t.page_transfer_ns + t.t_program_ns;
-                (s, done, EventKind::Done)
-            }
-            _ => {
-                let s = self.book_channel(channel, t_ns, t.command_overhead_ns);
-                (s, s + t.command_overhead_ns + t.t_erase_ns, EventKind::Done)
-            }
-        };
-        if let Some(op) = self.ops.get_mut(&op_id) {
-            op.started_ns = start;
-        }
-        self.schedule(next, kind, op_id);
+        self.request_channel(t_ns, op_id, phase);
     }
 
     fn on_sense_done(&mut self, t_ns: u64, op_id: u64) {
-        let channel = self.geometry.channel_of(self.ops[&op_id].die);
-        let x = self.book_channel(channel, t_ns, self.timing.page_transfer_ns);
-        self.stats.channel_bytes[channel as usize] += self.page_size_bytes as u64;
-        self.schedule(x + self.timing.page_transfer_ns, EventKind::Done, op_id);
+        self.request_channel(t_ns, op_id, BusPhase::ReadData);
+    }
+
+    /// Asks `op_id`'s channel for `phase` at `t_ns`: granted at once if the channel is free and
+    /// nobody waits, otherwise queued (command phases ahead of data phases).
+    fn request_channel(&mut self, t_ns: u64, op_id: u64, phase: BusPhase) {
+        let ch = self.geometry.channel_of(self.ops[&op_id].die) as usize;
+        let c = &mut self.channels[ch];
+        if c.busy_until_ns <= t_ns && c.commands.is_empty() && c.data.is_empty() {
+            self.grant(ch, t_ns, op_id, phase);
+            return;
+        }
+        if phase.is_command() {
+            c.commands.push_back((op_id, phase));
+        } else {
+            c.data.push_back((op_id, phase));
+        }
+        if !c.wake_pending {
+            c.wake_pending = true;
+            let at = c.busy_until_ns.max(t_ns);
+            self.schedule(at, EventKind::ChannelFree, ch as u64);
+        }
+    }
+
+    /// The channel `ch` came free at `t_ns`: the next waiting phase gets it.
+    fn on_channel_free(&mut self, t_ns: u64, ch: usize) {
+        let c = &mut self.channels[ch];
+        c.wake_pending = false;
+        let next = c.commands.pop_front().or_else(|| c.data.pop_front());
+        if let Some((op_id, phase)) = next {
+            self.grant(ch, t_ns, op_id, phase);
+        }
+        let c = &mut self.channels[ch];
+        if !c.commands.is_empty() || !c.data.is_empty() {
+            c.wake_pending = true;
+            let at = c.busy_until_ns;
+            self.schedule(at, EventKind::ChannelFree, ch as u64);
+        }
+    }
+
+    /// Gives channel `ch` to `phase` of `op_id` from `s` on, and schedules what follows.
+    fn grant(&mut self, ch: usize, s: u64, op_id: u64, phase: BusPhase) {
+        let t = self.timing;
+        let (cmd, xfer) = (t.command_overhead_ns, t.page_transfer_ns);
+        let (busy_ns, next_ns, kind) = match phase {
+            BusPhase::ReadCommand => (cmd, s + cmd + t.t_read_ns, EventKind::SenseDone),
+            BusPhase::ReadData => (xfer, s + xfer, EventKind::Done),
+            BusPhase::Program => (cmd + xfer, s + cmd + xfer + t.t_program_ns, EventKind::Done),
+            BusPhase::Erase => (cmd, s + cmd + t.t_erase_ns, EventKind::Done),
+        };
+        self.channels[ch].busy_until_ns = s + busy_ns;
+        if matches!(phase, BusPhase::ReadData | BusPhase::Program) {
+            self.stats.channel_bytes[ch] += self.page_size_bytes as u64;
+        }
+        if phase != BusPhase::ReadData
+            && let Some(op) = self.ops.get_mut(&op_id)
+        {
+            op.started_ns = s;
+        }
+        self.schedule(next_ns, kind, op_id);
     }
 
     fn on_done(&mut self, t_ns: u64, op_id: u64) {

@@ -30,6 +30,11 @@
 //! operations of the same call are issued after its host→device DMAs finish: a conservative
 //! simplification, exact for the usual one-command-per-call case).
 //!
+//! A device without in-storage processing (`[firmware] isp = false`) answers a vendor-specific
+//! I/O opcode (0x80–0xFF) itself, in the call that would have handed it to the firmware: that
+//! call costs `cycles_per_command` on the core and posts an Invalid Opcode completion, exactly
+//! as the firmware's answer to an opcode it does not know is timed.
+//!
 //! The simulation is lazy: it runs inside [`Ssd::reap`], never past the earliest posted
 //! completion, so a host that submits after a reap (or after [`Ssd::advance_to_ns`]) is never
 //! in the simulation's past.
@@ -37,7 +42,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
-use sagessd_abi::nvme::{CompletionEntry, SubmissionEntry};
+use sagessd_abi::nvme::{CompletionEntry, Status, SubmissionEntry};
 use sagessd_firmware::host::{CommandId, DmaError, HostInterface};
 use sagessd_firmware::work::WorkCounters;
 use sagessd_firmware::{Busy, Firmware};
@@ -277,6 +282,10 @@ pub struct Ssd {
     pcie: PcieLink,
     cores: CoreModel,
     controller: ControllerConfig,
+    /// Whether vendor-specific I/O opcodes reach the firmware (`[firmware] isp`).
+    isp: bool,
+    /// Core cycles of one command's parse, charged when the emulator refuses a vendor opcode.
+    cycles_per_command: u64,
     /// The host's clock: new commands are submitted at this time.
     now_ns: u64,
     /// When the firmware core is next free (end of its last call).
@@ -325,6 +334,8 @@ impl Ssd {
             pcie: PcieLink::new(&config.pcie),
             cores: CoreModel::new(&config.cores),
             controller: config.controller.clone(),
+            isp: config.firmware.isp,
+            cycles_per_command: config.cores.cycles_per_command,
             now_ns: 0,
             fw_time_ns: 0,
             hot: true,
@@ -592,6 +603,7 @@ impl Ssd {
     fn call(&mut self, start_ns: u64) -> Result<(), EmulatorError> {
         self.firmware.flash_mut().advance_to(start_ns);
         let before = self.firmware.work();
+        let mut extra_cycles = 0;
         // A submit always makes progress in the sense that a poll must follow it (to run the
         // command, or to free a slot after "busy"); only a fruitless poll idles the firmware.
         let progress = if !self.blocked.is_empty() && self.retry_blocked {
@@ -602,7 +614,15 @@ impl Ssd {
             && self.arrivals.peek_time().is_some_and(|t| t <= start_ns)
         {
             let (_, incoming) = self.arrivals.pop().expect("checked non-empty");
-            self.submit_to_firmware(incoming, false);
+            if !self.isp && incoming.cmd.sq_id != 0 && incoming.sqe.opcode >= 0x80 {
+                // No ISP on this device: the vendor opcode is refused before the firmware.
+                extra_cycles = self.cycles_per_command;
+                let Incoming { cmd, host, .. } = incoming;
+                let cqe = CompletionEntry::new(cmd.sq_id, cmd.cid, Status::INVALID_OPCODE, 0);
+                self.host.effects.push(Effect::Complete { cqe, host });
+            } else {
+                self.submit_to_firmware(incoming, false);
+            }
             true
         } else {
             let progress = self.firmware.poll(&mut self.host);
@@ -612,7 +632,9 @@ impl Ssd {
             progress
         };
         let work = self.firmware.work().since(&before);
-        let core_ns = self.cores.ns(&work);
+        let core_ns = self
+            .cores
+            .cycles_to_ns(self.cores.cycles(&work).saturating_add(extra_cycles));
         let end_ns = start_ns + core_ns;
         self.stats.firmware_calls += 1;
         self.stats.core_busy_ns += core_ns;
@@ -722,7 +744,7 @@ mod tests {
     use sagessd_abi::identify::{
         CNS_CONTROLLER, CNS_NAMESPACE, ControllerInfo, IDENTIFY_SIZE_BYTES, NamespaceInfo,
     };
-    use sagessd_abi::nvme::{Status, admin_opcode};
+    use sagessd_abi::nvme::admin_opcode;
 
     const NSID: u32 = 1;
     const BLOCK: usize = 4096;
@@ -839,6 +861,45 @@ mod tests {
         let data = pattern(3, BLOCK);
         write(&mut ssd, 3, 0, data.clone());
         assert_eq!(read(&mut ssd, 4, 0, 1).data, data);
+    }
+
+    #[test]
+    fn a_device_without_isp_refuses_vendor_opcodes_before_the_firmware() {
+        use sagessd_abi::nvme::io_opcode;
+        let mut config = small_config();
+        config.firmware.isp = false;
+        let mut ssd = Ssd::new(&config).unwrap();
+        for (cid, opcode) in [
+            (1, io_opcode::GRAPH_ATTACH),
+            (2, io_opcode::NS_SUBMIT),
+            (3, io_opcode::NS_COLLECT),
+            (4, 0xC4),
+        ] {
+            let before = ssd.stats();
+            let done = ssd
+                .execute(
+                    1,
+                    SubmissionEntry::vendor(opcode, cid, NSID, 4096, 0),
+                    vec![0; 4096],
+                )
+                .unwrap();
+            assert_eq!(
+                done.cqe.status(),
+                Status::INVALID_OPCODE,
+                "opcode {opcode:#x}"
+            );
+            assert_eq!(done.cqe.cid.get(), cid);
+            let after = ssd.stats();
+            assert_eq!(after.work, before.work, "the firmware never saw it");
+            assert_eq!(
+                after.core_busy_ns - before.core_busy_ns,
+                ssd.cores().cycles_to_ns(config.cores.cycles_per_command)
+            );
+        }
+        // Ordinary I/O still works.
+        let data = pattern(5, BLOCK);
+        write(&mut ssd, 10, 0, data.clone());
+        assert_eq!(read(&mut ssd, 11, 0, 1).data, data);
     }
 
     #[test]

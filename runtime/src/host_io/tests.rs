@@ -1,0 +1,218 @@
+use super::*;
+
+use sagessd_emulator::HwConfig;
+
+use crate::graph::CsrGraph;
+use crate::rmat::{RmatParams, generate};
+use crate::sampler::ReferenceSampler;
+
+const MODES: [HostIoMode; 3] = [HostIoMode::Mmap, HostIoMode::Direct, HostIoMode::Async];
+
+fn loaded_device(g: &CsrGraph) -> (Device<LocalTransport>, GraphDescriptor) {
+    let transport = LocalTransport::from_config(&HwConfig::cosmos_plus()).unwrap();
+    let mut dev = Device::open(transport).unwrap();
+    let desc = crate::load::load_graph(&mut dev, g, 7).unwrap();
+    (dev, desc)
+}
+
+fn sampler(g: &CsrGraph, mode: HostIoMode, host: HostStackConfig) -> HostIoSampler {
+    let (dev, desc) = loaded_device(g);
+    HostIoSampler::new(dev, desc, mode, host).unwrap()
+}
+
+fn star() -> CsrGraph {
+    CsrGraph::from_edges(
+        20_001,
+        &(1..20_001u32)
+            .flat_map(|i| [(0, i), (i, 0)])
+            .collect::<Vec<_>>(),
+    )
+    .unwrap()
+}
+
+const REQUESTS: [(u64, &[u16]); 4] = [
+    (1, &[10, 10, 10]),
+    (2, &[25, 10]),
+    (3, &[3, 2, 2, 2]),
+    (4, &[64]),
+];
+
+fn targets(seed: u64, n: u64) -> Vec<u64> {
+    let mut t: Vec<u64> = (0..50).map(|i| (i * 37 + seed * 11) % n).collect();
+    t.push(t[3]);
+    t.push(0);
+    t
+}
+
+#[test]
+fn every_mode_equals_the_reference() {
+    let tiny_cache = HostStackConfig {
+        page_cache_bytes: 4 * PAGE_SIZE_BYTES,
+        ..HostStackConfig::default()
+    };
+    for g in [generate(&RmatParams::graph500(9, 8, 5)).unwrap(), star()] {
+        let mut reference = ReferenceSampler::new(&g);
+        let mut samplers: Vec<HostIoSampler> = MODES
+            .iter()
+            .map(|&m| sampler(&g, m, HostStackConfig::default()))
+            .collect();
+        samplers.push(sampler(&g, HostIoMode::Mmap, tiny_cache.clone()));
+        for (seed, fanouts) in REQUESTS {
+            let t = targets(seed, g.node_count());
+            let r = reference.sample(seed, fanouts, &t).unwrap();
+            for s in &mut samplers {
+                let got = s.sample(seed, fanouts, &t).unwrap();
+                assert!(
+                    got == r,
+                    "{} differs: seed {seed} fanouts {fanouts:?}",
+                    s.name()
+                );
+            }
+        }
+        for s in &samplers {
+            let (h, st) = (s.host_stats(), s.stats());
+            assert_eq!(st.minibatches, 4);
+            assert_eq!(st.edges, reference.stats().edges);
+            assert_eq!(h.ios, st.driver.reads);
+            assert_eq!(st.driver.commands, st.driver.reads);
+            assert_eq!(h.bytes_read, st.driver.c2h_bytes);
+            assert!(
+                h.bytes_used > 0 && h.bytes_used <= h.bytes_read || s.mode() == HostIoMode::Mmap
+            );
+            assert!(h.modelled_time_ns > 0);
+            assert_eq!(st.modelled_time_ns, Some(h.modelled_time_ns));
+            assert!(h.host_cpu_ns > 0 && h.host_cpu_ns <= h.modelled_time_ns);
+        }
+        // The tiny cache stays within its budget and evicts.
+        let tiny = &samplers[3];
+        let m = tiny.mmap.as_ref().unwrap();
+        assert!(m.cache.len() <= 4 && m.pages.len() == m.cache.len());
+        assert!(tiny.host_stats().page_cache.evictions > 0);
+    }
+}
+
+#[test]
+fn modes_charge_what_they_should() {
+    let g = generate(&RmatParams::graph500(13, 8, 3)).unwrap();
+    let host = HostStackConfig::default();
+    let t: Vec<u64> = (0..256).map(|i| i * 31 % g.node_count()).collect();
+    let run = |mode| {
+        let mut s = sampler(&g, mode, host.clone());
+        s.sample(9, &[10, 10], &t).unwrap();
+        s
+    };
+    let (direct, uring) = (run(HostIoMode::Direct), run(HostIoMode::Async));
+    let (d, a) = (direct.host_stats(), uring.host_stats());
+    // The same reads, but async batches them: fewer syscalls, less time.
+    assert_eq!(
+        (d.ios, d.bytes_read, d.bytes_used),
+        (a.ios, a.bytes_read, a.bytes_used)
+    );
+    assert_eq!(d.syscalls, d.ios);
+    assert!(a.syscalls < d.syscalls && a.syscalls >= d.ios.div_ceil(32));
+    assert!(a.modelled_time_ns < d.modelled_time_ns, "{a:?} vs {d:?}");
+    // Direct is QD 1: each I/O costs at least its host overheads, serially.
+    let per_io = host.sync_read_submit_ns() + host.blocking_completion_ns();
+    assert!(d.modelled_time_ns > d.ios * per_io);
+    assert!(d.host_cpu_ns >= d.ios * per_io);
+    // Direct reads whole blocks of which a few entries are used.
+    assert!(d.read_efficiency() < 1.0 && d.read_efficiency() > 0.0);
+
+    // mmap: a warm, large cache serves a repeated minibatch without I/O.
+    let mut mmap = sampler(&g, HostIoMode::Mmap, host.clone());
+    mmap.sample(9, &[10, 10], &t).unwrap();
+    let cold = mmap.host_stats();
+    assert!(cold.ios > 0 && cold.page_cache.misses == cold.ios);
+    assert_eq!(cold.syscalls, 0);
+    mmap.sample(9, &[10, 10], &t).unwrap();
+    let warm = mmap.host_stats();
+    assert_eq!(warm.ios, cold.ios);
+    assert_eq!(warm.page_cache.misses, cold.page_cache.misses);
+    let second_ns = warm.modelled_time_ns - cold.modelled_time_ns;
+    let accesses = warm.page_cache.accesses() - cold.page_cache.accesses();
+    // All hits (or minor faults of read-ahead pages already counted in the first run).
+    assert_eq!(
+        second_ns,
+        accesses * host.memory_access_ns
+            + (warm.page_cache.minor_faults - cold.page_cache.minor_faults) * host.minor_fault_ns
+    );
+    assert!(warm.page_cache.hit_rate() > cold.page_cache.hit_rate());
+    // Every used entry went through the page cache.
+    assert_eq!(cold.bytes_used, d.bytes_used);
+}
+
+#[test]
+fn readahead_reads_the_window_on_a_sequential_scan() {
+    // A path graph whose indices span many pages; sampling every node's full list scans them.
+    let n = 6000u32;
+    let mut edges: Vec<(u32, u32)> = (0..n)
+        .flat_map(|i| [(i, (i + 1) % n), ((i + 1) % n, i)])
+        .collect();
+    edges.sort_unstable();
+    let g = CsrGraph::from_edges(u64::from(n), &edges).unwrap();
+    let host = HostStackConfig::default();
+    let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
+    let all: Vec<u64> = (0..u64::from(n)).collect();
+    let r = ReferenceSampler::new(&g).sample(1, &[2], &all).unwrap();
+    assert!(s.sample(1, &[2], &all).unwrap() == r);
+    let h = s.host_stats();
+    let m = s.mmap.as_ref().unwrap();
+    // Both files were scanned sequentially: windows grew to the maximum.
+    for ra in &m.readahead {
+        assert!(ra.sequential_misses > 0);
+        assert!(ra.window_pages() > host.readahead_min_pages);
+    }
+    // 6001 indptr entries (47 KiB, 12 pages) + 12000 indices (47 KiB, 12 pages) in far fewer
+    // I/Os than pages.
+    assert!(h.ios < 24 / 2, "{h:?}");
+    assert!(h.page_cache.hit_rate() > 0.99);
+}
+
+#[test]
+fn two_identical_runs_have_identical_timelines() {
+    let g = generate(&RmatParams::graph500(9, 8, 5)).unwrap();
+    let tiny_cache = HostStackConfig {
+        page_cache_bytes: 16 * PAGE_SIZE_BYTES,
+        ..HostStackConfig::default()
+    };
+    let run = |mode, host: &HostStackConfig| {
+        let mut s = sampler(&g, mode, host.clone());
+        let mut sum = FNV_OFFSET;
+        for (seed, fanouts) in REQUESTS {
+            let sg = s
+                .sample(seed, fanouts, &targets(seed, g.node_count()))
+                .unwrap();
+            sum = fnv1a(sum, sg.as_bytes());
+        }
+        (
+            s.host_stats(),
+            s.stats(),
+            s.device().transport().ssd().stats(),
+            sum,
+        )
+    };
+    let mut hashes = Vec::new();
+    for mode in MODES {
+        for host in [HostStackConfig::default(), tiny_cache.clone()] {
+            let a = run(mode, &host);
+            let b = run(mode, &host);
+            assert_eq!(a, b, "{mode:?}");
+            hashes.push(a.0.timeline_hash);
+        }
+    }
+    // Different modes produce different timelines.
+    assert_ne!(hashes[0], hashes[2]);
+    assert_ne!(hashes[2], hashes[4]);
+}
+
+#[test]
+fn bad_host_configs_are_refused() {
+    let g = generate(&RmatParams::graph500(6, 4, 1)).unwrap();
+    let (dev, desc) = loaded_device(&g);
+    let bad = HostStackConfig {
+        uring_queue_depth: 0,
+        ..HostStackConfig::default()
+    };
+    let e = HostIoSampler::new(dev, desc, HostIoMode::Async, bad).unwrap_err();
+    assert!(e.to_string().contains("host.uring_queue_depth"), "{e}");
+}
