@@ -15,6 +15,7 @@ use sagessd_firmware::{ConfigError, Firmware, FirmwareConfig, MAX_ISP_SLOTS};
 use serde::{Deserialize, Serialize};
 
 use crate::error::EmulatorError;
+use crate::host_stack::HostStackConfig;
 use crate::nand::NandArray;
 
 /// Longest fixed latency any time field may hold (10 s): larger values are unit mistakes.
@@ -40,6 +41,11 @@ pub struct HwConfig {
     pub dram: DramConfig,
     /// Sizing of the firmware's tables and buffers.
     pub firmware: FirmwareSection,
+    /// The host's I/O stack that the host sampling modes pay (syscalls, interrupts, faults, page
+    /// cache). Optional: without a `[host]` table, the documented typical Linux server of
+    /// [`HostStackConfig::default`].
+    #[serde(default)]
+    pub host: HostStackConfig,
 }
 
 /// `[device]`: what the device is called.
@@ -384,7 +390,8 @@ impl HwConfig {
         self.validate_controller()?;
         self.validate_cores()?;
         self.validate_firmware()?;
-        self.validate_dram()
+        self.validate_dram()?;
+        self.host.validate()
     }
 
     fn validate_device(&self) -> Result<(), EmulatorError> {
