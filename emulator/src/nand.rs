@@ -47,6 +47,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use sagessd_firmware::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry};
+use sagessd_firmware::work::WorkCounters;
 
 use crate::config::NandConfig;
 use crate::event_queue::EventQueue;
@@ -176,11 +177,22 @@ struct Channel {
 }
 
 /// A finished operation waiting for [`Flash::poll`]; reads carry the page as it was when the
-/// read finished (`None` = erased).
+/// read finished.
 #[derive(Debug)]
 struct Finished {
     tag: u32,
-    read: Option<(usize, Option<Box<[u8]>>)>,
+    read: Option<(usize, ReadData)>,
+}
+
+/// The data of a finished read. A page cannot change between the read's end and the poll
+/// that returns it except by an erase of its block, which first turns the read into a
+/// snapshot; so the common case copies the page once, from the array into DRAM, at the poll.
+#[derive(Debug)]
+enum ReadData {
+    /// Still the contents of this physical page.
+    Page(u32),
+    /// A copy taken before an erase (`None` = erased when read).
+    Snapshot(Option<Box<[u8]>>),
 }
 
 /// An emulated NAND array: see the [module documentation](self) for the model.
@@ -197,7 +209,11 @@ pub struct NandArray {
     channels: Vec<Channel>,
     ops: HashMap<u64, Op>,
     next_op_id: u64,
-    staged: Vec<u64>,
+    /// Operations submitted and not yet issued, with the work the firmware had counted when it
+    /// submitted each (see [`Flash::note_work`]).
+    staged: Vec<(u64, Option<WorkCounters>)>,
+    /// The work last told by [`Flash::note_work`], until the next submit takes it.
+    noted: Option<WorkCounters>,
     events: EventQueue<(EventKind, u64)>,
     finished: VecDeque<Finished>,
     now_ns: u64,
@@ -225,6 +241,7 @@ impl NandArray {
             ops: HashMap::new(),
             next_op_id: 0,
             staged: Vec::new(),
+            noted: None,
             events: EventQueue::default(),
             finished: VecDeque::new(),
             now_ns: 0,
@@ -273,8 +290,18 @@ impl NandArray {
 
     /// Issues every staged operation at `at_ns` (never earlier than the array's current time).
     pub fn issue_staged(&mut self, at_ns: u64) {
-        let at_ns = at_ns.max(self.now_ns);
-        for op_id in std::mem::take(&mut self.staged) {
+        self.issue_staged_by(|_| at_ns);
+    }
+
+    /// Issues every staged operation, in submission order, at the time `issue_at` gives for the
+    /// work the firmware had counted when it submitted it (`None`: it did not say), but never
+    /// earlier than the array's current time or than the operation staged before it.
+    pub fn issue_staged_by(&mut self, mut issue_at: impl FnMut(Option<&WorkCounters>) -> u64) {
+        let mut at_least = self.now_ns;
+        self.noted = None;
+        for (op_id, work) in std::mem::take(&mut self.staged) {
+            let at_ns = issue_at(work.as_ref()).max(at_least);
+            at_least = at_ns;
             self.schedule(at_ns, EventKind::Issue, op_id);
         }
     }
@@ -403,7 +430,7 @@ impl NandArray {
                 dram_offset_bytes,
             } => {
                 self.stats.pages_read += 1;
-                Some((dram_offset_bytes, self.pages.get(&ppn).cloned()))
+                Some((dram_offset_bytes, ReadData::Page(ppn)))
             }
             OpKind::Program { ppn, data } => {
                 self.stats.pages_programmed += 1;
@@ -413,6 +440,15 @@ impl NandArray {
             OpKind::Erase { block } => {
                 self.stats.blocks_erased += 1;
                 let first = block * self.geometry.pages_per_block;
+                let pages_per_block = self.geometry.pages_per_block;
+                for f in &mut self.finished {
+                    if let Some((_, data)) = &mut f.read
+                        && let ReadData::Page(ppn) = *data
+                        && (first..first + pages_per_block).contains(&ppn)
+                    {
+                        *data = ReadData::Snapshot(self.pages.get(&ppn).cloned());
+                    }
+                }
                 for ppn in first..first + self.geometry.pages_per_block {
                     self.pages.remove(&ppn);
                 }
@@ -499,17 +535,25 @@ impl Flash for NandArray {
                 started_ns: 0,
             },
         );
-        self.staged.push(op_id);
+        self.staged.push((op_id, self.noted.take()));
         Ok(())
+    }
+
+    fn note_work(&mut self, work: &WorkCounters) {
+        self.noted = Some(*work);
     }
 
     fn poll(&mut self, dram: &mut [u8]) -> Option<FlashCompletion> {
         let done = self.finished.pop_front()?;
         let mut result = Ok(());
         if let Some((offset, data)) = done.read {
+            let page = match &data {
+                ReadData::Page(ppn) => self.pages.get(ppn),
+                ReadData::Snapshot(page) => page.as_ref(),
+            };
             match dram.get_mut(offset..offset + self.page_size_bytes) {
-                Some(window) => match data {
-                    Some(page) => window.copy_from_slice(&page),
+                Some(window) => match page {
+                    Some(page) => window.copy_from_slice(page),
                     None => window.fill(0xFF),
                 },
                 None => result = Err(FlashError::OutOfRange),

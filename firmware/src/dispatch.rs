@@ -239,6 +239,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let free = self.commands.iter().position(Option::is_none).ok_or(Busy)?;
         self.backend.work.commands += 1;
         if self.commands.iter().flatten().any(|c| c.id == id) {
+            host.note_work(&self.backend.work);
             host.complete(
                 id,
                 CompletionEntry::new(id.sq_id, id.cid, COMMAND_ID_CONFLICT, 0),
@@ -262,6 +263,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
             Ok(None) => {}
             Err((status, result)) => {
+                host.note_work(&self.backend.work);
                 host.complete(id, CompletionEntry::new(id.sq_id, id.cid, status, result))
             }
         }
@@ -277,6 +279,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         dst: &mut [u8],
     ) -> Result<(), DmaError> {
         work.bytes_copied += dst.len() as u64;
+        host.note_work(work);
         host.dma_from_host(id, offset, dst)
     }
 
@@ -289,6 +292,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         src: &[u8],
     ) -> Result<(), DmaError> {
         work.bytes_copied += src.len() as u64;
+        host.note_work(work);
         host.dma_to_host(id, offset, src)
     }
 
@@ -509,6 +513,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// Moves everything forward once. Returns whether anything happened; the caller polls again
     /// until it returns false, then waits for flash time to pass.
     pub fn poll<H: HostInterface>(&mut self, host: &mut H) -> bool {
+        self.backend.queue.begin_poll();
         let mut progress = false;
         while let Some(c) = self.next_flash_completion() {
             self.flash_completed(c);
@@ -519,17 +524,26 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             &mut self.backend.queue,
             &mut self.backend.work,
         );
+        let mut taken = self.drain_flash_queue();
         for i in 0..MAX_COMMANDS {
             progress |= self.step_command(host, i);
+            // Start what the command queued before looking at the next one, so the flash works
+            // while the core goes on (the first command's reads need not wait for the sweep).
+            taken += self.drain_flash_queue();
         }
         progress |= self.isp.step(self.dram.as_mut(), &mut self.backend);
-        let taken = self
-            .backend
-            .queue
-            .drain(&mut self.flash, self.dram.as_ref());
-        self.backend.work.flash_ops += taken;
-        self.flash_in_flight += taken as u32;
+        taken += self.drain_flash_queue();
         progress || taken > 0
+    }
+
+    /// Hands the queued flash operations to the HAL; returns how many it took.
+    fn drain_flash_queue(&mut self) -> u64 {
+        let taken =
+            self.backend
+                .queue
+                .drain(&mut self.flash, self.dram.as_ref(), &mut self.backend.work);
+        self.flash_in_flight += taken as u32;
+        taken
     }
 
     fn next_flash_completion(&mut self) -> Option<FlashCompletion> {
@@ -637,6 +651,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
                 Collect::Done(size) => {
                     self.backend.work.bytes_copied += size as u64;
+                    host.note_work(&self.backend.work);
                     match self
                         .isp
                         .write_result(self.dram.as_ref(), *tag, host, cmd.id)
@@ -649,6 +664,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             },
         };
         if done {
+            host.note_work(&self.backend.work);
             host.complete(
                 cmd.id,
                 CompletionEntry::new(cmd.id.sq_id, cmd.id.cid, cmd.status, result),

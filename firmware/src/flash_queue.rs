@@ -8,6 +8,7 @@
 use heapless::Deque;
 
 use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp};
+use crate::work::WorkCounters;
 
 /// Capacity of the queue.
 pub(crate) const FLASH_QUEUE_DEPTH: usize = 512;
@@ -69,27 +70,46 @@ impl Tag {
 pub(crate) struct FlashQueue {
     pending: Deque<(u32, FlashOp), FLASH_QUEUE_DEPTH>,
     refused: Deque<FlashCompletion, FLASH_QUEUE_DEPTH>,
+    /// Operations pushed since [`Self::begin_poll`]: one poll queues at most
+    /// `FLASH_QUEUE_DEPTH`, even though the poll drains the queue as it goes, so that a poll
+    /// stays short and flash completions are serviced between polls.
+    pushed_this_poll: usize,
 }
 
 impl FlashQueue {
-    /// Whether `n` more operations fit.
+    /// Starts a new poll's budget of operations.
+    pub fn begin_poll(&mut self) {
+        self.pushed_this_poll = 0;
+    }
+
+    /// Whether `n` more operations fit (in the queue and in this poll's budget).
     pub fn has_room(&self, n: usize) -> bool {
         self.pending.capacity() - self.pending.len() >= n
+            && self.pushed_this_poll + n <= FLASH_QUEUE_DEPTH
     }
 
     /// Appends an operation; callers check [`Self::has_room`] first. Returns false if full.
     pub fn push(&mut self, tag: Tag, op: FlashOp) -> bool {
-        self.pending.push_back((tag.encode(), op)).is_ok()
+        let ok = self.pending.push_back((tag.encode(), op)).is_ok();
+        self.pushed_this_poll += usize::from(ok);
+        ok
     }
 
-    /// Hands queued operations to the HAL until it is busy; returns how many it took.
-    pub fn drain<F: Flash>(&mut self, flash: &mut F, dram: &[u8]) -> u64 {
+    /// Hands queued operations to the HAL until it is busy; returns how many it took and counts
+    /// each in `work.flash_ops` (told to the HAL, cost included, before its submit).
+    pub fn drain<F: Flash>(&mut self, flash: &mut F, dram: &[u8], work: &mut WorkCounters) -> u64 {
         let mut taken = 0;
         while let Some((tag, op)) = self.pending.front().copied() {
+            work.flash_ops += 1;
+            flash.note_work(work);
             match flash.submit(tag, op, dram) {
                 Ok(()) => taken += 1,
-                Err(FlashError::Busy) => break,
+                Err(FlashError::Busy) => {
+                    work.flash_ops -= 1;
+                    break;
+                }
                 Err(e) => {
+                    work.flash_ops -= 1;
                     // `refused` has the same capacity as `pending`, so this cannot overflow.
                     let _ = self.refused.push_back(FlashCompletion {
                         tag,

@@ -158,4 +158,12 @@ pub trait Flash {
 
     /// Returns one finished operation, if any, after moving a Read's data into `dram`.
     fn poll(&mut self, dram: &mut [u8]) -> Option<FlashCompletion>;
+
+    /// The work the firmware has counted since boot, told just before each [`Flash::submit`]
+    /// (the submitted operation's own cost included). Hardware ignores it (the default); a
+    /// timing model dates the operation by it: the core issues an operation when it has done
+    /// the work before it, not at the end of the poll call that issued it.
+    fn note_work(&mut self, work: &crate::work::WorkCounters) {
+        let _ = work;
+    }
 }

@@ -384,6 +384,20 @@ impl<T: Transport> Device<T> {
         }
     }
 
+    /// Reaps the next completion of any outstanding command, in the transport's completion
+    /// order (completions kept for other waiters first), with the driver's bookkeeping;
+    /// `None` when nothing is outstanding. For callers that multiplex several streams of
+    /// commands themselves.
+    pub fn wait_next(&mut self) -> Result<Option<Completion>, DriverError> {
+        if let Some(key) = self.ready.keys().next().copied() {
+            return Ok(self.ready.remove(&key));
+        }
+        match self.in_flight.keys().next().copied() {
+            None => Ok(None),
+            Some(any) => self.reap_one(any).map(Some),
+        }
+    }
+
     /// Waits for whichever of `cids` (on `sq_id`) completes first.
     fn wait_any(
         &mut self,

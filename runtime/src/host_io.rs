@@ -1,12 +1,13 @@
 //! Host sampling over the host I/O stack model: mmap (page cache + faults + readahead), direct
-//! I/O (SmartSAGE's software-only path) and io_uring-style asynchronous reads, each a
-//! [`NeighbourSource`] and a [`Sampler`] over an emulated device.
+//! I/O (SmartSAGE's software-only path), io_uring-style asynchronous reads and in-storage
+//! sampling through passthrough ioctls, each a [`Sampler`] over an emulated device, with one
+//! host worker or several contending for the device ([`HostIoSampler::run_workers`]).
 //!
 //! The host's CPU costs come from [`HostStackConfig`] (see [`sagessd_emulator::host_stack`] for
 //! the formulas and their sources) and are charged to the emulated device's virtual clock with
 //! `Ssd::advance_to_ns`; every read is a real NVMe Read submitted through the [`Device`], so the
 //! device, its flash and its PCIe link are timed by the emulator. All three modes produce exactly
-//! the subgraph bytes of the in-memory reference (they share [`build_subgraph`]).
+//! the subgraph bytes of the in-memory reference (they share [`SubgraphBuilder`]).
 //!
 //! What each mode charges, per layer of a minibatch (`C` = the host stack configuration):
 //!
@@ -29,27 +30,52 @@
 //!   `C.complete_ns` each, then `C.context_switch_ns` to wake the thread and `C.uring_cqe_ns`
 //!   per CQE reaped. Entry loads as for direct.
 //!
+//! * **isp** ([`HostIoMode::Isp`]): `NS_SUBMIT` then `NS_COLLECT`, each one synchronous
+//!   passthrough ioctl: `C.syscall_ns + C.submit_ns` before, `C.complete_ns +
+//!   C.context_switch_ns` after.
+//!
+//! # Workers
+//!
+//! Each mode is written once, as `async` code over a worker handle whose only suspension points
+//! are an NVMe submission (the worker waits for its turn at its clock) and a wait for a
+//! completion (or, mmap, for a page another worker is reading). A single-threaded executor
+//! drives the workers in virtual time: the runnable worker with the smallest clock runs until
+//! its next suspension; when none is runnable, the device's next completion is reaped and wakes
+//! its worker. One worker is exactly the synchronous model above. With several, a command is
+//! submitted before earlier completions of blocked workers are reaped (the device never sees a
+//! command in its past), so a worker woken by such a completion may reach the device late; the
+//! total is [`HostIoStats::submit_lag_ns`] (an exact scheduler needs the device to report its
+//! next completion time without handing it over).
+//!
 //! [`HostIoStats`] counts I/Os, bytes read versus bytes of entries used, page-cache accesses,
 //! faults and evictions, host CPU time charged, modelled time, and a hash of every completion
 //! time (for determinism checks).
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
-use sagessd_abi::nvme::{SubmissionEntry, VendorStatus};
+use sagessd_abi::ns_config::{encode_ns_config, ns_config_size_bytes};
+use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
+use sagessd_abi::subgraph::SubgraphView;
 use sagessd_emulator::host_stack::{
     Access, HostStackConfig, PAGE_SIZE_BYTES, PageCache, PageCacheStats, Readahead,
 };
 use sagessd_host_driver::{
-    Completion, Device, DeviceCounters, DriverError, IO_QUEUE, LocalTransport, NAMESPACE_ID,
+    Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DeviceCounters, DriverError, IO_QUEUE,
+    LocalTransport, NAMESPACE_ID, subgraph_size_bound,
 };
 
 use crate::sampler::{
-    EdgeRange, FNV_OFFSET, NeighbourSource, SampledSubgraph, Sampler, SamplerError, SamplerStats,
-    build_subgraph, fnv1a,
+    EdgeRange, FNV_OFFSET, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
+    fnv1a,
 };
 
-/// How the host reads the graph.
+/// How the host gets its minibatches' subgraphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HostIoMode {
     /// Memory-mapped file through the kernel page cache (page faults, readahead).
@@ -58,16 +84,28 @@ pub enum HostIoMode {
     Direct,
     /// io_uring-style: the same reads as direct, batched at the configured queue depth.
     Async,
+    /// In-storage sampling: one `NS_SUBMIT` and one `NS_COLLECT` per minibatch, each a
+    /// synchronous passthrough ioctl.
+    Isp,
 }
 
 impl HostIoMode {
-    /// A short name for reports.
+    /// Every mode, in report order.
+    pub const ALL: [Self; 4] = [Self::Mmap, Self::Direct, Self::Async, Self::Isp];
+
+    /// A short name for reports and command lines.
     pub fn name(self) -> &'static str {
         match self {
             Self::Mmap => "mmap",
             Self::Direct => "direct",
             Self::Async => "async",
+            Self::Isp => "isp",
         }
+    }
+
+    /// The mode named `name` (as [`Self::name`] prints it).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
     }
 }
 
@@ -81,17 +119,24 @@ pub struct HostIoStats {
     /// Bytes of graph entries the sampler consumed (8 per `indptr` entry, the id width per
     /// neighbour).
     pub bytes_used: u64,
-    /// System calls made (pread, io_uring_enter); page faults are not system calls.
+    /// System calls made (pread, io_uring_enter, passthrough ioctl); page faults are not
+    /// system calls.
     pub syscalls: u64,
     /// Page-cache counters (mmap only; zero otherwise).
     pub page_cache: PageCacheStats,
-    /// Host CPU time charged by the host stack model.
+    /// Host CPU time charged by the host stack model (all workers together).
     pub host_cpu_ns: u64,
-    /// Modelled time of the minibatches: the virtual clock from each minibatch's start to its
-    /// end (last completion handled and every host cost charged).
+    /// Modelled time of the runs: the virtual clock from each run's start to the end of its
+    /// last worker (for one worker: the sum of its minibatches' times).
     pub modelled_time_ns: u64,
-    /// FNV-1a 64 over every Read's completion time, in the order the host handled them.
+    /// FNV-1a 64 over every completion time, in the order the host handled them.
     pub timeline_hash: u64,
+    /// Times a worker found a page another worker was reading and slept until it arrived
+    /// (mmap, several workers).
+    pub page_waits: u64,
+    /// Submission lag: total nanoseconds by which commands reached the device later than
+    /// their worker's clock (see the module documentation; always 0 with one worker).
+    pub submit_lag_ns: u64,
 }
 
 impl HostIoStats {
@@ -112,31 +157,702 @@ enum Region {
     Indices = 1,
 }
 
-/// The mmap mode's kernel state: the page cache, its pages' bytes and one readahead state per
-/// file.
+/// The mmap mode's kernel state, shared by every worker: the page cache, its pages' bytes, one
+/// readahead state per file, and the pages being read.
 #[derive(Debug)]
 struct MmapState {
     cache: PageCache,
     pages: HashMap<u64, Vec<u8>>,
     readahead: [Readahead; 2],
+    /// Pages some worker is reading now (locked, not yet up to date).
+    pending: HashSet<u64>,
 }
 
-/// A host sampler reading a graph from an emulated device through a modelled host I/O stack.
-/// Implements [`NeighbourSource`] (for [`build_subgraph`]) and [`Sampler`].
+/// What a worker is doing, for the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WorkerState {
+    /// Wants the CPU at its clock.
+    Runnable,
+    /// Blocked until command `cid` completes.
+    Waiting(u16),
+    /// Blocked until another worker's read of `page` is in the page cache.
+    WaitingPage(u64),
+    /// Done with its minibatches.
+    Finished,
+}
+
+/// Everything the workers share: one device, one kernel, one set of counters; and the
+/// scheduler's view of each worker.
 #[derive(Debug)]
-pub struct HostIoSampler {
+struct Shared {
     device: Device<LocalTransport>,
     graph: GraphDescriptor,
     mode: HostIoMode,
     host: HostStackConfig,
     mmap: Option<MmapState>,
     stats: HostIoStats,
+    clocks: Vec<u64>,
+    states: Vec<WorkerState>,
+    /// Completions reaped and not yet claimed by their worker.
+    done: HashMap<u16, Completion>,
+}
+
+/// A future that is pending exactly once: the point where a worker hands control back to the
+/// scheduler.
+struct Park(bool);
+
+impl Future for Park {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+/// One worker's handle on the shared state.
+struct Worker {
+    sh: Rc<RefCell<Shared>>,
+    w: usize,
+}
+
+fn command_error(opcode: u8, c: &Completion) -> SamplerError {
+    let status = c.cqe.status();
+    DriverError::Command {
+        opcode,
+        admin: false,
+        status,
+        vendor: VendorStatus::from_status(status),
+        result: c.cqe.result.get(),
+    }
+    .into()
+}
+
+impl Worker {
+    fn clock(&self) -> u64 {
+        self.sh.borrow().clocks[self.w]
+    }
+
+    /// Charges `ns` of host CPU time to this worker.
+    fn charge(&self, ns: u64) {
+        let mut s = self.sh.borrow_mut();
+        s.clocks[self.w] += ns;
+        s.stats.host_cpu_ns += ns;
+    }
+
+    fn note_completion(&self, c: &Completion) {
+        let t = c.completed_at_ns.unwrap_or(0);
+        let mut s = self.sh.borrow_mut();
+        s.stats.timeline_hash = fnv1a(s.stats.timeline_hash, &t.to_le_bytes());
+    }
+
+    /// Submits a command at this worker's clock, once every worker with an earlier clock has
+    /// had its turn.
+    async fn submit(&self, sqe: SubmissionEntry, data: Vec<u8>) -> Result<u16, SamplerError> {
+        self.sh.borrow_mut().states[self.w] = WorkerState::Runnable;
+        Park(false).await;
+        let mut s = self.sh.borrow_mut();
+        let t = s.clocks[self.w];
+        let ssd = s.device.transport_mut().ssd_mut();
+        let lag = ssd.now_ns().saturating_sub(t);
+        ssd.advance_to_ns(t);
+        s.stats.submit_lag_ns += lag;
+        Ok(s.device.submit(IO_QUEUE, sqe, data)?)
+    }
+
+    /// Blocks until command `cid` completes; the clock moves to its completion.
+    async fn wait(&self, cid: u16) -> Result<Completion, SamplerError> {
+        let ready = self.sh.borrow().done.contains_key(&cid);
+        if !ready {
+            self.sh.borrow_mut().states[self.w] = WorkerState::Waiting(cid);
+            Park(false).await;
+        }
+        let mut s = self.sh.borrow_mut();
+        let c = s
+            .done
+            .remove(&cid)
+            .ok_or_else(|| SamplerError::InvalidRequest(format!("woken without command {cid}")))?;
+        let t = c.completed_at_ns.unwrap_or(0);
+        let clock = &mut s.clocks[self.w];
+        *clock = (*clock).max(t);
+        Ok(c)
+    }
+
+    fn block_size(&self) -> u64 {
+        u64::from(self.sh.borrow().device.info().block_size_bytes)
+    }
+
+    fn read_command(slba: u64, blocks: u32) -> SubmissionEntry {
+        SubmissionEntry::read_write(false, 0, NAMESPACE_ID, slba, blocks)
+    }
+
+    /// One blocking Read of `blocks` blocks at `slba`: `before_ns` of host time, the I/O, then
+    /// `after_ns`.
+    async fn read_blocking(
+        &self,
+        slba: u64,
+        blocks: u32,
+        before_ns: u64,
+        after_ns: u64,
+    ) -> Result<Vec<u8>, SamplerError> {
+        let len = blocks as usize * self.block_size() as usize;
+        self.charge(before_ns);
+        let cid = self
+            .submit(Self::read_command(slba, blocks), vec![0; len])
+            .await?;
+        let c = self.wait(cid).await?;
+        self.note_completion(&c);
+        if !c.cqe.status().is_success() {
+            return Err(command_error(io_opcode::READ, &c));
+        }
+        {
+            let mut s = self.sh.borrow_mut();
+            s.stats.ios += 1;
+            s.stats.bytes_read += len as u64;
+        }
+        self.charge(after_ns);
+        let mut data = c.data;
+        if data.len() < len {
+            return Err(SamplerError::GraphCorrupt(format!(
+                "a {len}-byte read returned {} bytes",
+                data.len()
+            )));
+        }
+        data.truncate(len);
+        Ok(data)
+    }
+
+    /// Reads `runs` (split at the maximum transfer size) the direct or async way; returns one
+    /// buffer per run.
+    async fn read_runs(&self, runs: &[LbaRange]) -> Result<Vec<Vec<u8>>, SamplerError> {
+        let bs = self.block_size();
+        let (max_blocks, mode, host) = {
+            let s = self.sh.borrow();
+            let m = u64::from(s.device.info().max_transfer_blocks()).max(1);
+            (m, s.mode, s.host.clone())
+        };
+        let mut out: Vec<Vec<u8>> = runs
+            .iter()
+            .map(|r| vec![0u8; (r.block_count * bs) as usize])
+            .collect();
+        // (run, byte offset in its buffer, slba, blocks)
+        let mut chunks: Vec<(usize, usize, u64, u32)> = Vec::new();
+        for (i, r) in runs.iter().enumerate() {
+            let mut done = 0;
+            while done < r.block_count {
+                let n = (r.block_count - done).min(max_blocks);
+                chunks.push((i, (done * bs) as usize, r.slba + done, n as u32));
+                done += n;
+            }
+        }
+        if mode == HostIoMode::Async {
+            let qd = host.uring_queue_depth as usize;
+            for batch in chunks.chunks(qd) {
+                let datas = self.read_batch(batch).await?;
+                for (&(r, off, _, _), d) in batch.iter().zip(datas) {
+                    out[r][off..off + d.len()].copy_from_slice(&d);
+                }
+            }
+        } else {
+            for &(r, off, slba, n) in &chunks {
+                self.sh.borrow_mut().stats.syscalls += 1;
+                let d = self
+                    .read_blocking(
+                        slba,
+                        n,
+                        host.sync_read_submit_ns(),
+                        host.blocking_completion_ns(),
+                    )
+                    .await?;
+                out[r][off..off + d.len()].copy_from_slice(&d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One io_uring batch: one `io_uring_enter` submits every chunk and waits for all of them.
+    async fn read_batch(
+        &self,
+        batch: &[(usize, usize, u64, u32)],
+    ) -> Result<Vec<Vec<u8>>, SamplerError> {
+        let bs = self.block_size() as usize;
+        let h = self.sh.borrow().host.clone();
+        self.sh.borrow_mut().stats.syscalls += 1;
+        self.charge(h.syscall_ns);
+        let mut cids = Vec::with_capacity(batch.len());
+        let mut first_err: Option<SamplerError> = None;
+        for &(_, _, slba, n) in batch {
+            self.charge(h.uring_per_sqe_ns());
+            match self
+                .submit(Self::read_command(slba, n), vec![0; n as usize * bs])
+                .await
+            {
+                Ok(cid) => cids.push(cid),
+                Err(e) => {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        let submitted_end = self.clock();
+        // Drain every submitted command, even after a failure.
+        let mut done: Vec<(usize, Completion)> = Vec::with_capacity(cids.len());
+        for (i, &cid) in cids.iter().enumerate() {
+            match self.wait(cid).await {
+                Ok(c) => done.push((i, c)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        // Interrupts handled one after another, in completion order.
+        done.sort_by_key(|(i, c)| (c.completed_at_ns.unwrap_or(0), *i));
+        let mut handled = submitted_end;
+        for (_, c) in &done {
+            handled = handled.max(c.completed_at_ns.unwrap_or(0)) + h.complete_ns;
+        }
+        for (_, c) in &done {
+            self.note_completion(c);
+        }
+        let n = done.len() as u64;
+        let end = handled + h.context_switch_ns + n * h.uring_cqe_ns;
+        {
+            // Host CPU busy: the handlers, the wake-up and the reaping (the waits are idle).
+            let mut s = self.sh.borrow_mut();
+            s.stats.host_cpu_ns += n * h.complete_ns + h.context_switch_ns + n * h.uring_cqe_ns;
+            let clock = &mut s.clocks[self.w];
+            *clock = (*clock).max(end);
+        }
+        done.sort_by_key(|(i, _)| *i);
+        let mut out = Vec::with_capacity(done.len());
+        for ((_, c), &(_, _, _, blocks)) in done.into_iter().zip(batch) {
+            if !c.cqe.status().is_success() {
+                return Err(command_error(io_opcode::READ, &c));
+            }
+            let len = blocks as usize * bs;
+            {
+                let mut s = self.sh.borrow_mut();
+                s.stats.ios += 1;
+                s.stats.bytes_read += len as u64;
+            }
+            let mut d = c.data;
+            if d.len() < len {
+                return Err(SamplerError::GraphCorrupt(format!(
+                    "a {len}-byte read returned {} bytes",
+                    d.len()
+                )));
+            }
+            d.truncate(len);
+            out.push(d);
+        }
+        Ok(out)
+    }
+
+    /// The region of `region`: first LBA and block count.
+    fn region(&self, region: Region) -> LbaRange {
+        let s = self.sh.borrow();
+        match region {
+            Region::Indptr => s.graph.indptr,
+            Region::Indices => s.graph.indices,
+        }
+    }
+
+    /// Loads `len` bytes at byte `byte` of `region` through the page cache (mmap mode).
+    async fn mmap_load(
+        &self,
+        region: Region,
+        byte: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, SamplerError> {
+        let bs = self.block_size();
+        let r = self.region(region);
+        let addr = r.slba * bs + byte;
+        let page = addr / PAGE_SIZE_BYTES;
+        let in_page = (addr % PAGE_SIZE_BYTES) as usize;
+        let h = self.sh.borrow().host.clone();
+        // Another worker is reading the page: sleep on the page lock until it is up to date.
+        loop {
+            let pending = {
+                let s = self.sh.borrow();
+                s.mmap.as_ref().expect("mmap mode").pending.contains(&page)
+            };
+            if !pending {
+                break;
+            }
+            self.sh.borrow_mut().states[self.w] = WorkerState::WaitingPage(page);
+            Park(false).await;
+            self.sh.borrow_mut().stats.page_waits += 1;
+            self.charge(h.context_switch_ns);
+        }
+        let access = {
+            let mut s = self.sh.borrow_mut();
+            s.mmap.as_mut().expect("mmap mode").cache.access(page)
+        };
+        match access {
+            Access::Hit => {}
+            Access::MinorFault => self.charge(h.minor_fault_ns),
+            Access::Miss => {
+                // The file ends at the region's last page.
+                let end_page = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES);
+                let (count, block_count, max_blocks) = {
+                    let mut s = self.sh.borrow_mut();
+                    let info = s.device.info().clone();
+                    let state = s.mmap.as_mut().expect("mmap mode");
+                    let window = u64::from(state.readahead[region as usize].on_miss(page));
+                    let mut count = 1;
+                    while count < window
+                        && page + count < end_page
+                        && !state.cache.contains(page + count)
+                        && !state.pending.contains(&(page + count))
+                    {
+                        count += 1;
+                    }
+                    state.pending.extend(page..page + count);
+                    (
+                        count,
+                        info.block_count,
+                        u64::from(info.max_transfer_blocks()).max(1),
+                    )
+                };
+                let per_page = PAGE_SIZE_BYTES / bs;
+                // Never past the namespace's end (a region's last page may be partial).
+                let first_lba = page * per_page;
+                let last_lba = ((page + count) * per_page).min(block_count);
+                let mut data = Vec::with_capacity((count * PAGE_SIZE_BYTES) as usize);
+                let mut lba = first_lba;
+                // One fault, one blocking I/O (split only if it exceeds the transfer limit).
+                let mut before = h.major_fault_submit_ns();
+                while lba < last_lba {
+                    let n = (last_lba - lba).min(max_blocks);
+                    let d = self
+                        .read_blocking(lba, n as u32, before, h.blocking_completion_ns())
+                        .await?;
+                    data.extend_from_slice(&d);
+                    before = h.submit_ns;
+                    lba += n;
+                }
+                data.resize((count * PAGE_SIZE_BYTES) as usize, 0);
+                let mut s = self.sh.borrow_mut();
+                let now = s.clocks[self.w];
+                let state = s.mmap.as_mut().expect("mmap mode");
+                // Readahead pages first, the faulting page last (most recently used, mapped).
+                for i in (0..count).rev() {
+                    let p = page + i;
+                    let bytes = data
+                        [(i * PAGE_SIZE_BYTES) as usize..((i + 1) * PAGE_SIZE_BYTES) as usize]
+                        .to_vec();
+                    if let Some(old) = state.cache.insert(p, i == 0) {
+                        state.pages.remove(&old);
+                    }
+                    state.pages.insert(p, bytes);
+                    state.pending.remove(&p);
+                }
+                // Wake the workers sleeping on these pages.
+                let Shared { states, clocks, .. } = &mut *s;
+                for (st, clock) in states.iter_mut().zip(clocks.iter_mut()) {
+                    if let WorkerState::WaitingPage(p) = *st
+                        && (page..page + count).contains(&p)
+                    {
+                        *st = WorkerState::Runnable;
+                        *clock = (*clock).max(now);
+                    }
+                }
+            }
+        }
+        self.charge(h.memory_access_ns);
+        let mut s = self.sh.borrow_mut();
+        s.stats.bytes_used += len as u64;
+        let state = s.mmap.as_ref().expect("mmap mode");
+        let bytes = state.pages.get(&page).expect("an accessed page is cached");
+        Ok(bytes[in_page..in_page + len].to_vec())
+    }
+
+    /// Reads the blocks holding the entries at byte offsets `entries` (each `len` bytes) the
+    /// direct/async way and returns each entry's bytes, charging one memory access per entry.
+    async fn scratchpad_load(
+        &self,
+        region: Region,
+        entries: &[u64],
+        len: usize,
+    ) -> Result<Vec<Vec<u8>>, SamplerError> {
+        let bs = self.block_size();
+        let slba = self.region(region).slba;
+        let mut lbas: Vec<u64> = entries
+            .iter()
+            .flat_map(|&b| [slba + b / bs, slba + (b + len as u64 - 1) / bs])
+            .collect();
+        lbas.sort_unstable();
+        lbas.dedup();
+        let mut runs: Vec<LbaRange> = Vec::new();
+        for &lba in &lbas {
+            match runs.last_mut() {
+                Some(r) if r.slba + r.block_count == lba => r.block_count += 1,
+                _ => runs.push(LbaRange {
+                    slba: lba,
+                    block_count: 1,
+                }),
+            }
+        }
+        let data = self.read_runs(&runs).await?;
+        let mut out = Vec::with_capacity(entries.len());
+        for &b in entries {
+            let lba = slba + b / bs;
+            let i = runs.partition_point(|r| r.slba <= lba) - 1;
+            let at = ((lba - runs[i].slba) * bs + b % bs) as usize;
+            out.push(data[i][at..at + len].to_vec());
+        }
+        let n = entries.len() as u64;
+        let access_ns = self.sh.borrow().host.memory_access_ns;
+        self.charge(n * access_ns);
+        self.sh.borrow_mut().stats.bytes_used += n * len as u64;
+        Ok(out)
+    }
+
+    /// Loads entries of `region` at byte offsets `entries`, each `len` bytes, by the mode's path.
+    async fn load(
+        &self,
+        region: Region,
+        entries: &[u64],
+        len: usize,
+    ) -> Result<Vec<Vec<u8>>, SamplerError> {
+        if self.sh.borrow().mode == HostIoMode::Mmap {
+            let mut out = Vec::with_capacity(entries.len());
+            for &b in entries {
+                out.push(self.mmap_load(region, b, len).await?);
+            }
+            Ok(out)
+        } else {
+            self.scratchpad_load(region, entries, len).await
+        }
+    }
+
+    async fn edge_ranges(&self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
+        let offsets: Vec<u64> = nodes.iter().flat_map(|&v| [8 * v, 8 * v + 8]).collect();
+        let words = self.load(Region::Indptr, &offsets, 8).await?;
+        let edge_count = self.sh.borrow().graph.edge_count;
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        nodes
+            .iter()
+            .zip(words.chunks_exact(2))
+            .map(|(&v, w)| {
+                let (start, end) = (word(&w[0]), word(&w[1]));
+                if end < start || end > edge_count {
+                    return Err(SamplerError::GraphCorrupt(format!(
+                        "indptr of node {v} is {start}..{end} with {edge_count} edges"
+                    )));
+                }
+                Ok(EdgeRange {
+                    start,
+                    degree: end - start,
+                })
+            })
+            .collect()
+    }
+
+    async fn neighbours_at(&self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let width = u64::from(self.sh.borrow().graph.id_width_bytes);
+        let offsets: Vec<u64> = positions.iter().map(|&p| width * p).collect();
+        let ids = self.load(Region::Indices, &offsets, width as usize).await?;
+        Ok(ids
+            .iter()
+            .map(|b| {
+                if width == 4 {
+                    u64::from(u32::from_le_bytes(b[..].try_into().expect("4 bytes")))
+                } else {
+                    u64::from_le_bytes(b[..].try_into().expect("8 bytes"))
+                }
+            })
+            .collect())
+    }
+
+    /// One synchronous passthrough ioctl: syscall + submission, the command, completion +
+    /// wake-up.
+    async fn ioctl(&self, sqe: SubmissionEntry, data: Vec<u8>) -> Result<Completion, SamplerError> {
+        let h = self.sh.borrow().host.clone();
+        self.sh.borrow_mut().stats.syscalls += 1;
+        self.charge(h.sync_read_submit_ns());
+        let cid = self.submit(sqe, data).await?;
+        let c = self.wait(cid).await?;
+        self.note_completion(&c);
+        self.charge(h.blocking_completion_ns());
+        Ok(c)
+    }
+
+    /// In-storage sampling of one minibatch: `NS_SUBMIT` with the whole NS_config, then
+    /// `NS_COLLECT` (one retry with the exact size if the device answers `BufferTooSmall`).
+    async fn isp_sample(
+        &self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let node_count = self.sh.borrow().graph.node_count;
+        crate::sampler::validate_request(fanouts, targets, node_count)?;
+        let mut config = vec![0u8; ns_config_size_bytes(targets.len())];
+        let len = encode_ns_config(seed, fanouts, targets, &mut config)
+            .ok_or_else(|| SamplerError::InvalidRequest("too many targets".into()))?;
+        let submit = SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, NAMESPACE_ID, len as u32, 0);
+        let c = self.ioctl(submit, config).await?;
+        if !c.cqe.status().is_success() {
+            return Err(command_error(io_opcode::NS_SUBMIT, &c));
+        }
+        let tag = c.cqe.result.get();
+        let bound = subgraph_size_bound(fanouts, targets.len() as u64, Some(node_count));
+        let mut len = bound
+            .min(DEFAULT_COLLECT_CAP_BYTES as u64)
+            .min(u64::from(u32::MAX) & !3)
+            .next_multiple_of(4) as usize;
+        let mut retried = false;
+        loop {
+            let collect =
+                SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, NAMESPACE_ID, len as u32, tag);
+            let c = self.ioctl(collect, vec![0u8; len]).await?;
+            let status = c.cqe.status();
+            let size = c.cqe.result.get() as usize;
+            if !status.is_success() {
+                if VendorStatus::from_status(status) == Some(VendorStatus::BufferTooSmall)
+                    && !retried
+                    && size > len
+                {
+                    len = size.next_multiple_of(4);
+                    retried = true;
+                    continue;
+                }
+                return Err(command_error(io_opcode::NS_COLLECT, &c));
+            }
+            let mut data = c.data;
+            if size > data.len() {
+                return Err(SamplerError::GraphCorrupt("truncated subgraph".into()));
+            }
+            data.truncate(size);
+            let view = SubgraphView::parse(&data).map_err(SamplerError::Subgraph)?;
+            if view.seed() != seed || view.layer_count() != fanouts.len() {
+                return Err(SamplerError::GraphCorrupt(
+                    "subgraph of another request".into(),
+                ));
+            }
+            let used = data.len() as u64;
+            self.sh.borrow_mut().stats.bytes_used += used;
+            return SampledSubgraph::from_bytes(data);
+        }
+    }
+
+    /// One minibatch by the mode's path.
+    async fn sample(
+        &self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let (mode, node_count) = {
+            let s = self.sh.borrow();
+            (s.mode, s.graph.node_count)
+        };
+        if mode == HostIoMode::Isp {
+            return self.isp_sample(seed, fanouts, targets).await;
+        }
+        let mut b = SubgraphBuilder::new(node_count, seed, fanouts, targets)?;
+        while let Some(dst) = b.destinations() {
+            let dst = dst.to_vec();
+            let ranges = self.edge_ranges(&dst).await?;
+            let positions = b.set_ranges(&ranges)?;
+            let neighbours = self.neighbours_at(&positions).await?;
+            b.set_neighbours(&neighbours)?;
+        }
+        b.finish()
+    }
+}
+
+/// One minibatch request: its sampling seed and its targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The sampling seed.
+    pub seed: u64,
+    /// The target nodes.
+    pub targets: Vec<u64>,
+}
+
+/// What [`HostIoSampler::run_workers`] produced.
+#[derive(Clone, Debug)]
+pub struct WorkersRun {
+    /// Each request's subgraph, in request order.
+    pub subgraphs: Vec<SampledSubgraph>,
+    /// Virtual time from the run's start to the end of its last worker.
+    pub makespan_ns: u64,
+    /// Each worker's finishing time, relative to the start.
+    pub worker_end_ns: Vec<u64>,
+}
+
+type WorkerFuture = Pin<Box<dyn Future<Output = Result<(), SamplerError>>>>;
+
+/// Drives the workers' futures to completion in virtual time: the runnable worker with the
+/// smallest clock (then the smallest index) runs until it parks; when none is runnable, the
+/// device's next completion is reaped and wakes its worker.
+fn drive(sh: &Rc<RefCell<Shared>>, mut futures: Vec<WorkerFuture>) -> Result<(), SamplerError> {
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        let pick = {
+            let s = sh.borrow();
+            (0..futures.len())
+                .filter(|&w| s.states[w] == WorkerState::Runnable)
+                .min_by_key(|&w| (s.clocks[w], w))
+        };
+        if let Some(w) = pick {
+            if let Poll::Ready(result) = futures[w].as_mut().poll(&mut cx) {
+                sh.borrow_mut().states[w] = WorkerState::Finished;
+                result?;
+            }
+            continue;
+        }
+        if sh
+            .borrow()
+            .states
+            .iter()
+            .all(|s| *s == WorkerState::Finished)
+        {
+            return Ok(());
+        }
+        let mut s = sh.borrow_mut();
+        let Some(c) = s.device.wait_next()? else {
+            return Err(SamplerError::InvalidRequest(
+                "every worker is blocked and nothing is outstanding".into(),
+            ));
+        };
+        let cid = c.cid();
+        let t = c.completed_at_ns.unwrap_or(0);
+        s.done.insert(cid, c);
+        let Shared { states, clocks, .. } = &mut *s;
+        if let Some(w) = states
+            .iter()
+            .position(|st| *st == WorkerState::Waiting(cid))
+        {
+            states[w] = WorkerState::Runnable;
+            clocks[w] = clocks[w].max(t);
+        }
+    }
+}
+
+/// A host sampler reading a graph from an emulated device through a modelled host I/O stack
+/// (or asking the device to sample, [`HostIoMode::Isp`]), with one worker
+/// ([`Sampler::sample`]) or several contending for the device ([`Self::run_workers`]).
+#[derive(Debug)]
+pub struct HostIoSampler {
+    shared: Option<Shared>,
     sampler: SamplerStats,
 }
 
 impl HostIoSampler {
-    /// A sampler in `mode` reading `graph` (already written to the namespace) from `device`,
-    /// with host costs `host` (validated). The page cache starts cold.
+    /// A sampler in `mode` reading `graph` (already written to the namespace, and attached for
+    /// ISP) from `device`, with host costs `host` (validated). The page cache starts cold.
     pub fn new(
         device: Device<LocalTransport>,
         graph: GraphDescriptor,
@@ -156,30 +872,41 @@ impl HostIoSampler {
             cache: host.page_cache(),
             pages: HashMap::new(),
             readahead: [host.readahead(), host.readahead()],
+            pending: HashSet::new(),
         });
         Ok(Self {
-            device,
-            graph,
-            mode,
-            host,
-            mmap,
-            stats: HostIoStats {
-                timeline_hash: FNV_OFFSET,
-                ..HostIoStats::default()
-            },
+            shared: Some(Shared {
+                device,
+                graph,
+                mode,
+                host,
+                mmap,
+                stats: HostIoStats {
+                    timeline_hash: FNV_OFFSET,
+                    ..HostIoStats::default()
+                },
+                clocks: Vec::new(),
+                states: Vec::new(),
+                done: HashMap::new(),
+            }),
             sampler: SamplerStats::default(),
         })
     }
 
+    fn shared(&self) -> &Shared {
+        self.shared.as_ref().expect("not inside a run")
+    }
+
     /// The mode.
     pub fn mode(&self) -> HostIoMode {
-        self.mode
+        self.shared().mode
     }
 
     /// The host stack model's statistics so far.
     pub fn host_stats(&self) -> HostIoStats {
-        let mut s = self.stats;
-        if let Some(m) = &self.mmap {
+        let sh = self.shared();
+        let mut s = sh.stats;
+        if let Some(m) = &sh.mmap {
             s.page_cache = m.cache.stats();
         }
         s
@@ -187,395 +914,73 @@ impl HostIoSampler {
 
     /// The device.
     pub fn device(&self) -> &Device<LocalTransport> {
-        &self.device
+        &self.shared().device
     }
 
     /// Gives the device back.
     pub fn into_device(self) -> Device<LocalTransport> {
-        self.device
+        self.shared.expect("not inside a run").device
     }
 
-    fn now_ns(&self) -> u64 {
-        self.device.transport().ssd().now_ns()
-    }
-
-    /// Charges `ns` of host CPU time: the host clock moves forward.
-    fn charge(&mut self, ns: u64) {
-        let t = self.now_ns() + ns;
-        self.device.transport_mut().ssd_mut().advance_to_ns(t);
-        self.stats.host_cpu_ns += ns;
-    }
-
-    fn note_completion(&mut self, c: &Completion) {
-        let t = c.completed_at_ns.unwrap_or(0);
-        self.stats.timeline_hash = fnv1a(self.stats.timeline_hash, &t.to_le_bytes());
-    }
-
-    fn read_command(slba: u64, blocks: u32) -> SubmissionEntry {
-        SubmissionEntry::read_write(false, 0, NAMESPACE_ID, slba, blocks)
-    }
-
-    /// One blocking Read of `blocks` blocks at `slba`: `before_ns` of host time, the I/O, then
-    /// `after_ns`.
-    fn read_blocking(
+    /// Samples `requests` with `workers` host workers sharing the device (and, for mmap, the
+    /// page cache): worker `w` takes requests `w`, `w + workers`, …, one after another, on its
+    /// own clock, all starting at the device's current time. Deterministic: no threads, no
+    /// wall clock (see the module documentation for the scheduling).
+    pub fn run_workers(
         &mut self,
-        slba: u64,
-        blocks: u32,
-        before_ns: u64,
-        after_ns: u64,
-    ) -> Result<Vec<u8>, SamplerError> {
-        let bs = self.device.info().block_size_bytes as usize;
-        self.charge(before_ns);
-        let len = blocks as usize * bs;
-        let c = self
-            .device
-            .execute(IO_QUEUE, Self::read_command(slba, blocks), vec![0; len])?;
-        self.note_completion(&c);
-        self.stats.ios += 1;
-        self.stats.bytes_read += len as u64;
-        self.charge(after_ns);
-        let mut data = c.data;
-        data.truncate(len);
-        if data.len() != len {
-            return Err(SamplerError::GraphCorrupt(format!(
-                "a {len}-byte read returned {} bytes",
-                data.len()
-            )));
-        }
-        Ok(data)
-    }
-
-    /// Reads `runs` (split at the maximum transfer size) the direct or async way; returns one
-    /// buffer per run.
-    fn read_runs(&mut self, runs: &[LbaRange]) -> Result<Vec<Vec<u8>>, SamplerError> {
-        let bs = u64::from(self.device.info().block_size_bytes);
-        let max_blocks = u64::from(self.device.info().max_transfer_blocks()).max(1);
-        let mut out: Vec<Vec<u8>> = runs
-            .iter()
-            .map(|r| vec![0u8; (r.block_count * bs) as usize])
-            .collect();
-        // (run, byte offset in its buffer, slba, blocks)
-        let mut chunks: Vec<(usize, usize, u64, u32)> = Vec::new();
-        for (i, r) in runs.iter().enumerate() {
-            let mut done = 0;
-            while done < r.block_count {
-                let n = (r.block_count - done).min(max_blocks);
-                chunks.push((i, (done * bs) as usize, r.slba + done, n as u32));
-                done += n;
-            }
-        }
-        match self.mode {
-            HostIoMode::Async => {
-                let qd = self.host.uring_queue_depth as usize;
-                for batch in chunks.chunks(qd) {
-                    let datas = self.read_batch(batch)?;
-                    for (&(r, off, _, _), d) in batch.iter().zip(datas) {
-                        out[r][off..off + d.len()].copy_from_slice(&d);
-                    }
-                }
-            }
-            _ => {
-                for &(r, off, slba, n) in &chunks {
-                    self.stats.syscalls += 1;
-                    let d = self.read_blocking(
-                        slba,
-                        n,
-                        self.host.sync_read_submit_ns(),
-                        self.host.blocking_completion_ns(),
-                    )?;
-                    out[r][off..off + d.len()].copy_from_slice(&d);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// One io_uring batch: one `io_uring_enter` submits every chunk and waits for all of them.
-    fn read_batch(
-        &mut self,
-        batch: &[(usize, usize, u64, u32)],
-    ) -> Result<Vec<Vec<u8>>, SamplerError> {
-        let bs = self.device.info().block_size_bytes as usize;
-        let h = self.host.clone();
-        self.stats.syscalls += 1;
-        self.charge(h.syscall_ns);
-        let mut cids = Vec::with_capacity(batch.len());
-        let mut first_err: Option<DriverError> = None;
-        for &(_, _, slba, n) in batch {
-            self.charge(h.uring_per_sqe_ns());
-            match self.device.submit(
-                IO_QUEUE,
-                Self::read_command(slba, n),
-                vec![0; n as usize * bs],
-            ) {
-                Ok(cid) => cids.push(cid),
-                Err(e) => {
-                    first_err = Some(e);
-                    break;
-                }
-            }
-        }
-        let submitted_end = self.now_ns();
-        // Drain every submitted command, even after a failure.
-        let mut done: Vec<(usize, Completion)> = Vec::with_capacity(cids.len());
-        for (i, &cid) in cids.iter().enumerate() {
-            match self.device.wait(IO_QUEUE, cid) {
-                Ok(c) => done.push((i, c)),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = first_err {
-            return Err(e.into());
-        }
-        // Interrupts handled one after another, in completion order.
-        done.sort_by_key(|(i, c)| (c.completed_at_ns.unwrap_or(0), *i));
-        let mut handled = submitted_end;
-        for (_, c) in &done {
-            handled = handled.max(c.completed_at_ns.unwrap_or(0)) + h.complete_ns;
-        }
-        for (_, c) in &done {
-            self.note_completion(c);
-        }
-        let n = done.len() as u64;
-        let end = handled + h.context_switch_ns + n * h.uring_cqe_ns;
-        // Host CPU busy: the handlers, the wake-up and the reaping (the waits are idle).
-        self.stats.host_cpu_ns += n * h.complete_ns + h.context_switch_ns + n * h.uring_cqe_ns;
-        self.device.transport_mut().ssd_mut().advance_to_ns(end);
-        done.sort_by_key(|(i, _)| *i);
-        let mut out = Vec::with_capacity(done.len());
-        for ((_, c), &(_, _, _, blocks)) in done.into_iter().zip(batch) {
-            let status = c.cqe.status();
-            if !status.is_success() {
-                return Err(DriverError::Command {
-                    opcode: sagessd_abi::nvme::io_opcode::READ,
-                    admin: false,
-                    status,
-                    vendor: VendorStatus::from_status(status),
-                    result: c.cqe.result.get(),
-                }
-                .into());
-            }
-            let len = blocks as usize * bs;
-            self.stats.ios += 1;
-            self.stats.bytes_read += len as u64;
-            let mut d = c.data;
-            if d.len() < len {
-                return Err(SamplerError::GraphCorrupt(format!(
-                    "a {len}-byte read returned {} bytes",
-                    d.len()
-                )));
-            }
-            d.truncate(len);
-            out.push(d);
-        }
-        Ok(out)
-    }
-
-    /// The region of `region`: first LBA and block count.
-    fn region(&self, region: Region) -> LbaRange {
-        match region {
-            Region::Indptr => self.graph.indptr,
-            Region::Indices => self.graph.indices,
-        }
-    }
-
-    /// Loads `len` bytes at byte `byte` of `region` through the page cache (mmap mode).
-    fn mmap_load(
-        &mut self,
-        region: Region,
-        byte: u64,
-        len: usize,
-    ) -> Result<Vec<u8>, SamplerError> {
-        let bs = u64::from(self.device.info().block_size_bytes);
-        let r = self.region(region);
-        let addr = r.slba * bs + byte;
-        let page = addr / PAGE_SIZE_BYTES;
-        let in_page = (addr % PAGE_SIZE_BYTES) as usize;
-        let h = self.host.clone();
-        let state = self.mmap.as_mut().expect("mmap mode");
-        match state.cache.access(page) {
-            Access::Hit => {}
-            Access::MinorFault => self.charge(h.minor_fault_ns),
-            Access::Miss => {
-                // The file ends at the region's last page.
-                let end_page = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES);
-                let state = self.mmap.as_mut().expect("mmap mode");
-                let window = u64::from(state.readahead[region as usize].on_miss(page));
-                let mut count = 1;
-                while count < window
-                    && page + count < end_page
-                    && !state.cache.contains(page + count)
-                {
-                    count += 1;
-                }
-                let per_page = PAGE_SIZE_BYTES / bs;
-                // Never past the namespace's end (a region's last page may be partial).
-                let first_lba = page * per_page;
-                let last_lba = ((page + count) * per_page).min(self.device.info().block_count);
-                let mut data = Vec::with_capacity((count * PAGE_SIZE_BYTES) as usize);
-                let max_blocks = u64::from(self.device.info().max_transfer_blocks()).max(1);
-                let mut lba = first_lba;
-                // One fault, one blocking I/O (split only if it exceeds the transfer limit).
-                let mut before = h.major_fault_submit_ns();
-                while lba < last_lba {
-                    let n = (last_lba - lba).min(max_blocks);
-                    let d =
-                        self.read_blocking(lba, n as u32, before, h.blocking_completion_ns())?;
-                    data.extend_from_slice(&d);
-                    before = h.submit_ns;
-                    lba += n;
-                }
-                data.resize((count * PAGE_SIZE_BYTES) as usize, 0);
-                let state = self.mmap.as_mut().expect("mmap mode");
-                // Readahead pages first, the faulting page last (most recently used, mapped).
-                for i in (0..count).rev() {
-                    let p = page + i;
-                    let bytes = data
-                        [(i * PAGE_SIZE_BYTES) as usize..((i + 1) * PAGE_SIZE_BYTES) as usize]
-                        .to_vec();
-                    if let Some(old) = state.cache.insert(p, i == 0) {
-                        state.pages.remove(&old);
-                    }
-                    state.pages.insert(p, bytes);
-                }
-            }
-        }
-        self.charge(h.memory_access_ns);
-        self.stats.bytes_used += len as u64;
-        let state = self.mmap.as_ref().expect("mmap mode");
-        let bytes = state.pages.get(&page).expect("an accessed page is cached");
-        Ok(bytes[in_page..in_page + len].to_vec())
-    }
-
-    /// Reads the blocks holding `bytes` (each `(byte offset in region, len)`) the direct/async
-    /// way and returns each entry's bytes, charging one memory access per entry.
-    fn scratchpad_load(
-        &mut self,
-        region: Region,
-        entries: &[u64],
-        len: usize,
-    ) -> Result<Vec<Vec<u8>>, SamplerError> {
-        let bs = u64::from(self.device.info().block_size_bytes);
-        let slba = self.region(region).slba;
-        let mut lbas: Vec<u64> = entries
-            .iter()
-            .flat_map(|&b| [slba + b / bs, slba + (b + len as u64 - 1) / bs])
-            .collect();
-        lbas.sort_unstable();
-        lbas.dedup();
-        let mut runs: Vec<LbaRange> = Vec::new();
-        for &lba in &lbas {
-            match runs.last_mut() {
-                Some(r) if r.slba + r.block_count == lba => r.block_count += 1,
-                _ => runs.push(LbaRange {
-                    slba: lba,
-                    block_count: 1,
-                }),
-            }
-        }
-        let data = self.read_runs(&runs)?;
-        let mut out = Vec::with_capacity(entries.len());
-        for &b in entries {
-            let lba = slba + b / bs;
-            let i = runs.partition_point(|r| r.slba <= lba) - 1;
-            let at = ((lba - runs[i].slba) * bs + b % bs) as usize;
-            out.push(data[i][at..at + len].to_vec());
-        }
-        let n = entries.len() as u64;
-        self.charge(n * self.host.memory_access_ns);
-        self.stats.bytes_used += n * len as u64;
-        Ok(out)
-    }
-
-    /// Loads entries of `region` at byte offsets `entries`, each `len` bytes, by the mode's path.
-    fn load(
-        &mut self,
-        region: Region,
-        entries: &[u64],
-        len: usize,
-    ) -> Result<Vec<Vec<u8>>, SamplerError> {
-        match self.mode {
-            HostIoMode::Mmap => entries
-                .iter()
-                .map(|&b| self.mmap_load(region, b, len))
-                .collect(),
-            HostIoMode::Direct | HostIoMode::Async => self.scratchpad_load(region, entries, len),
-        }
-    }
-}
-
-impl NeighbourSource for HostIoSampler {
-    fn node_count(&self) -> u64 {
-        self.graph.node_count
-    }
-
-    fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
-        let offsets: Vec<u64> = nodes.iter().flat_map(|&v| [8 * v, 8 * v + 8]).collect();
-        let words = self.load(Region::Indptr, &offsets, 8)?;
-        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        nodes
-            .iter()
-            .zip(words.chunks_exact(2))
-            .map(|(&v, w)| {
-                let (start, end) = (word(&w[0]), word(&w[1]));
-                if end < start || end > self.graph.edge_count {
-                    return Err(SamplerError::GraphCorrupt(format!(
-                        "indptr of node {v} is {start}..{end} with {} edges",
-                        self.graph.edge_count
-                    )));
-                }
-                Ok(EdgeRange {
-                    start,
-                    degree: end - start,
-                })
-            })
-            .collect()
-    }
-
-    fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
-        if positions.is_empty() {
-            return Ok(Vec::new());
-        }
-        let width = u64::from(self.graph.id_width_bytes);
-        let offsets: Vec<u64> = positions.iter().map(|&p| width * p).collect();
-        let ids = self.load(Region::Indices, &offsets, width as usize)?;
-        Ok(ids
-            .iter()
-            .map(|b| {
-                if width == 4 {
-                    u64::from(u32::from_le_bytes(b[..].try_into().expect("4 bytes")))
-                } else {
-                    u64::from_le_bytes(b[..].try_into().expect("8 bytes"))
-                }
-            })
-            .collect())
-    }
-}
-
-impl Sampler for HostIoSampler {
-    fn name(&self) -> &'static str {
-        match self.mode {
-            HostIoMode::Mmap => "host mmap",
-            HostIoMode::Direct => "host direct I/O",
-            HostIoMode::Async => "host async I/O",
-        }
-    }
-
-    fn sample(
-        &mut self,
-        seed: u64,
+        workers: usize,
         fanouts: &[u16],
-        targets: &[u64],
-    ) -> Result<SampledSubgraph, SamplerError> {
-        let driver_before = self.device.stats();
-        let device_before = self.device.device_counters();
-        let start_ns = self.now_ns();
-        let result = build_subgraph(self, seed, fanouts, targets);
-        let elapsed = self.now_ns() - start_ns;
-        self.stats.modelled_time_ns += elapsed;
-        let d = self.device.stats().since(&driver_before);
+        requests: &[Request],
+    ) -> Result<WorkersRun, SamplerError> {
+        if workers == 0 {
+            return Err(SamplerError::InvalidRequest("no workers".into()));
+        }
+        let mut shared = self.shared.take().expect("not inside a run");
+        let start = shared.device.transport().ssd().now_ns();
+        let driver_before = shared.device.stats();
+        let device_before = shared.device.device_counters();
+        shared.clocks = vec![start; workers];
+        shared.states = vec![WorkerState::Runnable; workers];
+        shared.done.clear();
+        let sh = Rc::new(RefCell::new(shared));
+        let results: Rc<RefCell<Vec<Option<SampledSubgraph>>>> =
+            Rc::new(RefCell::new(vec![None; requests.len()]));
+        let futures: Vec<WorkerFuture> = (0..workers)
+            .map(|w| {
+                let worker = Worker { sh: sh.clone(), w };
+                let results = results.clone();
+                let mine: Vec<(usize, Request)> = requests
+                    .iter()
+                    .cloned()
+                    .enumerate()
+                    .skip(w)
+                    .step_by(workers)
+                    .collect();
+                let fanouts = fanouts.to_vec();
+                Box::pin(async move {
+                    for (i, r) in mine {
+                        let sg = worker.sample(r.seed, &fanouts, &r.targets).await?;
+                        results.borrow_mut()[i] = Some(sg);
+                    }
+                    Ok(())
+                }) as WorkerFuture
+            })
+            .collect();
+        let outcome = drive(&sh, futures);
+        let mut shared = Rc::try_unwrap(sh)
+            .expect("the workers are gone")
+            .into_inner();
+        if outcome.is_err() {
+            // Leave no command behind for the next run.
+            while let Ok(Some(_)) = shared.device.wait_next() {}
+        }
+        let end = shared.clocks.iter().copied().max().unwrap_or(start);
+        let worker_end_ns = shared.clocks.iter().map(|c| c - start).collect();
+        shared.device.transport_mut().ssd_mut().advance_to_ns(end);
+        let makespan_ns = end - start;
+        shared.stats.modelled_time_ns += makespan_ns;
+        // The driver's and the device's counters, as for any sampler.
+        let d = shared.device.stats().since(&driver_before);
         let s = &mut self.sampler.driver;
         s.commands += d.commands;
         s.admin_commands += d.admin_commands;
@@ -587,7 +992,7 @@ impl Sampler for HostIoSampler {
         s.failed_commands += d.failed_commands;
         s.h2c_bytes += d.h2c_bytes;
         s.c2h_bytes += d.c2h_bytes;
-        if let (Some(before), Some(after)) = (device_before, self.device.device_counters()) {
+        if let (Some(before), Some(after)) = (device_before, shared.device.device_counters()) {
             let delta = after.since(&before);
             let acc = self
                 .sampler
@@ -599,16 +1004,54 @@ impl Sampler for HostIoSampler {
             acc.pcie_c2h_bytes += delta.pcie_c2h_bytes;
             acc.commands += delta.commands;
         }
-        if elapsed > 0 {
+        if makespan_ns > 0 {
             self.sampler.modelled_time_ns =
-                Some(self.sampler.modelled_time_ns.unwrap_or(0) + elapsed);
+                Some(self.sampler.modelled_time_ns.unwrap_or(0) + makespan_ns);
         }
-        let sg = result?;
-        self.sampler.minibatches += 1;
-        self.sampler.nodes += sg.node_count() as u64;
-        self.sampler.edges += sg.edge_count();
-        self.sampler.subgraph_bytes += sg.as_bytes().len() as u64;
-        Ok(sg)
+        self.shared = Some(shared);
+        outcome?;
+        let subgraphs: Vec<SampledSubgraph> = Rc::try_unwrap(results)
+            .expect("the workers are gone")
+            .into_inner()
+            .into_iter()
+            .map(|s| s.expect("every request was sampled"))
+            .collect();
+        for sg in &subgraphs {
+            self.sampler.minibatches += 1;
+            self.sampler.nodes += sg.node_count() as u64;
+            self.sampler.edges += sg.edge_count();
+            self.sampler.subgraph_bytes += sg.as_bytes().len() as u64;
+        }
+        Ok(WorkersRun {
+            subgraphs,
+            makespan_ns,
+            worker_end_ns,
+        })
+    }
+}
+
+impl Sampler for HostIoSampler {
+    fn name(&self) -> &'static str {
+        match self.mode() {
+            HostIoMode::Mmap => "host mmap",
+            HostIoMode::Direct => "host direct I/O",
+            HostIoMode::Async => "host async I/O",
+            HostIoMode::Isp => "ISP",
+        }
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let request = Request {
+            seed,
+            targets: targets.to_vec(),
+        };
+        let mut run = self.run_workers(1, fanouts, std::slice::from_ref(&request))?;
+        Ok(run.subgraphs.pop().expect("one request"))
     }
 
     fn stats(&self) -> SamplerStats {

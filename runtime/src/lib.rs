@@ -6,9 +6,11 @@
 //! * [`load`]: writing a CSR graph onto a device through NVMe WRITEs and `GRAPH_ATTACH`;
 //! * [`sampler`]: the [`sampler::Sampler`] trait with its one output type and three
 //!   implementations (in-memory reference, host-over-device, in-storage);
+//! * [`compare`]: the `sagessd compare` experiment (every host mode and ISP, several workers);
 //! * [`demo`]: the `sagessd demo` experiment (host-over-device vs ISP on an emulated device);
 //! * [`rng`]: the deterministic generator behind every seeded choice.
 
+pub mod compare;
 pub mod demo;
 pub mod graph;
 pub mod host_io;

@@ -220,40 +220,96 @@ pub trait NeighbourSource {
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError>;
 }
 
-/// Builds the message-flow graph of [`sagessd_abi::subgraph`] for one minibatch from `source`.
+/// Builds the message-flow graph of [`sagessd_abi::subgraph`] for one minibatch from `source`
+/// (a loop over a [`SubgraphBuilder`]).
 pub fn build_subgraph<S: NeighbourSource + ?Sized>(
     source: &mut S,
     seed: u64,
     fanouts: &[u16],
     targets: &[u64],
 ) -> Result<SampledSubgraph, SamplerError> {
-    let node_count = source.node_count();
-    validate_request(fanouts, targets, node_count)?;
-    let too_big = || SamplerError::Subgraph(SubgraphError::Inconsistent("subgraph too large"));
+    let mut b = SubgraphBuilder::new(source.node_count(), seed, fanouts, targets)?;
+    while let Some(dst) = b.destinations() {
+        let ranges = source.edge_ranges(dst)?;
+        let positions = b.set_ranges(&ranges)?;
+        let neighbours = source.neighbours_at(&positions)?;
+        b.set_neighbours(&neighbours)?;
+    }
+    b.finish()
+}
 
-    // The one node list, first-seen order, and each node's place in it.
-    let mut nodes: Vec<u64> = Vec::new();
-    let mut place: HashMap<u64, u32> = HashMap::new();
-    let mut intern = |nodes: &mut Vec<u64>, id: u64| -> Result<u32, SamplerError> {
-        match place.entry(id) {
+/// The steps of [`build_subgraph`] as a state machine, so that a caller can fetch each layer's
+/// edge ranges and neighbours however it likes (synchronously, or interleaved with other
+/// workers): while [`Self::destinations`] is `Some(nodes)`, give it the nodes' edge ranges
+/// ([`Self::set_ranges`], which returns the sampled positions), then the neighbour ids at those
+/// positions ([`Self::set_neighbours`]); then [`Self::finish`].
+#[derive(Debug)]
+pub struct SubgraphBuilder {
+    node_count: u64,
+    seed: u64,
+    fanouts: Vec<u16>,
+    nodes: Vec<u64>,
+    place: HashMap<u64, u32>,
+    counts: Vec<LayerCounts>,
+    local: Vec<(Vec<u32>, Vec<u32>)>,
+    scratch: Vec<u64>,
+    /// The current layer's destination count and local indptr, once its ranges are known.
+    pending: Option<(usize, Vec<u32>, usize)>,
+}
+
+fn too_big() -> SamplerError {
+    SamplerError::Subgraph(SubgraphError::Inconsistent("subgraph too large"))
+}
+
+impl SubgraphBuilder {
+    /// Validates the request and interns the targets.
+    pub fn new(
+        node_count: u64,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<Self, SamplerError> {
+        validate_request(fanouts, targets, node_count)?;
+        let mut b = Self {
+            node_count,
+            seed,
+            fanouts: fanouts.to_vec(),
+            nodes: Vec::new(),
+            place: HashMap::new(),
+            counts: Vec::with_capacity(fanouts.len()),
+            local: Vec::with_capacity(fanouts.len()),
+            scratch: vec![0u64; usize::from(*fanouts.iter().max().unwrap_or(&0))],
+            pending: None,
+        };
+        for &t in targets {
+            b.intern(t)?;
+        }
+        Ok(b)
+    }
+
+    fn intern(&mut self, id: u64) -> Result<u32, SamplerError> {
+        match self.place.entry(id) {
             Entry::Occupied(e) => Ok(*e.get()),
             Entry::Vacant(e) => {
-                let i = u32::try_from(nodes.len()).map_err(|_| too_big())?;
-                nodes.push(id);
+                let i = u32::try_from(self.nodes.len()).map_err(|_| too_big())?;
+                self.nodes.push(id);
                 Ok(*e.insert(i))
             }
         }
-    };
-    for &t in targets {
-        intern(&mut nodes, t)?;
     }
 
-    let mut counts: Vec<LayerCounts> = Vec::with_capacity(fanouts.len());
-    let mut local: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(fanouts.len());
-    let mut scratch = vec![0u64; usize::from(*fanouts.iter().max().unwrap_or(&0))];
-    for (layer, &fanout) in fanouts.iter().enumerate() {
-        let dst_count = nodes.len();
-        let ranges = source.edge_ranges(&nodes[..dst_count])?;
+    /// The destinations of the next layer (every node interned so far), or `None` when every
+    /// layer is done.
+    pub fn destinations(&self) -> Option<&[u64]> {
+        (self.local.len() < self.fanouts.len()).then_some(&self.nodes[..])
+    }
+
+    /// The destinations' edge ranges, in order: returns the absolute edge-array positions to
+    /// fetch, destination by destination.
+    pub fn set_ranges(&mut self, ranges: &[EdgeRange]) -> Result<Vec<u64>, SamplerError> {
+        let layer = self.local.len();
+        let fanout = self.fanouts[layer];
+        let dst_count = self.nodes.len();
         if ranges.len() != dst_count {
             return Err(SamplerError::GraphCorrupt(format!(
                 "{} edge ranges for {dst_count} nodes",
@@ -263,60 +319,83 @@ pub fn build_subgraph<S: NeighbourSource + ?Sized>(
         let mut positions: Vec<u64> = Vec::new();
         let mut indptr: Vec<u32> = Vec::with_capacity(dst_count + 1);
         indptr.push(0);
-        for (&v, r) in nodes[..dst_count].iter().zip(&ranges) {
-            let k = sample_positions(seed, layer as u8, v, r.degree, fanout, &mut scratch)
-                .ok_or_else(|| SamplerError::InvalidRequest(format!("fanout {fanout}")))?;
-            positions.extend(scratch[..k].iter().map(|p| r.start + p));
+        for (&v, r) in self.nodes[..dst_count].iter().zip(ranges) {
+            let k = sample_positions(
+                self.seed,
+                layer as u8,
+                v,
+                r.degree,
+                fanout,
+                &mut self.scratch,
+            )
+            .ok_or_else(|| SamplerError::InvalidRequest(format!("fanout {fanout}")))?;
+            positions.extend(self.scratch[..k].iter().map(|p| r.start + p));
             indptr.push(u32::try_from(positions.len()).map_err(|_| too_big())?);
         }
-        let neighbours = source.neighbours_at(&positions)?;
-        if neighbours.len() != positions.len() {
+        self.pending = Some((dst_count, indptr, positions.len()));
+        Ok(positions)
+    }
+
+    /// The neighbour ids at the positions [`Self::set_ranges`] returned, in order.
+    pub fn set_neighbours(&mut self, neighbours: &[u64]) -> Result<(), SamplerError> {
+        let (dst_count, indptr, wanted) = self
+            .pending
+            .take()
+            .ok_or_else(|| SamplerError::InvalidRequest("neighbours before ranges".into()))?;
+        if neighbours.len() != wanted {
             return Err(SamplerError::GraphCorrupt(format!(
-                "{} neighbours for {} positions",
+                "{} neighbours for {wanted} positions",
                 neighbours.len(),
-                positions.len()
             )));
         }
         let mut indices = Vec::with_capacity(neighbours.len());
-        for &n in &neighbours {
-            if n >= node_count {
+        for &n in neighbours {
+            if n >= self.node_count {
                 return Err(SamplerError::GraphCorrupt(format!(
-                    "neighbour id {n} is not below the node count {node_count}"
+                    "neighbour id {n} is not below the node count {}",
+                    self.node_count
                 )));
             }
-            indices.push(intern(&mut nodes, n)?);
+            indices.push(self.intern(n)?);
         }
-        counts.push(LayerCounts {
+        self.counts.push(LayerCounts {
             dst_count: dst_count as u32,
-            src_count: u32::try_from(nodes.len()).map_err(|_| too_big())?,
+            src_count: u32::try_from(self.nodes.len()).map_err(|_| too_big())?,
             edge_count: indices.len() as u32,
         });
-        local.push((indptr, indices));
+        self.local.push((indptr, indices));
+        Ok(())
     }
 
-    let layout = SubgraphLayout::new(&counts).ok_or_else(too_big)?;
-    let mut out = vec![0u8; layout.total_size_bytes()];
-    layout.write_head(seed, &mut out).ok_or_else(too_big)?;
-    let put_u32s = |out: &mut [u8], offset: usize, words: &[u32]| {
-        for (chunk, w) in out[offset..offset + 4 * words.len()]
-            .chunks_exact_mut(4)
-            .zip(words)
-        {
-            chunk.copy_from_slice(&w.to_le_bytes());
+    /// Serialises the message-flow graph (every layer must be done).
+    pub fn finish(self) -> Result<SampledSubgraph, SamplerError> {
+        if self.local.len() != self.fanouts.len() {
+            return Err(SamplerError::InvalidRequest("unfinished subgraph".into()));
         }
-    };
-    let at = layout.nodes_offset();
-    for (chunk, n) in out[at..at + 8 * nodes.len()]
-        .chunks_exact_mut(8)
-        .zip(&nodes)
-    {
-        chunk.copy_from_slice(&n.to_le_bytes());
+        let layout = SubgraphLayout::new(&self.counts).ok_or_else(too_big)?;
+        let mut out = vec![0u8; layout.total_size_bytes()];
+        layout.write_head(self.seed, &mut out).ok_or_else(too_big)?;
+        let put_u32s = |out: &mut [u8], offset: usize, words: &[u32]| {
+            for (chunk, w) in out[offset..offset + 4 * words.len()]
+                .chunks_exact_mut(4)
+                .zip(words)
+            {
+                chunk.copy_from_slice(&w.to_le_bytes());
+            }
+        };
+        let at = layout.nodes_offset();
+        for (chunk, n) in out[at..at + 8 * self.nodes.len()]
+            .chunks_exact_mut(8)
+            .zip(&self.nodes)
+        {
+            chunk.copy_from_slice(&n.to_le_bytes());
+        }
+        for (l, (indptr, indices)) in self.local.iter().enumerate() {
+            put_u32s(&mut out, layout.indptr_offset(l), indptr);
+            put_u32s(&mut out, layout.indices_offset(l), indices);
+        }
+        SampledSubgraph::from_bytes(out)
     }
-    for (l, (indptr, indices)) in local.iter().enumerate() {
-        put_u32s(&mut out, layout.indptr_offset(l), indptr);
-        put_u32s(&mut out, layout.indices_offset(l), indices);
-    }
-    SampledSubgraph::from_bytes(out)
 }
 
 /// A [`NeighbourSource`] over an in-memory CSR graph.

@@ -24,9 +24,59 @@ enum Command {
     /// with in-storage (ISP) sampling: modelled time, NVMe commands, PCIe bytes, flash pages, and
     /// byte-identity of every sampled subgraph against the in-memory reference.
     Demo(DemoArgs),
+    /// Compare the host sampling modes (mmap, direct I/O, io_uring-style async) and in-storage
+    /// sampling (ISP), with one or several host workers contending for one emulated SSD:
+    /// modelled time per minibatch, speedup vs mmap, NVMe commands, PCIe bytes, flash pages,
+    /// page-cache hit rate, embedded-core utilisation, host CPU time; every subgraph checked
+    /// against the in-memory reference (exit status 1 on a mismatch).
+    Compare(CompareArgs),
     /// The board firmware: what it needs on a real SSD controller.
     #[command(subcommand)]
     Firmware(FirmwareCommand),
+    /// The emulated device: its derived limits, its validation against them, the simulator's
+    /// speed.
+    #[command(subcommand)]
+    Device(DeviceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DeviceCommand {
+    /// Print the limits a hardware description implies on paper (capacity, parallelism,
+    /// flash-internal, PCIe and controller bandwidths, unloaded QD1 latency); simulates nothing
+    /// but three single commands that tell what the firmware counts for them.
+    Info(DeviceConfigArgs),
+    /// Run sequential read and write, and 4 KiB random reads at QD1 and QD128, in virtual time,
+    /// and print each measured figure beside its analytical bound; exit status 1 if any row is
+    /// more than 2 % off (or beats its bound).
+    Check(DeviceConfigArgs),
+    /// Measure the simulator's own speed: simulated flash page reads per WALL-CLOCK second on
+    /// one core (4 KiB random reads at QD64 over a written region of the namespace).
+    Bench(DeviceBenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct DeviceConfigArgs {
+    /// Hardware description (TOML); default: the built-in Cosmos+ OpenSSD
+    /// (hw-configs/cosmos-plus.toml).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct DeviceBenchArgs {
+    /// Hardware description (TOML); default: the built-in Cosmos+ OpenSSD.
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Wall-clock seconds of random reads to time (after the region is written).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Flash pages written first and then read at random (the namespace's unwritten pages read
+    /// as zeros without touching flash, so only written pages measure the flash model).
+    #[arg(long, default_value_t = 16_384)]
+    region_pages: u64,
+    /// Host queue depth.
+    #[arg(long, default_value_t = 64)]
+    queue_depth: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,6 +127,99 @@ struct DemoArgs {
     quiet: bool,
 }
 
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// R-MAT scale: the graph has 2^SCALE nodes.
+    #[arg(long, default_value_t = 16)]
+    scale: u32,
+    /// R-MAT edges drawn per node before symmetrisation and deduplication.
+    #[arg(long, default_value_t = 8)]
+    edge_factor: u32,
+    /// Seed of the generated graph.
+    #[arg(long, default_value_t = 1)]
+    graph_seed: u64,
+    /// Number of minibatches (shared among the workers).
+    #[arg(long, default_value_t = 8)]
+    batches: u32,
+    /// Target nodes per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: u32,
+    /// Fanout per layer, hop order, comma-separated; 1 to 4 layers.
+    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
+    fanouts: Vec<u16>,
+    /// Seed of target selection and of the sampling function.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Hardware description (TOML), its optional [host] table included; default: the built-in
+    /// Cosmos+ OpenSSD (hw-configs/cosmos-plus.toml).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Modes to run, comma-separated: mmap, direct, async, isp.
+    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
+    mode: Vec<String>,
+    /// Host worker counts, comma-separated (each mode runs with each count).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    workers: Vec<usize>,
+    /// Do not draw progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn run_compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::compare::{self, CompareConfig};
+    use sagessd_runtime::host_io::HostIoMode;
+    let modes = args
+        .mode
+        .iter()
+        .map(|m| {
+            HostIoMode::from_name(m.trim())
+                .ok_or_else(|| anyhow::anyhow!("unknown mode {m:?} (mmap, direct, async, isp)"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let config = CompareConfig {
+        scale: args.scale,
+        edge_factor: args.edge_factor,
+        graph_seed: args.graph_seed,
+        batches: args.batches,
+        batch_size: args.batch_size,
+        fanouts: args.fanouts,
+        seed: args.seed,
+        hw: load_hw(args.config.as_ref())?,
+        modes,
+        workers: args.workers,
+    };
+    let quiet = args.quiet;
+    let mut bar: Option<ProgressBar> = None;
+    let mut on_event = |event: DemoEvent<'_>| match event {
+        DemoEvent::Phase { name, .. } if !quiet => {
+            let b = ProgressBar::new_spinner();
+            b.set_message(name.to_string());
+            bar = Some(b);
+        }
+        DemoEvent::PhaseDone => {
+            if let Some(b) = bar.take() {
+                b.finish_and_clear();
+            }
+        }
+        _ => {}
+    };
+    let wall = std::time::Instant::now();
+    let report = compare::run(&config, &mut on_event)?;
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{}", report.render())?;
+    stdout.flush()?;
+    drop(stdout);
+    eprintln!(
+        "(wall-clock time of this run, not modelled: {:.1} s)",
+        wall.elapsed().as_secs_f64()
+    );
+    if report.mismatch.is_some() {
+        eprintln!("error: a mode's subgraphs differ from the in-memory reference");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -87,7 +230,11 @@ fn main() -> anyhow::Result<ExitCode> {
         .init();
     match Cli::parse().command {
         Command::Demo(args) => run_demo(args),
+        Command::Compare(args) => run_compare(args),
         Command::Firmware(FirmwareCommand::Footprint(args)) => run_footprint(args),
+        Command::Device(DeviceCommand::Info(args)) => run_device_info(args),
+        Command::Device(DeviceCommand::Check(args)) => run_device_check(args),
+        Command::Device(DeviceCommand::Bench(args)) => run_device_bench(args),
     }
 }
 
@@ -297,5 +444,144 @@ fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Names the hardware description for the tables: the path, or the built-in one.
+fn hw_source(config: Option<&PathBuf>) -> String {
+    config.map_or("built-in hw-configs/cosmos-plus.toml".to_string(), |p| {
+        p.display().to_string()
+    })
+}
+
+fn run_device_info(args: DeviceConfigArgs) -> anyhow::Result<ExitCode> {
+    let hw = load_hw(args.config.as_ref())?;
+    let limits = sagessd_emulator::check::DeviceLimits::new(&hw)?;
+    println!("{}", hw_source(args.config.as_ref()));
+    println!("{limits}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_device_check(args: DeviceConfigArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_emulator::check::{CheckOptions, run};
+    const TOLERANCE: f64 = 0.02;
+    let hw = load_hw(args.config.as_ref())?;
+    println!("{}", hw_source(args.config.as_ref()));
+    let report = run(&hw, &CheckOptions::default())?;
+    println!("{report}");
+    let bad: Vec<_> = report
+        .rows
+        .iter()
+        .filter(|r| !r.within(TOLERANCE) || r.ratio() > 1.0 + 1e-9)
+        .collect();
+    if bad.is_empty() {
+        println!("every row within {:.0} % of its bound", TOLERANCE * 100.0);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for r in bad {
+            println!(
+                "OUT OF TOLERANCE: {} ratio {:.4} (limited by {})",
+                r.workload,
+                r.ratio(),
+                r.limited_by
+            );
+        }
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// SplitMix64 for the bench's random offsets (deterministic; seed 1).
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn run_device_bench(args: DeviceBenchArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_abi::nvme::{Status, SubmissionEntry};
+    use sagessd_emulator::Ssd;
+    use std::time::Instant;
+
+    let hw = load_hw(args.config.as_ref())?;
+    let mut ssd = Ssd::new(&hw)?;
+    let block = u64::from(ssd.block_size_bytes());
+    let page = u64::from(hw.nand.page_size_bytes);
+    let blocks_per_page = page / block;
+    let max_blocks = u64::from(hw.firmware.max_transfer_bytes) / block;
+    let region_blocks = (args.region_pages * blocks_per_page).min(ssd.namespace_block_count());
+    anyhow::ensure!(region_blocks > 0, "empty region");
+    // Write the region once (max-size writes at QD1), then start cold.
+    let mut lba = 0;
+    let mut cid: u16 = 0;
+    while lba < region_blocks {
+        let n = max_blocks.min(region_blocks - lba);
+        cid = cid.wrapping_add(1);
+        let sqe = SubmissionEntry::read_write(true, cid, 1, lba, n as u32);
+        let done = ssd.execute(1, sqe, vec![0x5A; (n * block) as usize])?;
+        anyhow::ensure!(done.cqe.status() == Status::SUCCESS, "write failed");
+        lba += n;
+    }
+    ssd.drop_caches();
+
+    let read_blocks = (4096 / block).max(1);
+    let slots = region_blocks / read_blocks;
+    let mut rng = 1u64;
+    let mut next_read = |cid: u16| {
+        let slba = splitmix(&mut rng) % slots * read_blocks;
+        SubmissionEntry::read_write(false, cid, 1, slba, read_blocks as u32)
+    };
+    let before = ssd.stats();
+    let sim_start_ns = ssd.now_ns();
+    let buffer = (read_blocks * block) as usize;
+    let started = Instant::now();
+    let mut completed = 0u64;
+    for _ in 0..args.queue_depth.max(1) {
+        cid = cid.wrapping_add(1);
+        ssd.submit(1, next_read(cid), vec![0; buffer])?;
+    }
+    let mut stop = false;
+    while let Some(done) = ssd.reap()? {
+        anyhow::ensure!(done.cqe.status() == Status::SUCCESS, "read failed");
+        completed += 1;
+        if completed.is_multiple_of(4096) && started.elapsed().as_secs_f64() >= args.seconds {
+            stop = true;
+        }
+        if !stop {
+            cid = cid.wrapping_add(1);
+            // The completed command's buffer carries the next read (no allocation per command).
+            ssd.submit(1, next_read(cid), done.data)?;
+        }
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    let after = ssd.stats();
+    let pages = after.nand_pages_read - before.nand_pages_read;
+    let sim_s = (ssd.now_ns() - sim_start_ns) as f64 * 1e-9;
+    println!(
+        "device {} ({}), 4 KiB random reads at QD{} over {} written pages",
+        hw.device.name,
+        hw_source(args.config.as_ref()),
+        args.queue_depth,
+        region_blocks / blocks_per_page
+    );
+    println!("  commands completed            {completed:>14}");
+    println!("  flash pages read              {pages:>14}");
+    println!(
+        "  wall-clock time               {wall_s:>14.3} s   (WALL CLOCK, this machine, one core)"
+    );
+    println!(
+        "  simulated flash page reads    {:>14.0} per wall-clock second",
+        pages as f64 / wall_s
+    );
+    println!(
+        "  simulated commands            {:>14.0} per wall-clock second",
+        completed as f64 / wall_s
+    );
+    println!("  virtual time simulated        {sim_s:>14.6} s   (modelled)");
+    println!(
+        "  simulated IOPS                {:>14.0} per virtual second (modelled)",
+        completed as f64 / sim_s.max(1e-12)
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -85,7 +85,7 @@ fn every_mode_equals_the_reference() {
         }
         // The tiny cache stays within its budget and evicts.
         let tiny = &samplers[3];
-        let m = tiny.mmap.as_ref().unwrap();
+        let m = tiny.shared().mmap.as_ref().unwrap();
         assert!(m.cache.len() <= 4 && m.pages.len() == m.cache.len());
         assert!(tiny.host_stats().page_cache.evictions > 0);
     }
@@ -156,7 +156,7 @@ fn readahead_reads_the_window_on_a_sequential_scan() {
     let r = ReferenceSampler::new(&g).sample(1, &[2], &all).unwrap();
     assert!(s.sample(1, &[2], &all).unwrap() == r);
     let h = s.host_stats();
-    let m = s.mmap.as_ref().unwrap();
+    let m = s.shared().mmap.as_ref().unwrap();
     // Both files were scanned sequentially: windows grew to the maximum.
     for ra in &m.readahead {
         assert!(ra.sequential_misses > 0);
@@ -215,4 +215,79 @@ fn bad_host_configs_are_refused() {
     };
     let e = HostIoSampler::new(dev, desc, HostIoMode::Async, bad).unwrap_err();
     assert!(e.to_string().contains("host.uring_queue_depth"), "{e}");
+}
+
+fn requests(n: u64, node_count: u64) -> Vec<Request> {
+    (0..n)
+        .map(|i| Request {
+            seed: 100 + i,
+            targets: targets(i, node_count),
+        })
+        .collect()
+}
+
+#[test]
+fn isp_mode_equals_the_reference_and_charges_two_ioctls() {
+    let g = generate(&RmatParams::graph500(9, 8, 5)).unwrap();
+    let mut s = sampler(&g, HostIoMode::Isp, HostStackConfig::default());
+    let mut reference = ReferenceSampler::new(&g);
+    for (seed, fanouts) in REQUESTS {
+        let t = targets(seed, g.node_count());
+        assert!(
+            s.sample(seed, fanouts, &t).unwrap() == reference.sample(seed, fanouts, &t).unwrap()
+        );
+    }
+    let (h, st) = (s.host_stats(), s.stats());
+    assert_eq!((st.driver.ns_submits, st.driver.ns_collects), (4, 4));
+    assert_eq!(h.syscalls, 8);
+    let per = HostStackConfig::default().sync_read_submit_ns()
+        + HostStackConfig::default().blocking_completion_ns();
+    assert_eq!(h.host_cpu_ns, 8 * per);
+}
+
+#[test]
+fn several_workers_sample_what_one_does_deterministically() {
+    let g = generate(&RmatParams::graph500(10, 8, 5)).unwrap();
+    let reqs = requests(8, g.node_count());
+    let fanouts = [10u16, 5];
+    let small_cache = HostStackConfig {
+        page_cache_bytes: 32 * PAGE_SIZE_BYTES,
+        ..HostStackConfig::default()
+    };
+    for mode in HostIoMode::ALL {
+        let host = if mode == HostIoMode::Mmap {
+            small_cache.clone()
+        } else {
+            HostStackConfig::default()
+        };
+        let one = sampler(&g, mode, host.clone())
+            .run_workers(1, &fanouts, &reqs)
+            .unwrap();
+        let run = |workers| {
+            let mut s = sampler(&g, mode, host.clone());
+            let r = s.run_workers(workers, &fanouts, &reqs).unwrap();
+            (r, s.host_stats(), s.device().transport().ssd().stats())
+        };
+        let (a, ha, da) = run(4);
+        let (b, hb, db) = run(4);
+        assert_eq!(a.subgraphs, one.subgraphs, "{mode:?}");
+        assert_eq!(b.subgraphs, a.subgraphs);
+        assert_eq!(
+            (a.makespan_ns, &a.worker_end_ns),
+            (b.makespan_ns, &b.worker_end_ns)
+        );
+        assert_eq!(
+            ha, hb,
+            "{mode:?}: identical completion-time hash and counters"
+        );
+        assert_eq!(da, db);
+        assert_eq!(a.worker_end_ns.len(), 4);
+        // Four workers overlap their I/O: the makespan is shorter than one worker's.
+        assert!(
+            a.makespan_ns < one.makespan_ns,
+            "{mode:?}: {} vs {}",
+            a.makespan_ns,
+            one.makespan_ns
+        );
+    }
 }
