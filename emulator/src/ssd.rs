@@ -462,6 +462,34 @@ impl Ssd {
         }
     }
 
+    /// Like [`Ssd::reap`], but only a completion the host learns of no later than `t_ns`: runs
+    /// the simulation up to `t_ns` and no further, so the host may then submit at `t_ns` without
+    /// landing in the simulation's past. `None`: nothing completes by `t_ns` (several host
+    /// workers use this to interleave their submissions with device completions in time order).
+    pub fn reap_until(&mut self, t_ns: u64) -> Result<Option<Completed>, EmulatorError> {
+        if let Some(i) = self
+            .reaped_early
+            .iter()
+            .position(|c| c.completed_at_ns <= t_ns)
+        {
+            return Ok(self.reaped_early.remove(i));
+        }
+        loop {
+            let horizon = self.posted.peek_time().map_or(t_ns, |p| p.min(t_ns));
+            match self.step(Some(horizon))? {
+                Step::Ran => continue,
+                Step::Horizon | Step::Quiet => {
+                    if self.posted.peek_time().is_some_and(|p| p <= t_ns) {
+                        if let Some((_, done)) = self.posted.pop() {
+                            return Ok(Some(self.finish(done)));
+                        }
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
     /// Submits one command and runs until it completes; completions of other commands reaped
     /// meanwhile are kept for later [`Ssd::reap`] calls, in order.
     pub fn execute(

@@ -337,6 +337,12 @@ impl<T: Transport> Device<T> {
                 sq_id: awaited.0,
                 cid: awaited.1,
             })?;
+        self.settle(c)
+    }
+
+    /// The driver's bookkeeping for a completion the transport handed over: the command leaves
+    /// the in-flight table and its bytes and status are counted.
+    fn settle(&mut self, c: Completion) -> Result<Completion, DriverError> {
         let key = (c.sq_id(), c.cid());
         let opcode =
             self.in_flight
@@ -395,6 +401,26 @@ impl<T: Transport> Device<T> {
         match self.in_flight.keys().next().copied() {
             None => Ok(None),
             Some(any) => self.reap_one(any).map(Some),
+        }
+    }
+
+    /// For transports that model time: the next completion, of any outstanding command, that
+    /// the host learns of no later than `t_ns` (completions kept for other waiters first, the
+    /// earliest of them); `None` if nothing completes by then. With it, several simulated host
+    /// workers interleave their submissions and the device's completions in time order.
+    pub fn wait_next_until(&mut self, t_ns: u64) -> Result<Option<Completion>, DriverError> {
+        let kept = self
+            .ready
+            .iter()
+            .filter_map(|(k, c)| Some((c.completed_at_ns?, *k)))
+            .filter(|(t, _)| *t <= t_ns)
+            .min();
+        if let Some((_, key)) = kept {
+            return Ok(self.ready.remove(&key));
+        }
+        match self.transport.reap_until(t_ns)? {
+            Some(c) => self.settle(c).map(Some),
+            None => Ok(None),
         }
     }
 

@@ -58,12 +58,15 @@ impl Transport for LocalTransport {
             .ssd
             .reap()
             .map_err(|e| TransportError::Device(Box::new(e)))?;
-        Ok(done.map(|c| Completion {
-            cqe: c.cqe,
-            data: c.data,
-            submitted_at_ns: Some(c.submitted_at_ns),
-            completed_at_ns: Some(c.completed_at_ns),
-        }))
+        Ok(done.map(completion))
+    }
+
+    fn reap_until(&mut self, t_ns: u64) -> Result<Option<Completion>, TransportError> {
+        let done = self
+            .ssd
+            .reap_until(t_ns)
+            .map_err(|e| TransportError::Device(Box::new(e)))?;
+        Ok(done.map(completion))
     }
 
     fn now_ns(&self) -> Option<u64> {
@@ -79,5 +82,15 @@ impl Transport for LocalTransport {
             pcie_c2h_bytes: s.pcie_c2h_bytes,
             commands: s.commands_completed,
         })
+    }
+}
+
+/// The driver's view of an emulator completion, with its modelled times.
+fn completion(c: sagessd_emulator::Completed) -> Completion {
+    Completion {
+        cqe: c.cqe,
+        data: c.data,
+        submitted_at_ns: Some(c.submitted_at_ns),
+        completed_at_ns: Some(c.completed_at_ns),
     }
 }

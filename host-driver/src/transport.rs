@@ -81,6 +81,10 @@ pub enum TransportError {
         /// Its command identifier.
         cid: u16,
     },
+    /// The caller asked for completions by a point in modelled time, and the transport does not
+    /// model time (real hardware cannot look ahead).
+    #[error("this transport does not model time")]
+    NoModelledTime,
     /// The caller waited for a command but the transport has nothing outstanding.
     #[error("waited for queue {sq_id} command {cid}, but no command is outstanding")]
     NothingOutstanding {
@@ -110,6 +114,14 @@ pub trait Transport {
     /// Returns the next completion, waiting for one (in the transport's notion of time) while
     /// commands are outstanding; `Ok(None)` when no command is outstanding.
     fn reap(&mut self) -> Result<Option<Completion>, TransportError>;
+
+    /// For transports that model time: the next completion the host learns of no later than
+    /// `t_ns`, having simulated up to `t_ns` and no further; `Ok(None)` if nothing completes by
+    /// then. Other transports answer [`TransportError::NoModelledTime`].
+    fn reap_until(&mut self, t_ns: u64) -> Result<Option<Completion>, TransportError> {
+        let _ = t_ns;
+        Err(TransportError::NoModelledTime)
+    }
 
     /// The transport's current modelled time in nanoseconds, if it models time (an emulator's
     /// virtual clock); `None` for transports to real hardware.

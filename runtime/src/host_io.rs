@@ -39,13 +39,12 @@
 //! Each mode is written once, as `async` code over a worker handle whose only suspension points
 //! are an NVMe submission (the worker waits for its turn at its clock) and a wait for a
 //! completion (or, mmap, for a page another worker is reading). A single-threaded executor
-//! drives the workers in virtual time: the runnable worker with the smallest clock runs until
-//! its next suspension; when none is runnable, the device's next completion is reaped and wakes
-//! its worker. One worker is exactly the synchronous model above. With several, a command is
-//! submitted before earlier completions of blocked workers are reaped (the device never sees a
-//! command in its past), so a worker woken by such a completion may reach the device late; the
-//! total is [`HostIoStats::submit_lag_ns`] (an exact scheduler needs the device to report its
-//! next completion time without handing it over).
+//! drives the workers in virtual time: the runnable worker with the smallest clock `t` runs until
+//! its next suspension, after every device completion the host learns of by `t` has been reaped
+//! (`Device::wait_next_until`, which simulates up to `t` and no further) and has woken its worker;
+//! when none is runnable, the device's next completion is reaped. So every command reaches the
+//! device at its worker's clock: [`HostIoStats::submit_lag_ns`], the total delay, stays 0 and is
+//! kept as a check. One worker is exactly the synchronous model above.
 //!
 //! [`HostIoStats`] counts I/Os, bytes read versus bytes of entries used, page-cache accesses,
 //! faults and evictions, host CPU time charged, modelled time, and a hash of every completion
@@ -807,6 +806,14 @@ fn drive(sh: &Rc<RefCell<Shared>>, mut futures: Vec<WorkerFuture>) -> Result<(),
                 .min_by_key(|&w| (s.clocks[w], w))
         };
         if let Some(w) = pick {
+            // Everything the device finishes before this worker's clock happens first: it may
+            // wake a worker whose next step comes earlier.
+            let t = sh.borrow().clocks[w];
+            let early = sh.borrow_mut().device.wait_next_until(t)?;
+            if let Some(c) = early {
+                deliver(&mut sh.borrow_mut(), c);
+                continue;
+            }
             if let Poll::Ready(result) = futures[w].as_mut().poll(&mut cx) {
                 sh.borrow_mut().states[w] = WorkerState::Finished;
                 result?;
@@ -827,17 +834,23 @@ fn drive(sh: &Rc<RefCell<Shared>>, mut futures: Vec<WorkerFuture>) -> Result<(),
                 "every worker is blocked and nothing is outstanding".into(),
             ));
         };
-        let cid = c.cid();
-        let t = c.completed_at_ns.unwrap_or(0);
-        s.done.insert(cid, c);
-        let Shared { states, clocks, .. } = &mut *s;
-        if let Some(w) = states
-            .iter()
-            .position(|st| *st == WorkerState::Waiting(cid))
-        {
-            states[w] = WorkerState::Runnable;
-            clocks[w] = clocks[w].max(t);
-        }
+        deliver(&mut s, c);
+    }
+}
+
+/// Hands a completion to the worker waiting for it, which becomes runnable at the completion's
+/// time (or later, if its clock is already past it).
+fn deliver(s: &mut Shared, c: Completion) {
+    let cid = c.cid();
+    let t = c.completed_at_ns.unwrap_or(0);
+    s.done.insert(cid, c);
+    let Shared { states, clocks, .. } = s;
+    if let Some(w) = states
+        .iter()
+        .position(|st| *st == WorkerState::Waiting(cid))
+    {
+        states[w] = WorkerState::Runnable;
+        clocks[w] = clocks[w].max(t);
     }
 }
 
