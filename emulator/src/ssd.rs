@@ -479,10 +479,10 @@ impl Ssd {
             match self.step(Some(horizon))? {
                 Step::Ran => continue,
                 Step::Horizon | Step::Quiet => {
-                    if self.posted.peek_time().is_some_and(|p| p <= t_ns) {
-                        if let Some((_, done)) = self.posted.pop() {
-                            return Ok(Some(self.finish(done)));
-                        }
+                    if self.posted.peek_time().is_some_and(|p| p <= t_ns)
+                        && let Some((_, done)) = self.posted.pop()
+                    {
+                        return Ok(Some(self.finish(done)));
                     }
                     return Ok(None);
                 }
