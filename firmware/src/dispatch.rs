@@ -62,6 +62,15 @@ struct Transfer {
     pages: [PageIo; MAX_PAGES_PER_COMMAND],
 }
 
+impl Transfer {
+    /// Whether every page of the transfer is done.
+    fn is_done(&self) -> bool {
+        self.pages[..self.page_count]
+            .iter()
+            .all(|p| *p == PageIo::Done)
+    }
+}
+
 /// A Dataset Management deallocate in progress.
 #[derive(Clone, Copy, Debug)]
 struct Trim {
@@ -270,32 +279,6 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         Ok(())
     }
 
-    /// Copies from the host, counting the bytes.
-    fn dma_in<H: HostInterface>(
-        work: &mut WorkCounters,
-        host: &mut H,
-        id: CommandId,
-        offset: usize,
-        dst: &mut [u8],
-    ) -> Result<(), DmaError> {
-        work.bytes_copied += dst.len() as u64;
-        host.note_work(work);
-        host.dma_from_host(id, offset, dst)
-    }
-
-    /// Copies to the host, counting the bytes.
-    fn dma_out<H: HostInterface>(
-        work: &mut WorkCounters,
-        host: &mut H,
-        id: CommandId,
-        offset: usize,
-        src: &[u8],
-    ) -> Result<(), DmaError> {
-        work.bytes_copied += src.len() as u64;
-        host.note_work(work);
-        host.dma_to_host(id, offset, src)
-    }
-
     /// Runs an admin command to completion. `Err` carries (status, result dword 0).
     fn admin<H: HostInterface>(
         &mut self,
@@ -328,7 +311,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     CNS_NAMESPACE => return Err((Status::INVALID_NAMESPACE, 0)),
                     _ => return Err((Status::INVALID_FIELD, 0)),
                 }
-                Self::dma_out(&mut self.backend.work, host, id, 0, &data)
+                dma_out(&mut self.backend.work, host, id, 0, &data)
                     .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
                 Err((Status::SUCCESS, 0))
             }
@@ -375,7 +358,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             IoCommand::GraphAttach { data_len_bytes } => {
                 let mut wire = [0u8; 64];
                 let n = (data_len_bytes as usize).min(wire.len());
-                Self::dma_in(&mut self.backend.work, host, id, 0, &mut wire[..n])
+                dma_in(&mut self.backend.work, host, id, 0, &mut wire[..n])
                     .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
                 let g = GraphDescriptor::parse(
                     &wire[..n],
@@ -394,7 +377,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     .ok_or(vendor(VendorStatus::NoFreeSlot))?;
                 let n = (data_len_bytes as usize).min(window.len);
                 let dram = self.dram.as_mut();
-                Self::dma_in(
+                dma_in(
                     &mut self.backend.work,
                     host,
                     id,
@@ -465,7 +448,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     return true;
                 }
                 let mut wire = [0u8; 16];
-                if Self::dma_in(
+                if dma_in(
                     &mut self.backend.work,
                     host,
                     id,
@@ -604,37 +587,53 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
     }
 
-    /// Advances parked command `i`; completes it when it is done.
+    /// Advances parked command `i` in place; completes it when it is done.
     fn step_command<H: HostInterface>(&mut self, host: &mut H, i: usize) -> bool {
-        let Some(mut cmd) = self.commands[i] else {
+        let (blocked, trim) = match &self.commands[i] {
+            None => return false,
+            Some(Parked {
+                op: Op::Write(t),
+                seq,
+                ..
+            }) => (self.write_blocked(i, *seq, t), false),
+            Some(Parked {
+                op: Op::Deallocate(_),
+                ..
+            }) => (false, true),
+            Some(_) => (false, false),
+        };
+        if trim {
+            return self.step_deallocate(host, i);
+        }
+        let Self {
+            backend,
+            dram,
+            commands,
+            isp,
+            ..
+        } = self;
+        let Some(cmd) = commands[i].as_mut() else {
             return false;
+        };
+        let mut io = Io {
+            backend,
+            dram: dram.as_mut(),
         };
         let (progress, done, result) = match &mut cmd.op {
             Op::Read(t) => {
-                let p = self.step_read(host, cmd.id, t, &mut cmd.status);
-                (
-                    p,
-                    t.pages[..t.page_count].iter().all(|p| *p == PageIo::Done),
-                    0,
-                )
+                let p = io.step_read(host, cmd.id, t, &mut cmd.status);
+                (p, t.is_done(), 0)
             }
             Op::Write(t) => {
-                let blocked = self.write_blocked(i, cmd.seq, t);
-                let p = !blocked && self.step_write(host, cmd.id, i, t, &mut cmd.status);
-                (
-                    p,
-                    t.pages[..t.page_count].iter().all(|p| *p == PageIo::Done),
-                    0,
-                )
+                let p = !blocked && io.step_write(host, cmd.id, i, t, &mut cmd.status);
+                (p, t.is_done(), 0)
             }
-            Op::Deallocate(t) => {
-                let done = self.step_trim(host, cmd.id, t, &mut cmd.status);
-                (true, done, 0)
-            }
+            // Handled above: trimming looks at the whole command table.
+            Op::Deallocate(_) => (false, false, 0),
             Op::Collect {
                 tag,
                 data_len_bytes,
-            } => match self.isp.collect_state(*tag) {
+            } => match isp.collect_state(*tag) {
                 Collect::Pending => (false, false, 0),
                 Collect::Unknown => {
                     cmd.status = VendorStatus::UnknownTag.into();
@@ -642,7 +641,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
                 Collect::Failed(s) => {
                     cmd.status = s;
-                    self.isp.release(*tag);
+                    isp.release(*tag);
                     (true, true, 0)
                 }
                 Collect::Done(size) if size > *data_len_bytes => {
@@ -650,13 +649,10 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     (true, true, size as u32)
                 }
                 Collect::Done(size) => {
-                    self.backend.work.bytes_copied += size as u64;
-                    host.note_work(&self.backend.work);
-                    match self
-                        .isp
-                        .write_result(self.dram.as_ref(), *tag, host, cmd.id)
-                    {
-                        Ok(_) => self.isp.release(*tag),
+                    io.backend.work.bytes_copied += size as u64;
+                    host.note_work(&io.backend.work);
+                    match isp.write_result(io.dram, *tag, host, cmd.id) {
+                        Ok(_) => isp.release(*tag),
                         Err(DmaError) => cmd.status = Status::DATA_TRANSFER_ERROR,
                     }
                     (true, true, size as u32)
@@ -664,18 +660,67 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             },
         };
         if done {
-            host.note_work(&self.backend.work);
+            host.note_work(&io.backend.work);
             host.complete(
                 cmd.id,
                 CompletionEntry::new(cmd.id.sq_id, cmd.id.cid, cmd.status, result),
             );
-            self.commands[i] = None;
-        } else {
-            self.commands[i] = Some(cmd);
+            commands[i] = None;
         }
         progress || done
     }
 
+    /// Advances parked Dataset Management command `i` (a copy of it: trimming consults the
+    /// whole command table); completes it when it is done.
+    fn step_deallocate<H: HostInterface>(&mut self, host: &mut H, i: usize) -> bool {
+        let Some(mut cmd) = self.commands[i] else {
+            return false;
+        };
+        let Op::Deallocate(mut t) = cmd.op else {
+            return false;
+        };
+        let done = self.step_trim(host, cmd.id, &mut t, &mut cmd.status);
+        if done {
+            host.note_work(&self.backend.work);
+            host.complete(
+                cmd.id,
+                CompletionEntry::new(cmd.id.sq_id, cmd.id.cid, cmd.status, 0),
+            );
+            self.commands[i] = None;
+        } else {
+            cmd.op = Op::Deallocate(t);
+            self.commands[i] = Some(cmd);
+        }
+        true
+    }
+
+    /// Whether an older write that overlaps `t` is still in progress (writes to one page must
+    /// not interleave their read-modify-write).
+    fn write_blocked(&self, me: usize, seq: u32, t: &Transfer) -> bool {
+        let (a0, a1) = (t.first_lpn, t.first_lpn + t.page_count as u32);
+        self.commands
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != me)
+            .filter_map(|(_, c)| c.as_ref())
+            .any(|c| match c.op {
+                Op::Write(o) => {
+                    let older = c.seq.wrapping_sub(seq) > u32::MAX / 2;
+                    older && o.first_lpn < a1 && a0 < o.first_lpn + o.page_count as u32
+                }
+                _ => false,
+            })
+    }
+}
+
+/// What a Read or Write steps over, borrowed apart from the command table so that a parked
+/// command is advanced in place.
+struct Io<'a> {
+    backend: &'a mut Backend,
+    dram: &'a mut [u8],
+}
+
+impl Io<'_> {
     /// The part of page `i` of a transfer that the host buffer covers: (offset in the page,
     /// offset in the host buffer, length).
     fn page_span(&self, t: &Transfer, i: usize) -> (usize, usize, usize) {
@@ -700,9 +745,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let mut progress = false;
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
-            let dram = self.dram.as_mut();
+            let dram = &mut *self.dram;
             let slot =
-                match page_contents(&mut self.backend, dram, lpn, &mut t.pages[i], status, true) {
+                match page_contents(self.backend, dram, lpn, &mut t.pages[i], status, true) {
                     Next::Ready(slot) => slot,
                     Next::Moved => {
                         progress = true;
@@ -712,40 +757,22 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 };
             let (in_page, in_host, len) = self.page_span(t, i);
             let src = self.backend.slot(slot).sub(in_page, len);
-            if Self::dma_out(
+            if dma_out(
                 &mut self.backend.work,
                 host,
                 id,
                 in_host,
-                src.bytes(self.dram.as_ref()),
+                src.bytes(&*self.dram),
             )
             .is_err()
             {
                 *status = Status::DATA_TRANSFER_ERROR;
             }
-            self.backend.buffer.unpin(self.dram.as_mut(), slot);
+            self.backend.buffer.unpin(&mut *self.dram, slot);
             t.pages[i] = PageIo::Done;
             progress = true;
         }
         progress
-    }
-
-    /// Whether an older write that overlaps `t` is still in progress (writes to one page must
-    /// not interleave their read-modify-write).
-    fn write_blocked(&self, me: usize, seq: u32, t: &Transfer) -> bool {
-        let (a0, a1) = (t.first_lpn, t.first_lpn + t.page_count as u32);
-        self.commands
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != me)
-            .filter_map(|(_, c)| c.as_ref())
-            .any(|c| match c.op {
-                Op::Write(o) => {
-                    let older = c.seq.wrapping_sub(seq) > u32::MAX / 2;
-                    older && o.first_lpn < a1 && a0 < o.first_lpn + o.page_count as u32
-                }
-                _ => false,
-            })
     }
 
     fn step_write<H: HostInterface>(
@@ -761,7 +788,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let (in_page, in_host, len) = self.page_span(t, i);
-            let dram = self.dram.as_mut();
+            let dram = &mut *self.dram;
             let next = match t.pages[i] {
                 // A whole-page write needs no old data: any slot for the page will do. A new
                 // slot stays "loading" until the host data is in, so readers wait for it.
@@ -783,7 +810,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
                 PageIo::Owned(s) => Next::Ready(s),
                 _ => page_contents(
-                    &mut self.backend,
+                    self.backend,
                     dram,
                     lpn,
                     &mut t.pages[i],
@@ -817,7 +844,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 continue;
             };
             let window = self.backend.slot(slot).sub(in_page, len);
-            if Self::dma_in(
+            if dma_in(
                 &mut self.backend.work,
                 host,
                 id,
@@ -847,6 +874,32 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
         progress
     }
+}
+
+/// Copies from the host, counting the bytes.
+fn dma_in<H: HostInterface>(
+    work: &mut WorkCounters,
+    host: &mut H,
+    id: CommandId,
+    offset: usize,
+    dst: &mut [u8],
+) -> Result<(), DmaError> {
+    work.bytes_copied += dst.len() as u64;
+    host.note_work(work);
+    host.dma_from_host(id, offset, dst)
+}
+
+/// Copies to the host, counting the bytes.
+fn dma_out<H: HostInterface>(
+    work: &mut WorkCounters,
+    host: &mut H,
+    id: CommandId,
+    offset: usize,
+    src: &[u8],
+) -> Result<(), DmaError> {
+    work.bytes_copied += src.len() as u64;
+    host.note_work(work);
+    host.dma_to_host(id, offset, src)
 }
 
 /// What a page of a Read or Write needs next.
