@@ -746,15 +746,14 @@ impl Io<'_> {
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let dram = &mut *self.dram;
-            let slot =
-                match page_contents(self.backend, dram, lpn, &mut t.pages[i], status, true) {
-                    Next::Ready(slot) => slot,
-                    Next::Moved => {
-                        progress = true;
-                        continue;
-                    }
-                    Next::Wait => continue,
-                };
+            let slot = match page_contents(self.backend, dram, lpn, &mut t.pages[i], status, true) {
+                Next::Ready(slot) => slot,
+                Next::Moved => {
+                    progress = true;
+                    continue;
+                }
+                Next::Wait => continue,
+            };
             let (in_page, in_host, len) = self.page_span(t, i);
             let src = self.backend.slot(slot).sub(in_page, len);
             if dma_out(
@@ -809,14 +808,7 @@ impl Io<'_> {
                     }
                 }
                 PageIo::Owned(s) => Next::Ready(s),
-                _ => page_contents(
-                    self.backend,
-                    dram,
-                    lpn,
-                    &mut t.pages[i],
-                    status,
-                    len < ps,
-                ),
+                _ => page_contents(self.backend, dram, lpn, &mut t.pages[i], status, len < ps),
             };
             let slot = match next {
                 Next::Ready(slot) => slot,

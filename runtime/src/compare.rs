@@ -1,32 +1,46 @@
-//! The `sagessd compare` experiment: the host sampling modes (mmap, direct I/O, io_uring-style
-//! async I/O) and in-storage sampling (ISP), each with one or several host workers, on the same
-//! emulated device model, checked byte for byte against the in-memory reference.
+//! The comparison engine behind `sagessd demo` and `sagessd compare`: the host sampling modes
+//! (mmap, direct I/O, io_uring-style async I/O) and in-storage sampling (ISP), each with one or
+//! several host workers, on the same emulated device model, every subgraph checked byte for
+//! byte against the in-memory reference. `demo` is this engine with quick defaults (every mode,
+//! one worker); `compare` runs one and four workers by default. Both print
+//! [`CompareReport::render`].
 //!
-//! Steps: generate the R-MAT graph of `sagessd demo` (same generator and flags); sample every
-//! minibatch with the in-memory reference; then, per (workers, mode), build a fresh emulated SSD
-//! from the hardware description, load the graph with the same WRITE sequence, empty the
-//! controller's DRAM page buffer, and sample the same minibatches with a
+//! Steps: generate an R-MAT graph; sample every minibatch with the in-memory reference (the
+//! oracle); then, per (workers, mode), build a fresh emulated SSD from the hardware description,
+//! load the graph with the same WRITE sequence (so every mode starts from identical device
+//! state), empty the controller's DRAM page buffer, and sample the same minibatches with a
 //! [`HostIoSampler`] ([`HostIoSampler::run_workers`]: worker `w` takes minibatches `w`,
-//! `w + N`, …). Every figure is virtual (modelled) time or a counter of the sampling phase;
-//! nothing reads the wall clock, so two runs print the same report.
+//! `w + N`, …). Every subgraph of every run is compared with the reference's, so ISP and each
+//! host mode are byte-identical to the reference and to each other. Every figure is virtual
+//! (modelled) time or a counter of the sampling phase (graph loading is excluded); nothing reads
+//! the wall clock, so two runs print the same report.
 //!
 //! Per mode the report gives: modelled time per minibatch (makespan / minibatches), speedup
 //! against mmap with the same worker count, NVMe commands, PCIe payload bytes each way, flash
 //! pages read, page-cache hit rate (mmap; direct and async bypass the page cache), embedded-core
 //! utilisation (firmware core busy time / makespan, from `DeviceStats`), host CPU time charged
-//! per minibatch, and the submission lag of the multi-worker scheduler.
+//! per minibatch, and the submission lag of the multi-worker scheduler; then ISP's speedup over
+//! each host mode, the subgraphs' mean size, and whether the samples were identical (with a
+//! checksum of them).
 
+use std::collections::HashSet;
+
+use sagessd_abi::graph::GraphDescriptor;
+use sagessd_abi::ns_config::MAX_LAYERS;
+use sagessd_abi::sample::{MAX_FANOUT, mix};
 use sagessd_emulator::{DeviceStats, HwConfig};
-use sagessd_host_driver::{Device, DriverError, LocalTransport};
+use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport};
 
-use crate::demo::{DemoError, DemoEvent, human_bytes, minibatch_seed, minibatch_targets};
 use crate::graph::{CsrGraph, DegreeStats};
 use crate::host_io::{HostIoMode, HostIoSampler, Request};
-use crate::load::load_graph_with_progress;
-use crate::rmat::{RmatParams, generate};
-use crate::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, fnv1a};
+use crate::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
+use crate::rmat::{RmatError, RmatParams, generate};
+use crate::rng::SplitMix64;
+use crate::sampler::{
+    FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, SamplerError, SamplerStats, fnv1a,
+};
 
-/// Everything `sagessd compare` needs.
+/// Everything a comparison needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompareConfig {
     /// R-MAT scale (log2 of the node count).
@@ -49,6 +63,53 @@ pub struct CompareConfig {
     pub modes: Vec<HostIoMode>,
     /// The worker counts to run each mode with.
     pub workers: Vec<usize>,
+}
+
+/// Progress notifications for a user interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A phase starts; `total` units of work (0: unknown).
+    Phase {
+        /// What the phase does.
+        name: &'a str,
+        /// Units of work in it.
+        total: u64,
+        /// Whether the units are bytes (otherwise minibatches).
+        bytes: bool,
+    },
+    /// `done` units of the current phase are complete.
+    Progress {
+        /// Units complete so far.
+        done: u64,
+    },
+    /// The current phase is over.
+    PhaseDone,
+}
+
+/// Why a comparison could not run (a mismatch is not an error: it is reported in
+/// [`CompareReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// The configuration is unusable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The graph could not be generated.
+    #[error("graph generation failed: {0}")]
+    Rmat(#[from] RmatError),
+    /// The device could not be created or opened.
+    #[error("device bring-up failed: {0}")]
+    Device(#[from] DriverError),
+    /// The graph could not be loaded.
+    #[error("graph load failed: {0}")]
+    Load(#[from] LoadError),
+    /// A sampler failed.
+    #[error("{sampler} failed: {source}")]
+    Sample {
+        /// Which sampler (and minibatch or worker count).
+        sampler: String,
+        /// Why.
+        source: SamplerError,
+    },
 }
 
 /// One mode with one worker count.
@@ -103,79 +164,238 @@ pub struct CompareMismatch {
     pub workers: usize,
     /// The minibatch.
     pub batch: usize,
+    /// Sizes of the mode's and the reference's subgraphs.
+    pub sizes_bytes: (usize, usize),
+    /// First byte offset at which they differ.
+    pub first_difference_bytes: usize,
+    /// The command line that replays the failing run alone.
+    pub replay: String,
 }
 
-/// What `sagessd compare` measured.
+/// What a comparison measured.
 #[derive(Clone, Debug)]
 pub struct CompareReport {
     /// The configuration.
     pub config: CompareConfig,
     /// The graph's degree statistics.
     pub graph: DegreeStats,
-    /// Bytes of the graph on the device (indptr + indices blocks).
-    pub graph_bytes: u64,
+    /// Where the graph lives on each device.
+    pub descriptor: GraphDescriptor,
+    /// What Identify reported.
+    pub device: DeviceInfo,
+    /// The in-memory reference sampler's statistics (subgraph sizes).
+    pub reference: SamplerStats,
     /// One entry per (workers, mode), workers-major.
     pub results: Vec<ModeResult>,
-    /// FNV-1a 64 over the reference subgraphs.
+    /// FNV-1a 64 over the reference subgraphs' bytes, in minibatch order (equal to every mode's
+    /// when the samples are identical).
     pub checksum: u64,
     /// The first disagreement, if any.
     pub mismatch: Option<CompareMismatch>,
 }
 
-fn validate(c: &CompareConfig) -> Result<(), DemoError> {
-    let bad = |m: &str| Err(DemoError::Config(m.into()));
-    if c.batches == 0 {
-        return bad("--batches must be at least 1");
+/// The sampling seed of minibatch `batch` under the run seed `seed`.
+pub fn minibatch_seed(seed: u64, batch: u32) -> u64 {
+    mix(seed ^ mix(u64::from(batch) + 1))
+}
+
+/// The targets of minibatch `batch`: `batch_size` nodes drawn from `0..node_count` with the run
+/// seed, distinct while the graph has enough nodes (then the distinct draw repeats cyclically).
+pub fn minibatch_targets(seed: u64, batch: u32, batch_size: u32, node_count: u64) -> Vec<u64> {
+    let mut rng = SplitMix64::stream(seed, u64::from(batch));
+    let distinct = u64::from(batch_size).min(node_count) as usize;
+    let mut drawn: Vec<u64> = Vec::with_capacity(batch_size as usize);
+    if distinct as u64 * 2 > node_count {
+        let mut all: Vec<u64> = (0..node_count).collect();
+        rng.shuffle(&mut all);
+        drawn.extend_from_slice(&all[..distinct]);
+    } else {
+        let mut seen = HashSet::with_capacity(distinct);
+        while drawn.len() < distinct {
+            let v = rng.below(node_count);
+            if seen.insert(v) {
+                drawn.push(v);
+            }
+        }
     }
-    if c.batch_size == 0 {
-        return bad("--batch-size must be at least 1");
+    let mut out = drawn.clone();
+    while out.len() < batch_size as usize && !drawn.is_empty() {
+        let need = batch_size as usize - out.len();
+        out.extend_from_slice(&drawn[..need.min(drawn.len())]);
     }
-    if c.fanouts.is_empty()
-        || c.fanouts.len() > sagessd_abi::ns_config::MAX_LAYERS
-        || c.fanouts.contains(&0)
-    {
-        return bad("--fanouts needs 1..=4 layers, each at least 1");
+    out
+}
+
+/// The index of the first differing byte of `a` and `b` (their common length if one is a prefix
+/// of the other).
+fn first_difference(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()))
+}
+
+/// Formats a byte count with binary units, two decimals.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
     }
-    if c.modes.is_empty() {
-        return bad("--mode needs at least one mode");
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
     }
-    if c.workers.is_empty() || c.workers.contains(&0) {
-        return bad("--workers needs counts of at least 1");
+}
+
+fn join<T: ToString>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl CompareConfig {
+    /// The `sagessd compare` command line that reproduces this configuration (the hardware
+    /// description is named by `config_arg`, e.g. a path, or `None` for the built-in Cosmos+).
+    pub fn command_line(&self, config_arg: Option<&str>) -> String {
+        let modes: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
+        let mut s = format!(
+            "sagessd compare --scale {} --edge-factor {} --graph-seed {} --batches {} --batch-size {} --fanouts {} --seed {} --mode {} --workers {}",
+            self.scale,
+            self.edge_factor,
+            self.graph_seed,
+            self.batches,
+            self.batch_size,
+            join(&self.fanouts),
+            self.seed,
+            modes.join(","),
+            join(&self.workers),
+        );
+        if let Some(c) = config_arg {
+            s.push_str(&format!(" --config {c}"));
+        }
+        s
     }
-    Ok(())
+
+    fn validate(&self) -> Result<(), CompareError> {
+        let bad = |m: String| Err(CompareError::Config(m));
+        if self.batches == 0 {
+            return bad("--batches must be at least 1".into());
+        }
+        if self.batch_size == 0 {
+            return bad("--batch-size must be at least 1".into());
+        }
+        if self.fanouts.is_empty() || self.fanouts.len() > MAX_LAYERS {
+            return bad(format!("--fanouts needs 1..={MAX_LAYERS} layers"));
+        }
+        if let Some(f) = self.fanouts.iter().find(|f| **f == 0 || **f > MAX_FANOUT) {
+            return bad(format!("fanout {f} outside 1..={MAX_FANOUT}"));
+        }
+        if self.modes.is_empty() {
+            return bad("--mode needs at least one mode".into());
+        }
+        if let Some(m) = self
+            .modes
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| self.modes[..i].contains(m).then_some(m.name()))
+        {
+            return bad(format!("--mode lists {m} twice"));
+        }
+        if self.modes.contains(&HostIoMode::Isp) && !self.hw.firmware.isp {
+            return bad(format!(
+                "{} does not sample in storage (firmware.isp = false): drop isp from --mode, \
+                 e.g. --mode mmap,direct,async",
+                self.hw.device.name
+            ));
+        }
+        if self.workers.is_empty() || self.workers.contains(&0) {
+            return bad("--workers needs counts of at least 1".into());
+        }
+        if let Some(w) = self
+            .workers
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| self.workers[..i].contains(w).then_some(w))
+        {
+            return bad(format!("--workers lists {w} twice"));
+        }
+        Ok(())
+    }
+
+    /// Refuses up front what the device would refuse in ISP mode (it reports its limits in
+    /// Identify), rather than failing after the host modes have run.
+    fn check_device_limits(&self, info: &DeviceInfo) -> Result<(), CompareError> {
+        if !self.modes.contains(&HostIoMode::Isp) {
+            return Ok(());
+        }
+        let Some(limits) = info.limits else {
+            return Ok(());
+        };
+        if self.batch_size > limits.max_targets {
+            return Err(CompareError::Config(format!(
+                "--batch-size {} exceeds the device's {} targets per NS_config",
+                self.batch_size, limits.max_targets
+            )));
+        }
+        if let Some(f) = self.fanouts.iter().find(|f| **f > limits.max_fanout) {
+            return Err(CompareError::Config(format!(
+                "fanout {f} exceeds the device's maximum fanout {}",
+                limits.max_fanout
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn loaded_device(
     hw: &HwConfig,
     graph: &CsrGraph,
     name: &str,
-    events: &mut dyn FnMut(DemoEvent<'_>),
-) -> Result<(Device<LocalTransport>, sagessd_abi::graph::GraphDescriptor), DemoError> {
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<(Device<LocalTransport>, GraphDescriptor), CompareError> {
     let transport = LocalTransport::from_config(hw).map_err(DriverError::from)?;
     let mut device = Device::open(transport)?;
     let bs = device.info().block_size_bytes;
     let plan = crate::load::plan_layout(graph, 0, bs);
-    events(DemoEvent::Phase {
+    events(Event::Phase {
         name,
         total: (plan.indptr.block_count + plan.indices.block_count) * u64::from(bs),
         bytes: true,
     });
-    let d = load_graph_with_progress(&mut device, graph, 0, &mut |done, _| {
-        events(DemoEvent::Progress { done })
-    })?;
-    events(DemoEvent::PhaseDone);
-    // Sample from a cold device, as `demo` does.
+    // A device without in-storage sampling (`firmware.isp = false`) refuses GRAPH_ATTACH: the
+    // host modes only need the graph written.
+    let mut progress = |done, _| events(Event::Progress { done });
+    let d = if hw.firmware.isp {
+        load_graph_with_progress(&mut device, graph, 0, &mut progress)?
+    } else {
+        write_graph_with_progress(&mut device, graph, 0, &mut progress)?
+    };
+    events(Event::PhaseDone);
+    // Sample from a cold device: the pages the load left in the controller's DRAM would
+    // otherwise serve the first minibatches without touching NAND.
     device.transport_mut().ssd_mut().drop_caches();
     Ok((device, d))
 }
 
-/// Runs the comparison.
+fn workers_label(workers: usize) -> String {
+    format!("{workers} worker{}", if workers == 1 { "" } else { "s" })
+}
+
+/// Runs the comparison. `config_arg` names the hardware description in the replay command
+/// printed on a mismatch.
 pub fn run(
     config: &CompareConfig,
-    events: &mut dyn FnMut(DemoEvent<'_>),
-) -> Result<CompareReport, DemoError> {
-    validate(config)?;
-    events(DemoEvent::Phase {
+    config_arg: Option<&str>,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<CompareReport, CompareError> {
+    config.validate()?;
+    events(Event::Phase {
         name: "generating R-MAT graph",
         total: 0,
         bytes: false,
@@ -185,80 +405,103 @@ pub fn run(
         config.edge_factor,
         config.graph_seed,
     ))?;
-    events(DemoEvent::PhaseDone);
+    events(Event::PhaseDone);
+    tracing::info!(
+        nodes = graph.node_count(),
+        edges = graph.edge_count(),
+        "graph generated"
+    );
     let n = graph.node_count();
+    if n == 0 {
+        return Err(CompareError::Config("empty graph".into()));
+    }
     let requests: Vec<Request> = (0..config.batches)
         .map(|b| Request {
             seed: minibatch_seed(config.seed, b),
             targets: minibatch_targets(config.seed, b, config.batch_size, n),
         })
         .collect();
+
+    events(Event::Phase {
+        name: "sampling (in-memory reference)",
+        total: u64::from(config.batches),
+        bytes: false,
+    });
     let mut reference = ReferenceSampler::new(&graph);
-    let expected: Vec<SampledSubgraph> = requests
-        .iter()
-        .enumerate()
-        .map(|(b, r)| {
-            reference
-                .sample(r.seed, &config.fanouts, &r.targets)
-                .map_err(|source| DemoError::Sample {
-                    sampler: "in-memory",
-                    batch: b as u32,
-                    source,
-                })
-        })
-        .collect::<Result<_, _>>()?;
+    let mut expected: Vec<SampledSubgraph> = Vec::with_capacity(requests.len());
+    for (b, r) in requests.iter().enumerate() {
+        let s = reference
+            .sample(r.seed, &config.fanouts, &r.targets)
+            .map_err(|source| CompareError::Sample {
+                sampler: format!("the in-memory reference on minibatch {b}"),
+                source,
+            })?;
+        expected.push(s);
+        events(Event::Progress { done: b as u64 + 1 });
+    }
+    events(Event::PhaseDone);
     let checksum = expected
         .iter()
         .fold(FNV_OFFSET, |h, s| fnv1a(h, s.as_bytes()));
 
     let mut results = Vec::new();
     let mut mismatch = None;
-    let mut graph_bytes = 0;
+    let mut layout: Option<(DeviceInfo, GraphDescriptor)> = None;
     for &workers in &config.workers {
         for &mode in &config.modes {
-            let (device, desc) = loaded_device(&config.hw, &graph, "loading graph", events)?;
-            if let Some(limits) = device.info().limits
-                && mode == HostIoMode::Isp
-                && config.batch_size > limits.max_targets
-            {
-                return Err(DemoError::Config(format!(
-                    "--batch-size {} exceeds the device's {} targets per NS_config",
-                    config.batch_size, limits.max_targets
-                )));
-            }
-            let bs = u64::from(device.info().block_size_bytes);
-            graph_bytes = (desc.indptr.block_count + desc.indices.block_count) * bs;
-            let before: DeviceStats = device.transport().ssd().stats();
-            let mut s = HostIoSampler::new(device, desc, mode, config.hw.host.clone()).map_err(
-                |source| DemoError::Sample {
-                    sampler: mode.name(),
-                    batch: 0,
-                    source,
-                },
+            let label = format!("{}, {}", mode.name(), workers_label(workers));
+            let (device, desc) = loaded_device(
+                &config.hw,
+                &graph,
+                &format!("loading graph ({label})"),
+                events,
             )?;
-            events(DemoEvent::Phase {
-                name: "sampling minibatches",
-                total: 0,
+            if layout.is_none() {
+                config.check_device_limits(device.info())?;
+                layout = Some((device.info().clone(), desc));
+            }
+            let before: DeviceStats = device.transport().ssd().stats();
+            let sample_error = |source| CompareError::Sample {
+                sampler: format!("{} with {}", mode.name(), workers_label(workers)),
+                source,
+            };
+            let mut s = HostIoSampler::new(device, desc, mode, config.hw.host.clone())
+                .map_err(sample_error)?;
+            events(Event::Phase {
+                name: &format!("sampling ({label})"),
+                total: u64::from(config.batches),
                 bytes: false,
             });
             let run = s
-                .run_workers(workers, &config.fanouts, &requests)
-                .map_err(|source| DemoError::Sample {
-                    sampler: mode.name(),
-                    batch: 0,
-                    source,
-                })?;
-            events(DemoEvent::PhaseDone);
+                .run_workers_with_progress(workers, &config.fanouts, &requests, &mut |done| {
+                    events(Event::Progress { done })
+                })
+                .map_err(sample_error)?;
+            events(Event::PhaseDone);
             if mismatch.is_none()
                 && let Some(batch) = (0..expected.len()).find(|&b| run.subgraphs[b] != expected[b])
             {
+                let (a, b) = (run.subgraphs[batch].as_bytes(), expected[batch].as_bytes());
+                let replay = CompareConfig {
+                    modes: vec![mode],
+                    workers: vec![workers],
+                    ..config.clone()
+                };
                 mismatch = Some(CompareMismatch {
                     mode,
                     workers,
                     batch,
+                    sizes_bytes: (a.len(), b.len()),
+                    first_difference_bytes: first_difference(a, b),
+                    replay: replay.command_line(config_arg),
                 });
             }
             let after = s.device().transport().ssd().stats();
+            tracing::info!(
+                mode = mode.name(),
+                workers,
+                "device statistics since creation (load included):\n{after}"
+            );
             let h = s.host_stats();
             results.push(ModeResult {
                 mode,
@@ -277,10 +520,13 @@ pub fn run(
             });
         }
     }
+    let (device, descriptor) = layout.expect("validated: at least one mode and worker count");
     Ok(CompareReport {
         config: config.clone(),
         graph: graph.degree_stats(),
-        graph_bytes,
+        descriptor,
+        device,
+        reference: reference.stats(),
         results,
         checksum,
         mismatch,
@@ -295,44 +541,97 @@ impl CompareReport {
             .find(|r| r.mode == mode && r.workers == workers)
     }
 
+    /// Whether every mode's every minibatch was byte-identical to the reference's.
+    pub fn identical(&self) -> bool {
+        self.mismatch.is_none()
+    }
+
     /// Time per minibatch of mmap divided by that of `r` (same worker count), if mmap ran.
     pub fn speedup_vs_mmap(&self, r: &ModeResult) -> Option<f64> {
         let m = self.result(HostIoMode::Mmap, r.workers)?;
         Some(m.time_per_minibatch_ns() / r.time_per_minibatch_ns())
     }
 
-    /// The report as `sagessd compare` prints it: deterministic (virtual time and counters).
+    /// Time per minibatch of host mode `mode` divided by ISP's, with `workers`, if both ran.
+    pub fn isp_speedup(&self, mode: HostIoMode, workers: usize) -> Option<f64> {
+        let host = self.result(mode, workers)?;
+        let isp = self.result(HostIoMode::Isp, workers)?;
+        let t = isp.time_per_minibatch_ns();
+        (t > 0.0).then(|| host.time_per_minibatch_ns() / t)
+    }
+
+    /// Bytes of the graph on the device (its `indptr` and `indices` blocks).
+    pub fn graph_bytes(&self) -> u64 {
+        (self.descriptor.indptr.block_count + self.descriptor.indices.block_count)
+            * u64::from(self.device.block_size_bytes)
+    }
+
+    /// The report as `sagessd demo` and `sagessd compare` print it: deterministic for a
+    /// configuration (virtual time and counters only).
     pub fn render(&self) -> String {
         let c = &self.config;
         let g = &self.graph;
-        let fanouts: Vec<String> = c.fanouts.iter().map(u16::to_string).collect();
+        let d = &self.descriptor;
         let host = &c.hw.host;
+        let graph_bytes = self.graph_bytes();
+        let buffer_bytes =
+            u64::from(c.hw.firmware.page_buffer_pages) * u64::from(c.hw.nand.page_size_bytes);
         let mut out = String::new();
         out.push_str(&format!(
-            "graph: R-MAT scale {} edge factor {} seed {}: {} nodes, {} stored edges, {} on the device\n",
+            "graph: R-MAT scale {} edge factor {} seed {}: {} nodes, {} stored edges (symmetric), degree max {} mean {:.2} median {}, {} isolated; {} on the device (LBAs {}..{} indptr, {}..{} indices)\n",
             c.scale,
             c.edge_factor,
             c.graph_seed,
             g.node_count,
             g.edge_count,
-            human_bytes(self.graph_bytes)
+            g.max,
+            g.mean,
+            g.median,
+            g.isolated,
+            human_bytes(graph_bytes),
+            d.indptr.slba,
+            d.indptr.slba + d.indptr.block_count,
+            d.indices.slba,
+            d.indices.slba + d.indices.block_count,
         ));
         out.push_str(&format!(
-            "device: {}; controller page buffer {}; host page cache {}, readahead {}..{} pages, io_uring depth {}\n",
+            "device: {} ({} LBAs of {} B, max transfer {}, controller page buffer {}); host: page cache {}, readahead {}..{} pages, io_uring depth {}\n",
             c.hw.device.name,
-            human_bytes(
-                u64::from(c.hw.firmware.page_buffer_pages) * u64::from(c.hw.nand.page_size_bytes)
-            ),
+            self.device.block_count,
+            self.device.block_size_bytes,
+            human_bytes(u64::from(self.device.max_transfer_bytes)),
+            human_bytes(buffer_bytes),
             human_bytes(host.page_cache_bytes),
             host.readahead_min_pages,
             host.readahead_max_pages,
             host.uring_queue_depth,
         ));
+        let fits = |cache: u64| {
+            if graph_bytes <= cache {
+                "fits"
+            } else {
+                "does not fit"
+            }
+        };
         out.push_str(&format!(
-            "workload: {} minibatches × {} targets, fanouts {}, seed {}; each mode on its own freshly loaded device, controller page buffer emptied; sampling phase only\n\n",
+            "graph vs caches: {} vs controller page buffer {} ({}) and host page cache {} ({}); {}\n",
+            human_bytes(graph_bytes),
+            human_bytes(buffer_bytes),
+            fits(buffer_bytes),
+            human_bytes(host.page_cache_bytes),
+            fits(host.page_cache_bytes),
+            if graph_bytes <= buffer_bytes.min(host.page_cache_bytes) {
+                "after first touch, pages come from DRAM, not NAND (a larger --scale, e.g. 20, exceeds both)"
+            } else {
+                "evicted pages are read from NAND again"
+            },
+        ));
+        out.push_str(&format!(
+            "workload: {} minibatches × {} targets, fanouts {}, seed {}; each mode on its own freshly loaded device \
+             (same hardware description and WRITE sequence, controller page buffer emptied after the load); sampling phase only\n\n",
             c.batches,
             c.batch_size,
-            fanouts.join(","),
+            join(&c.fanouts),
             c.seed
         ));
         let header = [
@@ -412,21 +711,62 @@ impl CompareReport {
         out.push_str(
             "time: modelled (virtual) makespan of the workers / minibatches: host stack costs ([host]), NVMe queues, PCIe, firmware cores, NAND\n\
              vs mmap: mmap's time per minibatch / this mode's, same worker count\n\
+             NVMe cmds, PCIe payload bytes (SQEs and CQEs included), NAND pages: totals over the sampling phase\n\
              core util: firmware core busy time / makespan; host CPU/mb: host CPU time charged per minibatch (all workers)\n\
              sched lag: time commands reached the device later than their worker's clock, / makespan (a check: 0 when the interleaving is exact)\n",
         );
+        let host_modes: Vec<HostIoMode> = c
+            .modes
+            .iter()
+            .copied()
+            .filter(|m| *m != HostIoMode::Isp)
+            .collect();
+        if !c.modes.contains(&HostIoMode::Isp) {
+            out.push_str("ISP speedup: n/a (isp mode not run)\n");
+        } else if host_modes.is_empty() {
+            out.push_str("ISP speedup: n/a (no host mode run)\n");
+        } else {
+            for &w in &c.workers {
+                let ratios: Vec<String> = host_modes
+                    .iter()
+                    .map(|&m| {
+                        self.isp_speedup(m, w)
+                            .map_or(format!("n/a over {}", m.name()), |x| {
+                                format!("{x:.2}x over {}", m.name())
+                            })
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "ISP speedup (modelled time per minibatch, host mode's / ISP's), {}: {}\n",
+                    workers_label(w),
+                    ratios.join(", ")
+                ));
+            }
+        }
+        let r = &self.reference;
+        let per = |x: u64| x.checked_div(r.minibatches).unwrap_or(0);
+        out.push_str(&format!(
+            "subgraphs: {} nodes, {} edges, {} on average per minibatch\n",
+            per(r.nodes),
+            per(r.edges),
+            human_bytes(per(r.subgraph_bytes))
+        ));
         match &self.mismatch {
             None => out.push_str(&format!(
-                "samples identical to the in-memory reference: yes ({} minibatches × {} runs, checksum {:#018x})\n",
+                "samples identical: yes ({} minibatches × {} runs, each byte-identical to the in-memory reference; checksum {:#018x})\n",
                 c.batches,
                 self.results.len(),
                 self.checksum
             )),
             Some(m) => out.push_str(&format!(
-                "samples identical to the in-memory reference: NO — {} with {} workers differs on minibatch {}\n",
+                "samples identical: NO — {} with {}, minibatch {}: differs from the in-memory reference at byte {} (sizes {} vs {} bytes); replay: {}\n",
                 m.mode.name(),
-                m.workers,
-                m.batch
+                workers_label(m.workers),
+                m.batch,
+                m.first_difference_bytes,
+                m.sizes_bytes.0,
+                m.sizes_bytes.1,
+                m.replay
             )),
         }
         out
@@ -453,41 +793,195 @@ mod tests {
     }
 
     #[test]
+    fn targets_are_deterministic_distinct_and_in_range() {
+        let a = minibatch_targets(3, 0, 100, 1000);
+        assert_eq!(a, minibatch_targets(3, 0, 100, 1000));
+        assert_ne!(a, minibatch_targets(3, 1, 100, 1000));
+        assert_eq!(a.len(), 100);
+        assert_eq!(a.iter().collect::<HashSet<_>>().len(), 100);
+        assert!(a.iter().all(|t| *t < 1000));
+        // More targets than nodes: every node once, then repeats.
+        let b = minibatch_targets(3, 0, 10, 4);
+        assert_eq!(b.len(), 10);
+        assert_eq!(b[..4].iter().collect::<HashSet<_>>().len(), 4);
+        assert_eq!(&b[4..8], &b[..4]);
+        // The dense path (more than half the nodes).
+        let c = minibatch_targets(3, 2, 60, 100);
+        assert_eq!(c.iter().collect::<HashSet<_>>().len(), 60);
+    }
+
+    #[test]
+    fn human_bytes_formats() {
+        assert_eq!(human_bytes(12), "12 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.00 MiB");
+    }
+
+    #[test]
     fn compare_is_identical_and_deterministic() {
-        let a = run(&small(), &mut |_| {}).unwrap();
-        let b = run(&small(), &mut |_| {}).unwrap();
-        assert!(a.mismatch.is_none(), "{:?}", a.mismatch);
+        let mut phases = Vec::new();
+        let mut last_progress = 0;
+        let a = run(&small(), None, &mut |e| match e {
+            Event::Phase { name, .. } => phases.push(name.to_string()),
+            Event::Progress { done } => last_progress = done,
+            Event::PhaseDone => {}
+        })
+        .unwrap();
+        // Generation, the reference, then a load and a sampling phase per (workers, mode).
+        assert_eq!(phases.len(), 2 + 2 * 8, "{phases:?}");
+        assert_eq!(phases.last().unwrap(), "sampling (isp, 3 workers)");
+        assert_eq!(last_progress, 6);
+        let b = run(&small(), None, &mut |_| {}).unwrap();
+        assert!(a.identical(), "{:?}", a.mismatch);
         assert_eq!(a.results.len(), 8);
         assert_eq!(a.results, b.results);
         assert_eq!(a.render(), b.render());
         let text = a.render();
         assert!(
-            text.contains("identical to the in-memory reference: yes"),
+            text.contains("samples identical: yes (6 minibatches × 8 runs"),
             "{text}"
         );
+        assert!(text.contains(&format!("checksum {:#018x}", a.checksum)));
+        for w in ["1 worker:", "3 workers:"] {
+            assert!(
+                text.contains(&format!(
+                    "ISP speedup (modelled time per minibatch, host mode's / ISP's), {w}"
+                )),
+                "{text}"
+            );
+        }
         let mmap = a.result(HostIoMode::Mmap, 1).unwrap();
         assert_eq!(a.speedup_vs_mmap(mmap), Some(1.0));
         assert!(mmap.page_cache_hit_rate.is_some());
         let isp = a.result(HostIoMode::Isp, 1).unwrap();
         assert_eq!(isp.commands, 2 * 6);
         assert!(isp.core_utilisation() > 0.0 && isp.core_utilisation() <= 1.0);
+        let direct = a.result(HostIoMode::Direct, 1).unwrap();
+        assert_eq!(
+            a.isp_speedup(HostIoMode::Direct, 1),
+            Some(direct.time_per_minibatch_ns() / isp.time_per_minibatch_ns())
+        );
         for r in &a.results {
             assert!(r.makespan_ns > 0 && r.host_cpu_ns > 0, "{r:?}");
             // The scheduler interleaves workers and device completions exactly.
             assert_eq!(r.submit_lag_ns, 0, "{r:?}");
         }
+        assert_eq!(a.reference.minibatches, 6);
+    }
+
+    #[test]
+    fn a_subset_of_modes_reports_what_ran() {
+        let c = CompareConfig {
+            modes: vec![HostIoMode::Direct, HostIoMode::Isp],
+            workers: vec![1],
+            batches: 2,
+            ..small()
+        };
+        let a = run(&c, None, &mut |_| {}).unwrap();
+        let text = a.render();
+        assert_eq!(a.results.len(), 2);
+        assert!(a.speedup_vs_mmap(&a.results[0]).is_none());
+        assert!(
+            text.contains(
+                "ISP speedup (modelled time per minibatch, host mode's / ISP's), 1 worker: "
+            ) && text.contains("x over direct\n"),
+            "{text}"
+        );
+        let isp_only = CompareConfig {
+            modes: vec![HostIoMode::Isp],
+            ..c.clone()
+        };
+        let text = run(&isp_only, None, &mut |_| {}).unwrap().render();
+        assert!(
+            text.contains("ISP speedup: n/a (no host mode run)"),
+            "{text}"
+        );
+        let host_only = CompareConfig {
+            modes: vec![HostIoMode::Async],
+            ..c
+        };
+        let text = run(&host_only, None, &mut |_| {}).unwrap().render();
+        assert!(
+            text.contains("ISP speedup: n/a (isp mode not run)"),
+            "{text}"
+        );
+        // A device without ISP (it refuses GRAPH_ATTACH) serves the host modes.
+        let mut no_isp = host_only;
+        no_isp.hw.firmware.isp = false;
+        assert!(run(&no_isp, None, &mut |_| {}).unwrap().identical());
+    }
+
+    #[test]
+    fn a_mismatch_is_reported_with_a_replay_command() {
+        let c = CompareConfig {
+            modes: vec![HostIoMode::Isp],
+            workers: vec![1],
+            batches: 1,
+            ..small()
+        };
+        let mut bad = run(&c, Some("x.toml"), &mut |_| {}).unwrap();
+        let replay = c.command_line(Some("x.toml"));
+        bad.mismatch = Some(CompareMismatch {
+            mode: HostIoMode::Isp,
+            workers: 1,
+            batch: 0,
+            sizes_bytes: (10, 12),
+            first_difference_bytes: 4,
+            replay,
+        });
+        assert!(!bad.identical());
+        let text = bad.render();
+        assert!(
+            text.contains(
+                "samples identical: NO — isp with 1 worker, minibatch 0: differs from the in-memory reference at byte 4"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("replay: sagessd compare --scale 10"),
+            "{text}"
+        );
     }
 
     #[test]
     fn bad_configurations_are_refused() {
         for patch in [
             |c: &mut CompareConfig| c.modes.clear(),
+            |c: &mut CompareConfig| c.modes = vec![HostIoMode::Isp, HostIoMode::Isp],
             |c: &mut CompareConfig| c.workers = vec![0],
+            |c: &mut CompareConfig| c.workers = vec![2, 2],
             |c: &mut CompareConfig| c.batches = 0,
+            |c: &mut CompareConfig| c.batch_size = 0,
+            |c: &mut CompareConfig| c.fanouts.clear(),
+            |c: &mut CompareConfig| c.fanouts = vec![1; 5],
+            |c: &mut CompareConfig| c.fanouts = vec![3, 0],
+            // Beyond the device's limits (refused before any sampling).
+            |c: &mut CompareConfig| c.batch_size = c.hw.firmware.max_targets + 1,
+            |c: &mut CompareConfig| c.fanouts = vec![c.hw.firmware.max_fanout + 1],
+            // ISP on a device without it.
+            |c: &mut CompareConfig| c.hw.firmware.isp = false,
         ] {
             let mut c = small();
             patch(&mut c);
-            assert!(matches!(run(&c, &mut |_| {}), Err(DemoError::Config(_))));
+            let e = run(&c, None, &mut |_| {});
+            assert!(matches!(e, Err(CompareError::Config(_))), "{c:?}: {e:?}");
         }
+        let c = CompareConfig {
+            scale: 0,
+            ..small()
+        };
+        assert!(matches!(
+            run(&c, None, &mut |_| {}),
+            Err(CompareError::Rmat(_))
+        ));
+    }
+
+    #[test]
+    fn the_replay_command_names_every_flag() {
+        assert_eq!(
+            small().command_line(Some("x.toml")),
+            "sagessd compare --scale 10 --edge-factor 8 --graph-seed 3 --batches 6 --batch-size 64 \
+             --fanouts 5,5 --seed 11 --mode mmap,direct,async,isp --workers 1,3 --config x.toml"
+        );
     }
 }

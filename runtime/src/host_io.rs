@@ -50,7 +50,7 @@
 //! faults and evictions, host CPU time charged, modelled time, and a hash of every completion
 //! time (for determinism checks).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -796,8 +796,16 @@ type WorkerFuture = Pin<Box<dyn Future<Output = Result<(), SamplerError>>>>;
 /// Drives the workers' futures to completion in virtual time: the runnable worker with the
 /// smallest clock (then the smallest index) runs until it parks; when none is runnable, the
 /// device's next completion is reaped and wakes its worker.
-fn drive(sh: &Rc<RefCell<Shared>>, mut futures: Vec<WorkerFuture>) -> Result<(), SamplerError> {
+/// After each poll, `progress(n)` learns the number `n` of requests sampled so far (`finished`),
+/// when it changed.
+fn drive(
+    sh: &Rc<RefCell<Shared>>,
+    mut futures: Vec<WorkerFuture>,
+    finished: &Cell<u64>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), SamplerError> {
     let mut cx = Context::from_waker(Waker::noop());
+    let mut reported = 0;
     loop {
         let pick = {
             let s = sh.borrow();
@@ -814,7 +822,12 @@ fn drive(sh: &Rc<RefCell<Shared>>, mut futures: Vec<WorkerFuture>) -> Result<(),
                 deliver(&mut sh.borrow_mut(), c);
                 continue;
             }
-            if let Poll::Ready(result) = futures[w].as_mut().poll(&mut cx) {
+            let poll = futures[w].as_mut().poll(&mut cx);
+            if finished.get() != reported {
+                reported = finished.get();
+                progress(reported);
+            }
+            if let Poll::Ready(result) = poll {
                 sh.borrow_mut().states[w] = WorkerState::Finished;
                 result?;
             }
@@ -945,6 +958,18 @@ impl HostIoSampler {
         fanouts: &[u16],
         requests: &[Request],
     ) -> Result<WorkersRun, SamplerError> {
+        self.run_workers_with_progress(workers, fanouts, requests, &mut |_| {})
+    }
+
+    /// [`Self::run_workers`], telling `progress` how many requests are sampled so far each time
+    /// one more is (for a progress bar; it does not affect the run).
+    pub fn run_workers_with_progress(
+        &mut self,
+        workers: usize,
+        fanouts: &[u16],
+        requests: &[Request],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<WorkersRun, SamplerError> {
         if workers == 0 {
             return Err(SamplerError::InvalidRequest("no workers".into()));
         }
@@ -958,10 +983,12 @@ impl HostIoSampler {
         let sh = Rc::new(RefCell::new(shared));
         let results: Rc<RefCell<Vec<Option<SampledSubgraph>>>> =
             Rc::new(RefCell::new(vec![None; requests.len()]));
+        let finished = Rc::new(Cell::new(0u64));
         let futures: Vec<WorkerFuture> = (0..workers)
             .map(|w| {
                 let worker = Worker { sh: sh.clone(), w };
                 let results = results.clone();
+                let finished = finished.clone();
                 let mine: Vec<(usize, Request)> = requests
                     .iter()
                     .cloned()
@@ -974,12 +1001,13 @@ impl HostIoSampler {
                     for (i, r) in mine {
                         let sg = worker.sample(r.seed, &fanouts, &r.targets).await?;
                         results.borrow_mut()[i] = Some(sg);
+                        finished.set(finished.get() + 1);
                     }
                     Ok(())
                 }) as WorkerFuture
             })
             .collect();
-        let outcome = drive(&sh, futures);
+        let outcome = drive(&sh, futures, &finished, progress);
         let mut shared = Rc::try_unwrap(sh)
             .expect("the workers are gone")
             .into_inner();

@@ -67,6 +67,20 @@ pub fn load_graph_with_progress<T: Transport>(
     start_lba: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<GraphDescriptor, LoadError> {
+    let desc = write_graph_with_progress(device, graph, start_lba, progress)?;
+    device.attach_graph(&desc)?;
+    Ok(desc)
+}
+
+/// [`load_graph_with_progress`] without the `GRAPH_ATTACH`: writes `graph` from `start_lba` and
+/// flushes, for host sampling on a device that does not sample in storage; returns the
+/// descriptor of where it lies.
+pub fn write_graph_with_progress<T: Transport>(
+    device: &mut Device<T>,
+    graph: &CsrGraph,
+    start_lba: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<GraphDescriptor, LoadError> {
     let bs = device.info().block_size_bytes;
     let desc = plan_layout(graph, start_lba, bs);
     let end_lba = desc.indices.slba + desc.indices.block_count;
@@ -115,7 +129,6 @@ pub fn load_graph_with_progress<T: Transport>(
         })?;
     }
     device.flush()?;
-    device.attach_graph(&desc)?;
     Ok(desc)
 }
 

@@ -1,23 +1,26 @@
-//! Neighbour samplers: one trait, one output type, three implementations.
+//! Neighbour samplers: one trait, one output type.
 //!
 //! Every sampler turns `(seed, fanouts, targets)` into a [`SampledSubgraph`] — the exact bytes of
 //! the message-flow-graph format of [`sagessd_abi::subgraph`]. For the same request all samplers
 //! must produce the same bytes; that byte identity is the project's test oracle.
 //!
-//! * [`ReferenceSampler`]: over an in-memory [`CsrGraph`] (the DRAM-only upper bound).
-//! * [`HostDeviceSampler`]: the host samples but reads the graph from the device, block by block,
-//!   only the LBAs it needs (SmartSAGE's direct-I/O host path).
-//! * [`IspSampler`]: the device samples; one `NS_SUBMIT` plus one `NS_COLLECT` per minibatch.
+//! * [`ReferenceSampler`]: over an in-memory [`CsrGraph`] (the DRAM-only upper bound, and the
+//!   oracle).
+//! * [`IspSampler`]: the device samples; one `NS_SUBMIT` plus one `NS_COLLECT` per minibatch,
+//!   through the host driver's [`Device::sample`].
+//! * The host-over-device samplers (mmap, direct I/O, io_uring-style, and ISP through
+//!   passthrough ioctls, over a modelled host I/O stack) are
+//!   [`HostIoSampler`](crate::host_io::HostIoSampler).
 //!
-//! The first two share one message-flow-graph builder, [`build_subgraph`], generic over a
-//! [`NeighbourSource`]: it deduplicates targets and sources in first-seen order, computes each
-//! destination's sampled *positions* with [`sample_positions`] before asking for any neighbour
-//! id, and serialises with [`SubgraphLayout`] — the same steps the firmware takes.
+//! The reference and the host samplers share one message-flow-graph builder,
+//! [`SubgraphBuilder`] ([`build_subgraph`] drives it over a [`NeighbourSource`]): it deduplicates
+//! targets and sources in first-seen order, computes each destination's sampled *positions* with
+//! [`sample_positions`] before asking for any neighbour id, and serialises with
+//! [`SubgraphLayout`] — the same steps the firmware takes.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
 use sagessd_abi::subgraph::{LayerCounts, SubgraphError, SubgraphLayout, SubgraphView};
@@ -474,137 +477,6 @@ impl Sampler for ReferenceSampler<'_> {
     }
 }
 
-/// A set of blocks read from a device in runs, looked up by LBA.
-struct BlockSet {
-    block_size_bytes: usize,
-    /// (first LBA, data) per run, ascending.
-    runs: Vec<(u64, Vec<u8>)>,
-}
-
-impl BlockSet {
-    /// Reads every LBA of `lbas` (ascending, deduplicated) with one Read per maximal run of
-    /// consecutive LBAs.
-    fn read<T: Transport>(device: &mut Device<T>, lbas: &[u64]) -> Result<Self, SamplerError> {
-        let mut ranges: Vec<LbaRange> = Vec::new();
-        for &lba in lbas {
-            match ranges.last_mut() {
-                Some(r) if r.slba + r.block_count == lba => r.block_count += 1,
-                _ => ranges.push(LbaRange {
-                    slba: lba,
-                    block_count: 1,
-                }),
-            }
-        }
-        let data = device.read_runs(&ranges)?;
-        Ok(Self {
-            block_size_bytes: device.info().block_size_bytes as usize,
-            runs: ranges.iter().map(|r| r.slba).zip(data).collect(),
-        })
-    }
-
-    /// The bytes `offset..offset + len` of block `lba` (which must have been read, and the range
-    /// must lie within the block).
-    fn bytes(&self, lba: u64, offset: usize, len: usize) -> &[u8] {
-        let i = self.runs.partition_point(|(s, _)| *s <= lba) - 1;
-        let (slba, data) = &self.runs[i];
-        let at = (lba - slba) as usize * self.block_size_bytes + offset;
-        &data[at..at + len]
-    }
-}
-
-/// A [`NeighbourSource`] reading a graph stored on a device: per layer, the blocks holding the
-/// destinations' `indptr` entries, then the blocks holding the sampled positions of `indices`.
-/// Nothing is kept beyond one call (one layer's working set).
-#[derive(Debug)]
-pub struct DeviceSource<'d, T: Transport> {
-    device: &'d mut Device<T>,
-    graph: GraphDescriptor,
-}
-
-impl<'d, T: Transport> DeviceSource<'d, T> {
-    /// A source reading the graph `graph` (as attached) from `device`.
-    pub fn new(device: &'d mut Device<T>, graph: GraphDescriptor) -> Self {
-        Self { device, graph }
-    }
-
-    /// The LBA and in-block offset of byte `byte` of a region starting at `slba`.
-    fn locate(&self, slba: u64, byte: u64) -> (u64, usize) {
-        let bs = u64::from(self.device.info().block_size_bytes);
-        (slba + byte / bs, (byte % bs) as usize)
-    }
-}
-
-fn sorted_unique(mut v: Vec<u64>) -> Vec<u64> {
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-impl<T: Transport> NeighbourSource for DeviceSource<'_, T> {
-    fn node_count(&self) -> u64 {
-        self.graph.node_count
-    }
-
-    fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
-        let slba = self.graph.indptr.slba;
-        // indptr[v] and indptr[v + 1]: each 8-byte entry lies within one block.
-        let lbas = sorted_unique(
-            nodes
-                .iter()
-                .flat_map(|&v| [self.locate(slba, 8 * v).0, self.locate(slba, 8 * v + 8).0])
-                .collect(),
-        );
-        let blocks = BlockSet::read(self.device, &lbas)?;
-        let entry = |i: u64| -> u64 {
-            let (lba, off) = self.locate(slba, 8 * i);
-            u64::from_le_bytes(blocks.bytes(lba, off, 8).try_into().expect("8 bytes"))
-        };
-        nodes
-            .iter()
-            .map(|&v| {
-                let (start, end) = (entry(v), entry(v + 1));
-                if end < start || end > self.graph.edge_count {
-                    return Err(SamplerError::GraphCorrupt(format!(
-                        "indptr of node {v} is {start}..{end} with {} edges",
-                        self.graph.edge_count
-                    )));
-                }
-                Ok(EdgeRange {
-                    start,
-                    degree: end - start,
-                })
-            })
-            .collect()
-    }
-
-    fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
-        if positions.is_empty() {
-            return Ok(Vec::new());
-        }
-        let slba = self.graph.indices.slba;
-        let width = u64::from(self.graph.id_width_bytes);
-        let lbas = sorted_unique(
-            positions
-                .iter()
-                .map(|&p| self.locate(slba, width * p).0)
-                .collect(),
-        );
-        let blocks = BlockSet::read(self.device, &lbas)?;
-        Ok(positions
-            .iter()
-            .map(|&p| {
-                let (lba, off) = self.locate(slba, width * p);
-                let b = blocks.bytes(lba, off, width as usize);
-                if width == 4 {
-                    u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                } else {
-                    u64::from_le_bytes(b.try_into().expect("8 bytes"))
-                }
-            })
-            .collect())
-    }
-}
-
 /// Measures the driver, device and clock around one minibatch.
 struct Meter {
     driver: DriverStats,
@@ -649,66 +521,6 @@ impl Meter {
             let elapsed = end.saturating_sub(start);
             stats.modelled_time_ns = Some(stats.modelled_time_ns.unwrap_or(0) + elapsed);
         }
-    }
-}
-
-/// The host-over-device sampler: the host runs the sampling, reading exactly the `indptr` and
-/// `indices` blocks it needs from the device (one Read per run of consecutive needed LBAs,
-/// pipelined per layer), like SmartSAGE's direct-I/O host path. It caches nothing across layers.
-#[derive(Debug)]
-pub struct HostDeviceSampler<T: Transport> {
-    device: Device<T>,
-    graph: GraphDescriptor,
-    stats: SamplerStats,
-}
-
-impl<T: Transport> HostDeviceSampler<T> {
-    /// A sampler reading `graph` (already written and described) from `device`.
-    pub fn new(device: Device<T>, graph: GraphDescriptor) -> Self {
-        Self {
-            device,
-            graph,
-            stats: SamplerStats::default(),
-        }
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device<T> {
-        &self.device
-    }
-
-    /// Gives the device back.
-    pub fn into_device(self) -> Device<T> {
-        self.device
-    }
-}
-
-impl<T: Transport> Sampler for HostDeviceSampler<T> {
-    fn name(&self) -> &'static str {
-        "host-over-device"
-    }
-
-    fn sample(
-        &mut self,
-        seed: u64,
-        fanouts: &[u16],
-        targets: &[u64],
-    ) -> Result<SampledSubgraph, SamplerError> {
-        let meter = Meter::start(&self.device);
-        let result = build_subgraph(
-            &mut DeviceSource::new(&mut self.device, self.graph),
-            seed,
-            fanouts,
-            targets,
-        );
-        meter.finish(&self.device, &mut self.stats);
-        let s = result?;
-        self.stats.add_subgraph(&s);
-        Ok(s)
-    }
-
-    fn stats(&self) -> SamplerStats {
-        self.stats
     }
 }
 
@@ -769,6 +581,9 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    use sagessd_abi::graph::GraphDescriptor;
+
+    use crate::host_io::{HostIoMode, HostIoSampler};
     use crate::rmat::{RmatParams, generate};
 
     /// A brute-force, obviously-correct rendering of the module's semantics, independent of
@@ -993,7 +808,8 @@ mod tests {
         .unwrap();
         for g in [generate(&RmatParams::graph500(9, 8, 5)).unwrap(), star] {
             let (dev, desc) = loaded_device(&g);
-            let mut host = HostDeviceSampler::new(dev, desc);
+            let mut host =
+                HostIoSampler::new(dev, desc, HostIoMode::Direct, Default::default()).unwrap();
             let (dev, _) = loaded_device(&g);
             let mut isp = IspSampler::new(dev);
             let mut reference = ReferenceSampler::new(&g);
@@ -1025,30 +841,6 @@ mod tests {
             assert!(hs.device.is_some() && is.device.is_some());
             assert_eq!(hs.edges, reference.stats().edges);
         }
-    }
-
-    #[test]
-    fn host_over_device_reads_only_the_blocks_it_needs() {
-        // 2000 nodes: indptr spans 4 blocks; node 511's entries straddle blocks 0 and 1.
-        let edges: Vec<(u32, u32)> = (0..2000u32)
-            .flat_map(|i| [(i, (i + 1) % 2000), ((i + 1) % 2000, i)])
-            .collect();
-        let mut edges = edges;
-        edges.sort_unstable();
-        let g = CsrGraph::from_edges(2000, &edges).unwrap();
-        let (dev, desc) = loaded_device(&g);
-        let mut host = HostDeviceSampler::new(dev, desc);
-        // Target 511, one layer: indptr LBAs 7 and 8 (one 2-block run), then the one indices
-        // block holding positions 1022 and 1023.
-        host.sample(1, &[2], &[511]).unwrap();
-        let s = host.stats();
-        assert_eq!(s.driver.reads, 2);
-        assert_eq!(s.driver.c2h_bytes, 3 * 4096);
-        // Target 0, one layer: one indptr block, one indices block.
-        host.sample(1, &[2], &[0]).unwrap();
-        let s = host.stats();
-        assert_eq!(s.driver.reads, 4);
-        assert_eq!(s.driver.c2h_bytes, 5 * 4096);
     }
 
     #[test]

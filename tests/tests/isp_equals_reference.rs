@@ -1,11 +1,13 @@
 //! The project's strongest oracle: for any graph, seed, fanouts and targets, the subgraph the
 //! firmware samples inside the emulated SSD is byte-identical to the in-memory reference and to
-//! the host-over-device sampler.
+//! the host-over-device samplers (direct I/O, mmap and io_uring-style reads of the graph through
+//! the device).
 
 use proptest::prelude::*;
 use sagessd_runtime::graph::CsrGraph;
+use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
 use sagessd_runtime::load::load_graph;
-use sagessd_runtime::sampler::{HostDeviceSampler, IspSampler, ReferenceSampler, Sampler};
+use sagessd_runtime::sampler::{IspSampler, ReferenceSampler, Sampler};
 use sagessd_tests::{open, small_config};
 
 /// A random directed multigraph with isolated nodes and one hub whose neighbour list spans
@@ -54,18 +56,32 @@ proptest! {
         let hw = small_config();
         let mut isp_device = open(&hw);
         let descriptor = load_graph(&mut isp_device, &g, 0).expect("load");
-        let mut host_device = open(&hw);
-        load_graph(&mut host_device, &g, 0).expect("load");
         isp_device.transport_mut().ssd_mut().drop_caches();
         let mut reference = ReferenceSampler::new(&g);
-        let mut host = HostDeviceSampler::new(host_device, descriptor);
         let mut isp = IspSampler::new(isp_device);
+        // Host-over-device: direct I/O (SmartSAGE's software path), and the same graph read
+        // through the page cache (mmap) and in io_uring-style batches, each on its own device.
+        let mut hosts: Vec<HostIoSampler> = [HostIoMode::Direct, HostIoMode::Mmap, HostIoMode::Async]
+            .into_iter()
+            .map(|mode| {
+                let mut device = open(&hw);
+                let d = load_graph(&mut device, &g, 0).expect("load");
+                assert_eq!(d, descriptor);
+                HostIoSampler::new(device, d, mode, hw.host.clone()).expect("host sampler")
+            })
+            .collect();
         for (seed, fanouts, targets) in requests {
             let want = reference.sample(seed, &fanouts, &targets).expect("reference");
             let got = isp.sample(seed, &fanouts, &targets).expect("isp");
             prop_assert!(want == got, "ISP differs: seed {seed} fanouts {fanouts:?} targets {targets:?}");
-            let got = host.sample(seed, &fanouts, &targets).expect("host-over-device");
-            prop_assert!(want == got, "host-over-device differs: seed {seed} fanouts {fanouts:?}");
+            for host in &mut hosts {
+                let got = host.sample(seed, &fanouts, &targets).expect("host-over-device");
+                prop_assert!(
+                    want == got,
+                    "{} differs: seed {seed} fanouts {fanouts:?} targets {targets:?}",
+                    host.name()
+                );
+            }
         }
     }
 }

@@ -8,7 +8,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_emulator::HwConfig;
-use sagessd_runtime::demo::{self, DemoConfig, DemoEvent};
+use sagessd_runtime::compare::{self, CompareConfig, Event};
+use sagessd_runtime::host_io::HostIoMode;
 
 /// sagessd: GNN neighbour sampling inside an (emulated) computational SSD.
 #[derive(Debug, Parser)]
@@ -20,15 +21,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Generate an R-MAT graph, load it on an emulated SSD, and compare host-over-device sampling
-    /// with in-storage (ISP) sampling: modelled time, NVMe commands, PCIe bytes, flash pages, and
-    /// byte-identity of every sampled subgraph against the in-memory reference.
+    /// The quick default run of `compare`: generate an R-MAT graph (~1 M edges), load it on an
+    /// emulated Cosmos+ SSD, sample the same minibatches with every host mode (mmap, direct I/O,
+    /// io_uring-style async) and in-storage (ISP) with one worker, and print modelled time per
+    /// minibatch, ISP speedup, NVMe commands, PCIe bytes, flash pages, page-cache hit rate and
+    /// embedded-core utilisation; every subgraph checked byte for byte against the in-memory
+    /// reference (exit status 1 on a mismatch).
     Demo(DemoArgs),
     /// Compare the host sampling modes (mmap, direct I/O, io_uring-style async) and in-storage
-    /// sampling (ISP), with one or several host workers contending for one emulated SSD:
-    /// modelled time per minibatch, speedup vs mmap, NVMe commands, PCIe bytes, flash pages,
-    /// page-cache hit rate, embedded-core utilisation, host CPU time; every subgraph checked
-    /// against the in-memory reference (exit status 1 on a mismatch).
+    /// sampling (ISP), with one and several host workers contending for one emulated SSD: the
+    /// table of `demo`, by default with 1 and 4 workers.
     Compare(CompareArgs),
     /// The board firmware: what it needs on a real SSD controller.
     #[command(subcommand)]
@@ -95,8 +97,9 @@ struct FootprintArgs {
     config: Option<PathBuf>,
 }
 
+/// The flags `demo` and `compare` share (everything but the worker counts' default).
 #[derive(Debug, Args)]
-struct DemoArgs {
+struct RunArgs {
     /// R-MAT scale: the graph has 2^SCALE nodes.
     #[arg(long, default_value_t = 16)]
     scale: u32,
@@ -106,7 +109,7 @@ struct DemoArgs {
     /// Seed of the generated graph.
     #[arg(long, default_value_t = 1)]
     graph_seed: u64,
-    /// Number of minibatches to sample with each sampler.
+    /// Number of minibatches each mode samples (shared among its workers).
     #[arg(long, default_value_t = 8)]
     batches: u32,
     /// Target nodes per minibatch.
@@ -118,56 +121,40 @@ struct DemoArgs {
     /// Seed of target selection and of the sampling function.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Hardware description (TOML) of the emulated SSD; default: the built-in Cosmos+ OpenSSD
-    /// (hw-configs/cosmos-plus.toml).
+    /// Hardware description (TOML) of the emulated SSD, its optional `[host]` table (the host I/O
+    /// stack) included; default: the built-in Cosmos+ OpenSSD (hw-configs/cosmos-plus.toml).
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
+    /// Modes to run, comma-separated, in this order: mmap (page cache), direct (O_DIRECT reads at
+    /// QD 1), async (io_uring-style batches), isp (in-storage sampling).
+    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
+    mode: Vec<String>,
     /// Do not draw progress bars.
     #[arg(long)]
     quiet: bool,
 }
 
 #[derive(Debug, Args)]
-struct CompareArgs {
-    /// R-MAT scale: the graph has 2^SCALE nodes.
-    #[arg(long, default_value_t = 16)]
-    scale: u32,
-    /// R-MAT edges drawn per node before symmetrisation and deduplication.
-    #[arg(long, default_value_t = 8)]
-    edge_factor: u32,
-    /// Seed of the generated graph.
-    #[arg(long, default_value_t = 1)]
-    graph_seed: u64,
-    /// Number of minibatches (shared among the workers).
-    #[arg(long, default_value_t = 8)]
-    batches: u32,
-    /// Target nodes per minibatch.
-    #[arg(long, default_value_t = 1024)]
-    batch_size: u32,
-    /// Fanout per layer, hop order, comma-separated; 1 to 4 layers.
-    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
-    fanouts: Vec<u16>,
-    /// Seed of target selection and of the sampling function.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Hardware description (TOML), its optional [host] table included; default: the built-in
-    /// Cosmos+ OpenSSD (hw-configs/cosmos-plus.toml).
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Modes to run, comma-separated: mmap, direct, async, isp.
-    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
-    mode: Vec<String>,
+struct DemoArgs {
+    #[command(flatten)]
+    run: RunArgs,
     /// Host worker counts, comma-separated (each mode runs with each count).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     workers: Vec<usize>,
-    /// Do not draw progress bars.
-    #[arg(long)]
-    quiet: bool,
 }
 
-fn run_compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::compare::{self, CompareConfig};
-    use sagessd_runtime::host_io::HostIoMode;
+#[derive(Debug, Args)]
+struct CompareArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Host worker counts, comma-separated (each mode runs with each count).
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    workers: Vec<usize>,
+}
+
+/// Runs the comparison engine (`demo` and `compare`): the report on stdout, progress bars and
+/// the wall-clock time on stderr.
+fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
     let modes = args
         .mode
         .iter()
@@ -186,35 +173,66 @@ fn run_compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         hw: load_hw(args.config.as_ref())?,
         modes,
-        workers: args.workers,
+        workers,
     };
-    let quiet = args.quiet;
+    let config_arg = args.config.as_ref().map(|p| p.display().to_string());
+
     let mut bar: Option<ProgressBar> = None;
-    let mut on_event = |event: DemoEvent<'_>| match event {
-        DemoEvent::Phase { name, .. } if !quiet => {
-            let b = ProgressBar::new_spinner();
+    let quiet = args.quiet;
+    let mut on_event = |event: Event<'_>| match event {
+        Event::Phase { name, total, bytes } if !quiet => {
+            let b = if total == 0 {
+                let b = ProgressBar::new_spinner();
+                b.enable_steady_tick(std::time::Duration::from_millis(100));
+                b
+            } else {
+                let b = ProgressBar::new(total);
+                let template = if bytes {
+                    "{msg:40} [{bar:30}] {bytes}/{total_bytes} ({eta})"
+                } else {
+                    "{msg:40} [{bar:30}] {pos}/{len} minibatches ({eta})"
+                };
+                b.set_style(
+                    ProgressStyle::with_template(template)
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                );
+                b
+            };
             b.set_message(name.to_string());
             bar = Some(b);
         }
-        DemoEvent::PhaseDone => {
+        Event::Progress { done } => {
+            if let Some(b) = &bar {
+                b.set_position(done);
+            }
+        }
+        Event::PhaseDone => {
             if let Some(b) = bar.take() {
                 b.finish_and_clear();
             }
         }
-        _ => {}
+        Event::Phase { .. } => {}
     };
     let wall = std::time::Instant::now();
-    let report = compare::run(&config, &mut on_event)?;
+    let report = compare::run(&config, config_arg.as_deref(), &mut on_event)?;
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{}", report.render())?;
     stdout.flush()?;
     drop(stdout);
+    // Wall time is not part of the deterministic report: it goes to stderr, labelled.
     eprintln!(
         "(wall-clock time of this run, not modelled: {:.1} s)",
         wall.elapsed().as_secs_f64()
     );
-    if report.mismatch.is_some() {
-        eprintln!("error: a mode's subgraphs differ from the in-memory reference");
+    if let Some(m) = &report.mismatch {
+        eprintln!(
+            "error: {} with {} worker(s) differs from the in-memory reference on minibatch {}; replay with: {}",
+            m.mode.name(),
+            m.workers,
+            m.batch,
+            m.replay
+        );
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -229,8 +247,8 @@ fn main() -> anyhow::Result<ExitCode> {
         )
         .init();
     match Cli::parse().command {
-        Command::Demo(args) => run_demo(args),
-        Command::Compare(args) => run_compare(args),
+        Command::Demo(args) => run_compare(args.run, args.workers),
+        Command::Compare(args) => run_compare(args.run, args.workers),
         Command::Firmware(FirmwareCommand::Footprint(args)) => run_footprint(args),
         Command::Device(DeviceCommand::Info(args)) => run_device_info(args),
         Command::Device(DeviceCommand::Check(args)) => run_device_check(args),
@@ -368,82 +386,6 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     writeln!(out)?;
     writeln!(out, "{}", FOOTPRINT_IN_WORDS)?;
     print!("{out}");
-    Ok(ExitCode::SUCCESS)
-}
-
-fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let hw = match &args.config {
-        Some(path) => HwConfig::load(path)
-            .with_context(|| format!("loading hardware description {}", path.display()))?,
-        None => HwConfig::cosmos_plus(),
-    };
-    let config = DemoConfig {
-        scale: args.scale,
-        edge_factor: args.edge_factor,
-        graph_seed: args.graph_seed,
-        batches: args.batches,
-        batch_size: args.batch_size,
-        fanouts: args.fanouts,
-        seed: args.seed,
-        hw,
-    };
-    let config_arg = args.config.as_ref().map(|p| p.display().to_string());
-
-    let mut bar: Option<ProgressBar> = None;
-    let quiet = args.quiet;
-    let mut on_event = |event: DemoEvent<'_>| match event {
-        DemoEvent::Phase { name, total, bytes } if !quiet => {
-            let b = if total == 0 {
-                let b = ProgressBar::new_spinner();
-                b.enable_steady_tick(std::time::Duration::from_millis(100));
-                b
-            } else {
-                let b = ProgressBar::new(total);
-                let template = if bytes {
-                    "{msg:40} [{bar:30}] {bytes}/{total_bytes} ({eta})"
-                } else {
-                    "{msg:40} [{bar:30}] {pos}/{len} ({eta})"
-                };
-                b.set_style(
-                    ProgressStyle::with_template(template)
-                        .unwrap_or_else(|_| ProgressStyle::default_bar())
-                        .progress_chars("=> "),
-                );
-                b
-            };
-            b.set_message(name.to_string());
-            bar = Some(b);
-        }
-        DemoEvent::Progress { done } => {
-            if let Some(b) = &bar {
-                b.set_position(done);
-            }
-        }
-        DemoEvent::PhaseDone => {
-            if let Some(b) = bar.take() {
-                b.finish_and_clear();
-            }
-        }
-        DemoEvent::Phase { .. } => {}
-    };
-    let wall = std::time::Instant::now();
-    let report = demo::run(&config, config_arg.as_deref(), &mut on_event)?;
-    let mut stdout = std::io::stdout().lock();
-    write!(stdout, "{}", report.render())?;
-    stdout.flush()?;
-    drop(stdout);
-    // Wall time is not part of the deterministic report: it goes to stderr, labelled.
-    eprintln!(
-        "(wall-clock time of this run, not modelled: {:.1} s)",
-        wall.elapsed().as_secs_f64()
-    );
-    if let Some(m) = &report.mismatch {
-        eprintln!(
-            "error: minibatch {} differs between {} and {}; replay with: {}",
-            m.batch, m.sampler, m.against, m.replay
-        );
-        return Ok(ExitCode::FAILURE);
-    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -142,6 +142,30 @@ fn modes_charge_what_they_should() {
 }
 
 #[test]
+fn direct_and_async_read_only_the_blocks_they_need() {
+    // 2000 nodes: indptr spans 4 blocks; node 511's entries straddle blocks 0 and 1.
+    let mut edges: Vec<(u32, u32)> = (0..2000u32)
+        .flat_map(|i| [(i, (i + 1) % 2000), ((i + 1) % 2000, i)])
+        .collect();
+    edges.sort_unstable();
+    let g = CsrGraph::from_edges(2000, &edges).unwrap();
+    for mode in [HostIoMode::Direct, HostIoMode::Async] {
+        let mut host = sampler(&g, mode, HostStackConfig::default());
+        // Target 511, one layer: indptr LBAs 7 and 8 (one 2-block run), then the one indices
+        // block holding positions 1022 and 1023.
+        host.sample(1, &[2], &[511]).unwrap();
+        let s = host.stats();
+        assert_eq!(s.driver.reads, 2, "{mode:?}");
+        assert_eq!(s.driver.c2h_bytes, 3 * 4096, "{mode:?}");
+        // Target 0, one layer: one indptr block, one indices block.
+        host.sample(1, &[2], &[0]).unwrap();
+        let s = host.stats();
+        assert_eq!(s.driver.reads, 4, "{mode:?}");
+        assert_eq!(s.driver.c2h_bytes, 5 * 4096, "{mode:?}");
+    }
+}
+
+#[test]
 fn readahead_reads_the_window_on_a_sequential_scan() {
     // A path graph whose indices span many pages; sampling every node's full list scans them.
     let n = 6000u32;
