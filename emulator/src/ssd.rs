@@ -216,7 +216,8 @@ struct HostSide {
     /// completes the right one.
     incoming: Option<(CommandId, HostCommand)>,
     effects: Vec<Effect>,
-    /// The work last told by [`HostInterface::note_work`], until the next effect takes it.
+    /// The work last told by [`HostInterface::note_work`] in the current call: every effect
+    /// posted after it (several DMAs of one result, say) is dated by it, until the next note.
     noted: Option<WorkCounters>,
     spurious_completions: u64,
 }
@@ -230,7 +231,7 @@ impl HostSide {
     }
 
     fn push(&mut self, kind: EffectKind) {
-        let at = self.noted.take();
+        let at = self.noted;
         self.effects.push(Effect { at, kind });
     }
 

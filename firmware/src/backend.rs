@@ -25,6 +25,10 @@ impl Backend {
     /// (nothing pinned; try later).
     pub fn request_page(&mut self, dram: &mut [u8], lpn: u32) -> Acquire {
         self.work.page_lookups += 1;
+        // A miss that needs a flash read it cannot queue now must not evict a cached page.
+        if !self.queue.has_room(1) && !self.buffer.contains(dram, lpn) {
+            return Acquire::Full;
+        }
         match self.buffer.acquire(dram, lpn, true) {
             Acquire::Miss(slot) if self.ftl.is_lost(dram, lpn) => {
                 self.buffer.fill_done(dram, slot, false);

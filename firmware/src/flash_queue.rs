@@ -100,6 +100,10 @@ impl FlashQueue {
     pub fn drain<F: Flash>(&mut self, flash: &mut F, dram: &[u8], work: &mut WorkCounters) -> u64 {
         let mut taken = 0;
         while let Some((tag, op)) = self.pending.front().copied() {
+            if self.refused.is_full() {
+                // Refused operations wait to be reported; keep the rest queued until then.
+                break;
+            }
             work.flash_ops += 1;
             flash.note_work(work);
             match flash.submit(tag, op, dram) {
@@ -110,7 +114,7 @@ impl FlashQueue {
                 }
                 Err(e) => {
                     work.flash_ops -= 1;
-                    // `refused` has the same capacity as `pending`, so this cannot overflow.
+                    // Room was checked at the top of the loop.
                     let _ = self.refused.push_back(FlashCompletion {
                         tag,
                         result: Err(e),

@@ -97,6 +97,11 @@ impl PageBuffer {
         set * PAGE_BUFFER_WAYS..(set + 1) * PAGE_BUFFER_WAYS
     }
 
+    /// Whether `lpn` has a slot (in any state).
+    pub fn contains(&self, dram: &[u8], lpn: u32) -> bool {
+        self.find(dram, lpn).is_some()
+    }
+
     fn find(&self, dram: &[u8], lpn: u32) -> Option<u32> {
         self.set_range(lpn)
             .find(|s| self.get(dram, *s).key == lpn + 1)
