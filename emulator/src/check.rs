@@ -20,7 +20,8 @@
 //! ```plain
 //! flash read   = min(D × P / (C + tR + X),      Ch × P / (C + X))      die cycle, channel cycle
 //! flash write  = min(D × P / (C + X + tPROG),   Ch × P / (C + X))
-//! controller   = S / core_ns(work of one command)   (one core runs the firmware: see cores)
+//! controller   = S / (core_ns(work of one command) + poll overhead per command)
+//!                                                   (one core runs the firmware: see cores)
 //! PCIe read    = S / (k × T(P) + T(16))             data DMAs, one per page, then the CQE
 //! PCIe write   = S / (k × T(P) + T(64))             SQE fetch and data DMAs host→device
 //! ```
@@ -29,7 +30,12 @@
 //! the data until it is out) and its channel for `C + X`; a program keeps the die for
 //! `C + X + tPROG`. The work of one command is what the firmware counts for it (commands,
 //! page lookups, flash operations, bytes copied), taken from one such command run alone on an
-//! idle device; [`crate::cores`] turns it into core time.
+//! idle device, without its polls; [`crate::cores`] turns it into core time. The poll-loop
+//! overhead per command (`polls × cycles_per_poll + parked_checked × cycles_per_parked_command`
+//! over the run, divided by its commands) depends on how many commands one sweep serves, which
+//! the load decides, so it is taken from the run being checked: the bound then says the core
+//! cannot be busier than 100 %, and it binds where the core saturates (newport's and gen4-ssd's
+//! random reads).
 //!
 //! Random 4 KiB reads at queue depth `Q` (each reading a whole page):
 //!
@@ -42,10 +48,13 @@
 //! latency of one 4 KiB read is the sum of its stages:
 //!
 //! ```plain
-//! doorbell + dma_setup + T(64)            SQE fetch
-//! + core_ns(work of one read)             firmware calls: parse, lookup + issue, DMA + complete
+//! doorbell + dma_read_setup + T(64)       SQE fetch (a device read of host memory)
+//! + core_ns(work of one read)             firmware calls: parse, lookup + issue, DMA + complete,
+//!                                         with the 2 polls on its path (issue, completion) and
+//!                                         their parked-command looks, not the idle polls
 //! + C + tR + X                            flash read on an idle die and channel
-//! + dma_setup + T(4096) + T(16)           data to the host, then the CQE behind it
+//! + posted_write_setup + T(4096) + T(16)  data to the host (posted write), then the CQE
+//!                                         behind it (its set-up overlaps the data's transfer)
 //! + interrupt
 //! ```
 //!
@@ -83,6 +92,7 @@ use sagessd_firmware::MAX_COMMANDS;
 use sagessd_firmware::work::WorkCounters;
 
 use crate::config::HwConfig;
+use crate::cores::CoreModel;
 use crate::error::EmulatorError;
 use crate::nand::NandTiming;
 use crate::pcie::PcieLink;
@@ -120,12 +130,17 @@ pub struct DeviceLimits {
     pub pcie_c2h_bytes_s: f64,
     /// PCIe effective bandwidth host→device with full-size TLPs, bytes per second.
     pub pcie_h2c_bytes_s: f64,
-    /// Controller (core) time of one 4 KiB read that misses the page buffer.
+    /// Controller (core) time of one 4 KiB read that misses the page buffer, alone on an idle
+    /// device: its own work plus the polls on its critical path (not the idle ones).
     pub controller_read_4k_ns: u64,
-    /// Controller time of one `max_transfer_bytes` sequential read.
+    /// Controller time of one `max_transfer_bytes` sequential read, without poll overhead.
     pub controller_read_max_ns: u64,
-    /// Controller time of one `max_transfer_bytes` write.
+    /// Controller time of one `max_transfer_bytes` write, without poll overhead.
     pub controller_write_max_ns: u64,
+    /// The work the firmware counts for those commands, without poll-loop overhead.
+    unit_read_4k: WorkCounters,
+    unit_read_max: WorkCounters,
+    unit_write_max: WorkCounters,
     /// Largest transfer of one command.
     pub max_transfer_bytes: u64,
     /// Unloaded latency of one 4 KiB read (sum of stages).
@@ -135,7 +150,38 @@ pub struct DeviceLimits {
 }
 
 /// The work the firmware counts for one command run alone on an idle device.
-fn unit_work(config: &HwConfig, write: bool, bytes: u64) -> Result<WorkCounters, EmulatorError> {
+#[derive(Clone, Copy, Debug)]
+struct UnitWork {
+    /// Everything counted from the submission to the completion, idle polls included.
+    all: WorkCounters,
+    /// Polls in `all` that found nothing to do, and the parked commands they looked at.
+    idle_polls: u64,
+    idle_parked: u64,
+}
+
+impl UnitWork {
+    /// The work on the command's critical path: without the idle polls (the last pass of the
+    /// poll loop before the firmware waits for flash, which ends long before the flash does).
+    fn critical(&self) -> WorkCounters {
+        WorkCounters {
+            polls: self.all.polls - self.idle_polls,
+            parked_checked: self.all.parked_checked - self.idle_parked,
+            ..self.all
+        }
+    }
+
+    /// The command's own work, without any poll-loop overhead (which a loaded controller
+    /// shares among the commands of one sweep).
+    fn without_polling(&self) -> WorkCounters {
+        WorkCounters {
+            polls: 0,
+            parked_checked: 0,
+            ..self.all
+        }
+    }
+}
+
+fn unit_work(config: &HwConfig, write: bool, bytes: u64) -> Result<UnitWork, EmulatorError> {
     let mut ssd = Ssd::new(config)?;
     let block = u64::from(ssd.block_size_bytes());
     let blocks = (bytes / block) as u32;
@@ -145,10 +191,15 @@ fn unit_work(config: &HwConfig, write: bool, bytes: u64) -> Result<WorkCounters,
         expect_ok(ssd.execute(1, sqe, vec![0x5A; bytes as usize])?)?;
         ssd.drop_caches();
     }
-    let before = ssd.stats().work;
+    let before = ssd.stats();
     let sqe = SubmissionEntry::read_write(write, 2, NSID, 0, blocks);
     expect_ok(ssd.execute(1, sqe, vec![0xA5; bytes as usize])?)?;
-    Ok(ssd.stats().work.since(&before))
+    let after = ssd.stats();
+    Ok(UnitWork {
+        all: after.work.since(&before.work),
+        idle_polls: after.idle_polls - before.idle_polls,
+        idle_parked: after.idle_poll_parked_checked - before.idle_poll_parked_checked,
+    })
 }
 
 fn expect_ok(done: Completed) -> Result<Completed, EmulatorError> {
@@ -185,17 +236,18 @@ impl DeviceLimits {
         let per_die = |cycle: u64| rate(page * u64::from(dies), cycle);
         let cores = ssd.cores();
         let max = u64::from(config.firmware.max_transfer_bytes);
-        let read_4k = cores.ns(&unit_work(config, false, SMALL_READ_BYTES)?);
-        let read_max = cores.ns(&unit_work(config, false, max)?);
-        let write_max = cores.ns(&unit_work(config, true, max)?);
+        let read_4k = unit_work(config, false, SMALL_READ_BYTES)?;
+        let read_max = unit_work(config, false, max)?;
+        let write_max = unit_work(config, true, max)?;
+        let read_4k_critical = cores.ns(&read_4k.critical());
         let p = &config.pcie;
         let c = &config.controller;
         let qd1 = c.doorbell_ns
-            + p.dma_setup_ns
+            + p.dma_read_setup_ns
             + link.transfer_ns(SQE_BYTES)
-            + read_4k
+            + read_4k_critical
             + die_read
-            + p.dma_setup_ns
+            + p.posted_write_setup_ns
             + link.transfer_ns(SMALL_READ_BYTES)
             + link.transfer_ns(CQE_BYTES)
             + c.interrupt_ns;
@@ -212,9 +264,12 @@ impl DeviceLimits {
             flash_write_bytes_s: per_die(die_write).min(per_channel(channel_cycle)),
             pcie_c2h_bytes_s: pcie_bytes_s,
             pcie_h2c_bytes_s: pcie_bytes_s,
-            controller_read_4k_ns: read_4k,
-            controller_read_max_ns: read_max,
-            controller_write_max_ns: write_max,
+            controller_read_4k_ns: read_4k_critical,
+            controller_read_max_ns: cores.ns(&read_max.without_polling()),
+            controller_write_max_ns: cores.ns(&write_max.without_polling()),
+            unit_read_4k: read_4k.without_polling(),
+            unit_read_max: read_max.without_polling(),
+            unit_write_max: write_max.without_polling(),
             max_transfer_bytes: max,
             qd1_read_latency_ns: qd1,
             isp: config.firmware.isp,
@@ -466,6 +521,9 @@ struct RunTiming {
     last_completion_ns: u64,
     total_latency_ns: u64,
     count: u64,
+    /// Polls during the run, and parked commands they looked at.
+    polls: u64,
+    parked_checked: u64,
 }
 
 /// Runs `ios` keeping `queue_depth` outstanding; every command must succeed.
@@ -474,6 +532,7 @@ fn closed_loop(ssd: &mut Ssd, ios: &[Io], queue_depth: u32) -> Result<RunTiming,
     let mut next = 0usize;
     let mut cid: u16 = 0;
     let first_submit_ns = ssd.now_ns();
+    let work_before = ssd.stats().work;
     let mut last_completion_ns = first_submit_ns;
     let mut total_latency_ns = 0;
     let mut submit = |ssd: &mut Ssd, io: &Io| {
@@ -495,11 +554,14 @@ fn closed_loop(ssd: &mut Ssd, ios: &[Io], queue_depth: u32) -> Result<RunTiming,
             next += 1;
         }
     }
+    let work = ssd.stats().work.since(&work_before);
     Ok(RunTiming {
         first_submit_ns,
         last_completion_ns,
         total_latency_ns,
         count: ios.len() as u64,
+        polls: work.polls,
+        parked_checked: work.parked_checked,
     })
 }
 
@@ -517,6 +579,21 @@ impl RunTiming {
 
     fn elapsed_ns(&self) -> u64 {
         self.last_completion_ns - self.first_submit_ns
+    }
+
+    /// Core time per command: the work one such command counts alone (`unit`, without poll
+    /// overhead) plus this run's poll-loop overhead per command (its polls and parked-command
+    /// looks, divided by its commands). How many polls and looks a command shares depends on
+    /// the load, so that part is observed, not derived; the core cannot be busier than the run
+    /// is long, so this is still a ceiling on the rate.
+    fn controller_ns(&self, config: &HwConfig, cores: &CoreModel, unit: &WorkCounters) -> f64 {
+        let c = &config.cores;
+        let per_command = self.count.max(1) as f64;
+        let poll_cycles = (self.polls as f64 * c.cycles_per_poll as f64
+            + self.parked_checked as f64 * c.cycles_per_parked_command as f64)
+            / per_command;
+        let cycles = cores.cycles(unit) as f64 + poll_cycles;
+        (cycles * 1000.0 / f64::from(c.clock_mhz.max(1))).max(1.0)
     }
 }
 
@@ -565,7 +642,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
     };
 
     let mut rows = Vec::new();
-    let core_ns = |ns: u64| ns.max(1) as f64;
+    let cores = CoreModel::new(&config.cores);
     let channel_cycle = t.command_overhead_ns + t.page_transfer_ns;
 
     // Sequential write on a fresh device, inside the first block of every die.
@@ -582,7 +659,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
             ("flash channels", rate(page * channels, channel_cycle)),
             (
                 "controller",
-                max as f64 * 1e9 / core_ns(limits.controller_write_max_ns),
+                max as f64 * 1e9 / run.controller_ns(config, &cores, &limits.unit_write_max),
             ),
             (
                 "PCIe host→device",
@@ -615,7 +692,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
             ("flash channels", rate(page * channels, channel_cycle)),
             (
                 "controller",
-                max as f64 * 1e9 / core_ns(limits.controller_read_max_ns),
+                max as f64 * 1e9 / run.controller_ns(config, &cores, &limits.unit_read_max),
             ),
             (
                 "PCIe device→host",
@@ -683,7 +760,10 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
                 "flash channels",
                 channels as f64 * 1e9 / channel_cycle as f64,
             ),
-            ("controller", 1e9 / core_ns(limits.controller_read_4k_ns)),
+            (
+                "controller",
+                1e9 / run.controller_ns(config, &cores, &limits.unit_read_4k),
+            ),
             (
                 "PCIe device→host",
                 1e9 / (link.transfer_ns(SMALL_READ_BYTES) + link.transfer_ns(CQE_BYTES)) as f64,

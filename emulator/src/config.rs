@@ -116,8 +116,12 @@ pub struct PcieConfig {
     pub max_payload_bytes: u32,
     /// Bytes each TLP adds on the wire (framing, sequence number, header, LCRC).
     pub tlp_overhead_bytes: u32,
-    /// Latency before a DMA's data starts to flow (descriptor set-up, read-request round trip).
-    pub dma_setup_ns: u64,
+    /// Latency before the data of a device read of host memory (an SQE fetch, write data)
+    /// starts to flow: the read request's round trip through the root complex.
+    pub dma_read_setup_ns: u64,
+    /// Latency of a device→host posted write (read data, a CQE) before its data flows:
+    /// descriptor set-up and one crossing of link and root complex, no completion to wait for.
+    pub posted_write_setup_ns: u64,
 }
 
 /// `[controller]`: the fixed costs of the NVMe queue mechanics that are not data transfers.
@@ -159,6 +163,12 @@ pub struct CoresConfig {
     pub cycles_per_sort_key_move: u64,
     /// Cycles per block-table entry the FTL scans when it picks a garbage-collection victim.
     pub cycles_per_block_scanned: u64,
+    /// Fixed cycles of one pass of the firmware's poll loop, fruitful or not (checking the
+    /// flash completion queue, the GC state, the command table and the ISP engine).
+    pub cycles_per_poll: u64,
+    /// Cycles to look at one parked command during a poll (load its record, test its state),
+    /// whether or not it can move.
+    pub cycles_per_parked_command: u64,
 }
 
 /// `[dram]`: the controller's DRAM.
@@ -462,7 +472,16 @@ impl HwConfig {
             128,
             "pcie.tlp_overhead_bytes",
         )?;
-        at_most(p.dma_setup_ns, MAX_LATENCY_NS, "pcie.dma_setup_ns")
+        at_most(
+            p.dma_read_setup_ns,
+            MAX_LATENCY_NS,
+            "pcie.dma_read_setup_ns",
+        )?;
+        at_most(
+            p.posted_write_setup_ns,
+            MAX_LATENCY_NS,
+            "pcie.posted_write_setup_ns",
+        )
     }
 
     fn validate_controller(&self) -> Result<(), EmulatorError> {
@@ -522,6 +541,12 @@ impl HwConfig {
             c.cycles_per_block_scanned,
             MAX_CYCLES,
             "cores.cycles_per_block_scanned",
+        )?;
+        at_most(c.cycles_per_poll, MAX_CYCLES, "cores.cycles_per_poll")?;
+        at_most(
+            c.cycles_per_parked_command,
+            MAX_CYCLES,
+            "cores.cycles_per_parked_command",
         )
     }
 
@@ -766,7 +791,8 @@ mod tests {
         rejects("pcie", "max_payload_bytes", "100", "power of two (got 100)");
         rejects("pcie", "max_payload_bytes", "64", "between 128 and 4096");
         rejects("pcie", "tlp_overhead_bytes", "0", "between 1 and 128");
-        rejects("pcie", "dma_setup_ns", "20000000000", "at most");
+        rejects("pcie", "dma_read_setup_ns", "20000000000", "at most");
+        rejects("pcie", "posted_write_setup_ns", "20000000000", "at most");
         rejects("controller", "doorbell_ns", "20000000000", "at most");
         rejects("controller", "interrupt_ns", "20000000000", "at most");
         rejects("cores", "count", "0", "between 1 and 64");
@@ -780,6 +806,13 @@ mod tests {
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");
         rejects("cores", "cycles_per_sort_key_move", "2000000000", "at most");
         rejects("cores", "cycles_per_block_scanned", "2000000000", "at most");
+        rejects("cores", "cycles_per_poll", "2000000000", "at most");
+        rejects(
+            "cores",
+            "cycles_per_parked_command",
+            "2000000000",
+            "at most",
+        );
         rejects("dram", "capacity_mib", "0", "greater than 0");
         rejects("dram", "capacity_mib", "1", "the firmware needs");
         rejects("firmware", "page_buffer_pages", "0", "greater than 0");

@@ -13,8 +13,21 @@
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
 //!        + sort_key_moves × cycles_per_sort_key_move
 //!        + blocks_scanned × cycles_per_block_scanned
+//!        + polls          × cycles_per_poll
+//!        + parked_checked × cycles_per_parked_command
 //! time_ns = ceil(cycles × 1000 / clock_mhz)
 //! ```
+//!
+//! # Polling is not free
+//!
+//! The firmware is a poll loop: every `Firmware::poll` call costs `cycles_per_poll` (checking
+//! the flash completion queue, the GC state, the command table and the ISP engine), and every
+//! parked command it looks at costs `cycles_per_parked_command`, whether or not the command
+//! can move. So a poll that finds nothing to do still occupies the core, and a deep queue of
+//! parked commands makes every sweep longer. The emulator does not simulate the idle spin: an
+//! idle firmware is woken at the instant of the event that gives it work (a flash completion,
+//! a command arrival), as if its idle poll noticed it at once; the last, fruitless poll before
+//! it goes idle is charged (it delays a wake-up that falls inside it).
 //!
 //! # Which core runs what
 //!
@@ -59,6 +72,8 @@ impl CoreModel {
                 .div_ceil(1024),
             w.sort_key_moves.saturating_mul(c.cycles_per_sort_key_move),
             w.blocks_scanned.saturating_mul(c.cycles_per_block_scanned),
+            w.polls.saturating_mul(c.cycles_per_poll),
+            w.parked_checked.saturating_mul(c.cycles_per_parked_command),
         ];
         terms.iter().fold(0u64, |a, t| a.saturating_add(*t))
     }
@@ -92,6 +107,8 @@ mod tests {
             cycles_per_kib_copied: 512,
             cycles_per_sort_key_move: 3,
             cycles_per_block_scanned: 4,
+            cycles_per_poll: 40,
+            cycles_per_parked_command: 6,
         })
     }
 
@@ -108,12 +125,14 @@ mod tests {
             bytes_copied: 2048,
             sort_key_moves: 7,
             blocks_scanned: 5,
+            polls: 2,
+            parked_checked: 3,
         };
         assert_eq!(
             m.cycles(&w),
-            1000 + 200 + 30 + 80 + 10 + 300 + 1024 + 21 + 20
+            1000 + 200 + 30 + 80 + 10 + 300 + 1024 + 21 + 20 + 80 + 18
         );
-        assert_eq!(m.ns(&w), 2685);
+        assert_eq!(m.ns(&w), 2783);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
     }
 

@@ -13,11 +13,16 @@
 //! synchronous pread/O_DIRECT, one I/O (thread blocks):
 //!     before submit   C.syscall_ns + C.submit_ns
 //!     after completion C.complete_ns + C.context_switch_ns          (IRQ + wake-up)
-//! mmap major fault (page not cached), one I/O of the faulting page + readahead window:
+//! mmap major fault (page not cached), one I/O of the faulting page + read-around pages:
 //!     before submit   C.major_fault_ns + C.submit_ns
 //!     after completion C.complete_ns + C.context_switch_ns
+//! mmap major fault: the read is the run of uncached pages containing the fault within the
+//!     read-around window (see below)
 //! mmap minor fault (cached, not yet mapped in this process): C.minor_fault_ns
-//! any access to an entry in host memory (mapped page, user buffer): C.memory_access_ns
+//! loads from host memory (mapped page, user buffer): C.memory_access_ns per 64-byte cache
+//!     line, a load on the line the previous load touched being free (cache_lines_touched)
+//! host sampling compute, per layer: C.node_ns per destination node
+//!     + C.edge_sampled_ns per sampled neighbour (none for in-storage sampling)
 //! io_uring batch of n I/Os (one io_uring_enter that submits and waits):
 //!     submission      C.syscall_ns + n × (C.uring_sqe_ns + C.submit_ns), SQE i issued after
 //!                     C.syscall_ns + (i+1) × (C.uring_sqe_ns + C.submit_ns)
@@ -54,14 +59,27 @@
 //!   ≈ 50 ns per CQE reaped from the shared ring: the point of io_uring is that per-request cost
 //!   is memory operations, not mode switches (LWN 810414, "The rapid growth of io_uring").
 //!   \[estimate\]
-//! * Readahead: Linux's default `read_ahead_kb` is 128 KiB (`VM_MAX_READAHEAD`) = 32 pages; the
-//!   initial window for a one-page read is 4 pages (`get_init_ra_size`: 4 × the request when it
-//!   is small), and each sequential hit on the window doubles it (`get_next_ra_size`) up to the
-//!   maximum (`mm/readahead.c`).
+//! * Readahead: Linux's default `read_ahead_kb` is 128 KiB (`VM_MAX_READAHEAD`) = 32 pages. For
+//!   `read(2)` (ondemand readahead, `mm/readahead.c`) the initial window for a one-page read is
+//!   4 pages (`get_init_ra_size`: 4 × the request when it is small), and each sequential hit on
+//!   the window doubles it (`get_next_ra_size`) up to the maximum. A page *fault* takes another
+//!   path (`mm/filemap.c`, `filemap_fault` → `do_sync_mmap_readahead`): see below.
+//! * Host sampling compute, per destination node and per sampled neighbour (RNG draw,
+//!   deduplication hash probe, output write), beyond the graph loads charged as memory
+//!   accesses: DGL 2.1's CPU `NeighborSampler`, one thread, measured on this project's machine
+//!   (`/work/shared/anchors/README.md`), samples 8.7–11.6 M edges/s on cnr-2000 (a web graph
+//!   with strong locality, whose CSR loads mostly hit the CPU caches) and 4.6–6.1 M edges/s on
+//!   R-MAT scale 22 (random, LLC-missing loads): ~86–115 ns per sampled edge when the loads
+//!   hit the caches, ~163–218 ns when they miss DRAM. The compute alone is therefore taken as
+//!   `edge_sampled_ns` = 90 ns (the cache-friendly figure; DRAM misses are charged separately,
+//!   `memory_access_ns` per cache line), and `node_ns` = 50 ns per destination node (the
+//!   per-node loop, sample-count choice and one relabelling hash insert, a few tens of ns
+//!   against a cache-resident table). \[estimate from that measurement; DGL's per-edge figure
+//!   also includes its block construction, so these are if anything generous to the host\]
 //! * Page cache: 64 MiB by default — a deliberately small host memory budget, so that the
 //!   emulator's graphs exceed it; experiments set it explicitly. \[choice, not a measurement\]
 //!
-//! # The page cache and readahead
+//! # The page cache, read-around and readahead
 //!
 //! [`PageCache`] is an LRU over 4 KiB pages ([`PAGE_SIZE_BYTES`]) holding at most
 //! `capacity_bytes / 4096` pages, O(1) per operation (a `HashMap` from page to slot plus a
@@ -69,13 +87,24 @@
 //! the process has mapped it (a minor fault maps it). Linux's active/inactive lists, fault-around
 //! and dirty pages are not modelled.
 //!
-//! [`Readahead`] is Linux's on-demand readahead, simplified: a miss at the page just after the
-//! previous window is sequential and doubles the window (up to the maximum); any other miss
-//! resets it to the minimum. Linux starts the next window asynchronously when the reader touches
-//! a marked page inside the current one; here the next window is read at the miss instead.
-//! For mmap, Linux's read-around reads the whole `read_ahead_kb` around a random fault unless
-//! the mapping is `MADV_RANDOM`; set `readahead_min_pages = readahead_max_pages` to model
-//! read-around, or both to 1 to model `MADV_RANDOM`.
+//! [`ReadAround`] is the page-fault path, after `do_sync_mmap_readahead` in `mm/filemap.c`
+//! (mapping without `MADV_SEQUENTIAL`/`MADV_RANDOM`): a major fault at file page `index` reads
+//! `ra_pages` (= `readahead_max_pages`, `read_ahead_kb`) pages starting at
+//! `max(0, index − ra_pages / 2)` — a window centred on the fault — clipped to the file's end.
+//! Linux also counts `mmap_miss` per file: +1 per major fault (up to `10 × MMAP_LOTSAMISS`),
+//! −1 per fault that finds the page cached (`do_async_mmap_readahead`); while it exceeds
+//! `MMAP_LOTSAMISS` (100), a fault reads only its own page. Both are modelled. Not modelled:
+//! the asynchronous readahead Linux starts when a fault lands on the window's `PG_readahead`
+//! marker page (`ra_pages / 4` from the window's end), and the window's uncached pages that are
+//! not contiguous with the fault (the caller reads only the run of uncached pages containing the
+//! fault; Linux reads the others too, asynchronously).
+//!
+//! [`Readahead`] is Linux's on-demand readahead for sequential `read(2)`, simplified: a miss at
+//! the page just after the previous window is sequential and doubles the window (up to the
+//! maximum); any other miss resets it to the minimum. Linux starts the next window
+//! asynchronously when the reader touches a marked page inside the current one; here the next
+//! window is read at the miss instead. No host mode uses `read(2)` through the page cache today
+//! (direct and async bypass it), so it is kept for a buffered-read mode.
 
 use std::collections::HashMap;
 
@@ -91,6 +120,11 @@ const MAX_COST_NS: u64 = 10_000_000_000;
 const MAX_READAHEAD_PAGES: u32 = 16_384;
 /// Most commands one NVMe submission queue can hold.
 const MAX_QUEUE_DEPTH: u32 = 65_535;
+/// The host CPU's cache line: loads from one line, one after another, cost one DRAM access.
+pub const CACHE_LINE_BYTES: u64 = 64;
+/// Linux's `MMAP_LOTSAMISS` (`mm/filemap.c`): with more net misses than this, a fault stops
+/// reading around.
+pub const MMAP_LOTSAMISS: u32 = 100;
 
 /// `[host]`: the host's I/O stack costs, page cache and readahead. Every field is mandatory in
 /// TOML and unknown fields are rejected; [`HostStackConfig::default`] is a typical Linux x86-64
@@ -133,8 +167,16 @@ pub struct HostStackConfig {
     /// Initial (and reset) readahead window, in pages, the faulting page included. Default 4
     /// (Linux `get_init_ra_size` for a one-page read).
     pub readahead_min_pages: u32,
-    /// Largest readahead window, in pages. Default 32 (Linux `read_ahead_kb` = 128 KiB).
+    /// Largest readahead window, in pages, and the read-around window of a major page fault.
+    /// Default 32 (Linux `read_ahead_kb` = 128 KiB).
     pub readahead_max_pages: u32,
+    /// Host sampling compute per sampled neighbour (RNG draw, deduplication hash probe, output
+    /// write), beyond its memory loads. Default 90 ns \[estimate from DGL's CPU sampler measured
+    /// on this machine: ~86–115 ns per sampled edge with cache-resident loads\].
+    pub edge_sampled_ns: u64,
+    /// Host sampling compute per destination node of a layer (loop, sample-count choice,
+    /// relabelling). Default 50 ns \[estimate\].
+    pub node_ns: u64,
 }
 
 impl Default for HostStackConfig {
@@ -153,6 +195,8 @@ impl Default for HostStackConfig {
             page_cache_bytes: 64 << 20,
             readahead_min_pages: 4,
             readahead_max_pages: 32,
+            edge_sampled_ns: 90,
+            node_ns: 50,
         }
     }
 }
@@ -174,6 +218,8 @@ impl HostStackConfig {
             (self.memory_access_ns, "host.memory_access_ns"),
             (self.uring_sqe_ns, "host.uring_sqe_ns"),
             (self.uring_cqe_ns, "host.uring_cqe_ns"),
+            (self.edge_sampled_ns, "host.edge_sampled_ns"),
+            (self.node_ns, "host.node_ns"),
         ] {
             if value > MAX_COST_NS {
                 return Err(invalid(
@@ -254,6 +300,11 @@ impl HostStackConfig {
     /// A readahead state with this configuration's window bounds.
     pub fn readahead(&self) -> Readahead {
         Readahead::new(self.readahead_min_pages, self.readahead_max_pages)
+    }
+
+    /// A page-fault read-around state with this configuration's window.
+    pub fn read_around(&self) -> ReadAround {
+        ReadAround::new(self.readahead_max_pages)
     }
 
     /// A page cache of this configuration's capacity.
@@ -529,6 +580,75 @@ impl Readahead {
     }
 }
 
+/// One file's page-fault read-around state (`do_sync_mmap_readahead`, see the module
+/// documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadAround {
+    ra_pages: u32,
+    mmap_miss: u32,
+    /// Major faults that read a window around the fault.
+    pub around_reads: u64,
+    /// Major faults that read only their page (`mmap_miss` above [`MMAP_LOTSAMISS`]).
+    pub single_page_reads: u64,
+}
+
+impl ReadAround {
+    /// A fresh state reading `ra_pages` (at least 1) around a fault.
+    pub fn new(ra_pages: u32) -> Self {
+        Self {
+            ra_pages: ra_pages.max(1),
+            mmap_miss: 0,
+            around_reads: 0,
+            single_page_reads: 0,
+        }
+    }
+
+    /// Linux's `mmap_miss` counter now.
+    pub fn mmap_miss(&self) -> u32 {
+        self.mmap_miss
+    }
+
+    /// A major fault at file page `index` of a file of `file_pages` pages: the file pages to
+    /// read, `start..end`, which contains `index`. `max(0, index − ra_pages/2)` for
+    /// `ra_pages` pages, clipped to the file; only `index` once `mmap_miss` exceeds
+    /// [`MMAP_LOTSAMISS`].
+    pub fn on_miss(&mut self, index: u64, file_pages: u64) -> std::ops::Range<u64> {
+        let file_pages = file_pages.max(index + 1);
+        if self.mmap_miss < MMAP_LOTSAMISS * 10 {
+            self.mmap_miss += 1;
+        }
+        if self.mmap_miss > MMAP_LOTSAMISS {
+            self.single_page_reads += 1;
+            return index..index + 1;
+        }
+        self.around_reads += 1;
+        let ra = u64::from(self.ra_pages);
+        let start = index.saturating_sub(ra / 2);
+        start..(start + ra).min(file_pages)
+    }
+
+    /// A fault that found its page cached (a minor fault): `mmap_miss` goes down by one
+    /// (`do_async_mmap_readahead`).
+    pub fn on_cached_fault(&mut self) {
+        self.mmap_miss = self.mmap_miss.saturating_sub(1);
+    }
+}
+
+/// Number of CPU cache lines loads of `len` bytes at byte offsets `entries`, in this order,
+/// cost when a load on the line the previous load ended on is free (it is in L1): one per line
+/// change. The first load counts.
+pub fn cache_lines_touched(entries: &[u64], len: usize) -> u64 {
+    let mut last: Option<u64> = None;
+    let mut n = 0;
+    for &b in entries {
+        let first = b / CACHE_LINE_BYTES;
+        let end = (b + len.max(1) as u64 - 1) / CACHE_LINE_BYTES;
+        n += end - first + u64::from(last != Some(first));
+        last = Some(end);
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,6 +804,52 @@ mod tests {
         assert_eq!(pc.len(), cap);
         // Slots are reused: storage never grows past the capacity.
         assert!(pc.slots.len() <= cap);
+    }
+
+    #[test]
+    fn read_around_is_centred_on_the_fault_and_clipped_to_the_file() {
+        let mut ra = ReadAround::new(32);
+        assert_eq!(ra.on_miss(100, 1000), 84..116);
+        assert_eq!(ra.on_miss(3, 1000), 0..32); // clipped at the start
+        assert_eq!(ra.on_miss(990, 1000), 974..1000); // and at the end
+        assert_eq!(ra.on_miss(5, 6), 0..6);
+        assert_eq!(ReadAround::new(1).on_miss(7, 10), 7..8);
+        assert_eq!(ra.mmap_miss(), 4);
+        ra.on_cached_fault();
+        assert_eq!(ra.mmap_miss(), 3);
+        // More than MMAP_LOTSAMISS net misses: only the faulting page.
+        let mut ra = ReadAround::new(32);
+        for i in 0..u64::from(MMAP_LOTSAMISS) {
+            assert_eq!(
+                ra.on_miss(i * 100, 1 << 20).end - (i * 100).saturating_sub(16),
+                32
+            );
+        }
+        assert_eq!(ra.on_miss(50_000, 1 << 20), 50_000..50_001);
+        assert_eq!((ra.around_reads, ra.single_page_reads), (100, 1));
+        // Two cached faults bring it back to 99: read-around again.
+        ra.on_cached_fault();
+        ra.on_cached_fault();
+        assert_eq!(ra.on_miss(60_000, 1 << 20), 59_984..60_016);
+        // The counter saturates at 10 × MMAP_LOTSAMISS.
+        for _ in 0..5000 {
+            ra.on_miss(0, 10);
+        }
+        assert_eq!(ra.mmap_miss(), MMAP_LOTSAMISS * 10);
+    }
+
+    #[test]
+    fn cache_lines_are_charged_once_per_line_change() {
+        // indptr[v], indptr[v+1] share a line unless v+1 starts the next one.
+        assert_eq!(cache_lines_touched(&[0, 8], 8), 1);
+        assert_eq!(cache_lines_touched(&[56, 64], 8), 2);
+        assert_eq!(cache_lines_touched(&[0, 8, 128, 136, 0], 8), 3);
+        // Ascending positions in one list: one per line.
+        let ids: Vec<u64> = (0..40).map(|i| 4 * i).collect();
+        assert_eq!(cache_lines_touched(&ids, 4), 3);
+        // A straddling load touches two lines.
+        assert_eq!(cache_lines_touched(&[60], 8), 2);
+        assert_eq!(cache_lines_touched(&[], 8), 0);
     }
 
     #[test]

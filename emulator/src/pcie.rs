@@ -16,10 +16,18 @@
 //! `line_rate × payload / (payload + overhead)`; e.g. Gen2 ×8 (5 GT/s × 8 × 0.8 = 4 B/ns raw)
 //! with 128-byte payloads and 24 bytes of overhead moves 3.37 GB/s of data.
 //!
-//! Each direction is a FIFO with a "busy until" time. A DMA requested at `t` first pays the
-//! fixed `dma_setup_ns` (descriptor set-up, or the read-request round trip of a device read of
-//! host memory), then its data occupies the direction:
-//! `start = max(t + dma_setup_ns, busy_until)`, `done = busy_until = start + transfer_ns`.
+//! Each direction is a FIFO with a "busy until" time. A DMA requested at `t` first pays a fixed
+//! set-up latency, then its data occupies the direction:
+//! `start = max(t + setup, busy_until)`, `done = busy_until = start + transfer_ns`.
+//! The set-up depends on the direction, because the two kinds of transaction differ:
+//!
+//! * **host→device** (SQE fetch, write data, vendor payloads) is a *device read of host memory*:
+//!   a read-request TLP goes up, the root complex reads memory, completion TLPs come back. It
+//!   pays `dma_read_setup_ns`, the read round trip.
+//! * **device→host** (read data, subgraphs, CQEs) is a *posted write*: the device sends the
+//!   data and waits for nothing. It pays `posted_write_setup_ns`, its descriptor set-up and one
+//!   crossing of link and root complex into host memory.
+//!
 //! Set-up latency overlaps other transfers; bandwidth does not. Flow-control credits, ACK/NAK
 //! DLLPs and replay are not modelled.
 
@@ -64,7 +72,8 @@ pub struct PcieLink {
     rate_den: u128,
     max_payload_bytes: u64,
     tlp_overhead_bytes: u64,
-    dma_setup_ns: u64,
+    dma_read_setup_ns: u64,
+    posted_write_setup_ns: u64,
     h2c: Lane,
     c2h: Lane,
 }
@@ -89,7 +98,8 @@ impl PcieLink {
             rate_den: 1000 * enc_den,
             max_payload_bytes: u64::from(config.max_payload_bytes.max(1)),
             tlp_overhead_bytes: u64::from(config.tlp_overhead_bytes),
-            dma_setup_ns: config.dma_setup_ns,
+            dma_read_setup_ns: config.dma_read_setup_ns,
+            posted_write_setup_ns: config.posted_write_setup_ns,
             h2c: Lane::default(),
             c2h: Lane::default(),
         }
@@ -118,16 +128,26 @@ impl PcieLink {
         line_bytes_per_ns * mps / (mps + self.tlp_overhead_bytes as f64) * 1000.0
     }
 
+    /// Fixed latency before a DMA's data flows: the read round trip host→device, the posted
+    /// write's set-up device→host.
+    pub fn setup_ns(&self, direction: Direction) -> u64 {
+        match direction {
+            Direction::HostToDevice => self.dma_read_setup_ns,
+            Direction::DeviceToHost => self.posted_write_setup_ns,
+        }
+    }
+
     /// Performs a DMA of `bytes` requested at `at_ns`; returns when its last byte has arrived.
     pub fn transfer(&mut self, direction: Direction, at_ns: u64, bytes: u64) -> u64 {
         let duration = self.transfer_ns(bytes);
         let wire = self.wire_bytes(bytes);
         let tlps = self.tlp_count(bytes);
+        let setup = self.setup_ns(direction);
         let lane = match direction {
             Direction::HostToDevice => &mut self.h2c,
             Direction::DeviceToHost => &mut self.c2h,
         };
-        let start = (at_ns + self.dma_setup_ns).max(lane.busy_until_ns);
+        let start = (at_ns + setup).max(lane.busy_until_ns);
         lane.busy_until_ns = start + duration;
         lane.stats.payload_bytes += bytes;
         lane.stats.wire_bytes += wire;
@@ -156,7 +176,8 @@ mod tests {
             lanes,
             max_payload_bytes: 128,
             tlp_overhead_bytes: 24,
-            dma_setup_ns: 500,
+            dma_read_setup_ns: 500,
+            posted_write_setup_ns: 300,
         })
     }
 
@@ -183,7 +204,7 @@ mod tests {
     fn directions_are_independent_fifos_and_setup_overlaps() {
         let mut l = link(2, 8);
         let a = l.transfer(Direction::DeviceToHost, 0, 16384);
-        assert_eq!(a, 500 + 4864);
+        assert_eq!(a, 300 + 4864);
         // Requested while the first is in flight: its set-up overlaps, its data queues.
         let b = l.transfer(Direction::DeviceToHost, 100, 16384);
         assert_eq!(b, a + 4864);

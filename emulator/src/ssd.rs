@@ -14,14 +14,16 @@
 //! operation is issued when the core has done the work before it, not when the call ends.
 //!
 //! ```plain
-//! host submit at now ─ doorbell_ns ─ 64-B SQE fetch (PCIe host→device) ─► arrival
+//! host submit at now ─ doorbell_ns ─ 64-B SQE fetch (PCIe host→device, a device read of
+//!                                   host memory: dma_read_setup_ns + transfer) ─► arrival
 //! arrival ─► firmware submit call (on the core) ─► poll calls ... each call:
 //!     start  = max(the core is free, the event that woke it)
 //!     end    = start + core_ns(work counted during the call)      (see `cores`)
 //!     host→device DMA e: requested at at(e) (PCIe)
 //!     flash operation e: issued at max(at(e), end of the call's host→device DMAs posted
 //!                        by at(e))                                (see `nand`)
-//!     device→host DMA e: requested at at(e), in call order (PCIe)
+//!     device→host DMA e: requested at at(e), in call order (PCIe posted write:
+//!                        posted_write_setup_ns + transfer)
 //!     completion e: 16-B CQE requested at max(at(e), host→device DMAs posted by then), after
 //!                   the command's data on the device→host FIFO, then + interrupt_ns
 //! ```
@@ -117,6 +119,11 @@ pub struct DeviceStats {
     pub firmware_calls: u64,
     /// Virtual time the firmware core spent executing calls.
     pub core_busy_ns: u64,
+    /// Polls that found nothing to do (the last pass of the poll loop before it idles). Their
+    /// cost is in `core_busy_ns`; their counts are in `work.polls`.
+    pub idle_polls: u64,
+    /// Parked commands looked at by the polls of `idle_polls` (also in `work.parked_checked`).
+    pub idle_poll_parked_checked: u64,
     /// The firmware's own work counters.
     pub work: WorkCounters,
     /// Flash pages read.
@@ -691,6 +698,10 @@ impl Ssd {
             let progress = self.firmware.poll(&mut self.host);
             if progress {
                 self.retry_blocked = true;
+            } else {
+                self.stats.idle_polls += 1;
+                self.stats.idle_poll_parked_checked +=
+                    self.firmware.work().parked_checked - before.parked_checked;
             }
             progress
         };
@@ -973,10 +984,20 @@ mod tests {
             );
             assert_eq!(done.cqe.cid.get(), cid);
             let after = ssd.stats();
-            assert_eq!(after.work, before.work, "the firmware never saw it");
+            // The firmware never saw it: only its poll loop ran (the idle pass after the call).
+            let work = after.work.since(&before.work);
+            assert_eq!(
+                WorkCounters {
+                    polls: 0,
+                    parked_checked: 0,
+                    ..work
+                },
+                WorkCounters::default(),
+                "the firmware never saw it"
+            );
             assert_eq!(
                 after.core_busy_ns - before.core_busy_ns,
-                ssd.cores().cycles_to_ns(config.cores.cycles_per_command)
+                ssd.cores().cycles_to_ns(config.cores.cycles_per_command) + ssd.cores().ns(&work)
             );
         }
         // Ordinary I/O still works.
@@ -1130,11 +1151,10 @@ mod tests {
         let flash = NandTiming::from_config(&config.nand).read_latency_ns();
         let link = PcieLink::new(&config.pcie);
         let fixed = config.controller.doorbell_ns
-            + config.pcie.dma_setup_ns
+            + config.pcie.dma_read_setup_ns
             + link.transfer_ns(64)
-            + config.pcie.dma_setup_ns
+            + config.pcie.posted_write_setup_ns
             + link.transfer_ns(BLOCK as u64)
-            + config.pcie.dma_setup_ns
             + link.transfer_ns(16)
             + config.controller.interrupt_ns;
         let lat = done.latency_ns();

@@ -496,6 +496,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// Moves everything forward once. Returns whether anything happened; the caller polls again
     /// until it returns false, then waits for flash time to pass.
     pub fn poll<H: HostInterface>(&mut self, host: &mut H) -> bool {
+        self.backend.work.polls += 1;
         self.backend.queue.begin_poll();
         let mut progress = false;
         while let Some(c) = self.next_flash_completion() {
@@ -589,6 +590,10 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 
     /// Advances parked command `i` in place; completes it when it is done.
     fn step_command<H: HostInterface>(&mut self, host: &mut H, i: usize) -> bool {
+        if self.commands[i].is_none() {
+            return false;
+        }
+        self.backend.work.parked_checked += 1;
         let (blocked, trim) = match &self.commands[i] {
             None => return false,
             Some(Parked {

@@ -25,6 +25,12 @@ pub struct WorkCounters {
     pub sort_key_moves: u64,
     /// Block-table entries the FTL scanned to pick garbage-collection victims.
     pub blocks_scanned: u64,
+    /// Calls of `Firmware::poll`, fruitful or not: each checks the flash completions, the GC
+    /// state, the command table and the ISP engine once.
+    pub polls: u64,
+    /// Parked commands a poll stepped (an occupied command-table slot looked at, whether or
+    /// not the command could move).
+    pub parked_checked: u64,
 }
 
 impl WorkCounters {
@@ -40,6 +46,8 @@ impl WorkCounters {
             bytes_copied: self.bytes_copied - earlier.bytes_copied,
             sort_key_moves: self.sort_key_moves - earlier.sort_key_moves,
             blocks_scanned: self.blocks_scanned - earlier.blocks_scanned,
+            polls: self.polls - earlier.polls,
+            parked_checked: self.parked_checked - earlier.parked_checked,
         }
     }
 }

@@ -607,15 +607,16 @@ impl CompareReport {
             d.indices.slba + d.indices.block_count,
         ));
         out.push_str(&format!(
-            "device: {} ({} LBAs of {} B, max transfer {}, controller page buffer {}); host: page cache {}, readahead {}..{} pages, io_uring depth {}\n",
+            "device: {} ({} LBAs of {} B, max transfer {}, controller page buffer {}); host: page cache {}, mmap fault read-around {} pages, sampling {} ns/node + {} ns/edge, io_uring depth {}\n",
             c.hw.device.name,
             self.device.block_count,
             self.device.block_size_bytes,
             human_bytes(u64::from(self.device.max_transfer_bytes)),
             human_bytes(buffer_bytes),
             human_bytes(host.page_cache_bytes),
-            host.readahead_min_pages,
             host.readahead_max_pages,
+            host.node_ns,
+            host.edge_sampled_ns,
             host.uring_queue_depth,
         ));
         let fits = |cache: u64| {

@@ -13,24 +13,33 @@
 //!
 //! * **mmap** ([`HostIoMode::Mmap`]): every 8-byte `indptr` entry and every `indices` entry is a
 //!   load from the mapped graph, in the order the sampler needs them. A load of a mapped, cached
-//!   page costs `C.memory_access_ns`; of a cached page not yet mapped, a minor fault
-//!   (`C.minor_fault_ns`) first; of a page not cached, a major fault: `C.major_fault_ns +
-//!   C.submit_ns`, one synchronous Read of the faulting page plus its readahead window (pages up
-//!   to the window, stopping at the first cached page or the end of the region — `indptr` and
-//!   `indices` are separate files with their own readahead state), then `C.complete_ns +
-//!   C.context_switch_ns`. One I/O at a time: the faulting thread blocks.
+//!   page costs nothing in the kernel; of a cached page not yet mapped, a minor fault
+//!   (`C.minor_fault_ns`); of a page not cached, a major fault: `C.major_fault_ns +
+//!   C.submit_ns`, one synchronous Read, then `C.complete_ns + C.context_switch_ns`. The Read
+//!   covers Linux's fault read-around (`do_sync_mmap_readahead`, see
+//!   [`sagessd_emulator::host_stack::ReadAround`]): `C.readahead_max_pages` pages centred on the
+//!   fault, clipped to the file (`indptr` and `indices` are separate files, each with its own
+//!   `mmap_miss` state), of which the run of uncached pages containing the fault is read. One
+//!   I/O at a time per worker: the faulting thread blocks.
 //! * **direct** ([`HostIoMode::Direct`]): per call, the LBAs holding the needed entries (the
 //!   device's LBA size, 512 B or 4 KiB), deduplicated and merged into runs, each run one
 //!   `pread(O_DIRECT)` into a user scratchpad (split at the device's maximum transfer size):
 //!   `C.syscall_ns + C.submit_ns` before, `C.complete_ns + C.context_switch_ns` after; queue
-//!   depth 1. Each entry then read from the scratchpad costs `C.memory_access_ns`.
+//!   depth 1. The entries are then read from the scratchpad.
 //! * **async** ([`HostIoMode::Async`]): the same reads, in batches of `C.uring_queue_depth`; per
 //!   batch one `io_uring_enter` (`C.syscall_ns`), `C.uring_sqe_ns + C.submit_ns` per SQE (SQE
 //!   *i* reaches the device when its share is done), completions handled in completion order at
 //!   `C.complete_ns` each, then `C.context_switch_ns` to wake the thread and `C.uring_cqe_ns`
 //!   per CQE reaped. Entry loads as for direct.
 //!
-//! * **isp** ([`HostIoMode::Isp`]): `NS_SUBMIT` then `NS_COLLECT`, each one synchronous
+//! * In every host mode (mmap, direct, async), loads from host memory cost `C.memory_access_ns`
+//!   per 64-byte cache line (a load on the line the previous load touched is free:
+//!   `indptr[v]` and `indptr[v + 1]` usually share one, as do a node's sampled neighbours), and
+//!   the host's own sampling work costs `C.node_ns` per destination node (charged when its edge
+//!   range is known) and `C.edge_sampled_ns` per sampled neighbour (charged when the neighbours
+//!   are loaded): [`HostIoStats::compute_ns`].
+//! * **isp** ([`HostIoMode::Isp`]): no host sampling compute or graph loads (the device
+//!   samples): `NS_SUBMIT` then `NS_COLLECT`, each one synchronous
 //!   passthrough ioctl: `C.syscall_ns + C.submit_ns` before, `C.complete_ns +
 //!   C.context_switch_ns` after.
 //!
@@ -45,6 +54,13 @@
 //! when none is runnable, the device's next completion is reaped. So every command reaches the
 //! device at its worker's clock: [`HostIoStats::submit_lag_ns`], the total delay, stays 0 and is
 //! kept as a check. One worker is exactly the synchronous model above.
+//!
+//! mmap adds a yield point before every page-cache operation (each access and each insertion
+//! after a read): a worker whose clock is ahead of another runnable worker's, or that runs while
+//! another worker waits on the device (whose completion may come earlier), hands control back
+//! first. So the shared LRU order, the pending pages and the read-around state are touched in
+//! virtual-time order; [`HostIoStats::cache_order_violations`] counts operations made earlier
+//! than the one before them and stays 0 (a test runs 2 and 3 workers on a thrashing cache).
 //!
 //! [`HostIoStats`] counts I/Os, bytes read versus bytes of entries used, page-cache accesses,
 //! faults and evictions, host CPU time charged, modelled time, and a hash of every completion
@@ -62,7 +78,8 @@ use sagessd_abi::ns_config::{encode_ns_config, ns_config_size_bytes};
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_abi::subgraph::SubgraphView;
 use sagessd_emulator::host_stack::{
-    Access, HostStackConfig, PAGE_SIZE_BYTES, PageCache, PageCacheStats, Readahead,
+    Access, CACHE_LINE_BYTES, HostStackConfig, PAGE_SIZE_BYTES, PageCache, PageCacheStats,
+    ReadAround, cache_lines_touched,
 };
 use sagessd_host_driver::{
     Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DeviceCounters, DriverError, IO_QUEUE,
@@ -136,6 +153,14 @@ pub struct HostIoStats {
     /// Submission lag: total nanoseconds by which commands reached the device later than
     /// their worker's clock (see the module documentation; always 0 with one worker).
     pub submit_lag_ns: u64,
+    /// Host sampling compute charged (`node_ns` per destination, `edge_sampled_ns` per sampled
+    /// neighbour), included in `host_cpu_ns`; 0 for ISP.
+    pub compute_ns: u64,
+    /// Cache lines of host memory loaded (each charged `memory_access_ns`).
+    pub memory_lines: u64,
+    /// mmap: page-cache operations (accesses, insertions) made at an earlier virtual time than
+    /// the one before them. A check, like `submit_lag_ns`: always 0.
+    pub cache_order_violations: u64,
 }
 
 impl HostIoStats {
@@ -157,14 +182,16 @@ enum Region {
 }
 
 /// The mmap mode's kernel state, shared by every worker: the page cache, its pages' bytes, one
-/// readahead state per file, and the pages being read.
+/// fault read-around state per file, and the pages being read.
 #[derive(Debug)]
 struct MmapState {
     cache: PageCache,
     pages: HashMap<u64, Vec<u8>>,
-    readahead: [Readahead; 2],
+    readahead: [ReadAround; 2],
     /// Pages some worker is reading now (locked, not yet up to date).
     pending: HashSet<u64>,
+    /// Virtual time of the latest page-cache operation (for `cache_order_violations`).
+    last_touch_ns: u64,
 }
 
 /// What a worker is doing, for the scheduler.
@@ -240,6 +267,52 @@ impl Worker {
         let mut s = self.sh.borrow_mut();
         s.clocks[self.w] += ns;
         s.stats.host_cpu_ns += ns;
+    }
+
+    /// A yield point before touching shared kernel state (the mmap page cache): if another
+    /// worker could act earlier — a runnable one with a smaller clock, or one blocked on a
+    /// command the device may complete before this worker's clock — hand control back to the
+    /// scheduler, which runs the earliest first. With one worker it never yields.
+    async fn yield_to_earlier(&self) {
+        let must = {
+            let s = self.sh.borrow();
+            let me = (s.clocks[self.w], self.w);
+            s.states.iter().enumerate().any(|(w, st)| {
+                w != self.w
+                    && match st {
+                        WorkerState::Runnable => (s.clocks[w], w) < me,
+                        WorkerState::Waiting(_) => true,
+                        WorkerState::WaitingPage(_) | WorkerState::Finished => false,
+                    }
+            })
+        };
+        if must {
+            self.sh.borrow_mut().states[self.w] = WorkerState::Runnable;
+            Park(false).await;
+        }
+    }
+
+    /// Records a page-cache operation at this worker's clock (the time-order check).
+    fn touch_cache(&self) {
+        let mut s = self.sh.borrow_mut();
+        let now = s.clocks[self.w];
+        let state = s.mmap.as_mut().expect("mmap mode");
+        let late = now < state.last_touch_ns;
+        state.last_touch_ns = state.last_touch_ns.max(now);
+        s.stats.cache_order_violations += u64::from(late);
+    }
+
+    /// Charges `lines` cache-line loads from host memory.
+    fn charge_lines(&self, lines: u64) {
+        let ns = lines * self.sh.borrow().host.memory_access_ns;
+        self.sh.borrow_mut().stats.memory_lines += lines;
+        self.charge(ns);
+    }
+
+    /// Charges `ns` of host sampling compute.
+    fn charge_compute(&self, ns: u64) {
+        self.sh.borrow_mut().stats.compute_ns += ns;
+        self.charge(ns);
     }
 
     fn note_completion(&self, c: &Completion) {
@@ -462,7 +535,8 @@ impl Worker {
         }
     }
 
-    /// Loads `len` bytes at byte `byte` of `region` through the page cache (mmap mode).
+    /// Loads `len` bytes at byte `byte` of `region` through the page cache (mmap mode); the
+    /// memory access itself is charged by the caller, per cache line.
     async fn mmap_load(
         &self,
         region: Region,
@@ -475,8 +549,9 @@ impl Worker {
         let page = addr / PAGE_SIZE_BYTES;
         let in_page = (addr % PAGE_SIZE_BYTES) as usize;
         let h = self.sh.borrow().host.clone();
-        // Another worker is reading the page: sleep on the page lock until it is up to date.
         loop {
+            // The page cache is touched in virtual-time order.
+            self.yield_to_earlier().await;
             let pending = {
                 let s = self.sh.borrow();
                 s.mmap.as_ref().expect("mmap mode").pending.contains(&page)
@@ -484,45 +559,59 @@ impl Worker {
             if !pending {
                 break;
             }
+            // Another worker is reading the page: sleep on the page lock until it is up to date.
             self.sh.borrow_mut().states[self.w] = WorkerState::WaitingPage(page);
             Park(false).await;
             self.sh.borrow_mut().stats.page_waits += 1;
             self.charge(h.context_switch_ns);
         }
+        self.touch_cache();
         let access = {
             let mut s = self.sh.borrow_mut();
             s.mmap.as_mut().expect("mmap mode").cache.access(page)
         };
         match access {
             Access::Hit => {}
-            Access::MinorFault => self.charge(h.minor_fault_ns),
+            Access::MinorFault => {
+                let mut s = self.sh.borrow_mut();
+                let state = s.mmap.as_mut().expect("mmap mode");
+                state.readahead[region as usize].on_cached_fault();
+                drop(s);
+                self.charge(h.minor_fault_ns);
+            }
             Access::Miss => {
-                // The file ends at the region's last page.
+                // The file: the region's pages.
+                let first_page = r.slba * bs / PAGE_SIZE_BYTES;
                 let end_page = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES);
-                let (count, block_count, max_blocks) = {
+                let (run, block_count, max_blocks) = {
                     let mut s = self.sh.borrow_mut();
                     let info = s.device.info().clone();
                     let state = s.mmap.as_mut().expect("mmap mode");
-                    let window = u64::from(state.readahead[region as usize].on_miss(page));
-                    let mut count = 1;
-                    while count < window
-                        && page + count < end_page
-                        && !state.cache.contains(page + count)
-                        && !state.pending.contains(&(page + count))
-                    {
-                        count += 1;
+                    let window = state.readahead[region as usize]
+                        .on_miss(page - first_page, end_page - first_page);
+                    let (lo, hi) = (first_page + window.start, first_page + window.end);
+                    // The run of uncached pages around the fault within the window.
+                    let free = |p: u64| !state.cache.contains(p) && !state.pending.contains(&p);
+                    let mut start = page;
+                    while start > lo && free(start - 1) {
+                        start -= 1;
                     }
-                    state.pending.extend(page..page + count);
+                    let mut end = page + 1;
+                    while end < hi && free(end) {
+                        end += 1;
+                    }
+                    state.pending.extend(start..end);
                     (
-                        count,
+                        start..end,
                         info.block_count,
                         u64::from(info.max_transfer_blocks()).max(1),
                     )
                 };
+                let count = run.end - run.start;
                 let per_page = PAGE_SIZE_BYTES / bs;
                 // Never past the namespace's end (a region's last page may be partial).
-                let first_lba = page * per_page;
-                let last_lba = ((page + count) * per_page).min(block_count);
+                let first_lba = run.start * per_page;
+                let last_lba = (run.end * per_page).min(block_count);
                 let mut data = Vec::with_capacity((count * PAGE_SIZE_BYTES) as usize);
                 let mut lba = first_lba;
                 // One fault, one blocking I/O (split only if it exceeds the transfer limit).
@@ -537,16 +626,19 @@ impl Worker {
                     lba += n;
                 }
                 data.resize((count * PAGE_SIZE_BYTES) as usize, 0);
+                self.yield_to_earlier().await;
+                self.touch_cache();
                 let mut s = self.sh.borrow_mut();
                 let now = s.clocks[self.w];
                 let state = s.mmap.as_mut().expect("mmap mode");
-                // Readahead pages first, the faulting page last (most recently used, mapped).
-                for i in (0..count).rev() {
-                    let p = page + i;
+                // Read-around pages first, the faulting page last (most recently used, mapped).
+                let order = run.clone().filter(|&p| p != page).chain([page]);
+                for p in order {
+                    let i = p - run.start;
                     let bytes = data
                         [(i * PAGE_SIZE_BYTES) as usize..((i + 1) * PAGE_SIZE_BYTES) as usize]
                         .to_vec();
-                    if let Some(old) = state.cache.insert(p, i == 0) {
+                    if let Some(old) = state.cache.insert(p, p == page) {
                         state.pages.remove(&old);
                     }
                     state.pages.insert(p, bytes);
@@ -556,7 +648,7 @@ impl Worker {
                 let Shared { states, clocks, .. } = &mut *s;
                 for (st, clock) in states.iter_mut().zip(clocks.iter_mut()) {
                     if let WorkerState::WaitingPage(p) = *st
-                        && (page..page + count).contains(&p)
+                        && run.contains(&p)
                     {
                         *st = WorkerState::Runnable;
                         *clock = (*clock).max(now);
@@ -564,7 +656,6 @@ impl Worker {
                 }
             }
         }
-        self.charge(h.memory_access_ns);
         let mut s = self.sh.borrow_mut();
         s.stats.bytes_used += len as u64;
         let state = s.mmap.as_ref().expect("mmap mode");
@@ -573,7 +664,8 @@ impl Worker {
     }
 
     /// Reads the blocks holding the entries at byte offsets `entries` (each `len` bytes) the
-    /// direct/async way and returns each entry's bytes, charging one memory access per entry.
+    /// direct/async way and returns each entry's bytes, charging one memory access per cache
+    /// line ([`cache_lines_touched`]).
     async fn scratchpad_load(
         &self,
         region: Region,
@@ -607,8 +699,7 @@ impl Worker {
             out.push(data[i][at..at + len].to_vec());
         }
         let n = entries.len() as u64;
-        let access_ns = self.sh.borrow().host.memory_access_ns;
-        self.charge(n * access_ns);
+        self.charge_lines(cache_lines_touched(entries, len));
         self.sh.borrow_mut().stats.bytes_used += n * len as u64;
         Ok(out)
     }
@@ -621,9 +712,16 @@ impl Worker {
         len: usize,
     ) -> Result<Vec<Vec<u8>>, SamplerError> {
         if self.sh.borrow().mode == HostIoMode::Mmap {
+            // Each load through the page cache, then its memory access if it moves to another
+            // cache line (the same count as `cache_lines_touched`, charged as the loads happen).
             let mut out = Vec::with_capacity(entries.len());
+            let mut last_line: Option<u64> = None;
             for &b in entries {
                 out.push(self.mmap_load(region, b, len).await?);
+                let first = b / CACHE_LINE_BYTES;
+                let end = (b + len.max(1) as u64 - 1) / CACHE_LINE_BYTES;
+                self.charge_lines(end - first + u64::from(last_line != Some(first)));
+                last_line = Some(end);
             }
             Ok(out)
         } else {
@@ -760,11 +858,19 @@ impl Worker {
             return self.isp_sample(seed, fanouts, targets).await;
         }
         let mut b = SubgraphBuilder::new(node_count, seed, fanouts, targets)?;
+        let (node_ns, edge_ns) = {
+            let h = &self.sh.borrow().host;
+            (h.node_ns, h.edge_sampled_ns)
+        };
         while let Some(dst) = b.destinations() {
             let dst = dst.to_vec();
             let ranges = self.edge_ranges(&dst).await?;
+            // Per destination: sample count, RNG draws' setup, the next layer's bookkeeping.
+            self.charge_compute(dst.len() as u64 * node_ns);
             let positions = b.set_ranges(&ranges)?;
             let neighbours = self.neighbours_at(&positions).await?;
+            // Per sampled neighbour: RNG draw, deduplication probe, output write.
+            self.charge_compute(positions.len() as u64 * edge_ns);
             b.set_neighbours(&neighbours)?;
         }
         b.finish()
@@ -897,8 +1003,9 @@ impl HostIoSampler {
         let mmap = (mode == HostIoMode::Mmap).then(|| MmapState {
             cache: host.page_cache(),
             pages: HashMap::new(),
-            readahead: [host.readahead(), host.readahead()],
+            readahead: [host.read_around(), host.read_around()],
             pending: HashSet::new(),
+            last_touch_ns: 0,
         });
         Ok(Self {
             shared: Some(Shared {

@@ -129,13 +129,27 @@ fn modes_charge_what_they_should() {
     assert_eq!(warm.ios, cold.ios);
     assert_eq!(warm.page_cache.misses, cold.page_cache.misses);
     let second_ns = warm.modelled_time_ns - cold.modelled_time_ns;
-    let accesses = warm.page_cache.accesses() - cold.page_cache.accesses();
-    // All hits (or minor faults of read-ahead pages already counted in the first run).
+    let lines = warm.memory_lines - cold.memory_lines;
+    let compute = warm.compute_ns - cold.compute_ns;
+    // All hits (or minor faults of read-ahead pages already counted in the first run), one
+    // memory access per cache line, and the same sampling compute as the first run.
+    assert_eq!(compute, cold.compute_ns);
     assert_eq!(
         second_ns,
-        accesses * host.memory_access_ns
+        lines * host.memory_access_ns
             + (warm.page_cache.minor_faults - cold.page_cache.minor_faults) * host.minor_fault_ns
+            + compute
     );
+    // Fewer lines than entries (indptr[v], indptr[v+1] share one), but at least one per node.
+    let accesses = warm.page_cache.accesses() - cold.page_cache.accesses();
+    assert!(
+        lines < accesses && lines * 2 > accesses / 2,
+        "{lines} lines, {accesses} loads"
+    );
+    // Sampling compute is charged in every host mode, the same for the same minibatch.
+    assert_eq!(d.compute_ns, cold.compute_ns);
+    assert_eq!(a.compute_ns, cold.compute_ns);
+    assert_eq!(d.memory_lines, a.memory_lines);
     assert!(warm.page_cache.hit_rate() > cold.page_cache.hit_rate());
     // Every used entry went through the page cache.
     assert_eq!(cold.bytes_used, d.bytes_used);
@@ -165,15 +179,19 @@ fn direct_and_async_read_only_the_blocks_they_need() {
     }
 }
 
-#[test]
-fn readahead_reads_the_window_on_a_sequential_scan() {
-    // A path graph whose indices span many pages; sampling every node's full list scans them.
-    let n = 6000u32;
+fn path_graph(n: u32) -> CsrGraph {
     let mut edges: Vec<(u32, u32)> = (0..n)
         .flat_map(|i| [(i, (i + 1) % n), ((i + 1) % n, i)])
         .collect();
     edges.sort_unstable();
-    let g = CsrGraph::from_edges(u64::from(n), &edges).unwrap();
+    CsrGraph::from_edges(u64::from(n), &edges).unwrap()
+}
+
+#[test]
+fn read_around_covers_a_small_file_in_one_fault() {
+    // A path graph whose files span 12 pages each; sampling every node's full list scans them.
+    let n = 6000u32;
+    let g = path_graph(n);
     let host = HostStackConfig::default();
     let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
     let all: Vec<u64> = (0..u64::from(n)).collect();
@@ -181,15 +199,43 @@ fn readahead_reads_the_window_on_a_sequential_scan() {
     assert!(s.sample(1, &[2], &all).unwrap() == r);
     let h = s.host_stats();
     let m = s.shared().mmap.as_ref().unwrap();
-    // Both files were scanned sequentially: windows grew to the maximum.
+    // The first fault of each file reads the whole (12-page) file: 32-page read-around.
     for ra in &m.readahead {
-        assert!(ra.sequential_misses > 0);
-        assert!(ra.window_pages() > host.readahead_min_pages);
+        assert_eq!((ra.around_reads, ra.single_page_reads), (1, 0));
     }
-    // 6001 indptr entries (47 KiB, 12 pages) + 12000 indices (47 KiB, 12 pages) in far fewer
-    // I/Os than pages.
-    assert!(h.ios < 24 / 2, "{h:?}");
+    assert_eq!(h.ios, 2, "{h:?}");
     assert!(h.page_cache.hit_rate() > 0.99);
+}
+
+#[test]
+fn a_fault_reads_the_window_centred_on_it() {
+    // 60 000 nodes: indptr spans 118 pages. One target in the middle of the file.
+    let g = path_graph(60_000);
+    let host = HostStackConfig::default();
+    let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
+    let v = 30_000u64;
+    let r = ReferenceSampler::new(&g).sample(1, &[2], &[v]).unwrap();
+    assert!(s.sample(1, &[2], &[v]).unwrap() == r);
+    let bs = u64::from(s.device().info().block_size_bytes);
+    let sh = s.shared();
+    let m = sh.mmap.as_ref().unwrap();
+    let first = sh.graph.indptr.slba * bs / PAGE_SIZE_BYTES;
+    let fault = (sh.graph.indptr.slba * bs + 8 * v) / PAGE_SIZE_BYTES;
+    let half = u64::from(host.readahead_max_pages / 2);
+    assert!(fault - first > half, "the window must not be clipped here");
+    // Pages fault − 16 .. fault + 16 are cached, nothing outside.
+    for p in fault - half..fault + half {
+        assert!(m.cache.contains(p), "page {p} (fault {fault})");
+    }
+    assert!(!m.cache.contains(fault - half - 1) && !m.cache.contains(fault + half));
+    // One fault per file, each one 32-page read (the indices file is larger still).
+    let h = s.host_stats();
+    assert_eq!(h.ios, 2);
+    assert_eq!(h.bytes_read, 2 * 32 * PAGE_SIZE_BYTES);
+    assert_eq!(h.page_cache.misses, 2);
+    // indptr[v], indptr[v+1]: one cache line; the two neighbours: one more.
+    assert_eq!(h.memory_lines, 2);
+    assert_eq!(h.compute_ns, host.node_ns + 2 * host.edge_sampled_ns);
 }
 
 #[test]
@@ -267,6 +313,8 @@ fn isp_mode_equals_the_reference_and_charges_two_ioctls() {
     let per = HostStackConfig::default().sync_read_submit_ns()
         + HostStackConfig::default().blocking_completion_ns();
     assert_eq!(h.host_cpu_ns, 8 * per);
+    // The device samples: no host sampling compute, no host memory loads.
+    assert_eq!((h.compute_ns, h.memory_lines), (0, 0));
 }
 
 #[test]
@@ -313,5 +361,31 @@ fn several_workers_sample_what_one_does_deterministically() {
             a.makespan_ns,
             one.makespan_ns
         );
+    }
+}
+
+#[test]
+fn mmap_workers_touch_the_page_cache_in_time_order() {
+    // A small cache, so that faults, evictions and pending pages interleave between workers.
+    let g = generate(&RmatParams::graph500(11, 8, 5)).unwrap();
+    let reqs = requests(6, g.node_count());
+    let fanouts = [10u16, 5];
+    let host = HostStackConfig {
+        page_cache_bytes: 24 * PAGE_SIZE_BYTES,
+        ..HostStackConfig::default()
+    };
+    let one = sampler(&g, HostIoMode::Mmap, host.clone())
+        .run_workers(1, &fanouts, &reqs)
+        .unwrap();
+    for workers in [2, 3] {
+        let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
+        let run = s.run_workers(workers, &fanouts, &reqs).unwrap();
+        assert_eq!(run.subgraphs, one.subgraphs);
+        let h = s.host_stats();
+        assert!(h.page_cache.evictions > 0 && h.page_cache.misses > 0);
+        // Every page-cache access and insertion happened at a virtual time no earlier than the
+        // previous one: the shared LRU and pending pages see the workers in time order.
+        assert_eq!(h.cache_order_violations, 0, "{workers} workers: {h:?}");
+        assert_eq!(h.submit_lag_ns, 0);
     }
 }
