@@ -742,9 +742,14 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
     // Random 4 KiB reads at depth: every page once, die-balanced rows in random order.
     {
         ssd.drop_caches();
-        let mut row_order: Vec<u64> = (0..region_pages / dies).collect();
+        // Rows inside the first block of every die only: the FTL fills one block per die at a
+        // time, so all these pages sit on one plane and no read pairs with another
+        // (multi-plane grouping, see `crate::nand`); the die bound is the one-plane bound.
+        // Rows of a second block (possibly another plane) would pair by chance and beat it.
+        let die_rows = (region_pages / dies).min(u64::from(n.pages_per_block));
+        let mut row_order: Vec<u64> = (0..die_rows).collect();
         rng.shuffle(&mut row_order);
-        let mut ios = Vec::with_capacity(region_pages as usize);
+        let mut ios = Vec::with_capacity((die_rows * dies) as usize);
         let mut cols: Vec<u64> = (0..dies).collect();
         for row in row_order {
             rng.shuffle(&mut cols);

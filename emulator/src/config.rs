@@ -46,6 +46,13 @@ pub struct HwConfig {
     /// [`HostStackConfig::default`].
     #[serde(default)]
     pub host: HostStackConfig,
+    /// The internal peer-to-peer link of an FPGA-based computational SSD, between the SSD
+    /// controller and the FPGA that runs the sampling kernel. Optional: without a `[p2p]` table
+    /// the ISP engine works on pages in the controller's own DRAM (a firmware-based CSD). With
+    /// it, every page the ISP engine scans is first copied SSD→FPGA over this link (see
+    /// [`crate::ssd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<P2pConfig>,
 }
 
 /// `[device]`: what the device is called.
@@ -82,6 +89,16 @@ pub struct NandConfig {
     pub channel_rate_mb_s: u32,
     /// Channel time of one operation's command, address and status cycles.
     pub command_overhead_ns: u64,
+    /// Planes per die (a power of two, at most 8, dividing `blocks_per_die`; block `b` sits on
+    /// plane `b % planes_per_die`). Reads or programs of one die on different planes that wait
+    /// together share one tR or tPROG (multi-plane operation, see [`crate::nand`]). Optional:
+    /// 1 when absent.
+    #[serde(default = "one_plane")]
+    pub planes_per_die: u32,
+}
+
+fn one_plane() -> u32 {
+    1
 }
 
 impl NandConfig {
@@ -122,6 +139,39 @@ pub struct PcieConfig {
     /// Latency of a device→host posted write (read data, a CQE) before its data flows:
     /// descriptor set-up and one crossing of link and root complex, no completion to wait for.
     pub posted_write_setup_ns: u64,
+}
+
+/// `[p2p]`: the PCIe link inside an FPGA-based CSD between the SSD controller and the FPGA
+/// (e.g. the Samsung SmartSSD's on-card switch). Each page copy is one posted-write DMA of the
+/// SSD controller into the FPGA's DRAM, modelled like one direction of [`PcieConfig`]'s link.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct P2pConfig {
+    /// PCIe generation of the internal link, 1 to 5.
+    pub generation: u8,
+    /// Width of the internal link in lanes (1, 2, 4, 8, 12, 16 or 32).
+    pub lanes: u8,
+    /// Max Payload Size of the internal link (128 to 4096, a power of two).
+    pub max_payload_bytes: u32,
+    /// Bytes each TLP adds on the wire.
+    pub tlp_overhead_bytes: u32,
+    /// Fixed latency of one page copy before its data flows (DMA descriptor set-up and the
+    /// crossing of the switch); overlaps other copies, as in [`crate::pcie`].
+    pub setup_ns: u64,
+}
+
+impl P2pConfig {
+    /// The internal link as a [`PcieConfig`] (both set-ups are the page copy's `setup_ns`).
+    pub fn to_pcie_config(&self) -> PcieConfig {
+        PcieConfig {
+            generation: self.generation,
+            lanes: self.lanes,
+            max_payload_bytes: self.max_payload_bytes,
+            tlp_overhead_bytes: self.tlp_overhead_bytes,
+            dma_read_setup_ns: self.setup_ns,
+            posted_write_setup_ns: self.setup_ns,
+        }
+    }
 }
 
 /// `[controller]`: the fixed costs of the NVMe queue mechanics that are not data transfers.
@@ -401,7 +451,37 @@ impl HwConfig {
         self.validate_cores()?;
         self.validate_firmware()?;
         self.validate_dram()?;
+        self.validate_p2p()?;
         self.host.validate()
+    }
+
+    fn validate_p2p(&self) -> Result<(), EmulatorError> {
+        let Some(p) = &self.p2p else {
+            return Ok(());
+        };
+        in_range(p.generation.into(), 1, 5, "p2p.generation")?;
+        check(
+            matches!(p.lanes, 1 | 2 | 4 | 8 | 12 | 16 | 32),
+            "p2p.lanes",
+            || format!("must be 1, 2, 4, 8, 12, 16 or 32 (got {})", p.lanes),
+        )?;
+        power_of_two(p.max_payload_bytes.into(), "p2p.max_payload_bytes")?;
+        in_range(
+            p.max_payload_bytes.into(),
+            128,
+            4096,
+            "p2p.max_payload_bytes",
+        )?;
+        in_range(
+            p.tlp_overhead_bytes.into(),
+            1,
+            128,
+            "p2p.tlp_overhead_bytes",
+        )?;
+        at_most(p.setup_ns, MAX_LATENCY_NS, "p2p.setup_ns")?;
+        check(self.firmware.isp, "p2p", || {
+            "a [p2p] link needs in-storage processing (firmware.isp = true)".to_string()
+        })
     }
 
     fn validate_device(&self) -> Result<(), EmulatorError> {
@@ -448,7 +528,15 @@ impl HwConfig {
             n.command_overhead_ns,
             MAX_LATENCY_NS,
             "nand.command_overhead_ns",
-        )
+        )?;
+        let planes = n.planes_per_die;
+        if !(planes.is_power_of_two() && planes <= 8 && n.blocks_per_die.is_multiple_of(planes)) {
+            return Err(invalid(
+                "nand.planes_per_die",
+                format!("must be 1, 2, 4 or 8 and divide blocks_per_die, not {planes}"),
+            ));
+        }
+        Ok(())
     }
 
     fn validate_pcie(&self) -> Result<(), EmulatorError> {
@@ -659,7 +747,7 @@ mod tests {
             .iter()
             .map(|(_, c)| c.device.name.as_str())
             .collect();
-        for expected in ["cosmos-plus", "gen4-ssd", "newport"] {
+        for expected in ["cosmos-plus", "gen4-ssd", "newport", "smartssd-fpga"] {
             assert!(
                 names.contains(&expected),
                 "{expected} missing from {names:?}"
@@ -680,6 +768,21 @@ mod tests {
             .1;
         assert!(!gen4.firmware.isp, "the commodity SSD has no ISP");
         assert!(HwConfig::cosmos_plus().firmware.isp, "isp defaults to true");
+        assert!(
+            HwConfig::cosmos_plus().p2p.is_none(),
+            "p2p defaults to absent"
+        );
+        let smartssd = &configs
+            .iter()
+            .find(|(_, c)| c.device.name == "smartssd-fpga")
+            .unwrap()
+            .1;
+        let p2p = smartssd
+            .p2p
+            .as_ref()
+            .expect("the FPGA CSD has a [p2p] link");
+        assert_eq!((p2p.generation, p2p.lanes), (3, 4));
+        assert!(smartssd.firmware.isp);
     }
 
     #[test]

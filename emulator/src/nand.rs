@@ -35,6 +35,30 @@
 //! when no die has anything for it. Operations on one die run and complete strictly in
 //! submission order.
 //!
+//! ## Planes (multi-plane operation)
+//!
+//! A die has `P` = `planes_per_die` planes; block `b` is on plane `b % P`. When a die comes
+//! free, the operation at the head of its queue starts a *group*, and the operations queued
+//! behind it join while they are of the same kind (all reads or all programs), each on a plane
+//! the group does not use yet, up to `P` members; an operation issued to the die while its
+//! group's array phase has not started (a read group's command phase not yet granted, a
+//! program group's data-ins not all granted) and nothing is queued joins the same way. Erases
+//! never group. An idle die starts its queue's head only after every issue of the same
+//! instant has been queued, so operations issued together group. With `n` members:
+//!
+//! ```plain
+//! Read:     channel [s, s+n·cmd)                command + address cycles of every plane
+//!           die     [s+n·cmd, +tR)              one sense for all planes
+//!           channel n data-outs of xfer each, requested in member order after the sense
+//!           the die is free when the last member's data-out is done
+//! Program:  channel n phases [s_i, s_i+cmd+xfer)  each member's command, address, data in
+//!           all done = max_i(s_i+cmd+xfer) + tPROG  (one program for all planes)
+//! ```
+//!
+//! So a die that always has `n` reads on distinct planes waiting reads `n` pages per
+//! `n·cmd + tR + n·xfer` instead of one per `cmd + tR + xfer`; data transfers still serialise
+//! on the channel. The grouping depends only on the order of events, so it is deterministic.
+//!
 //! # Driving it
 //!
 //! [`Flash::submit`] checks and *stages* an operation (errors are returned at once, as the HAL
@@ -128,14 +152,40 @@ enum OpKind {
 struct Op {
     tag: u32,
     die: u32,
+    /// The plane of the operation's block (`block % planes`).
+    plane: u32,
     kind: OpKind,
-    started_ns: u64,
+}
+
+/// The operations a die runs together: one alone, or a multi-plane read or program of up to
+/// one operation per plane, in submission order.
+#[derive(Debug)]
+struct Group {
+    /// The first member (whose events drive the group's command and sense phases).
+    members: Vec<u64>,
+    /// Planes taken by members.
+    plane_mask: u32,
+    /// Whether the members are reads (`false`: programs, or a lone erase).
+    read: bool,
+    /// Channel phases that must still be granted before the array phase starts: for a read
+    /// group its one command phase, for a program group each member's data-in. While this is
+    /// non-zero, an operation of the same kind on a free plane may join.
+    ungranted: usize,
+    /// Members not yet done.
+    remaining: usize,
+    /// When the group's first channel phase was granted.
+    started_ns: Option<u64>,
+    /// End of the latest program data-in.
+    data_end_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EventKind {
     /// The firmware's issue of the operation reaches the die's queue.
     Issue,
+    /// An idle die (the event's id is the die) starts the head of its queue, after every
+    /// issue of the same instant has been queued behind it.
+    Start,
     /// A read's sense (tR) finished; its data-out needs the channel.
     SenseDone,
     /// The operation finished; its die is free.
@@ -204,7 +254,9 @@ pub struct NandArray {
     pages: HashMap<u32, Box<[u8]>>,
     /// Per block: the lowest page that may still be programmed.
     next_page: Vec<u32>,
-    die_busy: Vec<Option<u64>>,
+    /// Planes per die (1: no multi-plane operation).
+    planes: u32,
+    die_group: Vec<Option<Group>>,
     die_queue: Vec<VecDeque<u64>>,
     channels: Vec<Channel>,
     ops: HashMap<u64, Op>,
@@ -224,6 +276,14 @@ impl NandArray {
     /// An erased array of the geometry and timing of `config` (assumed validated).
     pub fn new(config: &NandConfig) -> Self {
         Self::with_timing(config.geometry(), NandTiming::from_config(config))
+            .with_planes(config.planes_per_die)
+    }
+
+    /// The same array with `planes` planes per die (a power of two dividing the blocks per
+    /// die; 0 is taken as 1).
+    pub fn with_planes(mut self, planes: u32) -> Self {
+        self.planes = planes.max(1);
+        self
     }
 
     /// An erased array with an explicit geometry and timing.
@@ -235,7 +295,8 @@ impl NandArray {
             page_size_bytes: geometry.page_size_bytes as usize,
             pages: HashMap::new(),
             next_page: vec![0; geometry.block_count() as usize],
-            die_busy: vec![None; dies],
+            planes: 1,
+            die_group: (0..dies).map(|_| None).collect(),
             die_queue: vec![VecDeque::new(); dies],
             channels: vec![Channel::default(); geometry.channels as usize],
             ops: HashMap::new(),
@@ -323,6 +384,14 @@ impl NandArray {
         self.now_ns = self.now_ns.max(time_ns);
         match kind {
             EventKind::Issue => self.on_issue(time_ns, op_id),
+            EventKind::Start => {
+                let die = op_id as usize;
+                if self.die_group[die].is_none()
+                    && let Some(next) = self.die_queue[die].pop_front()
+                {
+                    self.start(time_ns, next);
+                }
+            }
             EventKind::SenseDone => self.on_sense_done(time_ns, op_id),
             EventKind::Done => self.on_done(time_ns, op_id),
             EventKind::ChannelFree => self.on_channel_free(time_ns, op_id as usize),
@@ -336,28 +405,101 @@ impl NandArray {
 
     fn on_issue(&mut self, t_ns: u64, op_id: u64) {
         let die = self.ops[&op_id].die as usize;
-        if self.die_busy[die].is_none() {
-            self.start(t_ns, op_id);
+        if self.die_group[die].is_none() {
+            if self.die_queue[die].is_empty() {
+                self.schedule(t_ns, EventKind::Start, die as u64);
+            }
+            self.die_queue[die].push_back(op_id);
+        } else if self.die_queue[die].is_empty() && self.can_join(die, op_id) {
+            self.join(die, op_id);
+            if !self.group_is_read(die) {
+                self.request_channel(t_ns, op_id, BusPhase::Program);
+            }
         } else {
             self.die_queue[die].push_back(op_id);
         }
     }
 
-    /// The die is free: the operation asks its channel for its first bus phase.
-    fn start(&mut self, t_ns: u64, op_id: u64) {
-        let op = &self.ops[&op_id];
-        let die = op.die;
-        let phase = match op.kind {
-            OpKind::Read { .. } => BusPhase::ReadCommand,
-            OpKind::Program { .. } => BusPhase::Program,
-            OpKind::Erase { .. } => BusPhase::Erase,
-        };
-        self.die_busy[die as usize] = Some(op_id);
-        self.request_channel(t_ns, op_id, phase);
+    fn group_is_read(&self, die: usize) -> bool {
+        self.die_group[die].as_ref().is_some_and(|g| g.read)
     }
 
+    /// Whether `op_id` may join the die's group: same kind (read or program), a plane the group
+    /// does not use yet, and the group's array phase not started.
+    fn can_join(&self, die: usize, op_id: u64) -> bool {
+        let Some(g) = &self.die_group[die] else {
+            return false;
+        };
+        let op = &self.ops[&op_id];
+        let same_kind = match op.kind {
+            OpKind::Read { .. } => g.read,
+            OpKind::Program { .. } => {
+                !g.read && matches!(self.ops[&g.members[0]].kind, OpKind::Program { .. })
+            }
+            OpKind::Erase { .. } => false,
+        };
+        same_kind
+            && g.ungranted > 0
+            && g.plane_mask & (1 << op.plane) == 0
+            && (g.members.len() as u32) < self.planes
+    }
+
+    fn join(&mut self, die: usize, op_id: u64) {
+        let plane = self.ops[&op_id].plane;
+        let g = self.die_group[die].as_mut().expect("a group to join");
+        g.members.push(op_id);
+        g.plane_mask |= 1 << plane;
+        g.remaining += 1;
+        if !g.read {
+            g.ungranted += 1;
+        }
+    }
+
+    /// The die is free: the operation starts a group, which the operations queued behind it
+    /// join while they can (same kind, other planes, in order); then the group asks the
+    /// channel for its first bus phases.
+    fn start(&mut self, t_ns: u64, op_id: u64) {
+        let op = &self.ops[&op_id];
+        let die = op.die as usize;
+        let (phase, read) = match op.kind {
+            OpKind::Read { .. } => (BusPhase::ReadCommand, true),
+            OpKind::Program { .. } => (BusPhase::Program, false),
+            OpKind::Erase { .. } => (BusPhase::Erase, false),
+        };
+        self.die_group[die] = Some(Group {
+            members: vec![op_id],
+            plane_mask: 1 << op.plane,
+            read,
+            ungranted: 1,
+            remaining: 1,
+            started_ns: None,
+            data_end_ns: 0,
+        });
+        while let Some(&next) = self.die_queue[die].front()
+            && self.can_join(die, next)
+        {
+            self.die_queue[die].pop_front();
+            self.join(die, next);
+        }
+        self.request_channel(t_ns, op_id, phase);
+        if phase == BusPhase::Program {
+            let members = self.die_group[die].as_ref().map(|g| g.members.clone());
+            for &m in members.iter().flatten().skip(1) {
+                self.request_channel(t_ns, m, BusPhase::Program);
+            }
+        }
+    }
+
+    /// The group's sense finished: every member's data-out asks the channel, in order.
     fn on_sense_done(&mut self, t_ns: u64, op_id: u64) {
-        self.request_channel(t_ns, op_id, BusPhase::ReadData);
+        let die = self.ops[&op_id].die as usize;
+        let members = self.die_group[die]
+            .as_ref()
+            .map(|g| g.members.clone())
+            .unwrap_or_default();
+        for m in members {
+            self.request_channel(t_ns, m, BusPhase::ReadData);
+        }
     }
 
     /// Asks `op_id`'s channel for `phase` at `t_ns`: granted at once if the channel is free and
@@ -401,29 +543,50 @@ impl NandArray {
     fn grant(&mut self, ch: usize, s: u64, op_id: u64, phase: BusPhase) {
         let t = self.timing;
         let (cmd, xfer) = (t.command_overhead_ns, t.page_transfer_ns);
-        let (busy_ns, next_ns, kind) = match phase {
-            BusPhase::ReadCommand => (cmd, s + cmd + t.t_read_ns, EventKind::SenseDone),
-            BusPhase::ReadData => (xfer, s + xfer, EventKind::Done),
-            BusPhase::Program => (cmd + xfer, s + cmd + xfer + t.t_program_ns, EventKind::Done),
-            BusPhase::Erase => (cmd, s + cmd + t.t_erase_ns, EventKind::Done),
+        let die = self.ops[&op_id].die as usize;
+        let g = self.die_group[die]
+            .as_mut()
+            .expect("a granted phase has a group");
+        if phase != BusPhase::ReadData {
+            g.started_ns.get_or_insert(s);
+            g.ungranted = g.ungranted.saturating_sub(1);
+        }
+        let n = g.members.len() as u64;
+        let busy_ns = match phase {
+            BusPhase::ReadCommand => {
+                let sense_done = s + n * cmd + t.t_read_ns;
+                self.schedule(sense_done, EventKind::SenseDone, op_id);
+                n * cmd
+            }
+            BusPhase::ReadData => {
+                self.schedule(s + xfer, EventKind::Done, op_id);
+                xfer
+            }
+            BusPhase::Program => {
+                g.data_end_ns = g.data_end_ns.max(s + cmd + xfer);
+                if g.ungranted == 0 {
+                    let done = g.data_end_ns + t.t_program_ns;
+                    for m in g.members.clone() {
+                        self.schedule(done, EventKind::Done, m);
+                    }
+                }
+                cmd + xfer
+            }
+            BusPhase::Erase => {
+                self.schedule(s + cmd + t.t_erase_ns, EventKind::Done, op_id);
+                cmd
+            }
         };
         self.channels[ch].busy_until_ns = s + busy_ns;
         if matches!(phase, BusPhase::ReadData | BusPhase::Program) {
             self.stats.channel_bytes[ch] += self.page_size_bytes as u64;
         }
-        if phase != BusPhase::ReadData
-            && let Some(op) = self.ops.get_mut(&op_id)
-        {
-            op.started_ns = s;
-        }
-        self.schedule(next_ns, kind, op_id);
     }
 
     fn on_done(&mut self, t_ns: u64, op_id: u64) {
         let Some(op) = self.ops.remove(&op_id) else {
             return;
         };
-        self.stats.die_busy_ns += t_ns - op.started_ns;
         let read = match op.kind {
             OpKind::Read {
                 ppn,
@@ -457,7 +620,16 @@ impl NandArray {
         };
         self.finished.push_back(Finished { tag: op.tag, read });
         let die = op.die as usize;
-        self.die_busy[die] = None;
+        let g = self.die_group[die]
+            .as_mut()
+            .expect("a running op has a group");
+        g.remaining -= 1;
+        if g.remaining > 0 {
+            return;
+        }
+        let started = g.started_ns.unwrap_or(t_ns);
+        self.stats.die_busy_ns += t_ns - started;
+        self.die_group[die] = None;
         if let Some(next) = self.die_queue[die].pop_front() {
             self.start(t_ns, next);
         }
@@ -524,6 +696,11 @@ impl Flash for NandArray {
                 (block.0 / g.blocks_per_die, OpKind::Erase { block: block.0 })
             }
         };
+        let block = match &kind {
+            OpKind::Read { ppn, .. } | OpKind::Program { ppn, .. } => ppn / g.pages_per_block,
+            OpKind::Erase { block } => *block,
+        };
+        let plane = block % self.planes;
         let op_id = self.next_op_id;
         self.next_op_id += 1;
         self.ops.insert(
@@ -531,8 +708,8 @@ impl Flash for NandArray {
             Op {
                 tag,
                 die,
+                plane,
                 kind,
-                started_ns: 0,
             },
         );
         self.staged.push((op_id, self.noted.take()));
@@ -775,6 +952,58 @@ mod tests {
         let tags: Vec<u32> = done.iter().map(|d| d.0).collect();
         assert_eq!(tags, vec![10, 11, 12, 13]);
         assert!(done.windows(2).all(|w| w[0].1 < w[1].1));
+    }
+
+    #[test]
+    fn reads_on_different_planes_of_a_die_share_one_sense() {
+        let mut nand = array().with_planes(2);
+        let mut dram = vec![0u8; 3 * PAGE];
+        let t = *nand.timing();
+        // Die 0: pages 0 and 4 are in blocks 0 and 1 (planes 0 and 1), page 8 in block 2
+        // (plane 0 again).
+        nand.submit(1, read(0, 0, 0), &dram).unwrap();
+        nand.submit(2, read(0, 4, 1), &dram).unwrap();
+        nand.submit(3, read(0, 8, 2), &dram).unwrap();
+        let done = run(&mut nand, &mut dram);
+        let sense_end = 2 * t.command_overhead_ns + t.t_read_ns;
+        assert_eq!((done[0].0, done[0].1), (1, sense_end + t.page_transfer_ns));
+        assert_eq!(
+            (done[1].0, done[1].1),
+            (2, sense_end + 2 * t.page_transfer_ns)
+        );
+        // Plane 0 was taken: the third read runs alone after the pair.
+        assert_eq!((done[2].0, done[2].1), (3, done[1].1 + t.read_latency_ns()));
+        assert!(done[1].1 < 2 * t.read_latency_ns());
+    }
+
+    #[test]
+    fn programs_on_different_planes_share_one_tprog() {
+        let mut nand = array().with_planes(2);
+        let mut dram = vec![0u8; PAGE];
+        let t = *nand.timing();
+        let program = |page| FlashOp::Program {
+            ppn: ppn(0, page),
+            dram_offset_bytes: 0,
+        };
+        nand.submit(1, program(0), &dram).unwrap(); // block 0, plane 0
+        nand.submit(2, program(4), &dram).unwrap(); // block 1, plane 1
+        nand.submit(3, read(0, 1, 0), &dram).unwrap(); // a read does not join
+        let done = run(&mut nand, &mut dram);
+        let both = 2 * (t.command_overhead_ns + t.page_transfer_ns) + t.t_program_ns;
+        assert_eq!(done[0], (1, both, Ok(())));
+        assert_eq!(done[1], (2, both, Ok(())));
+        assert_eq!((done[2].0, done[2].1), (3, both + t.read_latency_ns()));
+        assert_eq!(nand.stats().die_busy_ns, done[2].1);
+    }
+
+    #[test]
+    fn one_plane_never_groups() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 2 * PAGE];
+        nand.submit(1, read(0, 0, 0), &dram).unwrap();
+        nand.submit(2, read(0, 4, 1), &dram).unwrap();
+        let done = run(&mut nand, &mut dram);
+        assert_eq!(done[1].1, 2 * nand.timing().read_latency_ns());
     }
 
     #[test]

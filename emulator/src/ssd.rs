@@ -53,6 +53,32 @@
 //! call costs `cycles_per_command` on the core and posts an Invalid Opcode completion, exactly
 //! as the firmware's answer to an opcode it does not know is timed.
 //!
+//! # FPGA-based CSDs: the SSD→FPGA copy (`[p2p]`)
+//!
+//! With a `[p2p]` table (an FPGA-based CSD such as the Samsung SmartSSD) the sampling kernel
+//! does not run next to the controller's DRAM: every flash page the ISP engine scans
+//! (`WorkCounters::pages_scanned`) must first be copied SSD→FPGA over the internal PCIe link,
+//! one posted-write DMA of `page_size_bytes` per page, on its own [`PcieLink`] FIFO ("busy
+//! until", set-up overlapping, bandwidth not). A call that scans `k` pages books its `k`
+//! copies at its start and cannot start its work before the last of them has landed:
+//!
+//! ```plain
+//! p2p_done = last of k page copies requested at start   (p2p link FIFO)
+//! start'   = max(start, p2p_done)
+//! end      = start' + core_ns(work of the call)          (the [cores] rates: the FPGA kernel's)
+//! ```
+//!
+//! The result then goes to the host over the normal host link (`[pcie]`), as for any ISP
+//! device. Simplifications: (1) the copy is requested when the engine consumes the page (the
+//! call's start), not when the flash read ended, so copies never use the idle time before the
+//! call, and the whole call (including any NVMe work in it) waits for them (slower than a
+//! real FPGA CSD); (2) the model still has one core clock: the controller's work (commands,
+//! flash operations, polls) is charged in cycles of that clock, which `[cores]` then
+//! describes as the FPGA kernel's; (3) a page-buffer hit is copied again (the FPGA keeps no
+//! cache of its own in this model); (4) the device issues the copies itself, with no host
+//! software cost (in SmartSAGE's FPGA-CSD the host orchestrates the P2P reads: faster than
+//! the real one). Host-facing I/O never touches the `[p2p]` link.
+//!
 //! The simulation is lazy: it runs inside [`Ssd::reap`], never past the earliest posted
 //! completion, so a host that submits after a reap (or after [`Ssd::advance_to_ns`]) is never
 //! in the simulation's past.
@@ -144,6 +170,12 @@ pub struct DeviceStats {
     pub pcie_h2c_wire_bytes: u64,
     /// Wire bytes device→host, including TLP overhead.
     pub pcie_c2h_wire_bytes: u64,
+    /// Payload bytes copied SSD→FPGA over the internal `[p2p]` link (0 without one).
+    pub p2p_bytes: u64,
+    /// Page copies made over the `[p2p]` link.
+    pub p2p_transfers: u64,
+    /// Virtual time firmware calls waited for their SSD→FPGA page copies (start' − start).
+    pub p2p_wait_ns: u64,
     /// Virtual time of the last event the device has simulated.
     pub simulated_ns: u64,
 }
@@ -322,6 +354,10 @@ pub struct Ssd {
     firmware: Firmware<NandArray, Vec<u8>>,
     host: HostSide,
     pcie: PcieLink,
+    /// The SSD→FPGA link of an FPGA-based CSD (`[p2p]`); see the module documentation.
+    p2p: Option<PcieLink>,
+    /// Bytes of one flash page: what one SSD→FPGA copy moves.
+    page_size_bytes: u64,
     cores: CoreModel,
     controller: ControllerConfig,
     /// Whether vendor-specific I/O opcodes reach the firmware (`[firmware] isp`).
@@ -374,6 +410,11 @@ impl Ssd {
             firmware,
             host: HostSide::default(),
             pcie: PcieLink::new(&config.pcie),
+            p2p: config
+                .p2p
+                .as_ref()
+                .map(|p| PcieLink::new(&p.to_pcie_config())),
+            page_size_bytes: u64::from(config.nand.page_size_bytes),
             cores: CoreModel::new(&config.cores),
             controller: config.controller.clone(),
             isp: config.firmware.isp,
@@ -599,6 +640,14 @@ impl Ssd {
             pcie_c2h_bytes: c2h.payload_bytes,
             pcie_h2c_wire_bytes: h2c.wire_bytes,
             pcie_c2h_wire_bytes: c2h.wire_bytes,
+            p2p_bytes: self
+                .p2p
+                .as_ref()
+                .map_or(0, |l| l.stats(Direction::DeviceToHost).payload_bytes),
+            p2p_transfers: self
+                .p2p
+                .as_ref()
+                .map_or(0, |l| l.stats(Direction::DeviceToHost).transfers),
             simulated_ns: self.fw_time_ns.max(self.firmware.flash().now_ns()),
             ..self.stats.clone()
         }
@@ -709,6 +758,18 @@ impl Ssd {
         let core_ns = self
             .cores
             .cycles_to_ns(self.cores.cycles(&work).saturating_add(extra_cycles));
+        // An FPGA CSD: the call's scanned pages are copied SSD→FPGA before its work can start.
+        let start_ns = match self.p2p.as_mut() {
+            Some(link) if work.pages_scanned > 0 => {
+                let mut done = start_ns;
+                for _ in 0..work.pages_scanned {
+                    done = link.transfer(Direction::DeviceToHost, start_ns, self.page_size_bytes);
+                }
+                self.stats.p2p_wait_ns += done.saturating_sub(start_ns);
+                start_ns.max(done)
+            }
+            _ => start_ns,
+        };
         let end_ns = start_ns + core_ns;
         self.stats.firmware_calls += 1;
         self.stats.core_busy_ns += core_ns;
@@ -1183,13 +1244,87 @@ mod tests {
 
     #[test]
     fn in_storage_sampling_runs_through_the_queue_pair() {
+        let (before, after, submitted, collected) = sample_in_storage(&small_config());
+        let work = after.work.since(&before.work);
+        assert!(work.pages_scanned > 0 && work.edges_sampled > 0, "{work:?}");
+        assert!(
+            after.nand_pages_read > before.nand_pages_read,
+            "the sampler read flash"
+        );
+        assert!(after.core_busy_ns > before.core_busy_ns);
+        assert!(collected.completed_at_ns > submitted.completed_at_ns);
+        assert_eq!(after.p2p_bytes, 0, "no [p2p] link, no SSD→FPGA copies");
+    }
+
+    /// `small_config`'s shrinking applied to the shipped SmartSSD description.
+    fn small_smartssd_config() -> HwConfig {
+        let mut c =
+            HwConfig::from_toml_str(include_str!("../../hw-configs/smartssd-fpga.toml")).unwrap();
+        let small = small_config();
+        c.nand.channels = small.nand.channels;
+        c.nand.ways = small.nand.ways;
+        c.nand.blocks_per_die = small.nand.blocks_per_die;
+        c.nand.pages_per_block = small.nand.pages_per_block;
+        c.firmware = small.firmware.clone();
+        c.firmware.block_size_bytes = 4096;
+        c.validate().expect("small SmartSSD config is valid");
+        c
+    }
+
+    #[test]
+    fn fpga_csd_sampling_pays_an_ssd_to_fpga_copy_per_scanned_page() {
+        let config = small_smartssd_config();
+        let (before, after, submitted, collected) = sample_in_storage(&config);
+        let work = after.work.since(&before.work);
+        assert!(work.pages_scanned > 0, "{work:?}");
+        let page = u64::from(config.nand.page_size_bytes);
+        assert_eq!(
+            after.p2p_bytes - before.p2p_bytes,
+            work.pages_scanned * page,
+            "p2p link bytes = pages scanned × page size"
+        );
+        assert_eq!(
+            after.p2p_transfers - before.p2p_transfers,
+            work.pages_scanned
+        );
+        assert!(
+            after.p2p_wait_ns > before.p2p_wait_ns,
+            "the kernel waited for copies"
+        );
+        // Host-facing traffic stays on the host link; the copies are not host traffic.
+        assert!(after.pcie_c2h_bytes - before.pcie_c2h_bytes < after.p2p_bytes - before.p2p_bytes);
+
+        // The same device without the link: the same work, and ISP is faster by the copies.
+        let mut no_link = config.clone();
+        no_link.p2p = None;
+        let (b2, a2, s2, c2) = sample_in_storage(&no_link);
+        assert_eq!(
+            a2.work.since(&b2.work),
+            work,
+            "the copy changes time, not work"
+        );
+        assert_eq!(a2.p2p_bytes, 0);
+        let with = collected.completed_at_ns - submitted.submitted_at_ns;
+        let without = c2.completed_at_ns - s2.submitted_at_ns;
+        // Each page copy occupies the link for at least its transfer time.
+        let link = PcieLink::new(&config.p2p.as_ref().unwrap().to_pcie_config());
+        assert!(
+            with > without && with - without >= link.transfer_ns(page),
+            "with p2p {with} ns, without {without} ns"
+        );
+    }
+
+    /// Writes a 200-node graph, attaches it, samples 5 targets in storage and collects the
+    /// subgraph; returns the stats before the submit and after the collect, and the two
+    /// completions.
+    fn sample_in_storage(config: &HwConfig) -> (DeviceStats, DeviceStats, Completed, Completed) {
         use sagessd_abi::graph::{GraphDescriptor, LbaRange};
         use sagessd_abi::ns_config::{encode_ns_config, ns_config_size_bytes};
         use sagessd_abi::nvme::io_opcode;
         use sagessd_abi::subgraph::SubgraphView;
         use zerocopy::IntoBytes;
 
-        let mut ssd = Ssd::new(&small_config()).unwrap();
+        let mut ssd = Ssd::new(config).unwrap();
         // A 200-node graph; node v has v % 13 neighbours (some have none).
         let nodes = 200u64;
         let mut indptr = vec![0u64];
@@ -1252,15 +1387,6 @@ mod tests {
             .map(|n| n.get())
             .collect();
         assert_eq!(first, targets);
-
-        let after = ssd.stats();
-        let work = after.work.since(&before.work);
-        assert!(work.pages_scanned > 0 && work.edges_sampled > 0, "{work:?}");
-        assert!(
-            after.nand_pages_read > before.nand_pages_read,
-            "the sampler read flash"
-        );
-        assert!(after.core_busy_ns > before.core_busy_ns);
-        assert!(collected.completed_at_ns > submitted.completed_at_ns);
+        (before, ssd.stats(), submitted, collected)
     }
 }
