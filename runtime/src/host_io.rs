@@ -82,8 +82,8 @@ use sagessd_emulator::host_stack::{
     ReadAround, cache_lines_touched,
 };
 use sagessd_host_driver::{
-    Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DeviceCounters, DriverError, IO_QUEUE,
-    LocalTransport, NAMESPACE_ID, subgraph_size_bound,
+    Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DriverError, IO_QUEUE, LocalTransport,
+    NAMESPACE_ID, subgraph_size_bound,
 };
 
 use crate::sampler::{
@@ -1129,29 +1129,8 @@ impl HostIoSampler {
         shared.stats.modelled_time_ns += makespan_ns;
         // The driver's and the device's counters, as for any sampler.
         let d = shared.device.stats().since(&driver_before);
-        let s = &mut self.sampler.driver;
-        s.commands += d.commands;
-        s.admin_commands += d.admin_commands;
-        s.reads += d.reads;
-        s.writes += d.writes;
-        s.ns_submits += d.ns_submits;
-        s.ns_collects += d.ns_collects;
-        s.other_commands += d.other_commands;
-        s.failed_commands += d.failed_commands;
-        s.h2c_bytes += d.h2c_bytes;
-        s.c2h_bytes += d.c2h_bytes;
-        if let (Some(before), Some(after)) = (device_before, shared.device.device_counters()) {
-            let delta = after.since(&before);
-            let acc = self
-                .sampler
-                .device
-                .get_or_insert_with(DeviceCounters::default);
-            acc.nand_pages_read += delta.nand_pages_read;
-            acc.nand_pages_programmed += delta.nand_pages_programmed;
-            acc.pcie_h2c_bytes += delta.pcie_h2c_bytes;
-            acc.pcie_c2h_bytes += delta.pcie_c2h_bytes;
-            acc.commands += delta.commands;
-        }
+        self.sampler
+            .add_counters(&d, device_before.zip(shared.device.device_counters()));
         if makespan_ns > 0 {
             self.sampler.modelled_time_ns =
                 Some(self.sampler.modelled_time_ns.unwrap_or(0) + makespan_ns);

@@ -142,6 +142,35 @@ pub struct SamplerStats {
 }
 
 impl SamplerStats {
+    /// Adds what a run did: the driver's counts `d`, and the device's counters before and
+    /// after it (when the transport can read them).
+    pub(crate) fn add_counters(
+        &mut self,
+        d: &DriverStats,
+        device: Option<(DeviceCounters, DeviceCounters)>,
+    ) {
+        let s = &mut self.driver;
+        s.commands += d.commands;
+        s.admin_commands += d.admin_commands;
+        s.reads += d.reads;
+        s.writes += d.writes;
+        s.ns_submits += d.ns_submits;
+        s.ns_collects += d.ns_collects;
+        s.other_commands += d.other_commands;
+        s.failed_commands += d.failed_commands;
+        s.h2c_bytes += d.h2c_bytes;
+        s.c2h_bytes += d.c2h_bytes;
+        if let Some((before, after)) = device {
+            let delta = after.since(&before);
+            let acc = self.device.get_or_insert_with(DeviceCounters::default);
+            acc.nand_pages_read += delta.nand_pages_read;
+            acc.nand_pages_programmed += delta.nand_pages_programmed;
+            acc.pcie_h2c_bytes += delta.pcie_h2c_bytes;
+            acc.pcie_c2h_bytes += delta.pcie_c2h_bytes;
+            acc.commands += delta.commands;
+        }
+    }
+
     fn add_subgraph(&mut self, s: &SampledSubgraph) {
         self.minibatches += 1;
         self.nodes += s.node_count() as u64;
@@ -495,26 +524,7 @@ impl Meter {
 
     fn finish<T: Transport>(self, device: &Device<T>, stats: &mut SamplerStats) {
         let d = device.stats().since(&self.driver);
-        let s = &mut stats.driver;
-        s.commands += d.commands;
-        s.admin_commands += d.admin_commands;
-        s.reads += d.reads;
-        s.writes += d.writes;
-        s.ns_submits += d.ns_submits;
-        s.ns_collects += d.ns_collects;
-        s.other_commands += d.other_commands;
-        s.failed_commands += d.failed_commands;
-        s.h2c_bytes += d.h2c_bytes;
-        s.c2h_bytes += d.c2h_bytes;
-        if let (Some(before), Some(after)) = (self.device, device.device_counters()) {
-            let delta = after.since(&before);
-            let acc = stats.device.get_or_insert_with(DeviceCounters::default);
-            acc.nand_pages_read += delta.nand_pages_read;
-            acc.nand_pages_programmed += delta.nand_pages_programmed;
-            acc.pcie_h2c_bytes += delta.pcie_h2c_bytes;
-            acc.pcie_c2h_bytes += delta.pcie_c2h_bytes;
-            acc.commands += delta.commands;
-        }
+        stats.add_counters(&d, self.device.zip(device.device_counters()));
         if let (Some(start), Some(end)) = (self.start_ns, device.last_completed_at_ns())
             && d.commands > 0
         {
