@@ -68,7 +68,8 @@
 //! [`NandArray::advance_to`]; [`Flash::poll`] returns only operations that finished at or
 //! before the time the array was advanced to. Nothing reads a clock: same calls, same timeline.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as FastMap;
+use std::collections::VecDeque;
 
 use sagessd_firmware::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry};
 use sagessd_firmware::work::WorkCounters;
@@ -251,7 +252,7 @@ pub struct NandArray {
     geometry: Geometry,
     timing: NandTiming,
     page_size_bytes: usize,
-    pages: HashMap<u32, Box<[u8]>>,
+    pages: FastMap<u32, Box<[u8]>>,
     /// Per block: the lowest page that may still be programmed.
     next_page: Vec<u32>,
     /// Planes per die (1: no multi-plane operation).
@@ -259,7 +260,7 @@ pub struct NandArray {
     die_group: Vec<Option<Group>>,
     die_queue: Vec<VecDeque<u64>>,
     channels: Vec<Channel>,
-    ops: HashMap<u64, Op>,
+    ops: FastMap<u64, Op>,
     next_op_id: u64,
     /// Operations submitted and not yet issued, with the work the firmware had counted when it
     /// submitted each (see [`Flash::note_work`]).
@@ -293,13 +294,13 @@ impl NandArray {
             geometry,
             timing,
             page_size_bytes: geometry.page_size_bytes as usize,
-            pages: HashMap::new(),
+            pages: FastMap::default(),
             next_page: vec![0; geometry.block_count() as usize],
             planes: 1,
             die_group: (0..dies).map(|_| None).collect(),
             die_queue: vec![VecDeque::new(); dies],
             channels: vec![Channel::default(); geometry.channels as usize],
-            ops: HashMap::new(),
+            ops: FastMap::default(),
             next_op_id: 0,
             staged: Vec::new(),
             noted: None,

@@ -83,7 +83,8 @@
 //! completion, so a host that submits after a reap (or after [`Ssd::advance_to_ns`]) is never
 //! in the simulation's past.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as FastMap;
+use std::collections::VecDeque;
 use std::fmt;
 
 use sagessd_abi::nvme::{CompletionEntry, Status, SubmissionEntry};
@@ -249,7 +250,7 @@ enum EffectKind {
 struct HostSide {
     /// Commands the firmware accepted and has not completed. A queue per id only so that a
     /// firmware accepting a duplicate command id does not lose a buffer.
-    buffers: HashMap<CommandId, VecDeque<HostCommand>>,
+    buffers: FastMap<CommandId, VecDeque<HostCommand>>,
     /// The command being handed to the firmware by the current submit call. It shadows an
     /// outstanding command with the same id, so a firmware that rejects the duplicate at once
     /// completes the right one.
@@ -376,7 +377,7 @@ pub struct Ssd {
     blocked: VecDeque<Incoming>,
     posted: EventQueue<Completed>,
     reaped_early: VecDeque<Completed>,
-    outstanding_per_sq: HashMap<u16, usize>,
+    outstanding_per_sq: FastMap<u16, usize>,
     outstanding: usize,
     calls_at_instant: u64,
     stats: DeviceStats,
@@ -427,7 +428,7 @@ impl Ssd {
             blocked: VecDeque::new(),
             posted: EventQueue::default(),
             reaped_early: VecDeque::new(),
-            outstanding_per_sq: HashMap::new(),
+            outstanding_per_sq: FastMap::default(),
             outstanding: 0,
             calls_at_instant: 0,
             stats: DeviceStats::default(),

@@ -111,6 +111,12 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     next_seq: u32,
     flash_in_flight: u32,
     namespace_blocks: u64,
+    /// Parked reads (a bit per command slot) whose pages all wait for loading page-buffer slots
+    /// (or are done): stepping one changes nothing until a slot leaves the loading state, so
+    /// the sweep only counts it as checked. Valid while the buffer's `loading_exits` equals
+    /// `asleep_epoch`; cleared when it moves on.
+    asleep: u64,
+    asleep_epoch: u32,
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
@@ -180,6 +186,8 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             isp,
             graph: None,
             commands: [None; MAX_COMMANDS],
+            asleep: 0,
+            asleep_epoch: 0,
             next_seq: 0,
             flash_in_flight: 0,
             namespace_blocks: u64::from(pages) * blocks_per_page,
@@ -262,6 +270,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         };
         match outcome {
             Ok(Some(op)) => {
+                self.asleep &= !(1u64 << free);
                 self.commands[free] = Some(Parked {
                     id,
                     seq: self.next_seq,
@@ -510,7 +519,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         );
         let mut taken = self.drain_flash_queue();
         for i in 0..MAX_COMMANDS {
-            progress |= self.step_command(host, i);
+            let epoch = self.backend.buffer.loading_exits();
+            if epoch != self.asleep_epoch {
+                self.asleep = 0;
+                self.asleep_epoch = epoch;
+            }
+            if self.asleep & (1u64 << i) != 0 {
+                // What stepping it would count, and all it would do.
+                self.backend.work.parked_checked += 1;
+            } else {
+                progress |= self.step_command(host, i);
+            }
             // Start what the command queued before looking at the next one, so the flash works
             // while the core goes on (the first command's reads need not wait for the sweep).
             taken += self.drain_flash_queue();
@@ -521,7 +540,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     }
 
     /// Hands the queued flash operations to the HAL; returns how many it took.
+    #[inline]
     fn drain_flash_queue(&mut self) -> u64 {
+        if self.backend.queue.nothing_pending() {
+            return 0;
+        }
         let taken =
             self.backend
                 .queue
@@ -615,6 +638,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             dram,
             commands,
             isp,
+            asleep,
             ..
         } = self;
         let Some(cmd) = commands[i].as_mut() else {
@@ -626,8 +650,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         };
         let (progress, done, result) = match &mut cmd.op {
             Op::Read(t) => {
-                let p = io.step_read(host, cmd.id, t, &mut cmd.status);
-                (p, t.is_done(), 0)
+                let (p, waits_on_loads) = io.step_read(host, cmd.id, t, &mut cmd.status);
+                let done = t.is_done();
+                if !p && !done && waits_on_loads {
+                    *asleep |= 1u64 << i;
+                }
+                (p, done, 0)
             }
             Op::Write(t) => {
                 let p = !blocked && io.step_write(host, cmd.id, i, t, &mut cmd.status);
@@ -740,24 +768,31 @@ impl Io<'_> {
         )
     }
 
+    /// Returns whether anything moved, and whether every page that did not is done or waits
+    /// for a loading slot (so that nothing can move before a slot stops loading).
     fn step_read<H: HostInterface>(
         &mut self,
         host: &mut H,
         id: CommandId,
         t: &mut Transfer,
         status: &mut Status,
-    ) -> bool {
+    ) -> (bool, bool) {
         let mut progress = false;
+        let mut waits_on_loads = true;
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let dram = &mut *self.dram;
+            let before = t.pages[i];
             let slot = match page_contents(self.backend, dram, lpn, &mut t.pages[i], status, true) {
                 Next::Ready(slot) => slot,
                 Next::Moved => {
                     progress = true;
                     continue;
                 }
-                Next::Wait => continue,
+                Next::Wait => {
+                    waits_on_loads &= matches!(before, PageIo::Waiting(_) | PageIo::Done);
+                    continue;
+                }
             };
             let (in_page, in_host, len) = self.page_span(t, i);
             let src = self.backend.slot(slot).sub(in_page, len);
@@ -776,7 +811,7 @@ impl Io<'_> {
             t.pages[i] = PageIo::Done;
             progress = true;
         }
-        progress
+        (progress, waits_on_loads)
     }
 
     fn step_write<H: HostInterface>(

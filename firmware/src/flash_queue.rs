@@ -131,6 +131,12 @@ impl FlashQueue {
         self.refused.pop_front()
     }
 
+    /// Whether nothing waits to be handed to the HAL ([`Self::drain`] would do nothing).
+    #[inline]
+    pub fn nothing_pending(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Whether nothing waits to be handed to the HAL.
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty() && self.refused.is_empty()

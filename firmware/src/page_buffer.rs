@@ -38,6 +38,8 @@ pub(crate) struct PageBuffer {
     slots: u32,
     page_size_bytes: u32,
     clock: u32,
+    /// How many times a slot has left the loading state (see [`Self::loading_exits`]).
+    loading_exits: core::cell::Cell<u32>,
 }
 
 #[derive(Clone, Copy)]
@@ -64,6 +66,7 @@ impl PageBuffer {
             slots,
             page_size_bytes,
             clock: 0,
+            loading_exits: core::cell::Cell::new(0),
         }
     }
 
@@ -85,6 +88,10 @@ impl PageBuffer {
             .meta
             .sub(slot as usize * SLOT_META_BYTES, SLOT_META_BYTES);
         let b = r.bytes_mut(dram);
+        if b[10] == LOADING && m.state != LOADING {
+            self.loading_exits
+                .set(self.loading_exits.get().wrapping_add(1));
+        }
         b[0..4].copy_from_slice(&m.key.to_le_bytes());
         b[4..8].copy_from_slice(&m.stamp.to_le_bytes());
         b[8..10].copy_from_slice(&m.pins.to_le_bytes());
@@ -165,6 +172,13 @@ impl PageBuffer {
             self.put(dram, slot, m);
         }
         self.unpin(dram, slot);
+    }
+
+    /// A count that changes whenever any slot leaves the loading state: while it stays the
+    /// same, every slot that was loading still is (the firmware uses it to skip re-examining
+    /// reads that only wait for loading slots).
+    pub fn loading_exits(&self) -> u32 {
+        self.loading_exits.get()
     }
 
     /// Whether the slot is still loading.
