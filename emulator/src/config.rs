@@ -193,6 +193,12 @@ pub struct ControllerConfig {
 pub struct CoresConfig {
     /// Number of cores (see [`crate::cores`] for how they are used).
     pub count: u32,
+    /// Cores of `count` dedicated to in-storage processing (optional, default 0: the ISP
+    /// engine shares the firmware core). At least 1: the ISP engine's calls run on an ISP core
+    /// timeline of their own; the firmware runs one job at a time, so only one of them is used
+    /// (see [`crate::cores`]). At most `count - 1` (the firmware keeps a core).
+    #[serde(default)]
+    pub isp_cores: u32,
     /// Core clock in MHz.
     pub clock_mhz: u32,
     /// Cycles to fetch, parse and dispatch one NVMe command.
@@ -589,6 +595,12 @@ impl HwConfig {
         let c = &self.cores;
         in_range(c.count.into(), 1, 64, "cores.count")?;
         in_range(c.clock_mhz.into(), 1, 100_000, "cores.clock_mhz")?;
+        in_range(
+            c.isp_cores.into(),
+            0,
+            u64::from(c.count.saturating_sub(1)),
+            "cores.isp_cores",
+        )?;
         at_most(c.cycles_per_command, MAX_CYCLES, "cores.cycles_per_command")?;
         at_most(
             c.cycles_per_flash_op,
@@ -900,6 +912,7 @@ mod tests {
         rejects("controller", "interrupt_ns", "20000000000", "at most");
         rejects("cores", "count", "0", "between 1 and 64");
         rejects("cores", "clock_mhz", "0", "between 1 and");
+        rejects("cores", "isp_cores", "2", "between 0 and 1");
         rejects("cores", "cycles_per_command", "2000000000", "at most");
         rejects("cores", "cycles_per_flash_op", "2000000000", "at most");
         rejects("cores", "cycles_per_page_lookup", "2000000000", "at most");

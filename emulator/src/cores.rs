@@ -31,13 +31,23 @@
 //!
 //! # Which core runs what
 //!
-//! The sagessd firmware is one poll-driven thread (no threads, no interrupts), so the model
-//! runs it on **one** core: every call occupies core 0 for its `time_ns`, calls never overlap,
-//! and the call's effects (flash operations, DMAs, completions) happen when it ends. The
-//! further cores of `cores.count` are described but idle. This is the honest reading of the
-//! firmware as written, and it matches the SmartSAGE prototype on the same board, whose
-//! sampling "time-shares the embedded cores with the flash management firmware". Splitting NVMe
-//! handling and ISP work across cores would need a firmware that runs them concurrently.
+//! The sagessd firmware is one poll-driven thread (no threads, no interrupts). By default
+//! (`isp_cores = 0`) the model runs it on **one** core: every call occupies core 0 for its
+//! `time_ns`, calls never overlap, and the call's effects (flash operations, DMAs, completions)
+//! are dated inside the call (see `ssd`). This matches the SmartSAGE prototype on Cosmos+, whose
+//! sampling "time-shares the embedded cores with the flash management firmware".
+//!
+//! With `isp_cores ≥ 1` the firmware's poll is split in its two entry points: `poll_io`
+//! (flash completions, GC, parked commands, flash queue) runs on core 0 and `poll_isp` (the
+//! subgraph generator) on an ISP core, a second timeline with its own "busy until", at the
+//! same clock and cycle costs. The firmware is still called one call at a time (it is not
+//! reentrant); only the time is charged to two cores, and the flash reads an ISP call issues
+//! are dated on the ISP core. The firmware runs one ISP job at a time, so however many ISP
+//! cores `isp_cores` describes, **one** is used. Simplifications: a call sees the other core's
+//! state as of that core's last call *start* (its effects are applied at once, not at its end),
+//! optimistic by at most one call of the other core; the ISP core depends on core 0 to retire
+//! its flash reads (as in the firmware); the ISP core's idle loop costs nothing (`poll_isp`
+//! counts no poll). The further cores of `count` are described but idle.
 
 use sagessd_firmware::work::WorkCounters;
 
@@ -97,6 +107,7 @@ mod tests {
     fn model(clock_mhz: u32) -> CoreModel {
         CoreModel::new(&CoresConfig {
             count: 2,
+            isp_cores: 0,
             clock_mhz,
             cycles_per_command: 1000,
             cycles_per_flash_op: 100,

@@ -31,7 +31,11 @@
 //! The firmware is polled until it reports no progress; then virtual time jumps to the next
 //! flash completion or command arrival. The firmware is one thread on one core (see
 //! [`crate::cores`]): calls never overlap, and what a call *sees* (flash completions, new
-//! commands) is what had happened when it started. The DMA engine runs on its own: the core
+//! commands) is what had happened when it started. With an ISP core (`[cores] isp_cores` ≥ 1)
+//! the ISP engine's calls (`Firmware::poll_isp`) run on a second timeline, woken by a firmware
+//! call that made progress while a job is queued or running; calls of the two cores are
+//! simulated in order of their start times, and an ISP call that made progress wakes the idle
+//! firmware core at its end. The DMA engine runs on its own: the core
 //! does not wait for a DMA, but whatever depends on DMA'd host data does.
 //!
 //! Dating each effect inside its call, rather than at the call's end, matters for long calls:
@@ -146,6 +150,11 @@ pub struct DeviceStats {
     pub firmware_calls: u64,
     /// Virtual time the firmware core spent executing calls.
     pub core_busy_ns: u64,
+    /// Calls of the ISP engine on an ISP core (`[cores] isp_cores` ≥ 1; 0 otherwise, the ISP
+    /// work then being in the firmware core's calls).
+    pub isp_calls: u64,
+    /// Virtual time the ISP core spent executing calls (0 without an ISP core).
+    pub isp_core_busy_ns: u64,
     /// Polls that found nothing to do (the last pass of the poll loop before it idles). Their
     /// cost is in `core_busy_ns`; their counts are in `work.polls`.
     pub idle_polls: u64,
@@ -369,6 +378,12 @@ pub struct Ssd {
     now_ns: u64,
     /// When the firmware core is next free (end of its last call).
     fw_time_ns: u64,
+    /// Whether the ISP engine runs on a core of its own (`[cores] isp_cores` ≥ 1, ISP on).
+    isp_core: bool,
+    /// When the ISP core is next free (end of its last call).
+    isp_time_ns: u64,
+    /// Whether the ISP engine should be called again at `isp_time_ns`.
+    isp_hot: bool,
     /// Whether the firmware should be called again at `fw_time_ns`.
     hot: bool,
     /// Whether a poll made progress since the firmware last answered busy.
@@ -422,6 +437,9 @@ impl Ssd {
             cycles_per_command: config.cores.cycles_per_command,
             now_ns: 0,
             fw_time_ns: 0,
+            isp_core: config.cores.isp_cores > 0 && config.firmware.isp,
+            isp_time_ns: 0,
+            isp_hot: false,
             hot: true,
             retry_blocked: false,
             arrivals: EventQueue::default(),
@@ -649,7 +667,10 @@ impl Ssd {
                 .p2p
                 .as_ref()
                 .map_or(0, |l| l.stats(Direction::DeviceToHost).transfers),
-            simulated_ns: self.fw_time_ns.max(self.firmware.flash().now_ns()),
+            simulated_ns: self
+                .fw_time_ns
+                .max(self.isp_time_ns)
+                .max(self.firmware.flash().now_ns()),
             ..self.stats.clone()
         }
     }
@@ -678,13 +699,15 @@ impl Ssd {
     /// `horizon` (the earliest posted completion, which must be handed out first).
     fn step(&mut self, horizon: Option<u64>) -> Result<Step, EmulatorError> {
         loop {
-            if self.hot {
+            if self.hot && !(self.isp_hot && self.isp_time_ns < self.fw_time_ns) {
                 if horizon.is_some_and(|h| h <= self.fw_time_ns) {
                     return Ok(Step::Horizon);
                 }
                 self.call(self.fw_time_ns)?;
                 return Ok(Step::Ran);
             }
+            // The ISP core's call comes first unless the (idle) firmware core is woken earlier.
+            let isp_call = self.isp_hot.then_some(self.isp_time_ns);
             // The firmware is idle: find what wakes it next. Arrivals wait while the firmware
             // is full (they would only be answered busy).
             let next_arrival = if self.blocked.is_empty() {
@@ -694,9 +717,21 @@ impl Ssd {
             };
             let next_flash = self.firmware.flash().next_event_ns();
             let next = match (next_arrival, next_flash) {
-                (Some(a), Some(f)) => a.min(f),
-                (Some(t), None) | (None, Some(t)) => t,
-                (None, None) => return Ok(Step::Quiet),
+                (Some(a), Some(f)) => Some(a.min(f)),
+                (Some(t), None) | (None, Some(t)) => Some(t),
+                (None, None) => None,
+            };
+            if let Some(t) = isp_call
+                && (self.hot || next.is_none_or(|n| t < n))
+            {
+                if horizon.is_some_and(|h| h <= t) {
+                    return Ok(Step::Horizon);
+                }
+                self.call_isp(t)?;
+                return Ok(Step::Ran);
+            }
+            let Some(next) = next else {
+                return Ok(Step::Quiet);
             };
             if horizon.is_some_and(|h| h <= next) {
                 return Ok(Step::Horizon);
@@ -745,7 +780,11 @@ impl Ssd {
             }
             true
         } else {
-            let progress = self.firmware.poll(&mut self.host);
+            let progress = if self.isp_core {
+                self.firmware.poll_io(&mut self.host)
+            } else {
+                self.firmware.poll(&mut self.host)
+            };
             if progress {
                 self.retry_blocked = true;
             } else {
@@ -759,8 +798,25 @@ impl Ssd {
         let core_ns = self
             .cores
             .cycles_to_ns(self.cores.cycles(&work).saturating_add(extra_cycles));
-        // An FPGA CSD: the call's scanned pages are copied SSD→FPGA before its work can start.
-        let start_ns = match self.p2p.as_mut() {
+        let start_ns = self.wait_for_p2p(start_ns, &work);
+        let end_ns = start_ns + core_ns;
+        self.stats.firmware_calls += 1;
+        self.stats.core_busy_ns += core_ns;
+        self.stamp_effects(start_ns, &before, end_ns);
+        self.fw_time_ns = end_ns;
+        self.hot = progress || self.has_immediate_work();
+        // What the call did (a job accepted, its pages read) may give the ISP core work.
+        if self.isp_core && progress && !self.isp_hot && self.firmware.isp_busy() {
+            self.isp_hot = true;
+            self.isp_time_ns = self.isp_time_ns.max(end_ns);
+        }
+        self.count_livelock(core_ns, progress, end_ns)
+    }
+
+    /// An FPGA CSD: the call's scanned pages are copied SSD→FPGA before its work can start;
+    /// returns when it can start.
+    fn wait_for_p2p(&mut self, start_ns: u64, work: &WorkCounters) -> u64 {
+        match self.p2p.as_mut() {
             Some(link) if work.pages_scanned > 0 => {
                 let mut done = start_ns;
                 for _ in 0..work.pages_scanned {
@@ -770,13 +826,38 @@ impl Ssd {
                 start_ns.max(done)
             }
             _ => start_ns,
-        };
+        }
+    }
+
+    /// One call of the ISP engine on the ISP core starting at `start_ns` (`isp_cores` ≥ 1):
+    /// its work is charged to the ISP core and the flash reads it issued are dated on it.
+    fn call_isp(&mut self, start_ns: u64) -> Result<(), EmulatorError> {
+        self.firmware.flash_mut().advance_to(start_ns);
+        let before = self.firmware.work();
+        let progress = self.firmware.poll_isp();
+        let work = self.firmware.work().since(&before);
+        let core_ns = self.cores.ns(&work);
+        let start_ns = self.wait_for_p2p(start_ns, &work);
         let end_ns = start_ns + core_ns;
-        self.stats.firmware_calls += 1;
-        self.stats.core_busy_ns += core_ns;
+        self.stats.isp_calls += 1;
+        self.stats.isp_core_busy_ns += core_ns;
         self.stamp_effects(start_ns, &before, end_ns);
-        self.fw_time_ns = end_ns;
-        self.hot = progress || self.has_immediate_work();
+        self.isp_time_ns = end_ns;
+        self.isp_hot = progress;
+        // The firmware core sees what the ISP did (a finished job to collect, freed page-buffer
+        // slots) when the call ends.
+        if progress && !self.hot {
+            self.wake(end_ns);
+        }
+        self.count_livelock(core_ns, progress, end_ns)
+    }
+
+    fn count_livelock(
+        &mut self,
+        core_ns: u64,
+        progress: bool,
+        end_ns: u64,
+    ) -> Result<(), EmulatorError> {
         if core_ns == 0 && progress {
             self.calls_at_instant += 1;
             if self.calls_at_instant >= LIVELOCK_CALLS {
@@ -1255,6 +1336,28 @@ mod tests {
         assert!(after.core_busy_ns > before.core_busy_ns);
         assert!(collected.completed_at_ns > submitted.completed_at_ns);
         assert_eq!(after.p2p_bytes, 0, "no [p2p] link, no SSD→FPGA copies");
+    }
+
+    #[test]
+    fn an_isp_core_takes_the_sampling_work_off_the_firmware_core() {
+        let mut shared = small_config();
+        shared.cores.isp_cores = 0;
+        let mut split = shared.clone();
+        split.cores.isp_cores = 1;
+        let (b0, a0, _, c0) = sample_in_storage(&shared);
+        let (b1, a1, _, c1) = sample_in_storage(&split);
+        assert_eq!(a0.isp_core_busy_ns, 0);
+        assert_eq!(a0.isp_calls, 0);
+        assert!(a1.isp_calls > 0 && a1.isp_core_busy_ns > b1.isp_core_busy_ns);
+        assert!(
+            a1.core_busy_ns - b1.core_busy_ns < a0.core_busy_ns - b0.core_busy_ns,
+            "the firmware core no longer runs the sampler"
+        );
+        assert_eq!(c0.data, c1.data, "the same subgraph");
+        assert_eq!(
+            a1.work.since(&b1.work).edges_sampled,
+            a0.work.since(&b0.work).edges_sampled
+        );
     }
 
     /// `small_config`'s shrinking applied to the shipped SmartSSD description.

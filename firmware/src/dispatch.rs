@@ -504,7 +504,20 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 
     /// Moves everything forward once. Returns whether anything happened; the caller polls again
     /// until it returns false, then waits for flash time to pass.
+    ///
+    /// The same as [`Self::poll_io`] then the ISP step of [`Self::poll_isp`] (without its own
+    /// flash-queue budget): one pass of a firmware that runs NVMe, FTL and ISP on one core.
     pub fn poll<H: HostInterface>(&mut self, host: &mut H) -> bool {
+        let io = self.poll_io(host);
+        let isp = self.isp_pass();
+        io || isp
+    }
+
+    /// The I/O half of [`Self::poll`]: flash completions, garbage collection, the parked
+    /// commands and the flash queue (counted as one poll). An integrator with a core for ISP
+    /// calls this on the firmware core and [`Self::poll_isp`] on the ISP core, one call at a
+    /// time (the firmware is not reentrant; the two share the page buffer and flash queue).
+    pub fn poll_io<H: HostInterface>(&mut self, host: &mut H) -> bool {
         self.backend.work.polls += 1;
         self.backend.queue.begin_poll();
         let mut progress = false;
@@ -534,8 +547,27 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             // while the core goes on (the first command's reads need not wait for the sweep).
             taken += self.drain_flash_queue();
         }
-        progress |= self.isp.step(self.dram.as_mut(), &mut self.backend);
-        taken += self.drain_flash_queue();
+        progress || taken > 0
+    }
+
+    /// The ISP half of [`Self::poll`]: one step of the subgraph generator (starting a queued
+    /// job, issuing the page reads of its gathers, consuming the pages that arrived), then the
+    /// flash queue is drained so that its reads start. It does not count a poll (the ISP core's
+    /// own loop is the generator's counted work) and never touches the host interface. Returns
+    /// whether anything happened.
+    pub fn poll_isp(&mut self) -> bool {
+        self.backend.queue.begin_poll();
+        self.isp_pass()
+    }
+
+    /// Whether the ISP engine has a job queued or running (work for [`Self::poll_isp`]).
+    pub fn isp_busy(&self) -> bool {
+        !self.isp.is_idle()
+    }
+
+    fn isp_pass(&mut self) -> bool {
+        let progress = self.isp.step(self.dram.as_mut(), &mut self.backend);
+        let taken = self.drain_flash_queue();
         progress || taken > 0
     }
 

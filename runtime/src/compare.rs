@@ -135,6 +135,8 @@ pub struct ModeResult {
     pub page_cache_hit_rate: Option<f64>,
     /// Firmware core busy time during the sampling phase.
     pub core_busy_ns: u64,
+    /// ISP core busy time during the sampling phase (0 unless `[cores] isp_cores` ≥ 1).
+    pub isp_core_busy_ns: u64,
     /// Host CPU time charged by the host stack model, all workers.
     pub host_cpu_ns: u64,
     /// Total submission lag of the scheduler (0 with one worker).
@@ -152,6 +154,11 @@ impl ModeResult {
     /// Firmware core busy time over the makespan.
     pub fn core_utilisation(&self) -> f64 {
         self.core_busy_ns as f64 / self.makespan_ns.max(1) as f64
+    }
+
+    /// ISP core busy time over the makespan (0 without an ISP core).
+    pub fn isp_core_utilisation(&self) -> f64 {
+        self.isp_core_busy_ns as f64 / self.makespan_ns.max(1) as f64
     }
 }
 
@@ -526,6 +533,7 @@ pub fn run(
                 nand_pages_read: after.nand_pages_read - before.nand_pages_read,
                 page_cache_hit_rate: (mode == HostIoMode::Mmap).then(|| h.page_cache.hit_rate()),
                 core_busy_ns: after.core_busy_ns - before.core_busy_ns,
+                isp_core_busy_ns: after.isp_core_busy_ns - before.isp_core_busy_ns,
                 host_cpu_ns: h.host_cpu_ns,
                 submit_lag_ns: h.submit_lag_ns,
                 timeline_hash: h.timeline_hash,
@@ -677,7 +685,15 @@ impl CompareReport {
                     r.nand_pages_read.to_string(),
                     r.page_cache_hit_rate
                         .map_or("-".into(), |h| format!("{:.1}%", 100.0 * h)),
-                    format!("{:.1}%", 100.0 * r.core_utilisation()),
+                    if r.isp_core_busy_ns > 0 {
+                        format!(
+                            "{:.1}% + ISP {:.1}%",
+                            100.0 * r.core_utilisation(),
+                            100.0 * r.isp_core_utilisation()
+                        )
+                    } else {
+                        format!("{:.1}%", 100.0 * r.core_utilisation())
+                    },
                     format!(
                         "{:.3} ms",
                         r.host_cpu_ns as f64 / r.minibatches.max(1) as f64 / 1e6
@@ -728,6 +744,11 @@ impl CompareReport {
              core util: firmware core busy time / makespan; host CPU/mb: host CPU time charged per minibatch (all workers)\n\
              sched lag: time commands reached the device later than their worker's clock, / makespan (a check: 0 when the interleaving is exact)\n",
         );
+        if self.results.iter().any(|r| r.isp_core_busy_ns > 0) {
+            out.push_str(
+                "core util \"A% + ISP B%\": firmware core A, the ISP core ([cores] isp_cores) B, each busy time / makespan\n",
+            );
+        }
         let host_modes: Vec<HostIoMode> = c
             .modes
             .iter()
