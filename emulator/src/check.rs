@@ -93,6 +93,7 @@ use sagessd_firmware::work::WorkCounters;
 
 use crate::config::HwConfig;
 use crate::cores::CoreModel;
+use crate::dram::Dram;
 use crate::error::EmulatorError;
 use crate::nand::NandTiming;
 use crate::pcie::PcieLink;
@@ -130,6 +131,9 @@ pub struct DeviceLimits {
     pub pcie_c2h_bytes_s: f64,
     /// PCIe effective bandwidth host→device with full-size TLPs, bytes per second.
     pub pcie_h2c_bytes_s: f64,
+    /// Controller DRAM bandwidth, bytes per second (`[dram] bandwidth_mb_s`), shared by both
+    /// directions: a read's bytes cross it twice (flash in, host out), a write's too.
+    pub dram_bytes_s: f64,
     /// Controller (core) time of one 4 KiB read that misses the page buffer, alone on an idle
     /// device: its own work plus the polls on its critical path (not the idle ones).
     pub controller_read_4k_ns: u64,
@@ -242,13 +246,20 @@ impl DeviceLimits {
         let read_4k_critical = cores.ns(&read_4k.critical());
         let p = &config.pcie;
         let c = &config.controller;
+        let dram = Dram::new(&config.dram);
+        // A page's data-out and the 4 KiB DMA each end when both their link and their DRAM
+        // share are done (on an idle DRAM: the slower of the two).
         let qd1 = c.doorbell_ns
             + p.dma_read_setup_ns
             + link.transfer_ns(SQE_BYTES)
             + read_4k_critical
-            + die_read
+            + t.command_overhead_ns
+            + t.t_read_ns
+            + t.page_transfer_ns.max(dram.transfer_ns(page))
             + p.posted_write_setup_ns
-            + link.transfer_ns(SMALL_READ_BYTES)
+            + link
+                .transfer_ns(SMALL_READ_BYTES)
+                .max(dram.transfer_ns(SMALL_READ_BYTES))
             + link.transfer_ns(CQE_BYTES)
             + c.interrupt_ns;
         let pcie_bytes_s = link.effective_rate_mb_s() * 1e6;
@@ -264,6 +275,7 @@ impl DeviceLimits {
             flash_write_bytes_s: per_die(die_write).min(per_channel(channel_cycle)),
             pcie_c2h_bytes_s: pcie_bytes_s,
             pcie_h2c_bytes_s: pcie_bytes_s,
+            dram_bytes_s: dram.bytes_per_s(),
             controller_read_4k_ns: read_4k_critical,
             controller_read_max_ns: cores.ns(&read_max.without_polling()),
             controller_write_max_ns: cores.ns(&write_max.without_polling()),
@@ -326,6 +338,11 @@ impl fmt::Display for DeviceLimits {
             f,
             "  PCIe host→device (effective) {:>12.3} GB/s",
             gbs(self.pcie_h2c_bytes_s)
+        )?;
+        writeln!(
+            f,
+            "  controller DRAM (both ways)  {:>12.3} GB/s",
+            gbs(self.dram_bytes_s)
         )?;
         writeln!(
             f,
@@ -668,6 +685,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
                     k * link.transfer_ns(page) + link.transfer_ns(SQE_BYTES),
                 ),
             ),
+            ("controller DRAM", limits.dram_bytes_s / 2.0),
         ]);
         rows.push(CheckRow {
             workload: format!("seq write {} KiB QD{qd}", max / 1024),
@@ -701,6 +719,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
                     k * link.transfer_ns(page) + link.transfer_ns(CQE_BYTES),
                 ),
             ),
+            ("controller DRAM", limits.dram_bytes_s / 2.0),
         ]);
         rows.push(CheckRow {
             workload: format!("seq read {} KiB QD{qd}", max / 1024),
@@ -774,6 +793,10 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
                 1e9 / (link.transfer_ns(SMALL_READ_BYTES) + link.transfer_ns(CQE_BYTES)) as f64,
             ),
             ("PCIe host→device", 1e9 / link.transfer_ns(SQE_BYTES) as f64),
+            (
+                "controller DRAM",
+                limits.dram_bytes_s / (page + SMALL_READ_BYTES) as f64,
+            ),
             (
                 "queue depth / QD1 latency",
                 f64::from(in_firmware) * 1e9 / limits.qd1_read_latency_ns as f64,

@@ -233,6 +233,9 @@ pub struct CoresConfig {
 pub struct DramConfig {
     /// Capacity in MiB; the firmware's needs for this configuration must fit.
     pub capacity_mib: u32,
+    /// Bandwidth in MB/s (10^6 bytes per second) shared by every byte moved into or out of
+    /// the DRAM: host DMA data, flash page data, SSD→FPGA copies (see [`crate::dram`]).
+    pub bandwidth_mb_s: u32,
 }
 
 /// `[firmware]`: sizing of the firmware's tables and buffers (see `FirmwareConfig`).
@@ -701,6 +704,7 @@ impl HwConfig {
 
     fn validate_dram(&self) -> Result<(), EmulatorError> {
         non_zero(self.dram.capacity_mib.into(), "dram.capacity_mib")?;
+        non_zero(self.dram.bandwidth_mb_s.into(), "dram.bandwidth_mb_s")?;
         let need = self.firmware_dram_bytes()? as u64;
         let have = u64::from(self.dram.capacity_mib) << 20;
         check(need <= have, "dram.capacity_mib", || {
@@ -930,6 +934,7 @@ mod tests {
             "at most",
         );
         rejects("dram", "capacity_mib", "0", "greater than 0");
+        rejects("dram", "bandwidth_mb_s", "0", "greater than 0");
         rejects("dram", "capacity_mib", "1", "the firmware needs");
         rejects("firmware", "page_buffer_pages", "0", "greater than 0");
         rejects("firmware", "isp_slots", "0", "between 1 and");

@@ -38,6 +38,7 @@
 pub mod check;
 pub mod config;
 pub mod cores;
+pub mod dram;
 pub mod error;
 mod event_queue;
 pub mod host_stack;

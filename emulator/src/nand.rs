@@ -24,6 +24,13 @@
 //! Erase:    channel [s, s+cmd)                  die busy until done = s + cmd + tBERS
 //! ```
 //!
+//! With a controller DRAM ([`NandArray::with_dram`], as the emulator builds it) each page's
+//! data also crosses DRAM while it crosses the channel (see [`crate::dram`]): a read's
+//! data-out books `page_size_bytes` on the DRAM at `x` and ends at
+//! `max(x + xfer, dram_done)`; a program's data-in books it at `s + cmd` and ends at
+//! `max(s + cmd + xfer, dram_done)`. The channel stays busy until then. With DRAM faster than
+//! a channel and idle, nothing changes; a saturated DRAM slows every channel.
+//!
 //! A channel is one bus: a phase that asks for it while it is busy waits, and when it comes
 //! free the next waiting phase gets it — command-only phases (a read's or an erase's command
 //! cycles) first, then data phases (read data-out, program command + data-in), each class in
@@ -75,6 +82,7 @@ use sagessd_firmware::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometr
 use sagessd_firmware::work::WorkCounters;
 
 use crate::config::NandConfig;
+use crate::dram::Dram;
 use crate::event_queue::EventQueue;
 
 /// The timing parameters of the array, in nanoseconds.
@@ -271,6 +279,8 @@ pub struct NandArray {
     finished: VecDeque<Finished>,
     now_ns: u64,
     stats: NandStats,
+    /// The controller DRAM page data streams into (reads) and out of (programs), if modelled.
+    dram: Option<Dram>,
 }
 
 impl NandArray {
@@ -311,7 +321,33 @@ impl NandArray {
                 channel_bytes: vec![0; geometry.channels as usize],
                 ..NandStats::default()
             },
+            dram: None,
         }
+    }
+
+    /// The same array with page data moving through `dram`: a read's data-out and a program's
+    /// data-in each book one page on it (see the module documentation).
+    pub fn with_dram(mut self, dram: Dram) -> Self {
+        self.dram = Some(dram);
+        self
+    }
+
+    /// The controller DRAM, if the array books its page transfers on one.
+    pub fn dram(&self) -> Option<&Dram> {
+        self.dram.as_ref()
+    }
+
+    /// The controller DRAM, for the other transfers that share it (host DMAs).
+    pub fn dram_mut(&mut self) -> Option<&mut Dram> {
+        self.dram.as_mut()
+    }
+
+    /// When a page's DRAM share, requested at `at_ns`, is done (`at_ns` without a DRAM).
+    fn dram_page(&mut self, at_ns: u64) -> u64 {
+        let bytes = self.page_size_bytes as u64;
+        self.dram
+            .as_mut()
+            .map_or(at_ns, |d| d.transfer(at_ns, bytes))
     }
 
     /// The timing parameters.
@@ -560,18 +596,23 @@ impl NandArray {
                 n * cmd
             }
             BusPhase::ReadData => {
-                self.schedule(s + xfer, EventKind::Done, op_id);
-                xfer
+                let end = (s + xfer).max(self.dram_page(s));
+                self.schedule(end, EventKind::Done, op_id);
+                end - s
             }
             BusPhase::Program => {
-                g.data_end_ns = g.data_end_ns.max(s + cmd + xfer);
+                let end = (s + cmd + xfer).max(self.dram_page(s + cmd));
+                let g = self.die_group[die]
+                    .as_mut()
+                    .expect("a granted phase has a group");
+                g.data_end_ns = g.data_end_ns.max(end);
                 if g.ungranted == 0 {
                     let done = g.data_end_ns + t.t_program_ns;
                     for m in g.members.clone() {
                         self.schedule(done, EventKind::Done, m);
                     }
                 }
-                cmd + xfer
+                end - s
             }
             BusPhase::Erase => {
                 self.schedule(s + cmd + t.t_erase_ns, EventKind::Done, op_id);

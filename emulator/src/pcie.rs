@@ -157,6 +157,16 @@ impl PcieLink {
         lane.busy_until_ns
     }
 
+    /// Keeps `direction` occupied until at least `until_ns`: a transfer whose other end (the
+    /// controller DRAM, see [`crate::dram`]) was slower than the link holds it until it is done.
+    pub fn hold_until(&mut self, direction: Direction, until_ns: u64) {
+        let lane = match direction {
+            Direction::HostToDevice => &mut self.h2c,
+            Direction::DeviceToHost => &mut self.c2h,
+        };
+        lane.busy_until_ns = lane.busy_until_ns.max(until_ns);
+    }
+
     /// Counters of one direction.
     pub fn stats(&self, direction: Direction) -> LinkStats {
         match direction {

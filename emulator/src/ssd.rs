@@ -28,6 +28,12 @@
 //!                   the command's data on the device→host FIFO, then + interrupt_ns
 //! ```
 //!
+//! Every DMA's data (not the SQE or CQE) also crosses the controller DRAM (`[dram]
+//! bandwidth_mb_s`, see [`crate::dram`]): its DRAM share is requested when its link transfer
+//! starts, it is done at `max(link_done, dram_done)`, and the link direction is held until
+//! then; flash pages book the same DRAM from [`crate::nand`] as they cross their channel, and
+//! SSD→FPGA copies as they cross the `[p2p]` link.
+//!
 //! The firmware is polled until it reports no progress; then virtual time jumps to the next
 //! flash completion or command arrival. The firmware is one thread on one core (see
 //! [`crate::cores`]): calls never overlap, and what a call *sees* (flash completions, new
@@ -98,6 +104,7 @@ use sagessd_firmware::{Busy, Firmware};
 
 use crate::config::{ControllerConfig, HwConfig};
 use crate::cores::CoreModel;
+use crate::dram::Dram;
 use crate::error::EmulatorError;
 use crate::event_queue::EventQueue;
 use crate::nand::NandArray;
@@ -186,6 +193,11 @@ pub struct DeviceStats {
     pub p2p_transfers: u64,
     /// Virtual time firmware calls waited for their SSD→FPGA page copies (start' − start).
     pub p2p_wait_ns: u64,
+    /// Bytes moved into or out of the controller DRAM (host DMA data, flash pages, SSD→FPGA
+    /// copies).
+    pub dram_bytes: u64,
+    /// Time the controller DRAM spent moving them.
+    pub dram_busy_ns: u64,
     /// Virtual time of the last event the device has simulated.
     pub simulated_ns: u64,
 }
@@ -417,8 +429,9 @@ impl Ssd {
         config.validate()?;
         let fw_config = config.firmware.to_firmware_config();
         let dram = vec![0u8; config.firmware_dram_bytes()?];
-        let mut firmware = Firmware::new(fw_config, NandArray::new(&config.nand), dram)
-            .map_err(|e| config.firmware_error(e))?;
+        let nand = NandArray::new(&config.nand).with_dram(Dram::new(&config.dram));
+        let mut firmware =
+            Firmware::new(fw_config, nand, dram).map_err(|e| config.firmware_error(e))?;
         // Anything the firmware started while booting is issued at time zero.
         firmware.flash_mut().issue_staged(0);
         Ok(Self {
@@ -667,6 +680,8 @@ impl Ssd {
                 .p2p
                 .as_ref()
                 .map_or(0, |l| l.stats(Direction::DeviceToHost).transfers),
+            dram_bytes: self.nand().dram().map_or(0, |d| d.stats().bytes),
+            dram_busy_ns: self.nand().dram().map_or(0, |d| d.stats().busy_ns),
             simulated_ns: self
                 .fw_time_ns
                 .max(self.isp_time_ns)
@@ -757,6 +772,7 @@ impl Ssd {
     /// or a poll; then its work is charged and its effects are timed.
     fn call(&mut self, start_ns: u64) -> Result<(), EmulatorError> {
         self.firmware.flash_mut().advance_to(start_ns);
+        self.forget_dram();
         let before = self.firmware.work();
         let mut extra_cycles = 0;
         // A submit always makes progress in the sense that a poll must follow it (to run the
@@ -813,14 +829,36 @@ impl Ssd {
         self.count_livelock(core_ns, progress, end_ns)
     }
 
+    /// Lets the DRAM forget its past: no request will name a time before the earlier core's
+    /// next call or the NAND's next event.
+    fn forget_dram(&mut self) {
+        let isp = if self.isp_core {
+            self.isp_time_ns
+        } else {
+            u64::MAX
+        };
+        let nand = self.firmware.flash_mut();
+        let floor = self.fw_time_ns.min(isp).min(nand.now_ns());
+        if let Some(d) = nand.dram_mut() {
+            d.forget_before(floor);
+        }
+    }
+
     /// An FPGA CSD: the call's scanned pages are copied SSD→FPGA before its work can start;
     /// returns when it can start.
     fn wait_for_p2p(&mut self, start_ns: u64, work: &WorkCounters) -> u64 {
         match self.p2p.as_mut() {
             Some(link) if work.pages_scanned > 0 => {
                 let mut done = start_ns;
+                let mut dram = self.firmware.flash_mut().dram_mut();
                 for _ in 0..work.pages_scanned {
-                    done = link.transfer(Direction::DeviceToHost, start_ns, self.page_size_bytes);
+                    done = dma(
+                        link,
+                        dram.as_deref_mut(),
+                        Direction::DeviceToHost,
+                        start_ns,
+                        self.page_size_bytes,
+                    );
                 }
                 self.stats.p2p_wait_ns += done.saturating_sub(start_ns);
                 start_ns.max(done)
@@ -926,7 +964,13 @@ impl Ssd {
             } = e.kind
             {
                 let at = dated(e.at.as_ref());
-                let done = self.pcie.transfer(Direction::HostToDevice, at, bytes);
+                let done = dma(
+                    &mut self.pcie,
+                    self.firmware.flash_mut().dram_mut(),
+                    Direction::HostToDevice,
+                    at,
+                    bytes,
+                );
                 let done = h2c.last().map_or(done, |&(_, d)| d.max(done));
                 h2c.push((at, done));
             }
@@ -953,7 +997,13 @@ impl Ssd {
                     direction: Direction::DeviceToHost,
                     bytes,
                 } => {
-                    self.pcie.transfer(Direction::DeviceToHost, at, bytes);
+                    dma(
+                        &mut self.pcie,
+                        self.firmware.flash_mut().dram_mut(),
+                        Direction::DeviceToHost,
+                        at,
+                        bytes,
+                    );
                 }
                 EffectKind::Complete { cqe, host } => {
                     let cqe_done =
@@ -973,6 +1023,28 @@ impl Ssd {
             }
         }
     }
+}
+
+/// A DMA of `bytes` on `link` requested at `at_ns`, its data streaming through `dram` while
+/// it crosses the link: done at `max(link_done, dram_done)`, the DRAM share requested when
+/// the link's data phase starts; the link is held until then.
+fn dma(
+    link: &mut PcieLink,
+    dram: Option<&mut Dram>,
+    direction: Direction,
+    at_ns: u64,
+    bytes: u64,
+) -> u64 {
+    let done = link.transfer(direction, at_ns, bytes);
+    let Some(dram) = dram else {
+        return done;
+    };
+    let start = done - link.transfer_ns(bytes);
+    let dram_done = dram.transfer(start, bytes);
+    if dram_done > done {
+        link.hold_until(direction, dram_done);
+    }
+    done.max(dram_done)
 }
 
 #[cfg(test)]
