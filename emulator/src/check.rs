@@ -822,14 +822,10 @@ mod tests {
     use super::*;
 
     fn shipped() -> Vec<HwConfig> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../hw-configs");
-        let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .collect();
-        paths.sort();
-        paths.iter().map(|p| HwConfig::load(p).unwrap()).collect()
+        crate::config::tests::shipped_configs()
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect()
     }
 
     #[test]

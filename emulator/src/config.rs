@@ -722,7 +722,7 @@ impl HwConfig {
 const COSMOS_PLUS_TOML: &str = include_str!("../../hw-configs/cosmos-plus.toml");
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -738,8 +738,9 @@ mod tests {
         assert!(c.firmware_dram_bytes().unwrap() as u64 <= u64::from(c.dram.capacity_mib) << 20);
     }
 
-    /// Every `hw-configs/*.toml` the project ships.
-    fn shipped_configs() -> Vec<(std::path::PathBuf, HwConfig)> {
+    /// Every `hw-configs/*.toml` the project ships, in path order (shared with the validation
+    /// tests).
+    pub(crate) fn shipped_configs() -> Vec<(std::path::PathBuf, HwConfig)> {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../hw-configs");
         let mut paths: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
