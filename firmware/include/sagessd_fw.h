@@ -166,9 +166,9 @@ int32_t sagessd_fw_dram_size(const sagessd_config *config, const sagessd_geometr
    the arena (the board need not) and owns them from then on: nothing else may touch them but the
    flash DMA the library asks for. Returns SAGESSD_OK, SAGESSD_ERR_ARGUMENT, SAGESSD_ERR_STATE
    (initialised already) or SAGESSD_ERR_CONFIG_* (nothing is kept: init may be called again).
-   Stack: init builds the firmware instance (~83 KiB, then kept in the library's .bss) on the
-   stack once, so it needs about 110 KiB of stack on a Cortex-A9; call it early, from a thread
-   with that much. Later calls need far less: submit ~6 KiB, poll ~3 KiB plus the board's flash
+   Stack: init builds the firmware instance (~35 KiB, then kept in the library's .bss) on the
+   stack once, so it needs about 58 KiB of stack on a Cortex-A9; call it early, from a thread
+   with that much. Later calls need far less: submit ~5 KiB, poll ~2 KiB plus the board's flash
    callback, the others < 1 KiB (scripts/footprint.sh measures all of them). */
 int32_t sagessd_fw_init(const sagessd_config *config, const sagessd_geometry *geometry,
                         uint8_t *dram, size_t dram_len, const sagessd_flash_ops *flash);

@@ -18,7 +18,7 @@ use zerocopy::FromBytes;
 
 use crate::backend::Backend;
 use crate::config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_PAGES_PER_COMMAND};
-use crate::dram::{DramLayout, DramRegions};
+use crate::dram::{DramLayout, DramRegions, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats, logical_page_count};
 use crate::hal::{Flash, FlashCompletion, PhysPage};
@@ -52,23 +52,73 @@ enum PageIo {
     Done,
 }
 
-/// A Read or Write in progress.
+impl PageIo {
+    const TODO: u64 = 0;
+    const WAITING: u64 = 1;
+    const OWNED: u64 = 2;
+    const PROGRAMMING: u64 = 3;
+    const DONE: u64 = 4;
+
+    /// The state as one arena word: kind | slot << 8 | ppn << 32.
+    fn pack(self) -> u64 {
+        match self {
+            PageIo::Todo => Self::TODO,
+            PageIo::Waiting(s) => Self::WAITING | u64::from(s) << 8,
+            PageIo::Owned(s) => Self::OWNED | u64::from(s) << 8,
+            PageIo::Programming(s, ppn) => {
+                Self::PROGRAMMING | u64::from(s) << 8 | u64::from(ppn.0) << 32
+            }
+            PageIo::Done => Self::DONE,
+        }
+    }
+
+    /// The state [`Self::pack`] stored in `w`. Page-buffer slots fit in 24 bits (the
+    /// configuration allows at most 32768).
+    fn unpack(w: u64) -> Self {
+        let slot = (w >> 8) as u32 & 0x00ff_ffff;
+        match w & 0xff {
+            Self::TODO => PageIo::Todo,
+            Self::WAITING => PageIo::Waiting(slot),
+            Self::OWNED => PageIo::Owned(slot),
+            Self::PROGRAMMING => PageIo::Programming(slot, PhysPage((w >> 32) as u32)),
+            _ => PageIo::Done,
+        }
+    }
+}
+
+/// The arena region holding every command slot's per-page states, `MAX_PAGES_PER_COMMAND`
+/// packed [`PageIo`] words per command slot.
+#[derive(Clone, Copy, Debug)]
+struct CommandPages(Region);
+
+impl CommandPages {
+    /// Page `page` of command slot `cmd`.
+    fn get(&self, dram: &[u8], cmd: usize, page: usize) -> PageIo {
+        debug_assert!(cmd < MAX_COMMANDS && page < MAX_PAGES_PER_COMMAND);
+        PageIo::unpack(self.0.u64(dram, cmd * MAX_PAGES_PER_COMMAND + page))
+    }
+
+    /// Sets page `page` of command slot `cmd`.
+    fn set(&self, dram: &mut [u8], cmd: usize, page: usize, io: PageIo) {
+        debug_assert!(cmd < MAX_COMMANDS && page < MAX_PAGES_PER_COMMAND);
+        self.0
+            .set_u64(dram, cmd * MAX_PAGES_PER_COMMAND + page, io.pack());
+    }
+
+    /// Whether every page of transfer `t`, parked in command slot `cmd`, is done.
+    fn all_done(&self, dram: &[u8], cmd: usize, t: &Transfer) -> bool {
+        (0..t.page_count).all(|i| self.get(dram, cmd, i) == PageIo::Done)
+    }
+}
+
+/// A Read or Write in progress. The state of each of its pages lives in the arena
+/// ([`CommandPages`], under the command slot it is parked in).
 #[derive(Clone, Copy, Debug)]
 struct Transfer {
     start_byte: u64,
     len_bytes: u64,
     first_lpn: u32,
     page_count: usize,
-    pages: [PageIo; MAX_PAGES_PER_COMMAND],
-}
-
-impl Transfer {
-    /// Whether every page of the transfer is done.
-    fn is_done(&self) -> bool {
-        self.pages[..self.page_count]
-            .iter()
-            .all(|p| *p == PageIo::Done)
-    }
 }
 
 /// A Dataset Management deallocate in progress.
@@ -108,6 +158,8 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     isp: Isp,
     graph: Option<GraphDescriptor>,
     commands: [Option<Parked>; MAX_COMMANDS],
+    /// The per-page states of the parked Reads and Writes.
+    pages: CommandPages,
     next_seq: u32,
     flash_in_flight: u32,
     namespace_blocks: u64,
@@ -186,6 +238,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             isp,
             graph: None,
             commands: [None; MAX_COMMANDS],
+            pages: CommandPages(layout.command_pages),
             asleep: 0,
             asleep_epoch: 0,
             next_seq: 0,
@@ -270,6 +323,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         };
         match outcome {
             Ok(Some(op)) => {
+                if let Op::Read(t) | Op::Write(t) = &op {
+                    let dram = self.dram.as_mut();
+                    for p in 0..t.page_count {
+                        self.pages.set(dram, free, p, PageIo::Todo);
+                    }
+                }
                 self.asleep &= !(1u64 << free);
                 self.commands[free] = Some(Parked {
                     id,
@@ -433,7 +492,6 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             len_bytes,
             first_lpn: first as u32,
             page_count: (last - first + 1) as usize,
-            pages: [PageIo::Todo; MAX_PAGES_PER_COMMAND],
         })
     }
 
@@ -613,10 +671,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 else {
                     return;
                 };
-                let Op::Write(t) = &mut cmd.op else { return };
-                let Some(PageIo::Programming(slot, ppn)) =
-                    t.pages.get(usize::from(tag.index)).copied()
-                else {
+                let Op::Write(t) = &cmd.op else { return };
+                let (owner, index) = (usize::from(tag.owner), usize::from(tag.index));
+                // Pages past the transfer's end are never started (their words may be stale).
+                if index >= t.page_count {
+                    return;
+                }
+                let PageIo::Programming(slot, ppn) = self.pages.get(dram, owner, index) else {
                     return;
                 };
                 let lpn = t.first_lpn + u32::from(tag.index);
@@ -634,7 +695,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     }
                 }
                 self.backend.buffer.unpin(dram, slot);
-                t.pages[usize::from(tag.index)] = PageIo::Done;
+                self.pages.set(dram, owner, index, PageIo::Done);
             }
             TagKind::GcRead | TagKind::GcProgram | TagKind::GcErase => self
                 .backend
@@ -669,6 +730,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             backend,
             dram,
             commands,
+            pages,
             isp,
             asleep,
             ..
@@ -679,11 +741,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let mut io = Io {
             backend,
             dram: dram.as_mut(),
+            pages: *pages,
         };
         let (progress, done, result) = match &mut cmd.op {
             Op::Read(t) => {
-                let (p, waits_on_loads) = io.step_read(host, cmd.id, t, &mut cmd.status);
-                let done = t.is_done();
+                let (p, waits_on_loads) = io.step_read(host, cmd.id, i, t, &mut cmd.status);
+                let done = io.pages.all_done(io.dram, i, t);
                 if !p && !done && waits_on_loads {
                     *asleep |= 1u64 << i;
                 }
@@ -691,7 +754,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
             Op::Write(t) => {
                 let p = !blocked && io.step_write(host, cmd.id, i, t, &mut cmd.status);
-                (p, t.is_done(), 0)
+                (p, io.pages.all_done(io.dram, i, t), 0)
             }
             // Handled above: trimming looks at the whole command table.
             Op::Deallocate(_) => (false, false, 0),
@@ -783,6 +846,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 struct Io<'a> {
     backend: &'a mut Backend,
     dram: &'a mut [u8],
+    pages: CommandPages,
 }
 
 impl Io<'_> {
@@ -806,7 +870,8 @@ impl Io<'_> {
         &mut self,
         host: &mut H,
         id: CommandId,
-        t: &mut Transfer,
+        me: usize,
+        t: &Transfer,
         status: &mut Status,
     ) -> (bool, bool) {
         let mut progress = false;
@@ -814,8 +879,13 @@ impl Io<'_> {
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
             let dram = &mut *self.dram;
-            let before = t.pages[i];
-            let slot = match page_contents(self.backend, dram, lpn, &mut t.pages[i], status, true) {
+            let before = self.pages.get(dram, me, i);
+            let mut page = before;
+            let next = page_contents(self.backend, dram, lpn, &mut page, status, true);
+            if page != before {
+                self.pages.set(dram, me, i, page);
+            }
+            let slot = match next {
                 Next::Ready(slot) => slot,
                 Next::Moved => {
                     progress = true;
@@ -840,7 +910,7 @@ impl Io<'_> {
                 *status = Status::DATA_TRANSFER_ERROR;
             }
             self.backend.buffer.unpin(&mut *self.dram, slot);
-            t.pages[i] = PageIo::Done;
+            self.pages.set(self.dram, me, i, PageIo::Done);
             progress = true;
         }
         (progress, waits_on_loads)
@@ -851,7 +921,7 @@ impl Io<'_> {
         host: &mut H,
         id: CommandId,
         me: usize,
-        t: &mut Transfer,
+        t: &Transfer,
         status: &mut Status,
     ) -> bool {
         let mut progress = false;
@@ -860,14 +930,15 @@ impl Io<'_> {
             let lpn = t.first_lpn + i as u32;
             let (in_page, in_host, len) = self.page_span(t, i);
             let dram = &mut *self.dram;
-            let next = match t.pages[i] {
+            let pages = self.pages;
+            let next = match pages.get(dram, me, i) {
                 // A whole-page write needs no old data: any slot for the page will do. A new
                 // slot stays "loading" until the host data is in, so readers wait for it.
                 PageIo::Todo if len == ps && status.is_success() => {
                     match self.backend.buffer.acquire(dram, lpn, true) {
                         Acquire::Valid(s) | Acquire::Miss(s) => Next::Ready(s),
                         Acquire::Loading(s) => {
-                            t.pages[i] = PageIo::Waiting(s);
+                            pages.set(dram, me, i, PageIo::Waiting(s));
                             Next::Moved
                         }
                         Acquire::Failed(s) => {
@@ -880,7 +951,14 @@ impl Io<'_> {
                     }
                 }
                 PageIo::Owned(s) => Next::Ready(s),
-                _ => page_contents(self.backend, dram, lpn, &mut t.pages[i], status, len < ps),
+                before => {
+                    let mut page = before;
+                    let next = page_contents(self.backend, dram, lpn, &mut page, status, len < ps);
+                    if page != before {
+                        pages.set(dram, me, i, page);
+                    }
+                    next
+                }
             };
             let slot = match next {
                 Next::Ready(slot) => slot,
@@ -894,7 +972,7 @@ impl Io<'_> {
             if self.backend.ftl.is_full() {
                 self.backend.buffer.abandon(dram, slot);
                 *status = Status::CAPACITY_EXCEEDED;
-                t.pages[i] = PageIo::Done;
+                pages.set(dram, me, i, PageIo::Done);
                 progress = true;
                 continue;
             }
@@ -904,7 +982,7 @@ impl Io<'_> {
             };
             let Some(ppn) = ppn else {
                 // Wait for GC or queue space; keep the slot pinned so the old data stays.
-                t.pages[i] = PageIo::Owned(slot);
+                pages.set(dram, me, i, PageIo::Owned(slot));
                 continue;
             };
             let window = self.backend.slot(slot).sub(in_page, len);
@@ -933,7 +1011,7 @@ impl Io<'_> {
             self.backend
                 .queue
                 .push(Tag::new(TagKind::Program, me as u16, i as u16), op);
-            t.pages[i] = PageIo::Programming(slot, ppn);
+            pages.set(dram, me, i, PageIo::Programming(slot, ppn));
             progress = true;
         }
         progress

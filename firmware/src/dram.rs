@@ -113,12 +113,20 @@ pub(crate) struct DramLayout {
     pub gather_values: Region,
     /// Sampling-slot regions, `isp_slots` of them.
     pub slots: [SlotRegions; crate::config::MAX_ISP_SLOTS],
+    /// Per-page progress of every parked Read or Write: `MAX_COMMANDS × MAX_PAGES_PER_COMMAND`
+    /// `u64` words (a packed page state: kind | slot << 8 | ppn << 32), command slot after
+    /// command slot. Last in the arena, so that it moves no other region.
+    pub command_pages: Region,
     /// Total bytes.
     pub total_bytes: usize,
 }
 
 /// Bytes of metadata per page-buffer slot.
 pub(crate) const SLOT_META_BYTES: usize = 12;
+
+/// Words of the `command_pages` region: one per page of every command slot.
+pub(crate) const COMMAND_PAGE_WORDS: usize =
+    crate::config::MAX_COMMANDS * crate::config::MAX_PAGES_PER_COMMAND;
 
 impl DramLayout {
     /// Lays out the arena; `None` if the sizes overflow `usize`. `config` must be validated.
@@ -166,6 +174,7 @@ impl DramLayout {
                 indices: take(edges.checked_mul(4)?)?,
             };
         }
+        let command_pages = take(COMMAND_PAGE_WORDS.checked_mul(8)?)?;
         Some(Self {
             l2p,
             p2l,
@@ -182,6 +191,7 @@ impl DramLayout {
             gather_scratch,
             gather_values,
             slots: slot_regions,
+            command_pages,
             total_bytes: next,
         })
     }
@@ -204,7 +214,7 @@ pub struct DramRegion {
 }
 
 /// Most regions an arena has: the shared ones plus four per sampling slot.
-const MAX_REGIONS: usize = 14 + 4 * crate::config::MAX_ISP_SLOTS;
+const MAX_REGIONS: usize = 15 + 4 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-slot regions (one row per sampling slot).
 const SLOT_REGION_NAMES: [[&str; 4]; 8] = [
@@ -362,6 +372,11 @@ impl DramLayout {
             );
             push(names[3], slot.indices, "4 B x max_subgraph_edges");
         }
+        push(
+            "command_pages",
+            self.command_pages,
+            "8 B x 64 command slots x 64 pages per command (fixed)",
+        );
         out
     }
 }
@@ -402,7 +417,7 @@ mod tests {
             let total = Fw::dram_size_bytes(&config, &geometry).unwrap();
             assert_eq!(regions.total_bytes(), total);
             let count = regions.iter().count();
-            assert_eq!(count, 14 + 4 * usize::from(isp_slots));
+            assert_eq!(count, 15 + 4 * usize::from(isp_slots));
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(
                 sum <= total && total < sum + super::DRAM_REGION_ALIGN_BYTES * count,
@@ -415,6 +430,7 @@ mod tests {
             assert_eq!(find("gather_keys"), 8 * 3000);
             assert_eq!(find("slot0.config"), 32 + 8 * 100);
             assert_eq!(find("slot0.indptr"), 4 * 4 * 1001);
+            assert_eq!(find("command_pages"), 8 * 64 * 64);
             let mut names: std::vec::Vec<_> = regions.iter().map(|r| r.name).collect();
             names.sort_unstable();
             names.dedup();

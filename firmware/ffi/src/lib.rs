@@ -57,8 +57,8 @@ type Fw = Firmware<BoardFlash, &'static mut [u8]>;
 
 /// The firmware instance, written once by `sagessd_fw_init`.
 ///
-/// It lives in `.bss` (about 83 KiB on the Cortex-A9, most of it the 64 command slots and the
-/// 512-entry flash queues; `scripts/footprint.sh` prints it). An `Option<Firmware>` would go to
+/// It lives in `.bss` (about 35 KiB on the Cortex-A9; the per-page state of parked commands
+/// lives in the DRAM arena; `scripts/footprint.sh` prints it). An `Option<Firmware>` would go to
 /// `.data` instead (its `None` is not all zeros) and cost that much boot image, so the slot is
 /// uninitialised memory plus a flag.
 #[derive(Debug)]
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn sagessd_fw_init(
                 arena_len: need,
             };
             // The value is moved into the static once. Rust cannot promise to build it there
-            // directly, so `Firmware::new` and the move take about 110 KiB of stack on the
+            // directly, so `Firmware::new` and the move take about 58 KiB of stack on the
             // Cortex-A9, once, at boot (scripts/footprint.sh measures it); see the header.
             // Writing over an earlier failed init's `Err` leaks nothing (it owns nothing).
             if let Err(e) = slot.result.write(Fw::new(config, flash, arena)) {

@@ -271,7 +271,7 @@ fn mib(bytes: u64) -> f64 {
 
 /// How the firmware's DRAM arena scales, for `sagessd firmware footprint`.
 const FOOTPRINT_IN_WORDS: &str = "\
-In words: the arena is the sum of four parts.
+In words: the arena is the sum of five parts.
 * FTL mapping scales with flash capacity: about 8 B per physical page (4 B of l2p per logical
   page, 4 B of p2l per physical page), plus 9 B per erase block and 16 B per die.
 * The page buffer is page_buffer_pages x (page_size_bytes + 12 B), plus one page for GC.
@@ -281,6 +281,8 @@ In words: the arena is the sum of four parts.
 * Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets)
   and its result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + 1)
   (4 layers of local indptr) + 4 B x max_subgraph_edges (local indices).
+* The parked Reads and Writes keep the state of each of their flash pages in command_pages:
+  8 B x 64 command slots x 64 pages, 32 KiB whatever the configuration.
 max_fanout sizes nothing: it bounds the work; the subgraph limits bound the memory (a job whose
 sample would exceed them fails with ResultTooLarge). Outside the arena, the board links the
 library's static state (.bss), which scripts/footprint.sh prints.";
@@ -346,9 +348,10 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
         "l2p" | "p2l" | "block_valid" | "block_next_free" | "block_state" | "dies" => 0,
         "page_buffer_meta" | "page_buffer_data" | "gc_page" => 1,
         n if n.starts_with("slot") => 3,
+        "command_pages" => 4,
         _ => 2,
     };
-    let mut groups = [0u64; 4];
+    let mut groups = [0u64; 5];
     for r in regions.iter() {
         let bytes = r.size_bytes as u64;
         groups[group_of(r.name)] += bytes;
@@ -379,6 +382,7 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
         "page buffer (+ GC page)",
         "sampling working set (node_hash, entries, gather_*)",
         "pending subgraphs (slotN.*, isp_slots of them)",
+        "parked commands' page states (command_pages)",
     ];
     for (name, bytes) in names.iter().zip(groups) {
         writeln!(out, "  {name:<55} {:>10.2} MiB", mib(bytes))?;
