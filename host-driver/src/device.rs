@@ -11,12 +11,13 @@ use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::identify::{
     CNS_CONTROLLER, CNS_NAMESPACE, ControllerInfo, IDENTIFY_SIZE_BYTES, NamespaceInfo,
 };
-use sagessd_abi::ns_config::{MAX_LAYERS, NsLimits, encode_ns_config, ns_config_size_bytes};
+use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::nvme::{DataDirection, SubmissionEntry, VendorStatus, admin_opcode, io_opcode};
-use sagessd_abi::subgraph::{LayerEntry, SubgraphHeader, SubgraphView};
+use sagessd_abi::subgraph::{LayerEntry, SubgraphHeader};
 use zerocopy::IntoBytes;
 
 use crate::error::DriverError;
+use crate::ns;
 use crate::transport::{Completion, DeviceCounters, Transport};
 
 /// The admin submission queue.
@@ -617,72 +618,33 @@ impl<T: Transport> Device<T> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<Vec<u8>, DriverError> {
-        if fanouts.is_empty() || fanouts.len() > MAX_LAYERS {
-            return Err(DriverError::InvalidArgument(format!(
-                "{} fanouts (1..={MAX_LAYERS} allowed)",
-                fanouts.len()
-            )));
-        }
-        let config_len = ns_config_size_bytes(targets.len());
-        let mut config = vec![0u8; config_len];
-        let config_len_u32 = u32::try_from(config_len)
-            .ok()
-            .and(encode_ns_config(seed, fanouts, targets, &mut config))
-            .ok_or_else(|| DriverError::InvalidArgument("too many targets".into()))?
-            as u32;
-        let submit =
-            SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, NAMESPACE_ID, config_len_u32, 0);
-        let tag = self.execute(IO_QUEUE, submit, config)?.cqe.result.get();
-
+        let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
+        let cid = self.submit(IO_QUEUE, submit, config)?;
+        let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
         let node_count = self.attached.map(|g| g.node_count);
-        let bound = subgraph_size_bound(fanouts, targets.len() as u64, node_count);
-        let mut len = bound
-            .min(self.collect_cap_bytes as u64)
-            .min(u64::from(u32::MAX) & !3)
-            .next_multiple_of(4) as usize;
+        let mut len = ns::first_collect_len(
+            fanouts,
+            targets.len() as u64,
+            node_count,
+            self.collect_cap_bytes,
+        );
         let mut retried = false;
         loop {
-            let collect =
-                SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, NAMESPACE_ID, len as u32, tag);
-            match self.execute(IO_QUEUE, collect, vec![0u8; len]) {
-                Ok(c) => {
-                    let mut data = c.data;
-                    let size = c.cqe.result.get() as usize;
-                    if size > data.len() {
-                        return Err(DriverError::BadSubgraph(
-                            sagessd_abi::subgraph::SubgraphError::Truncated,
-                        ));
-                    }
-                    data.truncate(size);
-                    let view = SubgraphView::parse(&data).map_err(DriverError::BadSubgraph)?;
-                    if view.seed() != seed || view.layer_count() != fanouts.len() {
-                        return Err(DriverError::BadSubgraph(
-                            sagessd_abi::subgraph::SubgraphError::Inconsistent("seed/layers"),
-                        ));
-                    }
-                    return Ok(data);
-                }
-                Err(DriverError::Command {
-                    vendor: Some(VendorStatus::BufferTooSmall),
-                    result,
-                    ..
-                }) if !retried && result as usize > len => {
-                    tracing::debug!(
-                        first = len,
-                        needed = result,
-                        "NS_COLLECT buffer too small, retrying"
-                    );
-                    len = (result as usize).next_multiple_of(4);
+            let (collect, buffer) = ns::ns_collect(tag, len);
+            let cid = self.submit(IO_QUEUE, collect, buffer)?;
+            match ns::collected(self.wait(IO_QUEUE, cid)?, len, retried, seed, fanouts.len())? {
+                ns::Collected::Subgraph(data) => return Ok(data),
+                ns::Collected::Retry(needed) => {
+                    len = needed;
                     retried = true;
                 }
-                Err(e) => return Err(e),
             }
         }
     }
 }
 
 /// Turns a completion with an error status into [`DriverError::Command`].
-fn check(sq_id: u16, opcode: u8, c: Completion) -> Result<Completion, DriverError> {
+pub(crate) fn check(sq_id: u16, opcode: u8, c: Completion) -> Result<Completion, DriverError> {
     let status = c.cqe.status();
     if status.is_success() {
         Ok(c)
@@ -702,6 +664,7 @@ mod tests {
     use super::*;
     use crate::LocalTransport;
     use sagessd_abi::nvme::Status;
+    use sagessd_abi::subgraph::SubgraphView;
     use sagessd_emulator::HwConfig;
 
     fn device() -> Device<LocalTransport> {

@@ -19,6 +19,7 @@
 mod device;
 mod error;
 mod local;
+pub mod ns;
 mod transport;
 
 pub use device::{

@@ -74,16 +74,14 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
-use sagessd_abi::ns_config::{encode_ns_config, ns_config_size_bytes};
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
-use sagessd_abi::subgraph::SubgraphView;
 use sagessd_emulator::host_stack::{
     Access, CACHE_LINE_BYTES, HostStackConfig, PAGE_SIZE_BYTES, PageCache, PageCacheStats,
     ReadAround, cache_lines_touched,
 };
 use sagessd_host_driver::{
     Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DriverError, IO_QUEUE, LocalTransport,
-    NAMESPACE_ID, subgraph_size_bound,
+    NAMESPACE_ID, ns,
 };
 
 use crate::sampler::{
@@ -794,52 +792,28 @@ impl Worker {
     ) -> Result<SampledSubgraph, SamplerError> {
         let node_count = self.sh.borrow().graph.node_count;
         crate::sampler::validate_request(fanouts, targets, node_count)?;
-        let mut config = vec![0u8; ns_config_size_bytes(targets.len())];
-        let len = encode_ns_config(seed, fanouts, targets, &mut config)
-            .ok_or_else(|| SamplerError::InvalidRequest("too many targets".into()))?;
-        let submit = SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, NAMESPACE_ID, len as u32, 0);
-        let c = self.ioctl(submit, config).await?;
-        if !c.cqe.status().is_success() {
-            return Err(command_error(io_opcode::NS_SUBMIT, &c));
-        }
-        let tag = c.cqe.result.get();
-        let bound = subgraph_size_bound(fanouts, targets.len() as u64, Some(node_count));
-        let mut len = bound
-            .min(DEFAULT_COLLECT_CAP_BYTES as u64)
-            .min(u64::from(u32::MAX) & !3)
-            .next_multiple_of(4) as usize;
+        let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
+        let tag = ns::submitted_tag(self.ioctl(submit, config).await?)?;
+        let mut len = ns::first_collect_len(
+            fanouts,
+            targets.len() as u64,
+            Some(node_count),
+            DEFAULT_COLLECT_CAP_BYTES,
+        );
         let mut retried = false;
         loop {
-            let collect =
-                SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, NAMESPACE_ID, len as u32, tag);
-            let c = self.ioctl(collect, vec![0u8; len]).await?;
-            let status = c.cqe.status();
-            let size = c.cqe.result.get() as usize;
-            if !status.is_success() {
-                if VendorStatus::from_status(status) == Some(VendorStatus::BufferTooSmall)
-                    && !retried
-                    && size > len
-                {
-                    len = size.next_multiple_of(4);
-                    retried = true;
-                    continue;
+            let (collect, buffer) = ns::ns_collect(tag, len);
+            let c = self.ioctl(collect, buffer).await?;
+            match ns::collected(c, len, retried, seed, fanouts.len())? {
+                ns::Collected::Subgraph(data) => {
+                    self.sh.borrow_mut().stats.bytes_used += data.len() as u64;
+                    return SampledSubgraph::from_bytes(data);
                 }
-                return Err(command_error(io_opcode::NS_COLLECT, &c));
+                ns::Collected::Retry(needed) => {
+                    len = needed;
+                    retried = true;
+                }
             }
-            let mut data = c.data;
-            if size > data.len() {
-                return Err(SamplerError::GraphCorrupt("truncated subgraph".into()));
-            }
-            data.truncate(size);
-            let view = SubgraphView::parse(&data).map_err(SamplerError::Subgraph)?;
-            if view.seed() != seed || view.layer_count() != fanouts.len() {
-                return Err(SamplerError::GraphCorrupt(
-                    "subgraph of another request".into(),
-                ));
-            }
-            let used = data.len() as u64;
-            self.sh.borrow_mut().stats.bytes_used += used;
-            return SampledSubgraph::from_bytes(data);
         }
     }
 

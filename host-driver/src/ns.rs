@@ -1,0 +1,111 @@
+//! The in-storage sampling exchange, command by command: one `NS_SUBMIT` carrying the whole
+//! minibatch, then one `NS_COLLECT` (retried once with the size the device asks for if the first
+//! buffer was too small). The blocking [`crate::Device::sample`] and asynchronous callers that
+//! interleave several exchanges in modelled time both build their commands and read their
+//! completions here, so the protocol is written once.
+
+use sagessd_abi::ns_config::{MAX_LAYERS, encode_ns_config, ns_config_size_bytes};
+use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
+use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
+
+use crate::device::{IO_QUEUE, NAMESPACE_ID, check, subgraph_size_bound};
+use crate::error::DriverError;
+use crate::transport::Completion;
+
+/// The `NS_SUBMIT` of one minibatch and its NS_config payload. Refuses what cannot be encoded
+/// (0 or more than [`MAX_LAYERS`] fanouts, more than `u32::MAX` targets); the device judges the
+/// rest.
+pub fn ns_submit(
+    seed: u64,
+    fanouts: &[u16],
+    targets: &[u64],
+) -> Result<(SubmissionEntry, Vec<u8>), DriverError> {
+    if fanouts.is_empty() || fanouts.len() > MAX_LAYERS {
+        return Err(DriverError::InvalidArgument(format!(
+            "{} fanouts (1..={MAX_LAYERS} allowed)",
+            fanouts.len()
+        )));
+    }
+    let mut config = vec![0u8; ns_config_size_bytes(targets.len())];
+    let len = encode_ns_config(seed, fanouts, targets, &mut config)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| DriverError::InvalidArgument("too many targets".into()))?;
+    Ok((
+        SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, NAMESPACE_ID, len, 0),
+        config,
+    ))
+}
+
+/// The tag an `NS_SUBMIT` completion returned, or its error.
+pub fn submitted_tag(c: Completion) -> Result<u32, DriverError> {
+    Ok(check(IO_QUEUE, io_opcode::NS_SUBMIT, c)?.cqe.result.get())
+}
+
+/// Size of the first `NS_COLLECT` buffer: the format's bound for the request (see
+/// [`subgraph_size_bound`]), at most `cap_bytes`, a multiple of 4.
+pub fn first_collect_len(
+    fanouts: &[u16],
+    target_count: u64,
+    node_count: Option<u64>,
+    cap_bytes: usize,
+) -> usize {
+    subgraph_size_bound(fanouts, target_count, node_count)
+        .min(cap_bytes as u64)
+        .min(u64::from(u32::MAX) & !3)
+        .next_multiple_of(4) as usize
+}
+
+/// The `NS_COLLECT` of job `tag` into a buffer of `len` bytes, and that buffer.
+pub fn ns_collect(tag: u32, len: usize) -> (SubmissionEntry, Vec<u8>) {
+    (
+        SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, NAMESPACE_ID, len as u32, tag),
+        vec![0u8; len],
+    )
+}
+
+/// What an `NS_COLLECT` completion means.
+#[derive(Debug)]
+pub enum Collected {
+    /// The subgraph, validated and cut to its size.
+    Subgraph(Vec<u8>),
+    /// The buffer was too small: collect again into a buffer of this many bytes.
+    Retry(usize),
+}
+
+/// Reads the completion of an `NS_COLLECT` of `len` bytes for a request with `seed` and
+/// `layer_count` layers. A too-small buffer is worth one retry (`retried` says whether it was
+/// spent); any other error status is a [`DriverError::Command`], and a subgraph that is not the
+/// request's is [`DriverError::BadSubgraph`].
+pub fn collected(
+    c: Completion,
+    len: usize,
+    retried: bool,
+    seed: u64,
+    layer_count: usize,
+) -> Result<Collected, DriverError> {
+    let status = c.cqe.status();
+    let size = c.cqe.result.get() as usize;
+    if !retried
+        && size > len
+        && VendorStatus::from_status(status) == Some(VendorStatus::BufferTooSmall)
+    {
+        tracing::debug!(
+            first = len,
+            needed = size,
+            "NS_COLLECT buffer too small, retrying"
+        );
+        return Ok(Collected::Retry(size.next_multiple_of(4)));
+    }
+    let mut data = check(IO_QUEUE, io_opcode::NS_COLLECT, c)?.data;
+    if size > data.len() {
+        return Err(DriverError::BadSubgraph(SubgraphError::Truncated));
+    }
+    data.truncate(size);
+    let view = SubgraphView::parse(&data).map_err(DriverError::BadSubgraph)?;
+    if view.seed() != seed || view.layer_count() != layer_count {
+        return Err(DriverError::BadSubgraph(SubgraphError::Inconsistent(
+            "seed/layers",
+        )));
+    }
+    Ok(Collected::Subgraph(data))
+}
