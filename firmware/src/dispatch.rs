@@ -8,14 +8,13 @@
 //! operations to the HAL.
 
 use sagessd_abi::graph::GraphDescriptor;
-use sagessd_abi::identify::{
-    CNS_CONTROLLER, CNS_NAMESPACE, ControllerInfo, IDENTIFY_SIZE_BYTES, NamespaceInfo,
-};
+use sagessd_abi::identify::IDENTIFY_SIZE_BYTES;
 use sagessd_abi::nvme::{
     AdminCommand, CompletionEntry, DsmRange, IoCommand, Status, SubmissionEntry, VendorStatus,
 };
 use zerocopy::FromBytes;
 
+use crate::admin::{Admin, Facts, NSID};
 use crate::backend::Backend;
 use crate::config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_PAGES_PER_COMMAND};
 use crate::dram::{DramLayout, DramRegions, Region};
@@ -27,8 +26,6 @@ use crate::isp::{Collect, Isp};
 use crate::page_buffer::{Acquire, PageBuffer};
 use crate::work::WorkCounters;
 
-/// The namespace the device exposes.
-const NSID: u32 = 1;
 /// Most logical pages one poll trims, bounding the time a poll can take.
 const TRIM_PAGES_PER_POLL: u32 = 1024;
 /// Command ID Conflict (generic status 0x03).
@@ -157,6 +154,7 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     backend: Backend,
     isp: Isp,
     graph: Option<GraphDescriptor>,
+    admin: Admin,
     commands: [Option<Parked>; MAX_COMMANDS],
     /// The per-page states of the parked Reads and Writes.
     pages: CommandPages,
@@ -237,6 +235,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             },
             isp,
             graph: None,
+            admin: Admin::new(),
             commands: [None; MAX_COMMANDS],
             pages: CommandPages(layout.command_pages),
             asleep: 0,
@@ -354,37 +353,26 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         id: CommandId,
         sqe: &SubmissionEntry,
     ) -> Result<Option<Op>, (Status, u32)> {
-        match AdminCommand::parse(sqe) {
-            AdminCommand::Identify { cns, nsid } => {
-                let mut data = [0u8; IDENTIFY_SIZE_BYTES];
-                match cns {
-                    CNS_CONTROLLER => ControllerInfo {
-                        serial: "SAGESSD-0001",
-                        model: "sagessd computational SSD",
-                        firmware_revision: env!("CARGO_PKG_VERSION"),
-                        mdts: (self.config.max_transfer_bytes / 4096).trailing_zeros() as u8,
-                        namespace_count: 1,
-                        limits: self.isp.limits(),
-                    }
-                    .encode(&mut data),
-                    CNS_NAMESPACE if nsid == NSID => NamespaceInfo {
-                        block_count: self.namespace_blocks,
-                        used_block_count: self.backend.ftl.mapped_pages()
-                            * u64::from(
-                                self.backend.geometry.page_size_bytes / self.block_size_bytes(),
-                            ),
-                        block_size_log2: self.config.block_size_log2,
-                    }
-                    .encode(&mut data),
-                    CNS_NAMESPACE => return Err((Status::INVALID_NAMESPACE, 0)),
-                    _ => return Err((Status::INVALID_FIELD, 0)),
-                }
-                dma_out(&mut self.backend.work, host, id, 0, &data)
-                    .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
-                Err((Status::SUCCESS, 0))
-            }
-            AdminCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
+        let page_blocks =
+            u64::from(self.backend.geometry.page_size_bytes / self.block_size_bytes());
+        let facts = Facts {
+            mdts: (self.config.max_transfer_bytes / 4096).trailing_zeros() as u8,
+            limits: self.isp.limits(),
+            namespace_blocks: self.namespace_blocks,
+            used_blocks: self.backend.ftl.mapped_pages() * page_blocks,
+            block_size_log2: self.config.block_size_log2,
+            spare_percent: self.backend.ftl.spare_percent(),
+        };
+        let mut data = [0u8; IDENTIFY_SIZE_BYTES];
+        let (len, result) = self
+            .admin
+            .execute(AdminCommand::parse(sqe), &facts, &mut data)
+            .map_err(|s| (s, 0))?;
+        if len > 0 {
+            dma_out(&mut self.backend.work, host, id, 0, &data[..len])
+                .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
         }
+        Err((Status::SUCCESS, result))
     }
 
     /// Starts an I/O command. `Ok(Some(op))`: park it; `Err`: complete now with (status, dw0).
@@ -405,10 +393,19 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         match cmd {
             IoCommand::Flush => Err((Status::SUCCESS, 0)),
             IoCommand::Read { slba, block_count } => {
-                Ok(Some(Op::Read(self.transfer(slba, block_count)?)))
+                let t = self.transfer(slba, block_count)?;
+                let health = &mut self.admin.health;
+                health.host_reads += 1;
+                health.sectors_read += u64::from(block_count) << (self.config.block_size_log2 - 9);
+                Ok(Some(Op::Read(t)))
             }
             IoCommand::Write { slba, block_count } => {
-                Ok(Some(Op::Write(self.transfer(slba, block_count)?)))
+                let t = self.transfer(slba, block_count)?;
+                let health = &mut self.admin.health;
+                health.host_writes += 1;
+                health.sectors_written +=
+                    u64::from(block_count) << (self.config.block_size_log2 - 9);
+                Ok(Some(Op::Write(t)))
             }
             IoCommand::DatasetManagement {
                 range_count,

@@ -154,6 +154,17 @@ impl Ftl {
     }
 
     /// Logical pages currently mapped.
+    pub fn spare_percent(&self) -> u8 {
+        let logical_blocks = self.logical_pages.div_ceil(self.geometry.pages_per_block);
+        let spare = self
+            .geometry
+            .block_count()
+            .saturating_sub(logical_blocks)
+            .max(1);
+        (u64::from(self.free_blocks) * 100 / u64::from(spare)).min(100) as u8
+    }
+
+    /// Logical pages that hold data.
     pub fn mapped_pages(&self) -> u64 {
         self.mapped_pages
     }

@@ -7,7 +7,7 @@
 //! [`fake::MemFlash`] in tests, and on an OpenSSD-class board.
 //!
 //! ```plain
-//!  submit(SQE) ─► dispatch ─┬─ Identify / Flush / Dataset Management
+//!  submit(SQE) ─► dispatch ─┬─ admin (Identify, logs, features) / Flush / Dataset Management
 //!                           ├─ Read / Write ────────────► page buffer ─► FTL ─► Flash HAL
 //!                           └─ GRAPH_ATTACH / NS_SUBMIT /
 //!                              NS_COLLECT ─► ISP control unit ─► subgraph generator ─┘
@@ -24,6 +24,7 @@
 #[cfg(test)]
 extern crate std;
 
+mod admin;
 mod backend;
 mod config;
 mod dispatch;

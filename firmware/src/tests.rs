@@ -9,7 +9,8 @@ use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::identify::{ControllerInfo, NamespaceInfo};
 use sagessd_abi::ns_config::{NsLimits, encode_ns_config, ns_config_size_bytes};
 use sagessd_abi::nvme::{
-    CompletionEntry, Status, SubmissionEntry, VendorStatus, admin_opcode, io_opcode,
+    CompletionEntry, Status, SubmissionEntry, VendorStatus, admin_opcode, feature, io_opcode,
+    log_page,
 };
 use sagessd_abi::subgraph::SubgraphView;
 use zerocopy::IntoBytes;
@@ -179,6 +180,65 @@ fn identify_reports_namespace_and_limits() {
     assert_eq!(ns.block_size_log2, 9);
     // (64 blocks − 2·4 dies − 1) · 8 pages · 93 % · 4 LBAs per page
     assert_eq!(ns.block_count, 55 * 8 * 93 / 100 * 4);
+}
+
+#[test]
+fn the_admin_commands_a_host_kernel_sends_at_attach_are_served() {
+    let mut d = Device::new(small_geometry(), small_config(), 1);
+    let identify = |d: &mut Device, cns: u32, nsid: u32| {
+        let mut sqe = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, nsid);
+        sqe.cdw10 = cns.into();
+        d.exec(0, sqe, vec![0; 4096])
+    };
+    // Active namespace list: namespace 1, then nothing after it.
+    let (cqe, data) = identify(&mut d, 2, 0);
+    assert!(cqe.status().is_success());
+    assert_eq!(&data[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&identify(&mut d, 2, 1).1[..4], &[0; 4]);
+    // One NGUID descriptor, equal to Identify Namespace's NGUID.
+    let (cqe, descs) = identify(&mut d, 3, 1);
+    assert!(cqe.status().is_success());
+    assert_eq!((descs[0], descs[1]), (2, 16));
+    let ns = NamespaceInfo::decode(&identify(&mut d, 0, 1).1).unwrap();
+    assert_eq!(&descs[4..20], &ns.nguid);
+    assert_eq!(identify(&mut d, 3, 2).0.status(), Status::INVALID_NAMESPACE);
+    assert!(identify(&mut d, 6, 0).0.status().is_success());
+    assert_eq!(identify(&mut d, 0x1F, 0).0.status(), Status::INVALID_FIELD);
+
+    // Number of Queues: 4 asked, 4 granted (0-based in both halves); read back the same.
+    let mut set = SubmissionEntry::new(admin_opcode::SET_FEATURES, 0, 0);
+    set.cdw10 = u32::from(feature::NUMBER_OF_QUEUES).into();
+    set.cdw11 = (3 | (3 << 16)).into();
+    let (cqe, _) = d.exec(0, set, vec![]);
+    assert_eq!(
+        (cqe.status(), cqe.result.get()),
+        (Status::SUCCESS, 3 | (3 << 16))
+    );
+    let mut get = SubmissionEntry::new(admin_opcode::GET_FEATURES, 0, 0);
+    get.cdw10 = u32::from(feature::NUMBER_OF_QUEUES).into();
+    assert_eq!(d.exec(0, get, vec![]).0.result.get(), 3 | (3 << 16));
+    get.cdw10 = u32::from(feature::VOLATILE_WRITE_CACHE).into();
+    assert_eq!(d.exec(0, get, vec![]).0.status(), Status::INVALID_FIELD);
+    set.cdw10 = (u32::from(feature::ARBITRATION) | (1 << 31)).into();
+    assert_eq!(
+        d.exec(0, set, vec![]).0.status(),
+        Status::FEATURE_NOT_SAVEABLE
+    );
+
+    // SMART log counts the host's reads and writes; unknown logs are Invalid Log Page.
+    d.write(0, &vec![7u8; 2 * 512]);
+    let mut log = SubmissionEntry::new(admin_opcode::GET_LOG_PAGE, 0, 0xFFFF_FFFF);
+    log.cdw10 = (u32::from(log_page::SMART_HEALTH) | (127 << 16)).into();
+    let (cqe, page) = d.exec(0, log, vec![0; 512]);
+    assert!(cqe.status().is_success());
+    assert_eq!(u64::from_le_bytes(page[80..88].try_into().unwrap()), 1);
+    log.cdw10 = (0x7Fu32 | (127 << 16)).into();
+    assert_eq!(
+        d.exec(0, log, vec![0; 512]).0.status(),
+        Status::INVALID_LOG_PAGE
+    );
+    let keep_alive = SubmissionEntry::new(admin_opcode::KEEP_ALIVE, 0, 0);
+    assert!(d.exec(0, keep_alive, vec![]).0.status().is_success());
 }
 
 #[test]

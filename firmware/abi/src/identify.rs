@@ -1,6 +1,5 @@
-//! Identify data structures (NVMe base specification §5.17.2): the fields the device fills in.
-//!
-//! Both structures are 4096 bytes; every field not named here is zero.
+//! Identify data structures (NVMe base specification §5.17.2) and the log pages (§5.16) the
+//! device fills in: only the fields named here; every other byte is zero.
 
 use crate::ns_config::NsLimits;
 
@@ -11,6 +10,14 @@ pub const IDENTIFY_SIZE_BYTES: usize = 4096;
 pub const CNS_NAMESPACE: u8 = 0x00;
 /// CNS value: Identify Controller.
 pub const CNS_CONTROLLER: u8 = 0x01;
+/// CNS value: Active Namespace ID list.
+pub const CNS_ACTIVE_NAMESPACES: u8 = 0x02;
+/// CNS value: Namespace Identification Descriptor list.
+pub const CNS_NAMESPACE_DESCRIPTORS: u8 = 0x03;
+/// CNS value: I/O Command Set specific Identify Controller.
+pub const CNS_CSI_CONTROLLER: u8 = 0x06;
+/// Command set identifier of the NVM command set.
+pub const CSI_NVM: u8 = 0x00;
 
 /// PCI vendor id written in Identify Controller (0xFFFF: none assigned; the emulator is not a
 /// registered vendor's product).
@@ -77,6 +84,63 @@ impl ControllerInfo<'_> {
     }
 }
 
+/// Writes the Active Namespace ID list: the ids of `namespace_count` namespaces (numbered from
+/// 1) greater than `after`, ascending, zero-terminated.
+pub fn encode_active_namespaces(
+    namespace_count: u32,
+    after: u32,
+    out: &mut [u8; IDENTIFY_SIZE_BYTES],
+) {
+    out.fill(0);
+    let ids = (after.saturating_add(1).max(1)..=namespace_count).take(IDENTIFY_SIZE_BYTES / 4);
+    for (slot, id) in out.chunks_exact_mut(4).zip(ids) {
+        slot.copy_from_slice(&id.to_le_bytes());
+    }
+}
+
+/// Bytes of the SMART / Health Information and Firmware Slot Information log pages.
+pub const LOG_PAGE_BYTES: usize = 512;
+
+/// What the SMART / Health Information log page reports (counters since the device booted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HealthLog {
+    /// Data read by the host, in 512-byte units (the log reports thousands of them).
+    pub sectors_read: u64,
+    /// Data written by the host, in 512-byte units.
+    pub sectors_written: u64,
+    /// Read commands completed.
+    pub host_reads: u64,
+    /// Write commands completed.
+    pub host_writes: u64,
+    /// Percentage of the flash's free blocks in use as spare (0–100).
+    pub spare_percent: u8,
+}
+
+impl HealthLog {
+    /// Writes the SMART / Health Information log page.
+    pub fn encode(&self, out: &mut [u8; LOG_PAGE_BYTES]) {
+        out.fill(0);
+        out[1..3].copy_from_slice(&293u16.to_le_bytes()); // composite temperature: 20 °C
+        out[3] = self.spare_percent; // available spare
+        out[4] = 10; // available spare threshold
+        let put = |out: &mut [u8; LOG_PAGE_BYTES], at: usize, v: u64| {
+            out[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        // Data units are thousands of 512-byte units, rounded up.
+        put(out, 32, self.sectors_read.div_ceil(1000));
+        put(out, 48, self.sectors_written.div_ceil(1000));
+        put(out, 64, self.host_reads);
+        put(out, 80, self.host_writes);
+    }
+}
+
+/// Writes the Firmware Slot Information log page: slot 1 active, holding `revision`.
+pub fn encode_firmware_slot_log(revision: &str, out: &mut [u8; LOG_PAGE_BYTES]) {
+    out.fill(0);
+    out[0] = 1; // AFI: slot 1 active
+    put_ascii(&mut out[8..16], revision); // FRS1
+}
+
 /// What Identify Namespace reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NamespaceInfo {
@@ -86,6 +150,8 @@ pub struct NamespaceInfo {
     pub used_block_count: u64,
     /// log2 of the logical block size (LBADS of LBA format 0).
     pub block_size_log2: u8,
+    /// Namespace globally unique identifier (NGUID).
+    pub nguid: [u8; 16],
 }
 
 impl NamespaceInfo {
@@ -98,7 +164,16 @@ impl NamespaceInfo {
         out[24] = 1 << 0; // NSFEAT: thin provisioning (NUSE may be below NCAP)
         out[25] = 0; // NLBAF: one format
         out[26] = 0; // FLBAS: format 0
+        out[104..120].copy_from_slice(&self.nguid); // NGUID
         out[128 + 2] = self.block_size_log2; // LBAF0.LBADS
+    }
+
+    /// Writes the Namespace Identification Descriptor list: one NGUID descriptor.
+    pub fn encode_descriptors(&self, out: &mut [u8; IDENTIFY_SIZE_BYTES]) {
+        out.fill(0);
+        out[0] = 0x02; // NIDT: NGUID
+        out[1] = 16; // NIDL
+        out[4..20].copy_from_slice(&self.nguid);
     }
 
     /// Reads block count and block size back.
@@ -107,6 +182,7 @@ impl NamespaceInfo {
             block_count: u64::from_le_bytes(data.get(0..8)?.try_into().ok()?),
             used_block_count: u64::from_le_bytes(data.get(16..24)?.try_into().ok()?),
             block_size_log2: *data.get(130)?,
+            nguid: data.get(104..120)?.try_into().ok()?,
         })
     }
 }
@@ -145,6 +221,7 @@ mod tests {
             block_count: 1 << 20,
             used_block_count: 7,
             block_size_log2: 12,
+            nguid: [7; 16],
         };
         ns.encode(&mut out);
         assert_eq!(NamespaceInfo::decode(&out), Some(ns));

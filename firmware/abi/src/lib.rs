@@ -9,6 +9,8 @@
 //! * [`graph`]: the graph descriptor registered with `GRAPH_ATTACH`;
 //! * [`ns_config`]: the neighbour-sampling configuration carried by `NS_SUBMIT`;
 //! * [`subgraph`]: the sampled-subgraph (message-flow graph) format returned by `NS_COLLECT`;
+//! * [`fabrics`]: NVMe-oF Connect / Property commands, controller properties, SGL data pointers;
+//! * [`tcp`]: NVMe/TCP PDUs, their framing checks and the CRC32C digest;
 //! * [`sample`]: the one neighbour-sampling function that device and host both call, so that an
 //!   in-storage sample and a host sample are byte-identical.
 //!
@@ -21,9 +23,11 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod fabrics;
 pub mod graph;
 pub mod identify;
 pub mod ns_config;
 pub mod nvme;
 pub mod sample;
 pub mod subgraph;
+pub mod tcp;

@@ -193,6 +193,18 @@ impl Status {
     pub const COMMAND_SEQUENCE_ERROR: Self = Self::generic(0x0C, true);
     /// LBA Out of Range (NVM command set status 0x80).
     pub const LBA_OUT_OF_RANGE: Self = Self::generic(0x80, true);
+    /// Invalid Log Page (command specific 0x09).
+    pub const INVALID_LOG_PAGE: Self = Self {
+        sct: sct::COMMAND_SPECIFIC,
+        sc: 0x09,
+        dnr: true,
+    };
+    /// Feature Identifier Not Saveable (command specific 0x0D).
+    pub const FEATURE_NOT_SAVEABLE: Self = Self {
+        sct: sct::COMMAND_SPECIFIC,
+        sc: 0x0D,
+        dnr: true,
+    };
     /// Capacity Exceeded (0x81): no free flash left for the write.
     pub const CAPACITY_EXCEEDED: Self = Self::generic(0x81, true);
     /// Unrecovered Read Error (media error 0x81).
@@ -318,8 +330,52 @@ impl From<VendorStatus> for Status {
 
 /// Admin command opcodes the device knows.
 pub mod admin_opcode {
+    /// Get Log Page (controller→host).
+    pub const GET_LOG_PAGE: u8 = 0x02;
     /// Identify.
     pub const IDENTIFY: u8 = 0x06;
+    /// Set Features.
+    pub const SET_FEATURES: u8 = 0x09;
+    /// Get Features.
+    pub const GET_FEATURES: u8 = 0x0A;
+    /// Asynchronous Event Request.
+    pub const ASYNC_EVENT_REQUEST: u8 = 0x0C;
+    /// Keep Alive.
+    pub const KEEP_ALIVE: u8 = 0x18;
+}
+
+/// Feature identifiers (Get/Set Features CDW10 bits 7:0).
+pub mod feature {
+    /// Arbitration.
+    pub const ARBITRATION: u8 = 0x01;
+    /// Power Management.
+    pub const POWER_MANAGEMENT: u8 = 0x02;
+    /// Temperature Threshold.
+    pub const TEMPERATURE_THRESHOLD: u8 = 0x04;
+    /// Error Recovery.
+    pub const ERROR_RECOVERY: u8 = 0x05;
+    /// Volatile Write Cache.
+    pub const VOLATILE_WRITE_CACHE: u8 = 0x06;
+    /// Number of Queues.
+    pub const NUMBER_OF_QUEUES: u8 = 0x07;
+    /// Interrupt Coalescing.
+    pub const INTERRUPT_COALESCING: u8 = 0x08;
+    /// Write Atomicity Normal.
+    pub const WRITE_ATOMICITY: u8 = 0x0A;
+    /// Asynchronous Event Configuration.
+    pub const ASYNC_EVENT_CONFIG: u8 = 0x0B;
+    /// Keep Alive Timer.
+    pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
+}
+
+/// Log page identifiers.
+pub mod log_page {
+    /// Error Information (64-byte entries).
+    pub const ERROR_INFORMATION: u8 = 0x01;
+    /// SMART / Health Information (512 bytes).
+    pub const SMART_HEALTH: u8 = 0x02;
+    /// Firmware Slot Information (512 bytes).
+    pub const FIRMWARE_SLOT: u8 = 0x03;
 }
 
 /// I/O command opcodes the device knows (NVM command set and sagessd vendor commands).
@@ -373,9 +429,40 @@ pub enum AdminCommand {
     Identify {
         /// The data structure asked for.
         cns: u8,
-        /// The namespace it concerns (CNS 0).
+        /// The namespace it concerns (CNS 0, 3), or the last one not to list (CNS 2).
         nsid: u32,
+        /// Command set identifier (CNS 5, 6).
+        csi: u8,
     },
+    /// Get Log Page `lid`: `len_bytes` from byte `offset` of the page.
+    GetLogPage {
+        /// Log page identifier.
+        lid: u8,
+        /// Bytes wanted (NUMD + 1 dwords).
+        len_bytes: u32,
+        /// Byte offset into the log page.
+        offset: u64,
+    },
+    /// Get Features `fid` (`select` 0: current, 1: default, 2: saved, 3: capabilities).
+    GetFeatures {
+        /// Feature identifier.
+        fid: u8,
+        /// Which value.
+        select: u8,
+    },
+    /// Set Features `fid` to `value` (CDW11).
+    SetFeatures {
+        /// Feature identifier.
+        fid: u8,
+        /// The feature-specific value.
+        value: u32,
+        /// Save bit: keep the value across resets.
+        save: bool,
+    },
+    /// Asynchronous Event Request: completes when an event happens.
+    AsyncEventRequest,
+    /// Keep Alive.
+    KeepAlive,
     /// Any opcode the device does not implement.
     Unsupported(u8),
 }
@@ -383,11 +470,32 @@ pub enum AdminCommand {
 impl AdminCommand {
     /// Parses an admin submission entry. Never fails: unknown opcodes become data.
     pub fn parse(sqe: &SubmissionEntry) -> Self {
+        let cdw10 = sqe.cdw10.get();
         match sqe.opcode {
             admin_opcode::IDENTIFY => Self::Identify {
-                cns: (sqe.cdw10.get() & 0xFF) as u8,
+                cns: (cdw10 & 0xFF) as u8,
                 nsid: sqe.nsid.get(),
+                csi: (sqe.cdw11.get() >> 24) as u8,
             },
+            admin_opcode::GET_LOG_PAGE => {
+                let numd = u64::from(cdw10 >> 16) | (u64::from(sqe.cdw11.get() & 0xFFFF) << 16);
+                Self::GetLogPage {
+                    lid: (cdw10 & 0xFF) as u8,
+                    len_bytes: ((numd + 1) * 4).min(u64::from(u32::MAX)) as u32,
+                    offset: u64::from(sqe.cdw12.get()) | (u64::from(sqe.cdw13.get()) << 32),
+                }
+            }
+            admin_opcode::GET_FEATURES => Self::GetFeatures {
+                fid: (cdw10 & 0xFF) as u8,
+                select: ((cdw10 >> 8) & 0x7) as u8,
+            },
+            admin_opcode::SET_FEATURES => Self::SetFeatures {
+                fid: (cdw10 & 0xFF) as u8,
+                value: sqe.cdw11.get(),
+                save: cdw10 >> 31 != 0,
+            },
+            admin_opcode::ASYNC_EVENT_REQUEST => Self::AsyncEventRequest,
+            admin_opcode::KEEP_ALIVE => Self::KeepAlive,
             op => Self::Unsupported(op),
         }
     }

@@ -1,0 +1,69 @@
+# Guest scenario of `tests/qemu/run.sh`, sourced by /init (busybox sh, set -e; helpers e2e,
+# check, wait_for and port_listening come from tests/qemu/init).
+#
+# The whole product inside one VM: sagessd's emulator serves an NVMe/TCP target on loopback, the
+# guest kernel's nvme-tcp host connects to it, nvme-cli identifies it and sends a hand-made
+# NS_SUBMIT, and `sagessd demo` samples through the kernel's generic device /dev/ng0n1.
+
+NQN=nqn.2026-11.io.sagessd:emulator
+
+start_emulator() { # in the background; check runs it in a subshell, hence the PID file
+    sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" --image /tmp/flash.img &
+    echo $! >/tmp/emulator.pid
+}
+
+emulator_alive() {
+    kill -0 "$(cat /tmp/emulator.pid)"
+}
+
+namespace_present() {
+    [ -b /dev/nvme0n1 ] && [ -c /dev/ng0n1 ]
+}
+
+list_shows_namespace() {
+    nvme list | tee /tmp/list
+    grep -q '^/dev/nvme0n1 ' /tmp/list
+}
+
+id_ctrl() { # reports the model and subsystem NQN the controller identifies itself with
+    nvme id-ctrl /dev/nvme0 >/tmp/id-ctrl
+    e2e model "$(sed -n 's/^mn *: *//p' /tmp/id-ctrl | sed 's/ *$//')"
+    e2e subnqn "$(sed -n 's/^subnqn *: *//p' /tmp/id-ctrl)"
+    grep -q "^subnqn *: *$NQN\$" /tmp/id-ctrl
+}
+
+# ---------------------------------------------------------------------------------------------
+# PLACEHOLDER (lead): one hand-made NS_SUBMIT (vendor I/O opcode 0x85, sagessd-abi
+# io_opcode::NS_SUBMIT) through the generic device, e.g.
+#     timeout 30 nvme io-passthru /dev/ng0n1 --opcode=0x85 --namespace-id=1 --write \
+#         --data-len=<NS_config bytes> --input-file=/tmp/ns_config.bin --cdw10=... --show-command
+# checking the completion (nvme-cli prints the result dword) and reporting it with
+# `e2e ns-submit-result <value>`. Fails until filled in.
+# ---------------------------------------------------------------------------------------------
+ns_submit() {
+    echo "ns_submit: not written yet (tests/qemu/guest.sh)"
+    return 1
+}
+
+demo() { # sagessd demo through the kernel; reports its checksum
+    sagessd demo --device passthru:/dev/ng0n1 | tee /tmp/demo
+    e2e checksum "$(grep -o 'checksum 0x[0-9a-f]\{16\}' /tmp/demo | cut -d' ' -f2)"
+    grep -q 'checksum 0x[0-9a-f]\{16\}' /tmp/demo
+}
+
+stop_emulator() { # fails if the emulator is gone already
+    kill "$(cat /tmp/emulator.pid)"
+}
+
+check emulator-start start_emulator
+check listening wait_for 30 port_listening 4420
+check emulator-alive emulator_alive
+check modprobe modprobe nvme-tcp
+check connect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
+check namespace wait_for 20 namespace_present
+check list list_shows_namespace
+check id-ctrl id_ctrl
+check ns-submit ns_submit
+check demo demo
+check disconnect timeout 30 nvme disconnect -n "$NQN"
+check emulator-stop stop_emulator
