@@ -17,6 +17,8 @@
 //! * [`NandArray`] ([`nand`]) is the flash: sparse storage, program-order rules, and dies and
 //!   channels as resources that are busy, not a constant latency.
 //! * [`PcieLink`] ([`pcie`]) and [`CoreModel`] ([`cores`]) time the link and the firmware.
+//! * [`Target`] ([`target`]) serves an [`Ssd`] over NVMe/TCP, for the Linux kernel's initiator
+//!   and the host driver's TCP transport.
 //!
 //! Time is simulated, never read: no wall clock, no unseeded randomness, so the same inputs
 //! give the same timeline bit for bit.
@@ -45,6 +47,7 @@ pub mod host_stack;
 pub mod nand;
 pub mod pcie;
 pub mod ssd;
+pub mod target;
 
 pub use config::HwConfig;
 pub use cores::CoreModel;
@@ -52,3 +55,4 @@ pub use error::EmulatorError;
 pub use nand::{NandArray, NandStats, NandTiming};
 pub use pcie::{Direction, PcieLink};
 pub use ssd::{Completed, DeviceStats, Ssd};
+pub use target::{Target, TargetOptions};

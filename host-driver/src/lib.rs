@@ -20,6 +20,7 @@ mod device;
 mod error;
 mod local;
 pub mod ns;
+mod tcp;
 mod transport;
 
 pub use device::{
@@ -28,4 +29,5 @@ pub use device::{
 };
 pub use error::{DriverError, describe_status, opcode_name};
 pub use local::LocalTransport;
+pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Completion, DeviceCounters, Transport, TransportError};

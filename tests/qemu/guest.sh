@@ -12,8 +12,13 @@ start_emulator() { # in the background; check runs it in a subshell, hence the P
     echo $! >/tmp/emulator.pid
 }
 
-emulator_alive() {
-    kill -0 "$(cat /tmp/emulator.pid)"
+serving() { # the emulator listens on port 4420; gives up at once if it has exited
+    pid=$(cat /tmp/emulator.pid)
+    if [ ! -e "/proc/$pid" ] || grep -q '^State:.*zombie' "/proc/$pid/status"; then
+        echo "the emulator exited"
+        exit 1
+    fi
+    port_listening 4420
 }
 
 namespace_present() {
@@ -56,8 +61,7 @@ stop_emulator() { # fails if the emulator is gone already
 }
 
 check emulator-start start_emulator
-check listening wait_for 30 port_listening 4420
-check emulator-alive emulator_alive
+check listening wait_for 30 serving
 check modprobe modprobe nvme-tcp
 check connect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
 check namespace wait_for 20 namespace_present

@@ -15,6 +15,9 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::nvme::{CompletionEntry, SubmissionEntry};
 
+#[cfg(feature = "std")]
+pub mod stream;
+
 /// PDU types (the common header's first byte).
 pub mod pdu_type {
     /// Initialize Connection Request (host → controller).
@@ -290,6 +293,9 @@ pub struct Framing {
     pub data_digest: bool,
     /// Most data bytes one received PDU may carry.
     pub max_data_bytes: usize,
+    /// Alignment the peer asked for the data of the PDUs sent to it (HPDA/CPDA + 1 dwords), in
+    /// bytes.
+    pub data_alignment_bytes: usize,
 }
 
 impl Framing {
@@ -298,6 +304,7 @@ impl Framing {
         header_digest: false,
         data_digest: false,
         max_data_bytes: 0,
+        data_alignment_bytes: 4,
     };
 
     /// Validates a received common header and says where the PDU's parts lie. Checks the type
@@ -379,25 +386,42 @@ impl Framing {
         })
     }
 
-    /// The common-header flags and data offset a PDU sent under this framing gets, for a header
-    /// of `hlen` bytes carrying `data_len` bytes; also returns `plen`.
-    pub fn outgoing(&self, hlen: usize, data_len: usize) -> (u8, u8, u32) {
-        let mut f = 0;
+    /// The common header of a PDU sent under this framing: type `pdu_type`, type-specific
+    /// `extra_flags`, a header of `hlen` bytes and `data_len` bytes of data (its offset padded
+    /// to the peer's alignment). TermReqs go without digests.
+    pub fn outgoing(
+        &self,
+        pdu_type: u8,
+        extra_flags: u8,
+        hlen: usize,
+        data_len: usize,
+    ) -> CommonHeader {
+        let term = matches!(pdu_type, pdu_type::H2C_TERM_REQ | pdu_type::C2H_TERM_REQ);
+        let mut f = extra_flags;
         let mut end = hlen;
-        if self.header_digest {
+        if self.header_digest && !term {
             f |= flags::HDGST;
             end += DIGEST_BYTES;
         }
-        if data_len == 0 {
-            return (f, 0, end as u32);
+        let (pdo, plen) = if data_len == 0 {
+            (0, end)
+        } else {
+            let align = self.data_alignment_bytes.max(1);
+            let pdo = end.div_ceil(align) * align;
+            let mut plen = pdo + data_len;
+            if self.data_digest && !term {
+                f |= flags::DDGST;
+                plen += DIGEST_BYTES;
+            }
+            (pdo, plen)
+        };
+        CommonHeader {
+            pdu_type,
+            flags: f,
+            hlen: hlen as u8,
+            pdo: pdo as u8,
+            plen: (plen as u32).into(),
         }
-        let pdo = end;
-        let mut plen = pdo + data_len;
-        if self.data_digest {
-            f |= flags::DDGST;
-            plen += DIGEST_BYTES;
-        }
-        (f, pdo as u8, plen as u32)
     }
 }
 
@@ -463,10 +487,10 @@ mod tests {
             header_digest: true,
             data_digest: true,
             max_data_bytes: 8192,
+            data_alignment_bytes: 4,
         };
-        let (f, pdo, plen) = framing.outgoing(72, 1024);
-        assert_eq!((f, pdo, plen), (3, 76, 76 + 1024 + 4));
-        let ch = header(pdu_type::CAPSULE_CMD, f, 72, pdo, plen);
+        let ch = framing.outgoing(pdu_type::CAPSULE_CMD, 0, 72, 1024);
+        assert_eq!((ch.flags, ch.pdo, ch.plen.get()), (3, 76, 76 + 1024 + 4));
         let layout = framing.check(&ch, &[pdu_type::CAPSULE_CMD]).unwrap();
         assert_eq!(layout.data_offset, 76);
         assert_eq!(layout.data_len, 1024);
@@ -476,9 +500,8 @@ mod tests {
     #[test]
     fn bad_headers_name_their_field() {
         let f = Framing {
-            header_digest: false,
-            data_digest: false,
             max_data_bytes: 4096,
+            ..Framing::INITIAL
         };
         let cmd = [pdu_type::CAPSULE_CMD];
         // Unknown type, type out of sequence, wrong hlen, unnegotiated digest, pdo inside the

@@ -1,0 +1,481 @@
+//! [`TcpTransport`]: a userspace NVMe/TCP initiator (NVMe/TCP Transport Specification 1.0).
+//!
+//! It connects an admin queue and one I/O queue to a subsystem, sets the controller up (CAP,
+//! CC.EN, CSTS.RDY, Identify for the in-capsule data size) and then carries any command: data up
+//! to the in-capsule limit travels in the command capsule, more waits for the target's R2T and
+//! goes in H2CData PDUs; returned data comes in C2HData PDUs. A reader thread per queue turns
+//! the target's PDUs into completions, so many commands are in flight at once.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use sagessd_abi::fabrics::{
+    CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsCommand, cc, csts, property,
+};
+use sagessd_abi::identify::CNS_CONTROLLER;
+use sagessd_abi::nvme::{CompletionEntry, DataDirection, Status, SubmissionEntry, admin_opcode};
+use sagessd_abi::tcp::stream::{RecvError, read_pdu, write_pdu};
+use sagessd_abi::tcp::{
+    CapsuleCmd, CapsuleResp, CommonHeader, DataHeader, Framing, IcReq, IcResp, R2t, digest, flags,
+    pdu_type,
+};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::transport::{Completion, Transport, TransportError};
+
+/// Submission queue size asked for the admin queue (0-based).
+const ADMIN_SQSIZE: u16 = 31;
+/// In-capsule data a Linux-style target accepts on the admin queue.
+const ADMIN_INLINE_BYTES: usize = 8192;
+/// How long the controller may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The host NQN this initiator presents.
+const HOST_NQN: &str = "nqn.2026-11.io.sagessd:host";
+
+/// Options of an NVMe/TCP connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// Subsystem NQN to connect to.
+    pub nqn: String,
+    /// Ask for header and data digests.
+    pub digests: bool,
+    /// I/O queue entries wanted (capped by the controller's MQES).
+    pub queue_entries: u16,
+}
+
+impl TcpOptions {
+    /// Options for subsystem `nqn`: no digests, 128-entry I/O queue.
+    pub fn new(nqn: &str) -> Self {
+        Self {
+            nqn: nqn.to_owned(),
+            digests: false,
+            queue_entries: 128,
+        }
+    }
+}
+
+/// A command waiting for its completion.
+struct Pending {
+    /// The queue id the caller gave (completions report it).
+    caller_sq: u16,
+    data: Vec<u8>,
+}
+
+type PendingMap = Arc<Mutex<HashMap<u16, Pending>>>;
+type Writer = Arc<Mutex<BufWriter<TcpStream>>>;
+
+/// One connected queue.
+struct QueueLink {
+    writer: Writer,
+    pending: PendingMap,
+    framing: Framing,
+    inline_bytes: usize,
+    socket: TcpStream,
+    reader: Option<JoinHandle<()>>,
+}
+
+/// An NVMe/TCP connection to one controller: an admin queue and one I/O queue.
+pub struct TcpTransport {
+    admin: QueueLink,
+    io: Option<QueueLink>,
+    completions: Receiver<Result<Completion, String>>,
+    sender: Sender<Result<Completion, String>>,
+    outstanding: usize,
+    cntlid: u16,
+}
+
+impl std::fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("cntlid", &self.cntlid)
+            .field("outstanding", &self.outstanding)
+            .finish_non_exhaustive()
+    }
+}
+
+fn device_error(msg: impl Into<String>) -> TransportError {
+    TransportError::Device(msg.into().into())
+}
+
+fn io_error(e: io::Error) -> TransportError {
+    TransportError::Device(Box::new(e))
+}
+
+impl TcpTransport {
+    /// Connects to `addr` and sets the controller up; returns once the I/O queue is connected.
+    pub fn connect(addr: impl ToSocketAddrs, options: &TcpOptions) -> Result<Self, TransportError> {
+        let addr = addr
+            .to_socket_addrs()
+            .map_err(io_error)?
+            .next()
+            .ok_or_else(|| device_error("address resolves to nothing"))?;
+        let (sender, completions) = mpsc::channel();
+        let host_id = host_id();
+        let admin = QueueLink::open(addr, options.digests, ADMIN_INLINE_BYTES, sender.clone())?;
+        let mut t = Self {
+            admin,
+            io: None,
+            completions,
+            sender,
+            outstanding: 0,
+            cntlid: 0,
+        };
+        let data = ConnectData::new(host_id, CNTLID_DYNAMIC, &options.nqn, HOST_NQN);
+        let c = t.setup(
+            0,
+            FabricsCommand::connect(0, 0, ADMIN_SQSIZE, 0),
+            data.as_bytes(),
+        )?;
+        t.cntlid = c.cqe.result.get() as u16;
+        let cap = t.property_get(property::CAP, true)?;
+        let mqes = (cap & 0xFFFF) as u16;
+        // EN, NVM command set, 4 KiB pages, 64-byte SQEs and 16-byte CQEs.
+        let enable = cc::EN | (6 << 16) | (4 << 20);
+        t.setup(
+            0,
+            FabricsCommand::property_set(0, property::CC, enable.into(), false),
+            &[],
+        )?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while t.property_get(property::CSTS, false)? & u64::from(csts::RDY) == 0 {
+            if Instant::now() > deadline {
+                return Err(device_error("controller did not become ready"));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let mut identify = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 0);
+        identify.cdw10 = u32::from(CNS_CONTROLLER).into();
+        let id = t.setup(0, identify, &[0; 4096])?.data;
+        let ioccsz = u32::from_le_bytes(id[1792..1796].try_into().unwrap_or([0; 4]));
+        let inline_bytes = (ioccsz as usize * 16).saturating_sub(64);
+        let io = QueueLink::open(addr, options.digests, inline_bytes, t.sender.clone())?;
+        t.io = Some(io);
+        let sqsize = options.queue_entries.min(mqes.saturating_add(1)).max(2) - 1;
+        let data = ConnectData::new(host_id, t.cntlid, &options.nqn, HOST_NQN);
+        t.setup(1, FabricsCommand::connect(0, 1, sqsize, 0), data.as_bytes())?;
+        Ok(t)
+    }
+
+    /// The controller id the subsystem gave this connection.
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+
+    /// Runs one setup command to completion and requires success.
+    fn setup(
+        &mut self,
+        sq_id: u16,
+        sqe: SubmissionEntry,
+        data: &[u8],
+    ) -> Result<Completion, TransportError> {
+        let c = self.execute(sq_id, sqe, data.to_vec())?;
+        let status = c.cqe.status();
+        if !status.is_success() {
+            return Err(device_error(format!(
+                "setup command 0x{:02x} failed: sct {} sc 0x{:02x}",
+                sqe.opcode, status.sct, status.sc
+            )));
+        }
+        Ok(c)
+    }
+
+    fn property_get(&mut self, offset: u32, wide: bool) -> Result<u64, TransportError> {
+        let c = self.setup(0, FabricsCommand::property_get(0, offset, wide), &[])?;
+        Ok(u64::from(c.cqe.result.get()) | (u64::from(c.cqe.result_hi.get()) << 32))
+    }
+
+    fn queue(&self, sq_id: u16) -> Result<&QueueLink, TransportError> {
+        if sq_id == 0 {
+            Ok(&self.admin)
+        } else {
+            self.io
+                .as_ref()
+                .ok_or_else(|| device_error("no I/O queue connected"))
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn submit(
+        &mut self,
+        sq_id: u16,
+        mut sqe: SubmissionEntry,
+        data: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        let q = self.queue(sq_id)?;
+        let cid = sqe.cid.get();
+        let fabrics = sqe.opcode == sagessd_abi::fabrics::FABRICS_OPCODE;
+        let direction = if fabrics {
+            match sqe.nsid.get() as u8 {
+                sagessd_abi::fabrics::fctype::CONNECT => DataDirection::HostToDevice,
+                _ => DataDirection::None,
+            }
+        } else {
+            DataDirection::of(sqe.opcode)
+        };
+        let len = data.len() as u32;
+        let inline = direction == DataDirection::HostToDevice && data.len() <= q.inline_bytes;
+        let pointer = match direction {
+            _ if data.is_empty() => DataPointer::None,
+            DataDirection::HostToDevice if inline => DataPointer::InCapsule { offset: 0, len },
+            DataDirection::HostToDevice | DataDirection::DeviceToHost => {
+                DataPointer::Transport { len }
+            }
+            _ => return Err(device_error("bidirectional commands are not supported")),
+        };
+        pointer.encode(&mut sqe);
+        let mut capsule = CapsuleCmd::new_zeroed();
+        capsule.ch.pdu_type = pdu_type::CAPSULE_CMD;
+        capsule.sqe = sqe;
+        let in_capsule: &[u8] = if inline { &data } else { &[] };
+        {
+            let mut pending = lock(&q.pending);
+            if pending.contains_key(&cid) {
+                return Err(device_error(format!("command id {cid} already in flight")));
+            }
+            let mut w = lock(&q.writer);
+            write_pdu(&mut *w, &q.framing, &capsule, in_capsule)
+                .and_then(|()| w.flush())
+                .map_err(io_error)?;
+            pending.insert(
+                cid,
+                Pending {
+                    caller_sq: sq_id,
+                    data,
+                },
+            );
+        }
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    fn reap(&mut self) -> Result<Option<Completion>, TransportError> {
+        if self.outstanding == 0 {
+            return Ok(None);
+        }
+        match self.completions.recv() {
+            Ok(Ok(c)) => {
+                self.outstanding -= 1;
+                Ok(Some(c))
+            }
+            Ok(Err(msg)) => Err(device_error(msg)),
+            Err(_) => Err(device_error("connection closed")),
+        }
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        // Closing the sockets ends the reader threads; the target removes the controller.
+        for q in self.io.iter_mut().chain(std::iter::once(&mut self.admin)) {
+            let _ = q.socket.shutdown(Shutdown::Both);
+            if let Some(r) = q.reader.take() {
+                let _ = r.join();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A host identifier unique to this process and moment.
+fn host_id() -> [u8; 16] {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut id = [0u8; 16];
+    id[..12].copy_from_slice(&nanos.to_le_bytes()[..12]);
+    id[12..].copy_from_slice(&std::process::id().to_le_bytes());
+    id
+}
+
+impl QueueLink {
+    /// Opens a TCP connection, exchanges ICReq/ICResp and starts its reader thread.
+    fn open(
+        addr: std::net::SocketAddr,
+        digests: bool,
+        inline_bytes: usize,
+        completions: Sender<Result<Completion, String>>,
+    ) -> Result<Self, TransportError> {
+        let socket = TcpStream::connect(addr).map_err(io_error)?;
+        socket.set_nodelay(true).map_err(io_error)?;
+        let mut req = IcReq::new_zeroed();
+        req.ch.pdu_type = pdu_type::IC_REQ;
+        if digests {
+            req.digest = digest::HEADER | digest::DATA;
+        }
+        let mut raw = socket.try_clone().map_err(io_error)?;
+        write_pdu(&mut raw, &Framing::INITIAL, &req, &[]).map_err(io_error)?;
+        let mut reader =
+            BufReader::with_capacity(256 * 1024, socket.try_clone().map_err(io_error)?);
+        let pdu = read_pdu(&mut reader, &Framing::INITIAL, &[pdu_type::IC_RESP])
+            .map_err(|e| device_error(format!("ICResp: {e:?}")))?;
+        let resp: IcResp = pdu
+            .header_as()
+            .ok_or_else(|| device_error("short ICResp"))?;
+        let maxh2cdata = resp.maxh2cdata.get() as usize;
+        if resp.pfv.get() != 0 || maxh2cdata < 4096 || resp.cpda > 31 {
+            return Err(device_error("ICResp parameters not supported"));
+        }
+        let framing = Framing {
+            header_digest: resp.digest & digest::HEADER != 0,
+            data_digest: resp.digest & digest::DATA != 0,
+            max_data_bytes: 64 << 20,
+            data_alignment_bytes: (usize::from(resp.cpda) + 1) * 4,
+        };
+        let writer: Writer = Arc::new(Mutex::new(BufWriter::with_capacity(
+            256 * 1024,
+            socket.try_clone().map_err(io_error)?,
+        )));
+        let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
+        let (w, p) = (Arc::clone(&writer), Arc::clone(&pending));
+        let thread = thread::Builder::new()
+            .name("sagessd-tcp-initiator".into())
+            .spawn(move || {
+                let err = read_loop(reader, framing, maxh2cdata, &w, &p, &completions);
+                // Everything still pending fails with the connection.
+                if lock(&p).drain().next().is_some() || err.is_some() {
+                    let _ =
+                        completions.send(Err(err.unwrap_or_else(|| "connection closed".into())));
+                }
+            })
+            .map_err(io_error)?;
+        Ok(Self {
+            writer,
+            pending,
+            framing,
+            inline_bytes,
+            socket,
+            reader: Some(thread),
+        })
+    }
+}
+
+/// The reader thread: completions, returned data and R2Ts. Returns why it stopped, if it was
+/// an error.
+fn read_loop(
+    mut reader: BufReader<TcpStream>,
+    framing: Framing,
+    maxh2cdata: usize,
+    writer: &Writer,
+    pending: &PendingMap,
+    completions: &Sender<Result<Completion, String>>,
+) -> Option<String> {
+    let allowed = [
+        pdu_type::CAPSULE_RESP,
+        pdu_type::C2H_DATA,
+        pdu_type::R2T,
+        pdu_type::C2H_TERM_REQ,
+    ];
+    loop {
+        let pdu = match read_pdu(&mut reader, &framing, &allowed) {
+            Ok(p) => p,
+            Err(RecvError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => return None,
+            Err(e) => return Some(format!("NVMe/TCP receive failed: {e:?}")),
+        };
+        let short = || Some(format!("short PDU header of type {}", pdu.pdu_type()));
+        match pdu.pdu_type() {
+            pdu_type::CAPSULE_RESP => {
+                let Some(resp) = pdu.header_as::<CapsuleResp>() else {
+                    return short();
+                };
+                finish(pending, completions, resp.cqe);
+            }
+            pdu_type::C2H_DATA => {
+                let Some(h) = pdu.header_as::<DataHeader>() else {
+                    return short();
+                };
+                let cid = h.cccid.get();
+                {
+                    let mut map = lock(pending);
+                    let Some(p) = map.get_mut(&cid) else {
+                        return Some(format!("C2HData for unknown command {cid}"));
+                    };
+                    let at = h.datao.get() as usize;
+                    let Some(dst) = p.data.get_mut(at..at + pdu.data.len()) else {
+                        return Some(format!("C2HData past the buffer of command {cid}"));
+                    };
+                    dst.copy_from_slice(&pdu.data);
+                }
+                if h.ch.flags & flags::DATA_SUCCESS != 0 {
+                    let cqe = CompletionEntry::new(0, cid, Status::SUCCESS, 0);
+                    finish(pending, completions, cqe);
+                }
+            }
+            pdu_type::R2T => {
+                let Some(r2t) = pdu.header_as::<R2t>() else {
+                    return short();
+                };
+                if let Err(e) = send_data(&r2t, &framing, maxh2cdata, writer, pending) {
+                    return Some(e);
+                }
+            }
+            _ => return Some("the target terminated the connection".into()),
+        }
+    }
+}
+
+/// Answers an R2T with the requested range of the command's data.
+fn send_data(
+    r2t: &R2t,
+    framing: &Framing,
+    maxh2cdata: usize,
+    writer: &Writer,
+    pending: &PendingMap,
+) -> Result<(), String> {
+    let cid = r2t.cccid.get();
+    let map = lock(pending);
+    let p = map
+        .get(&cid)
+        .ok_or_else(|| format!("R2T for unknown command {cid}"))?;
+    let start = r2t.r2to.get() as usize;
+    let range = p
+        .data
+        .get(start..start + r2t.r2tl.get() as usize)
+        .ok_or_else(|| format!("R2T past the data of command {cid}"))?;
+    let mut w = lock(writer);
+    let chunks = range.len().div_ceil(maxh2cdata);
+    for (i, chunk) in range.chunks(maxh2cdata).enumerate() {
+        let mut h = DataHeader::new_zeroed();
+        h.ch = CommonHeader {
+            pdu_type: pdu_type::H2C_DATA,
+            flags: if i + 1 == chunks { flags::DATA_LAST } else { 0 },
+            ..CommonHeader::default()
+        };
+        h.cccid = r2t.cccid;
+        h.ttag = r2t.ttag;
+        h.datao = ((start + i * maxh2cdata) as u32).into();
+        h.datal = (chunk.len() as u32).into();
+        write_pdu(&mut *w, framing, &h, chunk).map_err(|e| e.to_string())?;
+    }
+    w.flush().map_err(|e| e.to_string())
+}
+
+/// A command completed: hand it to the caller with its data.
+fn finish(
+    pending: &PendingMap,
+    completions: &Sender<Result<Completion, String>>,
+    mut cqe: CompletionEntry,
+) {
+    let Some(p) = lock(pending).remove(&cqe.cid.get()) else {
+        let _ = completions.send(Err(format!(
+            "completion for unknown command {}",
+            cqe.cid.get()
+        )));
+        return;
+    };
+    cqe.sq_id = p.caller_sq.into();
+    let _ = completions.send(Ok(Completion {
+        cqe,
+        data: p.data,
+        submitted_at_ns: None,
+        completed_at_ns: None,
+    }));
+}

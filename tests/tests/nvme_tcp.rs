@@ -1,0 +1,182 @@
+//! The host driver's NVMe/TCP initiator against the emulator's NVMe/TCP target: the same
+//! graph, written and sampled over TCP, gives the same bytes as the in-process device; the
+//! target answers protocol violations with a TermReq and bad commands with statuses, and keeps
+//! serving other connections.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, FabricsCommand, connect_status};
+use sagessd_abi::nvme::{Status, SubmissionEntry};
+use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
+use sagessd_abi::tcp::{CapsuleCmd, Framing, IcReq, TermReq, fes, pdu_type};
+use sagessd_emulator::{Ssd, Target, TargetOptions};
+use sagessd_host_driver::{Device, TcpOptions, TcpTransport, Transport};
+use sagessd_runtime::load::load_graph;
+use sagessd_runtime::rmat::{RmatParams, generate};
+use sagessd_tests::{open, small_config};
+use zerocopy::{FromZeros, IntoBytes};
+
+fn start() -> Target {
+    let ssd = Ssd::new(&small_config()).expect("emulator starts");
+    Target::start(ssd, "127.0.0.1:0", TargetOptions::default()).expect("target listens")
+}
+
+fn connect(target: &Target, digests: bool) -> Device<TcpTransport> {
+    let options = TcpOptions {
+        digests,
+        ..TcpOptions::new(&TargetOptions::default().nqn)
+    };
+    let t = TcpTransport::connect(target.local_addr(), &options).expect("connects");
+    Device::open(t).expect("identify over TCP")
+}
+
+#[test]
+fn sampling_over_tcp_equals_the_in_process_device_with_and_without_digests() {
+    let graph = generate(&RmatParams::graph500(10, 8, 7)).expect("graph");
+    let targets: Vec<u64> = (0..64).map(|i| i * 13 % 1024).collect();
+    let mut local = open(&small_config());
+    load_graph(&mut local, &graph, 0).expect("load");
+    let expected = local.sample(42, &[5, 3], &targets).expect("local sample");
+
+    let target = start();
+    for digests in [false, true] {
+        let mut device = connect(&target, digests);
+        load_graph(&mut device, &graph, 0).expect("load over TCP");
+        let got = device
+            .sample(42, &[5, 3], &targets)
+            .expect("sample over TCP");
+        assert_eq!(got, expected, "digests {digests}");
+        // Large reads (C2HData) and writes (R2T + H2CData) round-trip.
+        let block = device.info().block_size_bytes as usize;
+        let data: Vec<u8> = (0..64 * block).map(|i| (i * 7 % 251) as u8).collect();
+        device.write(5000, &data).expect("write");
+        assert_eq!(device.read(5000, 64).expect("read"), data);
+    }
+    target.stop();
+}
+
+/// A raw connection that has done ICReq/ICResp.
+fn raw_connection(target: &Target) -> TcpStream {
+    let mut s = TcpStream::connect(target.local_addr()).expect("connect");
+    let mut req = IcReq::new_zeroed();
+    req.ch.pdu_type = pdu_type::IC_REQ;
+    write_pdu(&mut s, &Framing::INITIAL, &req, &[]).expect("ICReq");
+    read_pdu(&mut s, &Framing::INITIAL, &[pdu_type::IC_RESP]).expect("ICResp");
+    s
+}
+
+fn capsule(s: &mut TcpStream, sqe: SubmissionEntry, data: &[u8]) -> Status {
+    let mut cmd = CapsuleCmd::new_zeroed();
+    cmd.ch.pdu_type = pdu_type::CAPSULE_CMD;
+    cmd.sqe = sqe;
+    if !data.is_empty() {
+        sagessd_abi::fabrics::DataPointer::InCapsule {
+            offset: 0,
+            len: data.len() as u32,
+        }
+        .encode(&mut cmd.sqe);
+    }
+    write_pdu(s, &Framing::INITIAL, &cmd, data).expect("send");
+    let framing = Framing {
+        max_data_bytes: 1 << 16,
+        ..Framing::INITIAL
+    };
+    let pdu = read_pdu(s, &framing, &[pdu_type::CAPSULE_RESP]).expect("response");
+    pdu.header_as::<sagessd_abi::tcp::CapsuleResp>()
+        .expect("resp")
+        .cqe
+        .status()
+}
+
+/// Reads the target's TermReq and its fatal error status; then the connection is closed.
+fn term(s: &mut TcpStream) -> u16 {
+    let framing = Framing {
+        max_data_bytes: 1 << 16,
+        ..Framing::INITIAL
+    };
+    let pdu = read_pdu(s, &framing, &[pdu_type::C2H_TERM_REQ]).expect("a TermReq");
+    let fes = pdu.header_as::<TermReq>().expect("term").fes.get();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    fes
+}
+
+#[test]
+fn malformed_pdus_end_their_connection_and_bad_commands_get_statuses() {
+    let target = start();
+    let nqn = TargetOptions::default().nqn;
+
+    // Bad common headers: unknown type, wrong hlen, PDU out of sequence, oversize data,
+    // data where none may be.
+    let cases: [(&[u8], u16); 4] = [
+        (&[0x42, 0, 72, 0, 72, 0, 0, 0], fes::INVALID_HEADER_FIELD),
+        (
+            &[pdu_type::CAPSULE_CMD, 0, 70, 0, 72, 0, 0, 0],
+            fes::INVALID_HEADER_FIELD,
+        ),
+        (
+            &[pdu_type::R2T, 0, 24, 0, 24, 0, 0, 0],
+            fes::PDU_SEQUENCE_ERROR,
+        ),
+        (
+            &[pdu_type::CAPSULE_CMD, 0, 72, 72, 0, 0, 0x10, 0],
+            fes::DATA_LIMIT_EXCEEDED,
+        ),
+    ];
+    for (header, expected) in cases {
+        let mut s = raw_connection(&target);
+        s.write_all(header).expect("send");
+        assert_eq!(term(&mut s), expected, "header {header:?}");
+    }
+    // ICReq with an unsupported PDU format version.
+    let mut s = TcpStream::connect(target.local_addr()).expect("connect");
+    let mut req = IcReq::new_zeroed();
+    req.ch.pdu_type = pdu_type::IC_REQ;
+    req.pfv = 1.into();
+    write_pdu(&mut s, &Framing::INITIAL, &req, &[]).expect("ICReq");
+    assert_eq!(term(&mut s), fes::UNSUPPORTED_PARAMETER);
+
+    // Commands before Connect, Connect to the wrong subsystem, unknown opcodes, LBAs past the
+    // namespace, a queue Connect for a controller that does not exist.
+    let mut s = raw_connection(&target);
+    let read = SubmissionEntry::read_write(false, 1, 1, 0, 1);
+    assert_eq!(capsule(&mut s, read, &[]), Status::COMMAND_SEQUENCE_ERROR);
+    let wrong = ConnectData::new([1; 16], CNTLID_DYNAMIC, "nqn.nobody", "nqn.h");
+    assert_eq!(
+        capsule(
+            &mut s,
+            FabricsCommand::connect(2, 0, 31, 0),
+            wrong.as_bytes()
+        ),
+        connect_status::INVALID_PARAMETERS
+    );
+    let stranger = ConnectData::new([1; 16], 77, &nqn, "nqn.h");
+    assert_eq!(
+        capsule(
+            &mut s,
+            FabricsCommand::connect(3, 1, 31, 0),
+            stranger.as_bytes()
+        ),
+        connect_status::INVALID_PARAMETERS
+    );
+
+    // Meanwhile a well-behaved host is served, before and after.
+    let mut device = connect(&target, false);
+    assert_eq!(device.read(0, 1).expect("read").len(), 512);
+    let t = device.transport_mut();
+    let past = SubmissionEntry::read_write(false, 9, 1, u64::MAX - 4, 1);
+    let c = t.execute(1, past, vec![0; 512]).expect("completes");
+    assert_eq!(c.cqe.status(), Status::LBA_OUT_OF_RANGE);
+    let unknown = SubmissionEntry::new(0xC4, 10, 1);
+    assert_eq!(
+        t.execute(1, unknown, vec![])
+            .expect("completes")
+            .cqe
+            .status(),
+        Status::INVALID_OPCODE
+    );
+    assert_eq!(device.read(0, 1).expect("still serving").len(), 512);
+    drop(device);
+    target.stop();
+}
