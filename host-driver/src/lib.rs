@@ -4,7 +4,7 @@
 //!  runtime samplers ─► Device<T> ─ identify · read/write (split, pipelined) · GRAPH_ATTACH ·
 //!                         │        sample = one NS_SUBMIT + one NS_COLLECT
 //!                         ▼
-//!                   Transport (trait) ─► LocalTransport (in-process emulated SSD) │ NVMe/TCP │ passthrough
+//!                   Transport (trait) ─► LocalTransport (in-process) │ TcpTransport (NVMe/TCP) │ PassthruTransport (Linux ioctls)
 //! ```
 //!
 //! * [`Transport`] moves submission entries and data buffers to a device and brings completions
@@ -20,8 +20,10 @@ mod device;
 mod error;
 mod local;
 pub mod ns;
+mod passthru;
 mod tcp;
 mod transport;
+mod uri;
 
 pub use device::{
     ADMIN_QUEUE, DEFAULT_COLLECT_CAP_BYTES, DEFAULT_QUEUE_DEPTH, Device, DeviceInfo, DriverStats,
@@ -29,5 +31,7 @@ pub use device::{
 };
 pub use error::{DriverError, describe_status, opcode_name};
 pub use local::LocalTransport;
+pub use passthru::PassthruTransport;
 pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Completion, DeviceCounters, Transport, TransportError};
+pub use uri::{DeviceUri, open_transport};

@@ -179,3 +179,30 @@ impl<T: Transport + ?Sized> Transport for &mut T {
         (**self).device_counters()
     }
 }
+
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn submit(
+        &mut self,
+        sq_id: u16,
+        sqe: SubmissionEntry,
+        data: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        (**self).submit(sq_id, sqe, data)
+    }
+
+    fn reap(&mut self) -> Result<Option<Completion>, TransportError> {
+        (**self).reap()
+    }
+
+    fn reap_until(&mut self, t_ns: u64) -> Result<Option<Completion>, TransportError> {
+        (**self).reap_until(t_ns)
+    }
+
+    fn now_ns(&self) -> Option<u64> {
+        (**self).now_ns()
+    }
+
+    fn device_counters(&self) -> Option<DeviceCounters> {
+        (**self).device_counters()
+    }
+}

@@ -29,7 +29,7 @@ use sagessd_abi::graph::GraphDescriptor;
 use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::sample::{MAX_FANOUT, mix};
 use sagessd_emulator::{DeviceStats, HwConfig};
-use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport};
+use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport, Transport};
 
 use crate::graph::{CsrGraph, DegreeStats};
 use crate::host_io::{HostIoMode, HostIoSampler, Request};
@@ -406,13 +406,19 @@ fn workers_label(workers: usize) -> String {
     format!("{workers} worker{}", if workers == 1 { "" } else { "s" })
 }
 
-/// Runs the comparison. `config_arg` names the hardware description in the replay command
-/// printed on a mismatch.
-pub fn run(
+/// The generated graph, the minibatches, and their in-memory reference samples.
+struct Reference {
+    graph: CsrGraph,
+    requests: Vec<Request>,
+    expected: Vec<SampledSubgraph>,
+    stats: SamplerStats,
+}
+
+/// Generates the graph and samples every minibatch with the in-memory reference.
+fn reference(
     config: &CompareConfig,
-    config_arg: Option<&str>,
     events: &mut dyn FnMut(Event<'_>),
-) -> Result<CompareReport, CompareError> {
+) -> Result<Reference, CompareError> {
     config.validate()?;
     events(Event::Phase {
         name: "generating R-MAT graph",
@@ -459,10 +465,33 @@ pub fn run(
         events(Event::Progress { done: b as u64 + 1 });
     }
     events(Event::PhaseDone);
+
+    let stats = reference.stats();
+    drop(reference);
+    Ok(Reference {
+        graph,
+        requests,
+        stats,
+        expected,
+    })
+}
+
+/// Runs the comparison. `config_arg` names the hardware description in the replay command
+/// printed on a mismatch.
+pub fn run(
+    config: &CompareConfig,
+    config_arg: Option<&str>,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<CompareReport, CompareError> {
+    let Reference {
+        graph,
+        requests,
+        expected,
+        stats: reference_stats,
+    } = reference(config, events)?;
     let checksum = expected
         .iter()
         .fold(FNV_OFFSET, |h, s| fnv1a(h, s.as_bytes()));
-
     let mut results = Vec::new();
     let mut mismatch = None;
     let mut layout: Option<(DeviceInfo, GraphDescriptor)> = None;
@@ -546,10 +575,113 @@ pub fn run(
         graph: graph.degree_stats(),
         descriptor,
         device,
-        reference: reference.stats(),
+        reference: reference_stats,
         results,
         checksum,
         mismatch,
+    })
+}
+
+/// What sampling through a real transport (`sagessd demo --device URI`) measured: no modelled
+/// time exists there, so only correctness and wall-clock time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceRunReport {
+    /// The device, as its URI was given.
+    pub device: String,
+    /// Minibatches sampled.
+    pub minibatches: u32,
+    /// FNV-1a over the subgraphs the device returned (equal to the in-process run's checksum
+    /// when they are byte-identical).
+    pub checksum: u64,
+    /// The first minibatch whose subgraph differs from the in-memory reference.
+    pub mismatch: Option<usize>,
+    /// Wall-clock time per minibatch (one NS_SUBMIT + NS_COLLECT), nanoseconds.
+    pub wall_ns_per_minibatch: f64,
+    /// Subgraph bytes returned.
+    pub subgraph_bytes: u64,
+}
+
+impl DeviceRunReport {
+    /// The report as `sagessd demo --device` prints it.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "in-storage sampling on {}: {} minibatches, {} of subgraphs\n",
+            self.device,
+            self.minibatches,
+            human_bytes(self.subgraph_bytes)
+        );
+        out += &format!(
+            "  wall-clock time per minibatch   {:.3} ms   (WALL CLOCK, not modelled)\n",
+            self.wall_ns_per_minibatch * 1e-6
+        );
+        out += &match self.mismatch {
+            None => format!(
+                "samples identical: yes (each byte-identical to the in-memory reference; checksum {:#018x})\n",
+                self.checksum
+            ),
+            Some(b) => format!(
+                "samples identical: NO (minibatch {b} differs; checksum {:#018x})\n",
+                self.checksum
+            ),
+        };
+        out
+    }
+}
+
+/// Writes the graph to `device`, attaches it, and samples every minibatch in storage (one
+/// NS_SUBMIT + NS_COLLECT each), checking each subgraph against the in-memory reference: the
+/// demo for devices behind a real transport (NVMe/TCP, Linux passthrough).
+pub fn run_on_device<T: Transport>(
+    config: &CompareConfig,
+    device: &mut Device<T>,
+    uri: &str,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<DeviceRunReport, CompareError> {
+    let r = reference(config, events)?;
+    config.check_device_limits(device.info())?;
+    let plan = crate::load::plan_layout(&r.graph, 0, device.info().block_size_bytes);
+    events(Event::Phase {
+        name: "writing and attaching the graph",
+        total: (plan.indptr.block_count + plan.indices.block_count)
+            * u64::from(device.info().block_size_bytes),
+        bytes: true,
+    });
+    load_graph_with_progress(device, &r.graph, 0, &mut |done, _| {
+        events(Event::Progress { done })
+    })?;
+    events(Event::PhaseDone);
+    events(Event::Phase {
+        name: "sampling in storage",
+        total: r.requests.len() as u64,
+        bytes: false,
+    });
+    let started = std::time::Instant::now();
+    let mut checksum = FNV_OFFSET;
+    let mut mismatch = None;
+    let mut subgraph_bytes = 0;
+    for (b, req) in r.requests.iter().enumerate() {
+        let got = device
+            .sample(req.seed, &config.fanouts, &req.targets)
+            .map_err(|e| CompareError::Sample {
+                sampler: format!("in-storage sampling on {uri}, minibatch {b}"),
+                source: SamplerError::Driver(e),
+            })?;
+        checksum = fnv1a(checksum, &got);
+        subgraph_bytes += got.len() as u64;
+        if mismatch.is_none() && got != r.expected[b].as_bytes() {
+            mismatch = Some(b);
+        }
+        events(Event::Progress { done: b as u64 + 1 });
+    }
+    let wall_ns = started.elapsed().as_nanos() as f64;
+    events(Event::PhaseDone);
+    Ok(DeviceRunReport {
+        device: uri.to_owned(),
+        minibatches: config.batches,
+        checksum,
+        mismatch,
+        wall_ns_per_minibatch: wall_ns / f64::from(config.batches.max(1)),
+        subgraph_bytes,
     })
 }
 

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_emulator::HwConfig;
+use sagessd_host_driver::DeviceUri;
 use sagessd_runtime::compare::{self, CompareConfig, Event};
 use sagessd_runtime::host_io::HostIoMode;
 
@@ -39,6 +40,33 @@ enum Command {
     /// speed.
     #[command(subcommand)]
     Device(DeviceCommand),
+    /// The emulator as a device other programs reach.
+    #[command(subcommand)]
+    Emulator(EmulatorCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum EmulatorCommand {
+    /// Serve the emulated SSD as an NVMe/TCP target until SIGINT or SIGTERM: the Linux kernel's
+    /// `nvme connect -t tcp`, nvme-cli and `--device tcp://HOST:PORT/NQN` attach to it.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Hardware description (TOML); default: the built-in Cosmos+ OpenSSD.
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:4420")]
+    listen: String,
+    /// Subsystem NQN.
+    #[arg(long, default_value = sagessd_emulator::target::DEFAULT_NQN)]
+    nqn: String,
+    /// Complete commands no earlier than their modelled time (wall clock); default: virtual
+    /// time, as fast as the host drives it.
+    #[arg(long)]
+    pace: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,6 +160,22 @@ struct RunArgs {
     /// Do not draw progress bars.
     #[arg(long)]
     quiet: bool,
+    /// Sample in storage on this device instead of comparing modes on an in-process emulated
+    /// SSD: tcp://HOST:PORT/NQN[?digest=1] (NVMe/TCP) or passthru:/dev/ngXnY (Linux NVMe
+    /// passthrough); `local:` is the default comparison.
+    #[arg(long, value_name = "URI")]
+    device: Option<DeviceUri>,
+}
+
+impl RunArgs {
+    /// The `--device` URI as given, for reports.
+    fn device_arg(&self) -> String {
+        match &self.device {
+            Some(DeviceUri::Tcp { addr, nqn, .. }) => format!("tcp://{addr}/{nqn}"),
+            Some(DeviceUri::Passthru { path }) => format!("passthru:{}", path.display()),
+            _ => "local:".into(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +199,9 @@ struct CompareArgs {
 /// Runs the comparison engine (`demo` and `compare`): the report on stdout, progress bars and
 /// the wall-clock time on stderr.
 fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
+    if let Some(uri) = args.device.clone().filter(|u| *u != DeviceUri::Local) {
+        return run_on_device(args, &uri);
+    }
     let modes = args
         .mode
         .iter()
@@ -253,7 +300,93 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Device(DeviceCommand::Info(args)) => run_device_info(args),
         Command::Device(DeviceCommand::Check(args)) => run_device_check(args),
         Command::Device(DeviceCommand::Bench(args)) => run_device_bench(args),
+        Command::Emulator(EmulatorCommand::Serve(args)) => run_serve(args),
     }
+}
+
+/// `demo --device URI` on a device behind a real transport: in-storage sampling only.
+fn run_on_device(args: RunArgs, uri: &DeviceUri) -> anyhow::Result<ExitCode> {
+    let hw = load_hw(args.config.as_ref())?;
+    let name = args.device_arg();
+    let transport = sagessd_host_driver::open_transport(uri, &hw)?;
+    let mut device = sagessd_host_driver::Device::open(transport)?;
+    let config = CompareConfig {
+        scale: args.scale,
+        edge_factor: args.edge_factor,
+        graph_seed: args.graph_seed,
+        batches: args.batches,
+        batch_size: args.batch_size,
+        fanouts: args.fanouts,
+        seed: args.seed,
+        hw,
+        modes: vec![HostIoMode::Isp],
+        workers: vec![1],
+    };
+    let report = compare::run_on_device(&config, &mut device, &name, &mut |_| {})?;
+    print!("{}", report.render());
+    Ok(if report.mismatch.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `emulator serve`: the NVMe/TCP target until SIGINT or SIGTERM.
+fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let hw = load_hw(args.config.as_ref())?;
+    // Block the stop signals before any thread starts (threads inherit the mask), then wait for
+    // one here: a clean stop lets every accepted command finish.
+    let signals = stop_signals();
+    let ssd = sagessd_emulator::Ssd::new(&hw)?;
+    let options = sagessd_emulator::TargetOptions {
+        nqn: args.nqn.clone(),
+        paced: args.pace,
+        ..sagessd_emulator::TargetOptions::default()
+    };
+    let target = sagessd_emulator::Target::start(ssd, args.listen.as_str(), options)?;
+    println!(
+        "serving {} ({}) as NVMe/TCP subsystem {} on {}{}",
+        hw.device.name,
+        hw_source(args.config.as_ref()),
+        args.nqn,
+        target.local_addr(),
+        if args.pace {
+            ", paced to modelled time"
+        } else {
+            ", virtual time"
+        }
+    );
+    std::io::stdout().flush()?;
+    let signal = wait_for(&signals);
+    let ssd = target.stop();
+    let stats = ssd.stats();
+    println!(
+        "stopped by signal {signal}: {} commands completed, {} flash pages read, {} programmed",
+        stats.commands_completed, stats.nand_pages_read, stats.nand_pages_programmed
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT and SIGTERM, blocked in this thread (and so in every thread it starts).
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise the set we own; pthread_sigmask only changes
+    // this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Waits for one of `set`'s signals and returns its number.
+fn wait_for(set: &libc::sigset_t) -> i32 {
+    let mut signal = 0;
+    // SAFETY: `set` is an initialised signal set and `signal` a valid out-pointer.
+    unsafe { libc::sigwait(set, &mut signal) };
+    signal
 }
 
 /// Loads the hardware description named on the command line, or the built-in Cosmos+.
