@@ -10,7 +10,11 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 
 # The board toolchain and the emulated Cortex-A9 of the firmware's bare-metal self-test.
 # qemu-utils is named too: installing qemu-system-arm would otherwise remove a newer qemu-utils.
-packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-utils)
+# Board toolchain and its QEMU (tests/board); x86 QEMU, busybox, nvme-cli, kmod and cpio for the
+# Linux guest (tests/qemu). qemu-utils is named with the QEMU system packages so that installing
+# them never removes it.
+packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 qemu-utils
+          busybox-static nvme-cli kmod cpio)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

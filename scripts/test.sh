@@ -14,4 +14,7 @@ cargo clippy -p sagessd-firmware-ffi --target armv7a-none-eabi -- -D warnings
 firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
 tests/board/run.sh
+# A stock Linux kernel in QEMU drives the emulator over NVMe/TCP and samples through passthrough.
+cargo build --release -p sagessd-runtime --bin sagessd
+tests/qemu/run.sh target/release/sagessd
 cargo test --workspace

@@ -134,7 +134,12 @@ enum Op {
     Read(Transfer),
     Write(Transfer),
     Deallocate(Trim),
-    Collect { tag: u32, data_len_bytes: usize },
+    /// `window`: the byte offset of a windowed collect.
+    Collect {
+        tag: u32,
+        data_len_bytes: usize,
+        window: Option<usize>,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -456,11 +461,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             IoCommand::NsCollect {
                 tag,
                 data_len_bytes,
+                window,
             } => match self.isp.collect_state(tag) {
                 Collect::Unknown => Err(vendor(VendorStatus::UnknownTag)),
+                _ if window.is_some_and(|o| o % 4 != 0) => Err((Status::INVALID_FIELD, 0)),
                 _ => Ok(Some(Op::Collect {
                     tag,
                     data_len_bytes: data_len_bytes as usize,
+                    window: window.map(|o| o as usize),
                 })),
             },
             IoCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
@@ -758,6 +766,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             Op::Collect {
                 tag,
                 data_len_bytes,
+                window,
             } => match isp.collect_state(*tag) {
                 Collect::Pending => (false, false, 0),
                 Collect::Unknown => {
@@ -769,15 +778,27 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     isp.release(*tag);
                     (true, true, 0)
                 }
-                Collect::Done(size) if size > *data_len_bytes => {
+                Collect::Done(size) if window.is_none() && size > *data_len_bytes => {
                     cmd.status = VendorStatus::BufferTooSmall.into();
                     (true, true, size as u32)
                 }
+                Collect::Done(size) if window.is_some_and(|o| o > size) => {
+                    cmd.status = Status::INVALID_FIELD;
+                    (true, true, size as u32)
+                }
                 Collect::Done(size) => {
-                    io.backend.work.bytes_copied += size as u64;
+                    let start = window.unwrap_or(0);
+                    let len = (*data_len_bytes).min(size - start);
+                    io.backend.work.bytes_copied += len as u64;
                     host.note_work(&io.backend.work);
-                    match isp.write_result(io.dram, *tag, host, cmd.id) {
-                        Ok(_) => isp.release(*tag),
+                    let mut to = Window {
+                        host: &mut *host,
+                        start,
+                        len,
+                    };
+                    match isp.write_result(io.dram, *tag, &mut to, cmd.id) {
+                        Ok(_) if start + len == size => isp.release(*tag),
+                        Ok(_) => {}
                         Err(DmaError) => cmd.status = Status::DATA_TRANSFER_ERROR,
                     }
                     (true, true, size as u32)
@@ -1039,6 +1060,35 @@ fn dma_out<H: HostInterface>(
     work.bytes_copied += src.len() as u64;
     host.note_work(work);
     host.dma_to_host(id, offset, src)
+}
+
+/// The host as a window `[start, start + len)` of a command's result sees it: the result is
+/// written whole, and only the window's bytes reach the host buffer, at offset 0 (a windowed
+/// NS_COLLECT).
+struct Window<'a, H> {
+    host: &'a mut H,
+    start: usize,
+    len: usize,
+}
+
+impl<H: HostInterface> HostInterface for Window<'_, H> {
+    fn dma_from_host(&mut self, _: CommandId, _: usize, _: &mut [u8]) -> Result<(), DmaError> {
+        Err(DmaError)
+    }
+
+    fn dma_to_host(&mut self, cmd: CommandId, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        let end = (offset + src.len()).min(self.start + self.len);
+        let from = offset.max(self.start);
+        if from >= end {
+            return Ok(());
+        }
+        let piece = &src[from - offset..end - offset];
+        self.host.dma_to_host(cmd, from - self.start, piece)
+    }
+
+    fn complete(&mut self, cmd: CommandId, cqe: CompletionEntry) {
+        self.host.complete(cmd, cqe);
+    }
 }
 
 /// What a page of a Read or Write needs next.

@@ -628,6 +628,10 @@ impl<T: Transport> Device<T> {
             node_count,
             self.collect_cap_bytes,
         );
+        let window = self.info.max_transfer_bytes as usize / 4 * 4;
+        if len > window {
+            return self.collect_windows(tag, window, seed, fanouts.len());
+        }
         let mut retried = false;
         loop {
             let (collect, buffer) = ns::ns_collect(tag, len);
@@ -638,6 +642,40 @@ impl<T: Transport> Device<T> {
                     len = needed;
                     retried = true;
                 }
+            }
+        }
+    }
+}
+
+impl<T: Transport> Device<T> {
+    /// Collects job `tag`'s subgraph in windows of at most `window` bytes (one transfer each),
+    /// for subgraphs that may exceed the device's maximum transfer size (a kernel passthrough
+    /// path refuses larger buffers).
+    fn collect_windows(
+        &mut self,
+        tag: u32,
+        window: usize,
+        seed: u64,
+        layer_count: usize,
+    ) -> Result<Vec<u8>, DriverError> {
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let (collect, buffer) = ns::ns_collect_window(tag, out.len(), window);
+            let cid = self.submit(IO_QUEUE, collect, buffer)?;
+            let mut c = check(IO_QUEUE, io_opcode::NS_COLLECT, self.wait(IO_QUEUE, cid)?)?;
+            let size = c.cqe.result.get() as usize;
+            let piece = window.min(size.saturating_sub(out.len()));
+            out.extend_from_slice(&c.data[..piece]);
+            if out.len() >= size || piece == 0 {
+                c.data = out;
+                let len = c.data.len();
+                // `retried` is set, so a short buffer is an error, never a retry.
+                return match ns::collected(c, len, true, seed, layer_count)? {
+                    ns::Collected::Subgraph(data) => Ok(data),
+                    ns::Collected::Retry(_) => Err(DriverError::Identify(
+                        "windowed NS_COLLECT returned less than the subgraph size",
+                    )),
+                };
             }
         }
     }

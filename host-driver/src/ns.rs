@@ -63,6 +63,15 @@ pub fn ns_collect(tag: u32, len: usize) -> (SubmissionEntry, Vec<u8>) {
     )
 }
 
+/// A windowed `NS_COLLECT` of job `tag`: `len` bytes of its subgraph from byte `offset` (a
+/// multiple of 4), for subgraphs larger than one transfer; result dword 0 is the whole size.
+pub fn ns_collect_window(tag: u32, offset: usize, len: usize) -> (SubmissionEntry, Vec<u8>) {
+    let (mut sqe, buffer) = ns_collect(tag, len);
+    sqe.cdw14 = (offset as u32).into();
+    sqe.cdw15 = 1.into();
+    (sqe, buffer)
+}
+
 /// What an `NS_COLLECT` completion means.
 #[derive(Debug)]
 pub enum Collected {

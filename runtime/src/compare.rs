@@ -467,7 +467,6 @@ fn reference(
     events(Event::PhaseDone);
 
     let stats = reference.stats();
-    drop(reference);
     Ok(Reference {
         graph,
         requests,

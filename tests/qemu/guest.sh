@@ -8,7 +8,7 @@
 NQN=nqn.2026-11.io.sagessd:emulator
 
 start_emulator() { # in the background; check runs it in a subshell, hence the PID file
-    sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" --image /tmp/flash.img &
+    sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" &
     echo $! >/tmp/emulator.pid
 }
 
@@ -37,17 +37,24 @@ id_ctrl() { # reports the model and subsystem NQN the controller identifies itse
     grep -q "^subnqn *: *$NQN\$" /tmp/id-ctrl
 }
 
-# ---------------------------------------------------------------------------------------------
-# PLACEHOLDER (lead): one hand-made NS_SUBMIT (vendor I/O opcode 0x85, sagessd-abi
-# io_opcode::NS_SUBMIT) through the generic device, e.g.
-#     timeout 30 nvme io-passthru /dev/ng0n1 --opcode=0x85 --namespace-id=1 --write \
-#         --data-len=<NS_config bytes> --input-file=/tmp/ns_config.bin --cdw10=... --show-command
-# checking the completion (nvme-cli prints the result dword) and reporting it with
-# `e2e ns-submit-result <value>`. Fails until filled in.
-# ---------------------------------------------------------------------------------------------
-ns_submit() {
-    echo "ns_submit: not written yet (tests/qemu/guest.sh)"
-    return 1
+ns_submit() { # one NS_SUBMIT and its NS_COLLECT by hand, after demo attached the graph
+    sagessd ns-config --seed 7 --fanouts 4,2 --targets 1,2,3 --output /tmp/ns.bin >/tmp/ns.txt
+    len=$(sed -n 's/.*data-len=\([0-9]*\).*/\1/p' /tmp/ns.txt)
+    ndt=$(sed -n 's/.*cdw10=\([0-9]*\).*/\1/p' /tmp/ns.txt)
+    timeout 30 nvme io-passthru /dev/ng0n1 --opcode=0x85 --namespace-id=1 --write \
+        --data-len="$len" --input-file=/tmp/ns.bin --cdw10="$ndt" >/tmp/submit 2>&1
+    cat /tmp/submit
+    tag=$(sed -n 's/.*is Success and result: \(0x[0-9a-f]*\).*/\1/p' /tmp/submit)
+    [ -n "$tag" ]
+    e2e ns-submit-tag "$tag"
+    # NS_COLLECT (0x86): 64 KiB buffer (CDW10 = 16384 dwords), CDW13 = the tag.
+    timeout 30 nvme io-passthru /dev/ng0n1 --opcode=0x86 --namespace-id=1 --read \
+        --data-len=65536 --cdw10=16384 --cdw12=15 --cdw13="$(printf %d "$tag")" -b \
+        >/tmp/subgraph 2>/tmp/collect
+    cat /tmp/collect
+    grep -q 'is Success' /tmp/collect
+    [ "$(head -c 4 /tmp/subgraph)" = SGRF ]
+    e2e ns-collect-bytes "$(sed -n 's/.*result: \(0x[0-9a-f]*\).*/\1/p' /tmp/collect)"
 }
 
 demo() { # sagessd demo through the kernel; reports its checksum
@@ -67,7 +74,7 @@ check connect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
 check namespace wait_for 20 namespace_present
 check list list_shows_namespace
 check id-ctrl id_ctrl
-check ns-submit ns_submit
 check demo demo
+check ns-submit ns_submit
 check disconnect timeout 30 nvme disconnect -n "$NQN"
 check emulator-stop stop_emulator

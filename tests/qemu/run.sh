@@ -30,7 +30,7 @@ die() { printf 'qemu-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
 # Arguments, and the checks each scenario must report ok (in /init's `<name> ok` lines).
 scenario="$here/guest.sh"
 expected=(emulator-start listening modprobe connect namespace list id-ctrl
-          ns-submit demo disconnect emulator-stop)
+          demo ns-submit disconnect emulator-stop)
 binary=""
 for arg in "$@"; do
     case "$arg" in
@@ -154,6 +154,14 @@ for name in "${expected[@]}"; do
     grep -qx "$name ok" <<<"$results" || missing+=("$name")
 done
 [ ${#missing[@]} -eq 0 ] || failures+=("checks not reported ok: ${missing[*]}")
+if [ "$scenario" = "$here/guest.sh" ]; then
+    # The guest sampled through the kernel; the same demo in-process here must agree.
+    guest_sum=$(sed -n 's/^checksum //p' <<<"$results")
+    host_sum=$("$binary" demo --quiet 2>/dev/null | grep -o 'checksum 0x[0-9a-f]\{16\}' | cut -d' ' -f2)
+    say "checksum: guest ${guest_sum:-none}, host in-process ${host_sum:-none}"
+    [ -n "$host_sum" ] && [ "$guest_sum" = "$host_sum" ] ||
+        failures+=("guest checksum ${guest_sum:-none} differs from the host's ${host_sum:-none}")
+fi
 if [ ${#failures[@]} -gt 0 ]; then
     say "last lines of $log:"
     tail -n 40 "$log" | awk '{ print "  | " $0 }' # awk ends a cut-off last line

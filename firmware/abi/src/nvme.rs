@@ -392,7 +392,8 @@ pub mod io_opcode {
     pub const GRAPH_ATTACH: u8 = 0x81;
     /// Vendor: submit an NS_config (host→controller, bits 1:0 = 01); result dword 0 is the tag.
     pub const NS_SUBMIT: u8 = 0x85;
-    /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW13 is the tag.
+    /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW13 is the tag;
+    /// CDW15 bit 0 set: a window of it starting at byte CDW14 (result dword 0: its whole size).
     pub const NS_COLLECT: u8 = 0x86;
 }
 
@@ -543,6 +544,10 @@ pub enum IoCommand {
         tag: u32,
         /// Length of the host buffer (CDW10 NDT × 4).
         data_len_bytes: u32,
+        /// Windowed collect (CDW15 bit 0): return the subgraph's bytes from `offset_bytes`, as
+        /// many as fit, so a subgraph larger than one transfer (MDTS) comes in several
+        /// commands; the job ends with the window that reaches its end.
+        window: Option<u32>,
     },
     /// Any opcode the device does not implement.
     Unsupported(u8),
@@ -571,6 +576,7 @@ impl IoCommand {
             io_opcode::NS_COLLECT => Self::NsCollect {
                 tag: sqe.cdw13.get(),
                 data_len_bytes,
+                window: (sqe.cdw15.get() & 1 != 0).then(|| sqe.cdw14.get()),
             },
             op => Self::Unsupported(op),
         })
@@ -637,7 +643,8 @@ mod tests {
             IoCommand::parse(&sqe),
             Ok(IoCommand::NsCollect {
                 tag: 0x0102,
-                data_len_bytes: 8196
+                data_len_bytes: 8196,
+                window: None,
             })
         );
     }

@@ -43,6 +43,25 @@ enum Command {
     /// The emulator as a device other programs reach.
     #[command(subcommand)]
     Emulator(EmulatorCommand),
+    /// Write an NS_config payload to a file and print the NS_SUBMIT command dwords that carry
+    /// it, for sending by hand (`nvme io-passthru --opcode=0x85 ...`).
+    NsConfig(NsConfigArgs),
+}
+
+#[derive(Debug, Args)]
+struct NsConfigArgs {
+    /// Seed of the sampling function.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fanout per layer, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,10")]
+    fanouts: Vec<u16>,
+    /// Target node ids, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    targets: Vec<u64>,
+    /// Where to write the payload.
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -301,7 +320,25 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Device(DeviceCommand::Check(args)) => run_device_check(args),
         Command::Device(DeviceCommand::Bench(args)) => run_device_bench(args),
         Command::Emulator(EmulatorCommand::Serve(args)) => run_serve(args),
+        Command::NsConfig(args) => run_ns_config(args),
     }
+}
+
+/// `ns-config`: the payload and the dwords of one NS_SUBMIT.
+fn run_ns_config(args: NsConfigArgs) -> anyhow::Result<ExitCode> {
+    let (sqe, payload) =
+        sagessd_host_driver::ns::ns_submit(args.seed, &args.fanouts, &args.targets)?;
+    std::fs::write(&args.output, &payload)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    println!(
+        "opcode=0x{:02x} data-len={} cdw10={} cdw12={} file={}",
+        sqe.opcode,
+        payload.len(),
+        sqe.cdw10.get(),
+        sqe.cdw12.get(),
+        args.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `demo --device URI` on a device behind a real transport: in-storage sampling only.
