@@ -15,7 +15,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use sagessd_abi::fabrics::{
-    CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsCommand, cc, csts, property,
+    CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsCommand, cc, csts, data_direction, property,
 };
 use sagessd_abi::identify::CNS_CONTROLLER;
 use sagessd_abi::nvme::{CompletionEntry, DataDirection, Status, SubmissionEntry, admin_opcode};
@@ -209,15 +209,7 @@ impl Transport for TcpTransport {
     ) -> Result<(), TransportError> {
         let q = self.queue(sq_id)?;
         let cid = sqe.cid.get();
-        let fabrics = sqe.opcode == sagessd_abi::fabrics::FABRICS_OPCODE;
-        let direction = if fabrics {
-            match sqe.nsid.get() as u8 {
-                sagessd_abi::fabrics::fctype::CONNECT => DataDirection::HostToDevice,
-                _ => DataDirection::None,
-            }
-        } else {
-            DataDirection::of(sqe.opcode)
-        };
+        let direction = data_direction(&sqe);
         let len = data.len() as u32;
         let inline = direction == DataDirection::HostToDevice && data.len() <= q.inline_bytes;
         let pointer = match direction {

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use sagessd_abi::fabrics::{
-    ConnectData, DataPointer, FABRICS_OPCODE, FabricsCommand, connect_status, fctype,
+    ConnectData, DataPointer, FABRICS_OPCODE, FabricsCommand, connect_status, data_direction,
 };
 use sagessd_abi::identify::CNS_CONTROLLER;
 use sagessd_abi::nvme::{
@@ -285,15 +285,7 @@ impl Connection {
                 return Ok(());
             }
         };
-        let direction = if sqe.opcode == FABRICS_OPCODE {
-            match sqe.nsid.get() as u8 {
-                fctype::CONNECT | fctype::AUTH_SEND => DataDirection::HostToDevice,
-                fctype::AUTH_RECEIVE => DataDirection::DeviceToHost,
-                _ => DataDirection::None,
-            }
-        } else {
-            DataDirection::of(sqe.opcode)
-        };
+        let direction = data_direction(&sqe);
         let len = pointer.len() as usize;
         if len > self.options.max_transfer_bytes as usize {
             self.respond(cid, Status::INVALID_FIELD, 0);

@@ -6,7 +6,7 @@ use core::mem::{offset_of, size_of};
 use zerocopy::little_endian::U16;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::nvme::{Status, SubmissionEntry};
+use crate::nvme::{DataDirection, Status, SubmissionEntry};
 
 /// The opcode of every Fabrics command; the command type is in [`FabricsCommand`]'s `fctype`.
 pub const FABRICS_OPCODE: u8 = 0x7F;
@@ -75,6 +75,19 @@ pub mod connect_status {
         sc: 0x85,
         dnr: true,
     };
+}
+
+/// Which way a command moves data: from its opcode, or for a Fabrics command (whose opcode's
+/// bits are not a direction) from its command type.
+pub fn data_direction(sqe: &SubmissionEntry) -> DataDirection {
+    if sqe.opcode != FABRICS_OPCODE {
+        return DataDirection::of(sqe.opcode);
+    }
+    match sqe.as_bytes()[4] {
+        fctype::CONNECT | fctype::AUTH_SEND => DataDirection::HostToDevice,
+        fctype::AUTH_RECEIVE => DataDirection::DeviceToHost,
+        _ => DataDirection::None,
+    }
 }
 
 /// A parsed Fabrics command.
