@@ -21,22 +21,6 @@ serving() { # the emulator listens on port 4420; gives up at once if it has exit
     port_listening 4420
 }
 
-namespace_present() {
-    [ -b /dev/nvme0n1 ] && [ -c /dev/ng0n1 ]
-}
-
-list_shows_namespace() {
-    nvme list | tee /tmp/list
-    grep -q '^/dev/nvme0n1 ' /tmp/list
-}
-
-id_ctrl() { # reports the model and subsystem NQN the controller identifies itself with
-    nvme id-ctrl /dev/nvme0 >/tmp/id-ctrl
-    e2e model "$(sed -n 's/^mn *: *//p' /tmp/id-ctrl | sed 's/ *$//')"
-    e2e subnqn "$(sed -n 's/^subnqn *: *//p' /tmp/id-ctrl)"
-    grep -q "^subnqn *: *$NQN\$" /tmp/id-ctrl
-}
-
 ns_submit() { # one NS_SUBMIT and its NS_COLLECT by hand, after demo attached the graph
     sagessd ns-config --seed 7 --fanouts 4,2 --targets 1,2,3 --output /tmp/ns.bin >/tmp/ns.txt
     len=$(sed -n 's/.*data-len=\([0-9]*\).*/\1/p' /tmp/ns.txt)

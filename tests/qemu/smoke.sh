@@ -28,22 +28,6 @@ start_kernel_target() { # a 1 GiB null_blk namespace exported on 127.0.0.1:4420
     ln -s "$subsys" "$port/subsystems/$NQN"
 }
 
-namespace_present() {
-    [ -b /dev/nvme0n1 ] && [ -c /dev/ng0n1 ]
-}
-
-list_shows_namespace() {
-    nvme list | tee /tmp/list
-    grep -q '^/dev/nvme0n1 ' /tmp/list
-}
-
-id_ctrl() { # reports the model and subsystem NQN the controller identifies itself with
-    nvme id-ctrl /dev/nvme0 >/tmp/id-ctrl
-    e2e model "$(sed -n 's/^mn *: *//p' /tmp/id-ctrl | sed 's/ *$//')"
-    e2e subnqn "$(sed -n 's/^subnqn *: *//p' /tmp/id-ctrl)"
-    grep -q "^subnqn *: *$NQN\$" /tmp/id-ctrl
-}
-
 passthru_read() { # a Read of LBA 0 (null_blk: 512 B) through the generic device, as guest.sh's
                   # vendor commands will go; the data length must match the blocks read exactly
     timeout 30 nvme io-passthru /dev/ng0n1 --opcode=0x02 --namespace-id=1 \
