@@ -57,6 +57,24 @@ pub enum EmulatorError {
         /// Consecutive calls that made "progress" at that instant.
         calls: u64,
     },
+    /// A device image is not one this configuration can boot from.
+    #[error("device image {path}: {field}: {reason}")]
+    Image {
+        /// The image file.
+        path: PathBuf,
+        /// The field that is wrong.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A device image could not be read or written.
+    #[error("device image {path}: {source}")]
+    ImageIo {
+        /// The image file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A validation workload ([`crate::check`]) saw a command fail.
     #[error("validation workload failed: {0}")]
     CheckFailed(String),

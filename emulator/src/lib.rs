@@ -17,6 +17,8 @@
 //! * [`NandArray`] ([`nand`]) is the flash: sparse storage, program-order rules, and dies and
 //!   channels as resources that are busy, not a constant latency.
 //! * [`PcieLink`] ([`pcie`]) and [`CoreModel`] ([`cores`]) time the link and the firmware.
+//! * [`Ssd::open_image`] / [`Ssd::save_image`] ([`image`]) keep a device's flash and FTL state
+//!   in a file across runs.
 //! * [`Target`] ([`target`]) serves an [`Ssd`] over NVMe/TCP, for the Linux kernel's initiator
 //!   and the host driver's TCP transport.
 //!
@@ -44,6 +46,7 @@ pub mod dram;
 pub mod error;
 mod event_queue;
 pub mod host_stack;
+pub mod image;
 pub mod nand;
 pub mod pcie;
 pub mod ssd;

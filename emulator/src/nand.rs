@@ -370,6 +370,55 @@ impl NandArray {
         self.pages.len()
     }
 
+    /// The programmed pages in ascending physical page order, with their contents: what a
+    /// device image saves (erased pages are implied).
+    pub fn programmed_pages(&self) -> Vec<(u32, &[u8])> {
+        let mut pages: Vec<(u32, &[u8])> = self.pages.iter().map(|(p, d)| (*p, &d[..])).collect();
+        pages.sort_unstable_by_key(|(p, _)| *p);
+        pages
+    }
+
+    /// Per block, the lowest page that may still be programmed.
+    pub fn next_pages(&self) -> &[u32] {
+        &self.next_page
+    }
+
+    /// Replaces the array's contents with saved ones (a device image): program pointers per
+    /// block and programmed pages. Every value is checked; `Err` names the field that is wrong
+    /// and leaves the array as it was.
+    pub fn load_contents(
+        &mut self,
+        next_page: Vec<u32>,
+        pages: Vec<(u32, Box<[u8]>)>,
+    ) -> Result<(), &'static str> {
+        let g = self.geometry;
+        if next_page.len() != g.block_count() as usize {
+            return Err("next_page count");
+        }
+        if next_page.iter().any(|p| *p > g.pages_per_block) {
+            return Err("next_page");
+        }
+        let mut map = FastMap::default();
+        for (ppn, data) in pages {
+            let block = (ppn / g.pages_per_block) as usize;
+            let below_pointer = next_page
+                .get(block)
+                .is_some_and(|next| ppn % g.pages_per_block < *next);
+            if u64::from(ppn) >= g.page_count() || !below_pointer {
+                return Err("page number");
+            }
+            if data.len() != self.page_size_bytes {
+                return Err("page size");
+            }
+            if map.insert(ppn, data).is_some() {
+                return Err("page number (repeated)");
+            }
+        }
+        self.next_page = next_page;
+        self.pages = map;
+        Ok(())
+    }
+
     /// Operations accepted and not yet returned by [`Flash::poll`] (staged, queued, running or
     /// finished).
     pub fn pending_ops(&self) -> usize {

@@ -426,15 +426,25 @@ impl Ssd {
     /// A freshly formatted device as `config` describes (validated first). Its DRAM arena is
     /// exactly what the firmware needs, lazily zeroed by the OS.
     pub fn new(config: &HwConfig) -> Result<Self, EmulatorError> {
+        let (nand, dram) = Self::parts(config)?;
+        let firmware = Firmware::new(config.firmware.to_firmware_config(), nand, dram)
+            .map_err(|e| config.firmware_error(e))?;
+        Ok(Self::around(config, firmware))
+    }
+
+    /// The erased NAND array and zeroed DRAM arena `config` describes (validated first).
+    pub(crate) fn parts(config: &HwConfig) -> Result<(NandArray, Vec<u8>), EmulatorError> {
         config.validate()?;
-        let fw_config = config.firmware.to_firmware_config();
         let dram = vec![0u8; config.firmware_dram_bytes()?];
         let nand = NandArray::new(&config.nand).with_dram(Dram::new(&config.dram));
-        let mut firmware =
-            Firmware::new(fw_config, nand, dram).map_err(|e| config.firmware_error(e))?;
+        Ok((nand, dram))
+    }
+
+    /// The device around a booted firmware.
+    pub(crate) fn around(config: &HwConfig, mut firmware: Firmware<NandArray, Vec<u8>>) -> Self {
         // Anything the firmware started while booting is issued at time zero.
         firmware.flash_mut().issue_staged(0);
-        Ok(Self {
+        Self {
             name: config.device.name.clone(),
             firmware,
             host: HostSide::default(),
@@ -463,7 +473,7 @@ impl Ssd {
             outstanding: 0,
             calls_at_instant: 0,
             stats: DeviceStats::default(),
-        })
+        }
     }
 
     /// The device's name (`[device] name`).
@@ -607,6 +617,26 @@ impl Ssd {
         let result = self.reap();
         self.reaped_early = early;
         result
+    }
+
+    /// Runs the simulation until nothing is pending, background garbage collection included,
+    /// so that the firmware is quiet (its state can be saved). Every command must have been
+    /// reaped.
+    pub fn settle(&mut self) -> Result<(), EmulatorError> {
+        if self.outstanding > 0 {
+            return Err(EmulatorError::Stalled {
+                now_ns: self.now_ns,
+                outstanding: self.outstanding,
+            });
+        }
+        while let Step::Ran = self.step(None)? {}
+        self.now_ns = self.now_ns.max(self.fw_time_ns);
+        Ok(())
+    }
+
+    /// The firmware (for saving its state).
+    pub(crate) fn firmware(&self) -> &Firmware<NandArray, Vec<u8>> {
+        &self.firmware
     }
 
     /// The host's current virtual time.

@@ -293,6 +293,44 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         self.backend.buffer.drop_unpinned(self.dram.as_mut());
     }
 
+    /// Whether no command is parked and no flash operation or garbage collection is under
+    /// way: the persistent state is consistent ([`Self::save_state`]). Sampling jobs may still
+    /// hold results; they do not persist.
+    pub fn is_quiet(&self) -> bool {
+        self.commands.iter().all(Option::is_none)
+            && self.backend.queue.is_empty()
+            && self.flash_in_flight == 0
+            && !self.backend.ftl.gc_running()
+    }
+
+    /// The attached graph, if any.
+    pub(crate) fn graph(&self) -> Option<GraphDescriptor> {
+        self.graph
+    }
+
+    /// Attaches a restored graph.
+    pub(crate) fn set_graph(&mut self, graph: Option<GraphDescriptor>) {
+        self.graph = graph;
+    }
+
+    /// The FTL.
+    pub(crate) fn ftl(&self) -> &Ftl {
+        &self.backend.ftl
+    }
+
+    /// The DRAM arena.
+    pub(crate) fn dram_bytes(&self) -> &[u8] {
+        self.dram.as_ref()
+    }
+
+    /// Restores the FTL's saved state into this freshly formatted firmware.
+    pub(crate) fn restore_ftl(
+        &mut self,
+        r: &mut crate::checkpoint::Reader<'_>,
+    ) -> Result<(), crate::checkpoint::RestoreError> {
+        self.backend.ftl.restore(self.dram.as_mut(), r)
+    }
+
     /// Whether nothing is parked, queued, running or in flight.
     pub fn is_idle(&self) -> bool {
         self.commands.iter().all(Option::is_none)

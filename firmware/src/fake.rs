@@ -24,8 +24,9 @@ pub struct MemFlashStats {
     pub erases: u64,
 }
 
-/// A RAM-backed NAND array.
-#[derive(Debug)]
+/// A RAM-backed NAND array (cloning it is a power cut: the copy keeps the pages and the
+/// operations in flight).
+#[derive(Clone, Debug)]
 pub struct MemFlash {
     geometry: Geometry,
     pages: Vec<u8>,

@@ -16,6 +16,7 @@
 //! The mapping unit is one flash page; partial-page writes are read-modify-write (the dispatcher
 //! does that through the page buffer).
 
+use crate::checkpoint::{Reader, RestoreError, require};
 use crate::dram::{DramLayout, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage};
@@ -153,7 +154,151 @@ impl Ftl {
         ftl
     }
 
-    /// Logical pages currently mapped.
+    /// Writes the FTL's persistent state (scalars, then its DRAM tables) to `sink`. Garbage
+    /// collection must be idle (the caller checks).
+    pub fn save(&self, dram: &[u8], sink: &mut dyn FnMut(&[u8])) {
+        let g = &self.geometry;
+        for v in [
+            g.channels,
+            g.ways,
+            g.dies_per_way,
+            g.blocks_per_die,
+            g.pages_per_block,
+            g.page_size_bytes,
+            self.logical_pages,
+            self.free_blocks,
+            self.reserve_blocks,
+            self.next_die,
+            u32::from(self.gc_active.is_some()),
+            self.gc_active.map_or(0, |(b, _)| b.0),
+            self.gc_active.map_or(0, |(_, p)| p),
+            u32::from(self.full),
+        ] {
+            sink(&v.to_le_bytes());
+        }
+        let s = &self.stats;
+        for v in [
+            self.mapped_pages,
+            s.host_pages_written,
+            s.gc_pages_moved,
+            s.blocks_erased,
+            s.media_failures,
+        ] {
+            sink(&v.to_le_bytes());
+        }
+        for region in self.tables() {
+            sink(region.bytes(dram));
+        }
+    }
+
+    /// The DRAM tables that persist, in their saved order (the GC page is scratch).
+    fn tables(&self) -> [Region; 6] {
+        [
+            self.l2p,
+            self.p2l,
+            self.block_valid,
+            self.block_next_free,
+            self.block_state,
+            self.dies,
+        ]
+    }
+
+    /// Replaces this freshly formatted FTL's state with a saved one, checking every value a later
+    /// lookup or allocation trusts.
+    pub fn restore(&mut self, dram: &mut [u8], r: &mut Reader<'_>) -> Result<(), RestoreError> {
+        let g = self.geometry;
+        for (want, field) in [
+            (g.channels, "geometry.channels"),
+            (g.ways, "geometry.ways"),
+            (g.dies_per_way, "geometry.dies_per_way"),
+            (g.blocks_per_die, "geometry.blocks_per_die"),
+            (g.pages_per_block, "geometry.pages_per_block"),
+            (g.page_size_bytes, "geometry.page_size_bytes"),
+            (self.logical_pages, "logical_pages"),
+        ] {
+            require(r.u32(field)? == want, field)?;
+        }
+        let blocks = g.block_count();
+        let dies = g.die_count();
+        let ppb = g.pages_per_block;
+        let free_blocks = r.u32("free_blocks")?;
+        require(free_blocks <= blocks, "free_blocks")?;
+        let reserve_blocks = r.u32("reserve_blocks")?;
+        require(reserve_blocks <= blocks, "reserve_blocks")?;
+        let next_die = r.u32("next_die")?;
+        require(next_die < dies, "next_die")?;
+        let gc_active = match (r.u32("gc_active")?, r.u32("gc_block")?, r.u32("gc_page")?) {
+            (0, _, _) => None,
+            (1, b, p) if b < blocks && p <= ppb => Some((PhysBlock(b), p)),
+            _ => return Err(RestoreError::Invalid("gc_active")),
+        };
+        let full = match r.u32("full")? {
+            0 => false,
+            1 => true,
+            _ => return Err(RestoreError::Invalid("full")),
+        };
+        let mapped_pages = r.u64("mapped_pages")?;
+        require(
+            mapped_pages <= u64::from(self.logical_pages),
+            "mapped_pages",
+        )?;
+        let stats = FtlStats {
+            host_pages_written: r.u64("host_pages_written")?,
+            gc_pages_moved: r.u64("gc_pages_moved")?,
+            blocks_erased: r.u64("blocks_erased")?,
+            media_failures: r.u64("media_failures")?,
+        };
+        let names = [
+            "l2p",
+            "p2l",
+            "block_valid",
+            "block_next_free",
+            "block_state",
+            "dies",
+        ];
+        for (region, name) in self.tables().into_iter().zip(names) {
+            let bytes = r.take(region.len, name)?;
+            region.bytes_mut(dram).copy_from_slice(bytes);
+        }
+        let pages = g.page_count();
+        let all = |region: Region, ok: &dyn Fn(u32) -> bool, dram: &[u8]| {
+            (0..region.len / 4).all(|i| ok(region.u32(dram, i)))
+        };
+        let logical = self.logical_pages;
+        require(
+            all(self.l2p, &|v| v == L2P_LOST || u64::from(v) <= pages, dram),
+            "l2p",
+        )?;
+        require(all(self.p2l, &|v| v <= logical, dram), "p2l")?;
+        require(all(self.block_valid, &|v| v <= ppb, dram), "block_valid")?;
+        require(
+            all(self.block_next_free, &|v| v <= blocks, dram),
+            "block_next_free",
+        )?;
+        require(
+            self.block_state.bytes(dram).iter().all(|s| *s <= BLOCK_GC),
+            "block_state",
+        )?;
+        let die_ok = (0..dies).all(|d| {
+            self.die_word(dram, d, DIE_FREE_HEAD) <= blocks
+                && self.die_word(dram, d, DIE_FREE_COUNT) <= g.blocks_per_die
+                && self.die_word(dram, d, DIE_ACTIVE) <= blocks
+                && self.die_word(dram, d, DIE_NEXT_PAGE) <= ppb
+        });
+        require(die_ok, "dies")?;
+        self.free_blocks = free_blocks;
+        self.reserve_blocks = reserve_blocks;
+        self.next_die = next_die;
+        self.gc_active = gc_active;
+        self.gc = Gc::Idle;
+        self.full = full;
+        self.mapped_pages = mapped_pages;
+        self.stats = stats;
+        Ok(())
+    }
+
+    /// Free blocks as a percentage of the blocks beyond the logical capacity (the spare),
+    /// capped at 100: what the SMART log reports as available spare.
     pub fn spare_percent(&self) -> u8 {
         let logical_blocks = self.logical_pages.div_ceil(self.geometry.pages_per_block);
         let spare = self
@@ -164,7 +309,7 @@ impl Ftl {
         (u64::from(self.free_blocks) * 100 / u64::from(spare)).min(100) as u8
     }
 
-    /// Logical pages that hold data.
+    /// Logical pages currently mapped.
     pub fn mapped_pages(&self) -> u64 {
         self.mapped_pages
     }

@@ -26,6 +26,7 @@ extern crate std;
 
 mod admin;
 mod backend;
+mod checkpoint;
 mod config;
 mod dispatch;
 mod dram;
@@ -42,6 +43,7 @@ pub mod work;
 #[cfg(test)]
 mod tests;
 
+pub use checkpoint::{NotQuiet, RestoreError, STATE_MAGIC, STATE_VERSION};
 pub use config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_SLOTS};
 pub use dispatch::{Busy, Firmware};
 pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};

@@ -16,7 +16,7 @@ use sagessd_abi::subgraph::SubgraphView;
 use zerocopy::IntoBytes;
 
 use crate::fake::MemFlash;
-use crate::hal::Geometry;
+use crate::hal::{Flash, Geometry};
 use crate::host::{CommandId, DmaError, HostInterface};
 use crate::{Firmware, FirmwareConfig};
 
@@ -57,14 +57,14 @@ impl HostInterface for TestHost {
 
 type Fw = Firmware<MemFlash, Vec<u8>>;
 
-struct Device {
-    fw: Fw,
+pub(crate) struct Device {
+    pub fw: Fw,
     host: TestHost,
     next_cid: u16,
 }
 
 impl Device {
-    fn new(geometry: Geometry, config: FirmwareConfig, seed: u64) -> Self {
+    pub fn new(geometry: Geometry, config: FirmwareConfig, seed: u64) -> Self {
         let size = Fw::dram_size_bytes(&config, &geometry).unwrap();
         let fw = Fw::new(config, MemFlash::new(geometry, 32, seed), vec![0u8; size]).unwrap();
         Self {
@@ -111,7 +111,32 @@ impl Device {
         self.wait(id)
     }
 
-    fn write(&mut self, slba: u64, data: &[u8]) -> Status {
+    /// Polls until the firmware is quiet (background GC finished).
+    pub fn settle(&mut self) {
+        for _ in 0..10_000_000 {
+            if self.fw.is_quiet() {
+                return;
+            }
+            self.fw.poll(&mut self.host);
+        }
+        panic!("never quiet\n{}", self.fw.describe());
+    }
+
+    /// A new firmware booted from `state` over a copy of this device's flash.
+    pub fn reboot(&self, state: &[u8]) -> Result<Device, crate::RestoreError> {
+        let geometry = self.fw.flash().geometry();
+        let config = *self.fw.config();
+        let size = Fw::dram_size_bytes(&config, &geometry).unwrap();
+        let flash = self.fw.flash().clone();
+        let fw = Fw::restore(config, flash, vec![0u8; size], state)?;
+        Ok(Self {
+            fw,
+            host: TestHost::default(),
+            next_cid: 0,
+        })
+    }
+
+    pub fn write(&mut self, slba: u64, data: &[u8]) -> Status {
         let blocks = (data.len() / self.fw.block_size_bytes() as usize) as u32;
         self.exec(
             1,
@@ -122,7 +147,7 @@ impl Device {
         .status()
     }
 
-    fn read(&mut self, slba: u64, blocks: u32) -> (Status, Vec<u8>) {
+    pub fn read(&mut self, slba: u64, blocks: u32) -> (Status, Vec<u8>) {
         let len = (blocks * self.fw.block_size_bytes()) as usize;
         let (cqe, data) = self.exec(
             1,
@@ -134,7 +159,7 @@ impl Device {
 }
 
 /// 2 channels × 2 ways, 16 blocks of 8 pages of 2 KiB per die: 64 blocks, 512-B LBAs.
-fn small_geometry() -> Geometry {
+pub(crate) fn small_geometry() -> Geometry {
     Geometry {
         channels: 2,
         ways: 2,
@@ -145,7 +170,7 @@ fn small_geometry() -> Geometry {
     }
 }
 
-fn small_config() -> FirmwareConfig {
+pub(crate) fn small_config() -> FirmwareConfig {
     FirmwareConfig {
         block_size_log2: 9,
         page_buffer_pages: 16,

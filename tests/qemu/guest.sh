@@ -8,7 +8,8 @@
 NQN=nqn.2026-11.io.sagessd:emulator
 
 start_emulator() { # in the background; check runs it in a subshell, hence the PID file
-    sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" &
+    sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" --image /tmp/flash.img \
+        >>/tmp/emulator.log 2>&1 &
     echo $! >/tmp/emulator.pid
 }
 
@@ -41,14 +42,24 @@ ns_submit() { # one NS_SUBMIT and its NS_COLLECT by hand, after demo attached th
     e2e ns-collect-bytes "$(sed -n 's/.*result: \(0x[0-9a-f]*\).*/\1/p' /tmp/collect)"
 }
 
+same_after_restart() { # the same NS_SUBMIT as before the restart returns the same subgraph
+    cp /tmp/subgraph /tmp/subgraph.before
+    ns_submit
+    cmp /tmp/subgraph /tmp/subgraph.before
+}
+
 demo() { # sagessd demo through the kernel; reports its checksum
     sagessd demo --device passthru:/dev/ng0n1 | tee /tmp/demo
     e2e checksum "$(grep -o 'checksum 0x[0-9a-f]\{16\}' /tmp/demo | cut -d' ' -f2)"
     grep -q 'checksum 0x[0-9a-f]\{16\}' /tmp/demo
 }
 
-stop_emulator() { # fails if the emulator is gone already
-    kill "$(cat /tmp/emulator.pid)"
+stop_emulator() { # SIGTERM: a clean stop saves the image; fails if the emulator is gone already
+    pid=$(cat /tmp/emulator.pid)
+    kill "$pid"
+    while [ -e "/proc/$pid" ] && ! grep -q '^State:.*zombie' "/proc/$pid/status"; do sleep 0.1; done
+    cat /tmp/emulator.log
+    grep -q '^saved the device to /tmp/flash.img' /tmp/emulator.log
 }
 
 check emulator-start start_emulator
@@ -62,3 +73,11 @@ check demo demo
 check ns-submit ns_submit
 check disconnect timeout 30 nvme disconnect -n "$NQN"
 check emulator-stop stop_emulator
+# Restart from the image: the graph written and attached before is still there.
+check restart start_emulator
+check relisten wait_for 30 serving
+check reconnect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
+check renamespace wait_for 20 namespace_present
+check persisted same_after_restart
+check redisconnect timeout 30 nvme disconnect -n "$NQN"
+check final-stop stop_emulator

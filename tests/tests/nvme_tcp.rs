@@ -1,7 +1,7 @@
 //! The host driver's NVMe/TCP initiator against the emulator's NVMe/TCP target: the same
 //! graph, written and sampled over TCP, gives the same bytes as the in-process device; the
 //! target answers protocol violations with a TermReq and bad commands with statuses, and keeps
-//! serving other connections.
+//! serving other connections; a device image keeps a written graph across a restart.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -54,6 +54,36 @@ fn sampling_over_tcp_equals_the_in_process_device_with_and_without_digests() {
         assert_eq!(device.read(5000, 64).expect("read"), data);
     }
     target.stop();
+}
+
+#[test]
+fn a_graph_written_over_tcp_survives_a_clean_stop_and_restart_from_the_image() {
+    let graph = generate(&RmatParams::graph500(10, 8, 3)).expect("graph");
+    let targets: Vec<u64> = (0..32).map(|i| i * 29 % 1024).collect();
+    let path = std::env::temp_dir().join(format!("sagessd-tcp-{}.img", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let serve = || {
+        let ssd = Ssd::open_image(&small_config(), &path).expect("image opens");
+        Target::start(ssd, "127.0.0.1:0", TargetOptions::default()).expect("target listens")
+    };
+    let target = serve();
+    let expected = {
+        let mut device = connect(&target, false);
+        load_graph(&mut device, &graph, 0).expect("load over TCP");
+        device.sample(9, &[4, 4], &targets).expect("sample")
+    };
+    target.stop().save_image(&path).expect("clean stop saves");
+
+    // A new emulator process would do exactly this: boot from the image, nothing re-written.
+    let target = serve();
+    let mut device = connect(&target, false);
+    let again = device
+        .sample(9, &[4, 4], &targets)
+        .expect("the graph is still attached");
+    assert_eq!(again, expected);
+    drop(device);
+    target.stop();
+    let _ = std::fs::remove_file(&path);
 }
 
 /// A raw connection that has done ICReq/ICResp.

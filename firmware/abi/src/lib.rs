@@ -10,7 +10,7 @@
 //! * [`ns_config`]: the neighbour-sampling configuration carried by `NS_SUBMIT`;
 //! * [`subgraph`]: the sampled-subgraph (message-flow graph) format returned by `NS_COLLECT`;
 //! * [`fabrics`]: NVMe-oF Connect / Property commands, controller properties, SGL data pointers;
-//! * [`tcp`]: NVMe/TCP PDUs, their framing checks and the CRC32C digest;
+//! * [`tcp`]: NVMe/TCP PDUs and their framing checks; [`crc32c`]: their digest;
 //! * [`sample`]: the one neighbour-sampling function that device and host both call, so that an
 //!   in-storage sample and a host sample are byte-identical.
 //!
@@ -23,6 +23,7 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod crc32c;
 pub mod fabrics;
 pub mod graph;
 pub mod identify;

@@ -86,6 +86,11 @@ struct ServeArgs {
     /// time, as fast as the host drives it.
     #[arg(long)]
     pace: bool,
+    /// Device image: the flash contents and FTL state are loaded from it if it exists, and
+    /// saved to it at a clean stop (SIGINT/SIGTERM), so what was written survives restarts.
+    /// Without it the device starts empty and is lost at exit.
+    #[arg(long, value_name = "PATH")]
+    image: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -374,7 +379,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Block the stop signals before any thread starts (threads inherit the mask), then wait for
     // one here: a clean stop lets every accepted command finish.
     let signals = stop_signals();
-    let ssd = sagessd_emulator::Ssd::new(&hw)?;
+    let ssd = match &args.image {
+        Some(path) => sagessd_emulator::Ssd::open_image(&hw, path)?,
+        None => sagessd_emulator::Ssd::new(&hw)?,
+    };
     let options = sagessd_emulator::TargetOptions {
         nqn: args.nqn.clone(),
         paced: args.pace,
@@ -395,7 +403,11 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     std::io::stdout().flush()?;
     let signal = wait_for(&signals);
-    let ssd = target.stop();
+    let mut ssd = target.stop();
+    if let Some(path) = &args.image {
+        ssd.save_image(path)?;
+        println!("saved the device to {}", path.display());
+    }
     let stats = ssd.stats();
     println!(
         "stopped by signal {signal}: {} commands completed, {} flash pages read, {} programmed",

@@ -10,7 +10,8 @@ use std::vec::Vec;
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{CommonHeader, DIGEST_BYTES, Fatal, Framing, PduLayout, crc32c, fes};
+use super::{CommonHeader, DIGEST_BYTES, Fatal, Framing, PduLayout, fes};
+use crate::crc32c::crc32c;
 
 /// One received PDU.
 #[derive(Clone, Debug, PartialEq, Eq)]
