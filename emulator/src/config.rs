@@ -289,6 +289,8 @@ impl FirmwareSection {
             max_subgraph_nodes: self.max_subgraph_nodes,
             max_subgraph_edges: self.max_subgraph_edges,
             max_transfer_bytes: self.max_transfer_bytes,
+            // A device without in-storage sampling has no tunnel to it either.
+            tunnel: self.isp,
         }
     }
 }

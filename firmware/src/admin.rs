@@ -9,6 +9,7 @@ use sagessd_abi::identify::{
 };
 use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::nvme::{AdminCommand, Status, feature, log_page};
+use sagessd_abi::tunnel::TunnelWindow;
 
 /// The namespace the device exposes.
 pub(crate) const NSID: u32 = 1;
@@ -39,6 +40,8 @@ pub(crate) struct Facts {
     pub block_size_log2: u8,
     /// Spare flash left, as a percentage of the over-provisioned blocks.
     pub spare_percent: u8,
+    /// The tunnel window, if served.
+    pub tunnel: Option<TunnelWindow>,
 }
 
 /// Admin state that outlives one command: feature values and the health counters.
@@ -181,6 +184,7 @@ fn identify(
             mdts: facts.mdts,
             namespace_count: 1,
             limits: facts.limits,
+            tunnel: facts.tunnel,
         }
         .encode(out),
         CNS_NAMESPACE | CNS_NAMESPACE_DESCRIPTORS if nsid != NSID => {

@@ -33,6 +33,9 @@ pub struct FirmwareConfig {
     pub max_subgraph_edges: u32,
     /// Largest data transfer of one Read or Write (MDTS), a power of two ≥ 4 KiB.
     pub max_transfer_bytes: u32,
+    /// Serve the tunnel window ([`sagessd_abi::tunnel`]) at the end of the namespace, if it fits
+    /// in half of it.
+    pub tunnel: bool,
 }
 
 impl Default for FirmwareConfig {
@@ -49,6 +52,7 @@ impl Default for FirmwareConfig {
             max_subgraph_nodes: 1 << 20,
             max_subgraph_edges: 1 << 22,
             max_transfer_bytes: 128 * 1024,
+            tunnel: true,
         }
     }
 }

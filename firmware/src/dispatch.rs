@@ -12,11 +12,14 @@ use sagessd_abi::identify::IDENTIFY_SIZE_BYTES;
 use sagessd_abi::nvme::{
     AdminCommand, CompletionEntry, DsmRange, IoCommand, Status, SubmissionEntry, VendorStatus,
 };
+use sagessd_abi::tunnel::{TunnelAccess, TunnelWindow};
 use zerocopy::FromBytes;
 
 use crate::admin::{Admin, Facts, NSID};
 use crate::backend::Backend;
-use crate::config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_PAGES_PER_COMMAND};
+use crate::config::{
+    ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_SLOTS, MAX_PAGES_PER_COMMAND,
+};
 use crate::dram::{DramLayout, DramRegions, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats, logical_page_count};
@@ -134,11 +137,13 @@ enum Op {
     Read(Transfer),
     Write(Transfer),
     Deallocate(Trim),
-    /// `window`: the byte offset of a windowed collect.
+    /// `window`: the byte offset of a windowed collect; `zero_fill`: a tunnel Read, whose
+    /// buffer is zero past the subgraph's end (a window may start past it).
     Collect {
         tag: u32,
         data_len_bytes: usize,
         window: Option<usize>,
+        zero_fill: bool,
     },
 }
 
@@ -160,6 +165,10 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     isp: Isp,
     graph: Option<GraphDescriptor>,
     admin: Admin,
+    /// The tunnel window, if the configuration asks for one and it fits.
+    tunnel: Option<TunnelWindow>,
+    /// Per tunnel slot, the tag of the job last submitted through it.
+    tunnel_jobs: [Option<u32>; MAX_ISP_SLOTS],
     commands: [Option<Parked>; MAX_COMMANDS],
     /// The per-page states of the parked Reads and Writes.
     pages: CommandPages,
@@ -241,6 +250,20 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             isp,
             graph: None,
             admin: Admin::new(),
+            tunnel: config
+                .tunnel
+                .then(|| {
+                    TunnelWindow::new(
+                        u64::from(pages) * blocks_per_page,
+                        config.block_size_bytes(),
+                        u16::from(config.isp_slots),
+                        config.limits.max_targets,
+                        config.max_subgraph_nodes,
+                        config.max_subgraph_edges,
+                    )
+                })
+                .flatten(),
+            tunnel_jobs: [None; MAX_ISP_SLOTS],
             commands: [None; MAX_COMMANDS],
             pages: CommandPages(layout.command_pages),
             asleep: 0,
@@ -405,6 +428,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             used_blocks: self.backend.ftl.mapped_pages() * page_blocks,
             block_size_log2: self.config.block_size_log2,
             spare_percent: self.backend.ftl.spare_percent(),
+            tunnel: self.tunnel,
         };
         let mut data = [0u8; IDENTIFY_SIZE_BYTES];
         let (len, result) = self
@@ -433,6 +457,30 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             return Err((Status::INVALID_NAMESPACE, 0));
         }
         let vendor = |v: VendorStatus| (Status::from(v), 0);
+        // Ranges past the namespace fall through to the ordinary LBA Out of Range.
+        if let IoCommand::Read { slba, block_count } | IoCommand::Write { slba, block_count } = cmd
+            && let Some(window) = self.tunnel
+            && slba
+                .checked_add(u64::from(block_count))
+                .is_some_and(|end| end <= self.namespace_blocks)
+        {
+            match window.locate(slba, block_count) {
+                TunnelAccess::Outside => {}
+                TunnelAccess::Straddles => return Err((Status::INVALID_FIELD, 0)),
+                TunnelAccess::Slot {
+                    slot,
+                    offset_blocks,
+                } => {
+                    let len = block_count as usize * self.block_size_bytes() as usize;
+                    let offset = offset_blocks as usize * self.block_size_bytes() as usize;
+                    return if matches!(cmd, IoCommand::Write { .. }) {
+                        self.tunnel_submit(host, id, slot, offset, len)
+                    } else {
+                        self.tunnel_collect(slot, offset, len)
+                    };
+                }
+            }
+        }
         match cmd {
             IoCommand::Flush => Err((Status::SUCCESS, 0)),
             IoCommand::Read { slba, block_count } => {
@@ -478,22 +526,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 Err((Status::SUCCESS, 0))
             }
             IoCommand::NsSubmit { data_len_bytes } => {
-                let graph = self.graph.ok_or(vendor(VendorStatus::NoGraphAttached))?;
-                let (slot, window) = self
-                    .isp
-                    .free_slot()
-                    .ok_or(vendor(VendorStatus::NoFreeSlot))?;
-                let n = (data_len_bytes as usize).min(window.len);
-                let dram = self.dram.as_mut();
-                dma_in(
-                    &mut self.backend.work,
-                    host,
-                    id,
-                    0,
-                    window.sub(0, n).bytes_mut(dram),
-                )
-                .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
-                let tag = self.isp.accept(dram, slot, n, &graph).map_err(vendor)?;
+                let tag = self.ns_submit(host, id, data_len_bytes as usize)?;
                 Err((Status::SUCCESS, tag))
             }
             IoCommand::NsCollect {
@@ -507,10 +540,83 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     tag,
                     data_len_bytes: data_len_bytes as usize,
                     window: window.map(|o| o as usize),
+                    zero_fill: false,
                 })),
             },
             IoCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
         }
+    }
+
+    /// NS_SUBMIT's work: takes a free sampling slot, DMAs the NS_config of `len` bytes into it
+    /// and queues the job; returns its tag.
+    fn ns_submit<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        len: usize,
+    ) -> Result<u32, (Status, u32)> {
+        let vendor = |v: VendorStatus| (Status::from(v), 0);
+        let graph = self.graph.ok_or(vendor(VendorStatus::NoGraphAttached))?;
+        let (slot, window) = self
+            .isp
+            .free_slot()
+            .ok_or(vendor(VendorStatus::NoFreeSlot))?;
+        let n = len.min(window.len);
+        let dram = self.dram.as_mut();
+        dma_in(
+            &mut self.backend.work,
+            host,
+            id,
+            0,
+            window.sub(0, n).bytes_mut(dram),
+        )
+        .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
+        self.isp.accept(dram, slot, n, &graph).map_err(vendor)
+    }
+
+    /// A Write into tunnel slot `slot`: an NS_SUBMIT of its data, which must start at the
+    /// slot's first LBA. A finished, uncollected job of the slot is dropped first; a running
+    /// one makes the Write fail with "no free slot" (retry after reading it).
+    fn tunnel_submit<H: HostInterface>(
+        &mut self,
+        host: &mut H,
+        id: CommandId,
+        slot: usize,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<Op>, (Status, u32)> {
+        if offset != 0 {
+            return Err((Status::INVALID_FIELD, 0));
+        }
+        if let Some(old) = self.tunnel_jobs[slot] {
+            match self.isp.collect_state(old) {
+                Collect::Pending => return Err((VendorStatus::NoFreeSlot.into(), 0)),
+                Collect::Unknown => {}
+                Collect::Done(_) | Collect::Failed(_) => self.isp.release(old),
+            }
+        }
+        let tag = self.ns_submit(host, id, len)?;
+        self.tunnel_jobs[slot] = Some(tag);
+        Err((Status::SUCCESS, tag))
+    }
+
+    /// A Read inside tunnel slot `slot`: the bytes of its job's subgraph from `offset`,
+    /// zero-filled past the end; waits while the job runs.
+    fn tunnel_collect(
+        &mut self,
+        slot: usize,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<Op>, (Status, u32)> {
+        let tag = self.tunnel_jobs[slot]
+            .filter(|t| !matches!(self.isp.collect_state(*t), Collect::Unknown))
+            .ok_or((VendorStatus::UnknownTag.into(), 0))?;
+        Ok(Some(Op::Collect {
+            tag,
+            data_len_bytes: len,
+            window: Some(offset),
+            zero_fill: true,
+        }))
     }
 
     /// Checks a Read/Write range and lays out its pages.
@@ -805,6 +911,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 tag,
                 data_len_bytes,
                 window,
+                zero_fill,
             } => match isp.collect_state(*tag) {
                 Collect::Pending => (false, false, 0),
                 Collect::Unknown => {
@@ -820,23 +927,32 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     cmd.status = VendorStatus::BufferTooSmall.into();
                     (true, true, size as u32)
                 }
-                Collect::Done(size) if window.is_some_and(|o| o > size) => {
+                Collect::Done(size) if !*zero_fill && window.is_some_and(|o| o > size) => {
                     cmd.status = Status::INVALID_FIELD;
                     (true, true, size as u32)
                 }
                 Collect::Done(size) => {
-                    let start = window.unwrap_or(0);
+                    let start = window.unwrap_or(0).min(size);
                     let len = (*data_len_bytes).min(size - start);
-                    io.backend.work.bytes_copied += len as u64;
+                    io.backend.work.bytes_copied += *data_len_bytes as u64;
                     host.note_work(&io.backend.work);
                     let mut to = Window {
                         host: &mut *host,
                         start,
                         len,
                     };
-                    match isp.write_result(io.dram, *tag, &mut to, cmd.id) {
-                        Ok(_) if start + len == size => isp.release(*tag),
-                        Ok(_) => {}
+                    let written = isp
+                        .write_result(io.dram, *tag, &mut to, cmd.id)
+                        .and_then(|_| {
+                            if *zero_fill {
+                                zero(host, cmd.id, len, *data_len_bytes)
+                            } else {
+                                Ok(())
+                            }
+                        });
+                    match written {
+                        Ok(()) if start + len == size => isp.release(*tag),
+                        Ok(()) => {}
                         Err(DmaError) => cmd.status = Status::DATA_TRANSFER_ERROR,
                     }
                     (true, true, size as u32)
@@ -1098,6 +1214,23 @@ fn dma_out<H: HostInterface>(
     work.bytes_copied += src.len() as u64;
     host.note_work(work);
     host.dma_to_host(id, offset, src)
+}
+
+/// Zero-fills bytes `[from, to)` of command `cmd`'s host buffer.
+fn zero<H: HostInterface>(
+    host: &mut H,
+    cmd: CommandId,
+    from: usize,
+    to: usize,
+) -> Result<(), DmaError> {
+    const ZEROS: [u8; 512] = [0; 512];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len());
+        host.dma_to_host(cmd, at, &ZEROS[..n])?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// The host as a window `[start, start + len)` of a command's result sees it: the result is

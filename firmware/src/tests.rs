@@ -939,3 +939,52 @@ fn a_huge_deallocate_does_not_hold_up_other_commands() {
     sqe.cid = 0.into();
     assert_eq!(d.exec(1, sqe, data).0.status(), Status::LBA_OUT_OF_RANGE);
 }
+
+#[test]
+fn the_tunnel_window_carries_the_same_exchange_in_writes_and_reads() {
+    let mut d = Device::new(small_geometry(), small_config(), 8);
+    let (indptr, indices) = ring_with_hub(300);
+    store_graph(&mut d, indptr, indices);
+    let targets: Vec<u64> = (0..40).map(|i| i * 7 % 300).collect();
+    let (_, tag) = ns_submit(&mut d, 5, &[8, 4], &targets);
+    let (_, size, expected) = ns_collect(&mut d, tag, 1 << 16);
+    assert!(size as usize > 2 * 512, "a subgraph of several blocks");
+    let expected = expected[..size as usize].to_vec();
+
+    let mut id = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 0);
+    id.cdw10 = 1.into();
+    let window = ControllerInfo::decode_tunnel(&d.exec(0, id, vec![0; 4096]).1)
+        .expect("the device reports its tunnel window");
+    let bs = d.fw.block_size_bytes() as usize;
+    let mut cfg = vec![0u8; ns_config_size_bytes(targets.len()).next_multiple_of(bs)];
+    encode_ns_config(5, &[8, 4], &targets, &mut cfg).unwrap();
+    let slot = window.slot_lba(1);
+    assert!(d.write(slot, &cfg).is_success());
+    // The subgraph in two reads (header block first), zero past its end.
+    let blocks = (size as usize).div_ceil(bs) as u32 + 1;
+    let (s, head) = d.read(slot, 1);
+    assert!(s.is_success(), "{s:?}");
+    let (s, rest) = d.read(slot + 1, blocks - 1);
+    assert!(s.is_success(), "{s:?} size {size} blocks {blocks}");
+    let got = [head, rest].concat();
+    assert_eq!(&got[..size as usize], &expected[..]);
+    assert!(got[size as usize..].iter().all(|b| *b == 0));
+    // The last read reached the end: the job is gone.
+    assert_eq!(
+        VendorStatus::from_status(d.read(slot, 1).0),
+        Some(VendorStatus::UnknownTag)
+    );
+    // A write not at a slot's start, and accesses across the window's edge or two slots.
+    assert_eq!(d.write(slot + 1, &cfg), Status::INVALID_FIELD);
+    assert_eq!(d.read(window.base_lba - 1, 2).0, Status::INVALID_FIELD);
+    let across = window.slot_lba(1) - 1;
+    assert_eq!(d.read(across, 2).0, Status::INVALID_FIELD);
+    // Garbage in a slot is a malformed NS_config, as through NS_SUBMIT.
+    assert_eq!(
+        VendorStatus::from_status(d.write(slot, &vec![0xAB; bs])),
+        Some(VendorStatus::BadMagic)
+    );
+    // Ordinary I/O outside the window is untouched.
+    assert!(d.write(0, &vec![7; bs]).is_success());
+    assert_eq!(d.read(0, 1).1, vec![7; bs]);
+}

@@ -14,6 +14,8 @@ use sagessd_abi::identify::{
 use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::nvme::{DataDirection, SubmissionEntry, VendorStatus, admin_opcode, io_opcode};
 use sagessd_abi::subgraph::{LayerEntry, SubgraphHeader};
+use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
+use sagessd_abi::tunnel::TunnelWindow;
 use zerocopy::IntoBytes;
 
 use crate::error::DriverError;
@@ -55,6 +57,8 @@ pub struct DeviceInfo {
     pub max_transfer_bytes: u32,
     /// The in-storage sampling limits, if the controller reports them (the `SAGE` vendor area).
     pub limits: Option<NsLimits>,
+    /// The tunnel window, if the controller serves one.
+    pub tunnel: Option<TunnelWindow>,
 }
 
 impl DeviceInfo {
@@ -145,6 +149,9 @@ pub struct Device<T: Transport> {
     stats: DriverStats,
     attached: Option<GraphDescriptor>,
     last_completed_at_ns: Option<u64>,
+    /// Sample through the tunnel window (Writes and Reads) instead of the vendor opcodes.
+    use_tunnel: bool,
+    next_tunnel_slot: usize,
 }
 
 impl<T: Transport> Device<T> {
@@ -161,7 +168,10 @@ impl<T: Transport> Device<T> {
                 block_count: 0,
                 max_transfer_bytes: 0,
                 limits: None,
+                tunnel: None,
             },
+            use_tunnel: false,
+            next_tunnel_slot: 0,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             collect_cap_bytes: DEFAULT_COLLECT_CAP_BYTES,
             next_cid: [0; 2],
@@ -207,7 +217,21 @@ impl<T: Transport> Device<T> {
             block_count: ns.block_count,
             max_transfer_bytes: max_transfer_bytes.max(block_size_bytes),
             limits: ControllerInfo::decode_limits(&ctrl),
+            tunnel: ControllerInfo::decode_tunnel(&ctrl),
         })
+    }
+
+    /// Carries [`Self::sample`]'s NS_SUBMIT and NS_COLLECT in Writes and Reads to the device's
+    /// tunnel window (`on`), or in the vendor commands (the default). Fails if `on` and the
+    /// device reports no window.
+    pub fn set_tunnel(&mut self, on: bool) -> Result<(), DriverError> {
+        if on && self.info.tunnel.is_none() {
+            return Err(DriverError::InvalidArgument(
+                "the device reports no tunnel window".into(),
+            ));
+        }
+        self.use_tunnel = on;
+        Ok(())
     }
 
     fn identify_raw(&mut self, cns: u8, nsid: u32) -> Result<Vec<u8>, DriverError> {
@@ -618,6 +642,9 @@ impl<T: Transport> Device<T> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<Vec<u8>, DriverError> {
+        if let Some(window) = self.info.tunnel.filter(|_| self.use_tunnel) {
+            return self.sample_through_tunnel(window, seed, fanouts, targets);
+        }
         let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
         let cid = self.submit(IO_QUEUE, submit, config)?;
         let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
@@ -648,6 +675,42 @@ impl<T: Transport> Device<T> {
 }
 
 impl<T: Transport> Device<T> {
+    /// [`Self::sample`] through the tunnel window: the NS_config written to the next slot's
+    /// first LBA, then the subgraph read from the slot, its header first for its size.
+    fn sample_through_tunnel(
+        &mut self,
+        window: TunnelWindow,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<Vec<u8>, DriverError> {
+        let slot = self.next_tunnel_slot % usize::from(window.slots);
+        self.next_tunnel_slot = slot + 1;
+        let lba = window.slot_lba(slot);
+        let bs = self.info.block_size_bytes as usize;
+        let (_, mut config) = ns::ns_submit(seed, fanouts, targets)?;
+        config.resize(config.len().next_multiple_of(bs), 0);
+        self.write(lba, &config)?;
+        let node_count = self.attached.map(|g| g.node_count);
+        let bound = ns::first_collect_len(fanouts, targets.len() as u64, node_count, usize::MAX);
+        let slot_bytes = window.slot_blocks as usize * bs;
+        let first = bound
+            .min(self.info.max_transfer_bytes as usize)
+            .min(slot_bytes)
+            .next_multiple_of(bs);
+        let mut data = self.read(lba, (first / bs) as u64)?;
+        let size = SubgraphView::total_size(&data)
+            .filter(|s| *s <= slot_bytes)
+            .ok_or(DriverError::BadSubgraph(SubgraphError::Truncated))?;
+        if size > data.len() {
+            let rest = (size - data.len()).next_multiple_of(bs);
+            let more = self.read(lba + (data.len() / bs) as u64, (rest / bs) as u64)?;
+            data.extend_from_slice(&more);
+        }
+        data.truncate(size);
+        ns::validate(data, seed, fanouts.len())
+    }
+
     /// Collects job `tag`'s subgraph in windows of at most `window` bytes (one transfer each),
     /// for subgraphs that may exceed the device's maximum transfer size (a kernel passthrough
     /// path refuses larger buffers).
@@ -702,7 +765,6 @@ mod tests {
     use super::*;
     use crate::LocalTransport;
     use sagessd_abi::nvme::Status;
-    use sagessd_abi::subgraph::SubgraphView;
     use sagessd_emulator::HwConfig;
 
     fn device() -> Device<LocalTransport> {

@@ -34,4 +34,4 @@ pub use local::LocalTransport;
 pub use passthru::PassthruTransport;
 pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Completion, DeviceCounters, Transport, TransportError};
-pub use uri::{DeviceUri, open_transport};
+pub use uri::{DeviceUri, Endpoint, open_device};

@@ -110,11 +110,17 @@ pub fn collected(
         return Err(DriverError::BadSubgraph(SubgraphError::Truncated));
     }
     data.truncate(size);
+    validate(data, seed, layer_count).map(Collected::Subgraph)
+}
+
+/// Checks that `data` is a well-formed subgraph of the request with `seed` and `layer_count`
+/// layers, and hands it back.
+pub fn validate(data: Vec<u8>, seed: u64, layer_count: usize) -> Result<Vec<u8>, DriverError> {
     let view = SubgraphView::parse(&data).map_err(DriverError::BadSubgraph)?;
     if view.seed() != seed || view.layer_count() != layer_count {
         return Err(DriverError::BadSubgraph(SubgraphError::Inconsistent(
             "seed/layers",
         )));
     }
-    Ok(Collected::Subgraph(data))
+    Ok(data)
 }

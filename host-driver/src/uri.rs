@@ -1,23 +1,26 @@
-//! Device URIs: one string names a device and the transport that reaches it, everywhere in the
-//! CLI (`--device URI`).
+//! Device URIs: one string names a device, the transport that reaches it, and how sampling is
+//! carried, everywhere in the CLI (`--device URI`).
 //!
 //! * `local:` — an emulated SSD in this process (the built-in hardware description, or the one
 //!   the caller passes);
-//! * `tcp://HOST:PORT/NQN[?digest=1]` — an NVMe/TCP subsystem (the emulator's target, or any
-//!   NVMe-oF target), with header and data digests if asked;
+//! * `tcp://HOST:PORT/NQN` — an NVMe/TCP subsystem (the emulator's target, or any NVMe-oF
+//!   target); `digest=1` turns header and data digests on;
 //! * `passthru:/dev/nvme0n1` or `passthru:/dev/ng0n1` — a namespace through Linux NVMe
 //!   passthrough.
+//!
+//! Any of them takes `?tunnel=1`: in-storage sampling then goes in Writes and Reads to the
+//! device's tunnel window instead of vendor commands. Options are joined with `&`.
 
 use std::path::PathBuf;
 
 use sagessd_emulator::HwConfig;
 
-use crate::transport::{Transport, TransportError};
-use crate::{LocalTransport, PassthruTransport, TcpOptions, TcpTransport};
+use crate::transport::Transport;
+use crate::{Device, DriverError, LocalTransport, PassthruTransport, TcpOptions, TcpTransport};
 
-/// A parsed device URI.
+/// Where a device is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeviceUri {
+pub enum Endpoint {
     /// An in-process emulated SSD.
     Local,
     /// An NVMe/TCP subsystem.
@@ -36,63 +39,105 @@ pub enum DeviceUri {
     },
 }
 
+/// A parsed device URI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceUri {
+    /// Where the device is.
+    pub endpoint: Endpoint,
+    /// Sample through the tunnel window.
+    pub tunnel: bool,
+}
+
+impl std::fmt::Display for DeviceUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut options = Vec::new();
+        match &self.endpoint {
+            Endpoint::Local => write!(f, "local:")?,
+            Endpoint::Tcp { addr, nqn, digests } => {
+                write!(f, "tcp://{addr}/{nqn}")?;
+                if *digests {
+                    options.push("digest=1");
+                }
+            }
+            Endpoint::Passthru { path } => write!(f, "passthru:{}", path.display())?,
+        }
+        if self.tunnel {
+            options.push("tunnel=1");
+        }
+        if !options.is_empty() {
+            write!(f, "?{}", options.join("&"))?;
+        }
+        Ok(())
+    }
+}
+
 impl std::str::FromStr for DeviceUri {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "local:" || s == "local" {
-            return Ok(Self::Local);
+        let (base, query) = s.split_once('?').unwrap_or((s, ""));
+        let mut digests = false;
+        let mut tunnel = false;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair {
+                "digest=1" | "digest=0" => digests = pair.ends_with('1'),
+                "tunnel=1" | "tunnel=0" => tunnel = pair.ends_with('1'),
+                other => {
+                    return Err(format!(
+                        "{s:?}: unknown option {other:?} (digest=0|1, tunnel=0|1)"
+                    ));
+                }
+            }
         }
-        if let Some(path) = s.strip_prefix("passthru:") {
+        let endpoint = if base == "local:" || base == "local" {
+            Endpoint::Local
+        } else if let Some(path) = base.strip_prefix("passthru:") {
             if path.is_empty() {
                 return Err(format!("{s:?}: passthru: needs a device path"));
             }
-            return Ok(Self::Passthru { path: path.into() });
-        }
-        if let Some(rest) = s.strip_prefix("tcp://") {
-            let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+            Endpoint::Passthru { path: path.into() }
+        } else if let Some(rest) = base.strip_prefix("tcp://") {
             let (addr, nqn) = rest
                 .split_once('/')
+                .filter(|(a, n)| a.contains(':') && !n.is_empty())
                 .ok_or_else(|| format!("{s:?}: expected tcp://HOST:PORT/NQN"))?;
-            if addr.is_empty() || !addr.contains(':') || nqn.is_empty() {
-                return Err(format!("{s:?}: expected tcp://HOST:PORT/NQN"));
-            }
-            let mut digests = false;
-            for pair in query.split('&').filter(|p| !p.is_empty()) {
-                match pair {
-                    "digest=1" => digests = true,
-                    "digest=0" => digests = false,
-                    other => return Err(format!("{s:?}: unknown option {other:?} (digest=0|1)")),
-                }
-            }
-            return Ok(Self::Tcp {
+            Endpoint::Tcp {
                 addr: addr.to_owned(),
                 nqn: nqn.to_owned(),
                 digests,
-            });
+            }
+        } else {
+            return Err(format!(
+                "{s:?}: unknown device URI (local:, tcp://HOST:PORT/NQN, passthru:/dev/...)"
+            ));
+        };
+        if digests && !matches!(endpoint, Endpoint::Tcp { .. }) {
+            return Err(format!("{s:?}: digest= is an NVMe/TCP option"));
         }
-        Err(format!(
-            "{s:?}: unknown device URI (local:, tcp://HOST:PORT/NQN, passthru:/dev/...)"
-        ))
+        Ok(Self { endpoint, tunnel })
     }
 }
 
-/// Opens the transport a URI names; `hw` describes the device for `local:`.
-pub fn open_transport(
+/// Opens the device a URI names (`hw` describes the device for `local:`): its transport, the
+/// namespace, and the tunnel if asked for.
+pub fn open_device(
     uri: &DeviceUri,
     hw: &HwConfig,
-) -> Result<Box<dyn Transport + Send>, TransportError> {
-    Ok(match uri {
-        DeviceUri::Local => Box::new(LocalTransport::from_config(hw)?),
-        DeviceUri::Tcp { addr, nqn, digests } => {
+) -> Result<Device<Box<dyn Transport + Send>>, DriverError> {
+    let transport: Box<dyn Transport + Send> = match &uri.endpoint {
+        Endpoint::Local => Box::new(LocalTransport::from_config(hw)?),
+        Endpoint::Tcp { addr, nqn, digests } => {
             let options = TcpOptions {
                 digests: *digests,
                 ..TcpOptions::new(nqn)
             };
             Box::new(TcpTransport::connect(addr.as_str(), &options)?)
         }
-        DeviceUri::Passthru { path } => Box::new(PassthruTransport::open(path)?),
-    })
+        Endpoint::Passthru { path } => Box::new(PassthruTransport::open(path)?),
+    };
+    let mut device = Device::open(transport)?;
+    device.set_tunnel(uri.tunnel)?;
+    Ok(device)
 }
 
 #[cfg(test)]
@@ -100,27 +145,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uris_parse_and_bad_ones_say_why() {
-        assert_eq!("local:".parse(), Ok(DeviceUri::Local));
+    fn uris_parse_print_back_and_bad_ones_say_why() {
+        for good in [
+            "local:",
+            "local:?tunnel=1",
+            "tcp://127.0.0.1:4420/nqn.x?digest=1&tunnel=1",
+            "passthru:/dev/ng0n1",
+            "passthru:/dev/ng0n1?tunnel=1",
+        ] {
+            let uri: DeviceUri = good.parse().expect(good);
+            assert_eq!(uri.to_string(), good);
+        }
         assert_eq!(
-            "tcp://127.0.0.1:4420/nqn.x?digest=1".parse(),
-            Ok(DeviceUri::Tcp {
-                addr: "127.0.0.1:4420".into(),
-                nqn: "nqn.x".into(),
+            "tcp://h:1/n?digest=1"
+                .parse::<DeviceUri>()
+                .unwrap()
+                .endpoint,
+            Endpoint::Tcp {
+                addr: "h:1".into(),
+                nqn: "n".into(),
                 digests: true
-            })
-        );
-        assert_eq!(
-            "passthru:/dev/ng0n1".parse(),
-            Ok(DeviceUri::Passthru {
-                path: "/dev/ng0n1".into()
-            })
+            }
         );
         for bad in [
             "tcp://host/nqn",
             "tcp://h:1/",
             "tcp://h:1/n?x=2",
             "passthru:",
+            "passthru:/dev/x?digest=1",
             "nvme0",
         ] {
             assert!(bad.parse::<DeviceUri>().is_err(), "{bad}");

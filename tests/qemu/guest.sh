@@ -48,10 +48,16 @@ same_after_restart() { # the same NS_SUBMIT as before the restart returns the sa
     cmp /tmp/subgraph /tmp/subgraph.before
 }
 
-demo() { # sagessd demo through the kernel; reports its checksum
+demo() { # sagessd demo through the kernel (vendor commands); reports its checksum
     sagessd demo --device passthru:/dev/ng0n1 | tee /tmp/demo
     e2e checksum "$(grep -o 'checksum 0x[0-9a-f]\{16\}' /tmp/demo | cut -d' ' -f2)"
     grep -q 'checksum 0x[0-9a-f]\{16\}' /tmp/demo
+}
+
+tunnel_demo() { # the same through the tunnel window (plain Writes and Reads): same checksum
+    sagessd demo --device 'passthru:/dev/nvme0n1?tunnel=1' | tee /tmp/tunnel
+    e2e tunnel-checksum "$(grep -o 'checksum 0x[0-9a-f]\{16\}' /tmp/tunnel | cut -d' ' -f2)"
+    [ "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/tunnel)" = "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/demo)" ]
 }
 
 stop_emulator() { # SIGTERM: a clean stop saves the image; fails if the emulator is gone already
@@ -70,6 +76,7 @@ check namespace wait_for 20 namespace_present
 check list list_shows_namespace
 check id-ctrl id_ctrl
 check demo demo
+check tunnel tunnel_demo
 check ns-submit ns_submit
 check disconnect timeout 30 nvme disconnect -n "$NQN"
 check emulator-stop stop_emulator

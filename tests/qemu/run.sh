@@ -30,7 +30,7 @@ die() { printf 'qemu-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
 # Arguments, and the checks each scenario must report ok (in /init's `<name> ok` lines).
 scenario="$here/guest.sh"
 expected=(emulator-start listening modprobe connect namespace list id-ctrl
-          demo ns-submit disconnect emulator-stop restart relisten reconnect renamespace
+          demo tunnel ns-submit disconnect emulator-stop restart relisten reconnect renamespace
           persisted redisconnect final-stop)
 binary=""
 for arg in "$@"; do

@@ -17,8 +17,16 @@ use sagessd_runtime::rmat::{RmatParams, generate};
 use sagessd_tests::{open, small_config};
 use zerocopy::{FromZeros, IntoBytes};
 
+/// The small test device with subgraph limits small enough that its tunnel window fits.
+fn tunnel_config() -> sagessd_emulator::HwConfig {
+    let mut hw = small_config();
+    hw.firmware.max_subgraph_nodes = 1 << 14;
+    hw.firmware.max_subgraph_edges = 1 << 16;
+    hw
+}
+
 fn start() -> Target {
-    let ssd = Ssd::new(&small_config()).expect("emulator starts");
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
     Target::start(ssd, "127.0.0.1:0", TargetOptions::default()).expect("target listens")
 }
 
@@ -35,7 +43,7 @@ fn connect(target: &Target, digests: bool) -> Device<TcpTransport> {
 fn sampling_over_tcp_equals_the_in_process_device_with_and_without_digests() {
     let graph = generate(&RmatParams::graph500(10, 8, 7)).expect("graph");
     let targets: Vec<u64> = (0..64).map(|i| i * 13 % 1024).collect();
-    let mut local = open(&small_config());
+    let mut local = open(&tunnel_config());
     load_graph(&mut local, &graph, 0).expect("load");
     let expected = local.sample(42, &[5, 3], &targets).expect("local sample");
 
@@ -47,6 +55,15 @@ fn sampling_over_tcp_equals_the_in_process_device_with_and_without_digests() {
             .sample(42, &[5, 3], &targets)
             .expect("sample over TCP");
         assert_eq!(got, expected, "digests {digests}");
+        // The same exchange through the tunnel window (plain Writes and Reads).
+        device
+            .set_tunnel(true)
+            .expect("the device has a tunnel window");
+        for _ in 0..3 {
+            let tunnelled = device.sample(42, &[5, 3], &targets).expect("tunnel sample");
+            assert_eq!(tunnelled, expected, "tunnel, digests {digests}");
+        }
+        device.set_tunnel(false).expect("back to vendor commands");
         // Large reads (C2HData) and writes (R2T + H2CData) round-trip.
         let block = device.info().block_size_bytes as usize;
         let data: Vec<u8> = (0..64 * block).map(|i| (i * 7 % 251) as u8).collect();

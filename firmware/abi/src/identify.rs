@@ -2,6 +2,10 @@
 //! device fills in: only the fields named here; every other byte is zero.
 
 use crate::ns_config::NsLimits;
+use crate::tunnel::TunnelWindow;
+
+/// Offset of the tunnel window's fields within the vendor area.
+const TUNNEL_OFFSET: usize = 16;
 
 /// Size of every Identify data structure.
 pub const IDENTIFY_SIZE_BYTES: usize = 4096;
@@ -42,6 +46,8 @@ pub struct ControllerInfo<'a> {
     pub namespace_count: u32,
     /// The NS_config limits, reported in the vendor-specific area.
     pub limits: NsLimits,
+    /// The tunnel window, reported in the vendor-specific area after the limits.
+    pub tunnel: Option<TunnelWindow>,
 }
 
 fn put_ascii(out: &mut [u8], s: &str) {
@@ -69,6 +75,15 @@ impl ControllerInfo<'_> {
         out[v..v + 4].copy_from_slice(b"SAGE");
         out[v + 4..v + 8].copy_from_slice(&self.limits.max_targets.to_le_bytes());
         out[v + 8..v + 10].copy_from_slice(&self.limits.max_fanout.to_le_bytes());
+        if let Some(t) = self.tunnel {
+            t.encode(&mut out[v + TUNNEL_OFFSET..]);
+        }
+    }
+
+    /// Reads the tunnel window back from an Identify Controller structure, if it has one.
+    pub fn decode_tunnel(data: &[u8]) -> Option<TunnelWindow> {
+        ControllerInfo::decode_limits(data)?;
+        TunnelWindow::decode(data.get(VENDOR_AREA_OFFSET + TUNNEL_OFFSET..)?)
     }
 
     /// Reads the sampling limits back from an Identify Controller structure, if it has them.
@@ -205,6 +220,7 @@ mod tests {
             mdts: 5,
             namespace_count: 1,
             limits,
+            tunnel: None,
         }
         .encode(&mut out);
         assert_eq!(&out[4..8], b"SN1 ");

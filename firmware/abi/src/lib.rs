@@ -11,6 +11,7 @@
 //! * [`subgraph`]: the sampled-subgraph (message-flow graph) format returned by `NS_COLLECT`;
 //! * [`fabrics`]: NVMe-oF Connect / Property commands, controller properties, SGL data pointers;
 //! * [`tcp`]: NVMe/TCP PDUs and their framing checks; [`crc32c`]: their digest;
+//! * [`tunnel`]: the window of LBAs that carries NS_SUBMIT/NS_COLLECT in Writes and Reads;
 //! * [`sample`]: the one neighbour-sampling function that device and host both call, so that an
 //!   in-storage sample and a host sample are byte-identical.
 //!
@@ -32,3 +33,4 @@ pub mod nvme;
 pub mod sample;
 pub mod subgraph;
 pub mod tcp;
+pub mod tunnel;

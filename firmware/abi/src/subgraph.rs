@@ -232,6 +232,13 @@ pub struct LayerView<'a> {
 }
 
 impl<'a> SubgraphView<'a> {
+    /// The size a subgraph's header declares (`total_size_bytes`), read from its first bytes
+    /// before the rest has arrived; `None` if they are not a subgraph header.
+    pub fn total_size(head: &[u8]) -> Option<usize> {
+        let (h, _) = SubgraphHeader::read_from_prefix(head).ok()?;
+        (h.magic == SUBGRAPH_MAGIC).then_some(h.total_size_bytes.get() as usize)
+    }
+
     /// Parses and fully validates a subgraph: header, prefix chaining between layers, total size,
     /// monotone `indptr` ending at the edge count, and every local index below its source count.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, SubgraphError> {

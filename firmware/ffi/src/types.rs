@@ -205,6 +205,8 @@ impl SagessdConfig {
             max_subgraph_nodes: self.max_subgraph_nodes,
             max_subgraph_edges: self.max_subgraph_edges,
             max_transfer_bytes: self.max_transfer_bytes,
+            // A board's stock host stack may refuse vendor opcodes: always offer the tunnel.
+            tunnel: true,
         })
     }
 }

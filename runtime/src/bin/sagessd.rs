@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_emulator::HwConfig;
-use sagessd_host_driver::DeviceUri;
+use sagessd_host_driver::{DeviceUri, Endpoint};
 use sagessd_runtime::compare::{self, CompareConfig, Event};
 use sagessd_runtime::host_io::HostIoMode;
 
@@ -186,20 +186,10 @@ struct RunArgs {
     quiet: bool,
     /// Sample in storage on this device instead of comparing modes on an in-process emulated
     /// SSD: tcp://HOST:PORT/NQN[?digest=1] (NVMe/TCP) or passthru:/dev/ngXnY (Linux NVMe
-    /// passthrough); `local:` is the default comparison.
+    /// passthrough); `local:` is the default comparison. `?tunnel=1` on any of them carries the
+    /// sampling in Writes and Reads to the device's tunnel window.
     #[arg(long, value_name = "URI")]
     device: Option<DeviceUri>,
-}
-
-impl RunArgs {
-    /// The `--device` URI as given, for reports.
-    fn device_arg(&self) -> String {
-        match &self.device {
-            Some(DeviceUri::Tcp { addr, nqn, .. }) => format!("tcp://{addr}/{nqn}"),
-            Some(DeviceUri::Passthru { path }) => format!("passthru:{}", path.display()),
-            _ => "local:".into(),
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -223,7 +213,11 @@ struct CompareArgs {
 /// Runs the comparison engine (`demo` and `compare`): the report on stdout, progress bars and
 /// the wall-clock time on stderr.
 fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
-    if let Some(uri) = args.device.clone().filter(|u| *u != DeviceUri::Local) {
+    if let Some(uri) = args
+        .device
+        .clone()
+        .filter(|u| u.endpoint != Endpoint::Local || u.tunnel)
+    {
         return run_on_device(args, &uri);
     }
     let modes = args
@@ -349,9 +343,8 @@ fn run_ns_config(args: NsConfigArgs) -> anyhow::Result<ExitCode> {
 /// `demo --device URI` on a device behind a real transport: in-storage sampling only.
 fn run_on_device(args: RunArgs, uri: &DeviceUri) -> anyhow::Result<ExitCode> {
     let hw = load_hw(args.config.as_ref())?;
-    let name = args.device_arg();
-    let transport = sagessd_host_driver::open_transport(uri, &hw)?;
-    let mut device = sagessd_host_driver::Device::open(transport)?;
+    let name = uri.to_string();
+    let mut device = sagessd_host_driver::open_device(uri, &hw)?;
     let config = CompareConfig {
         scale: args.scale,
         edge_factor: args.edge_factor,
