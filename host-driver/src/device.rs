@@ -5,7 +5,7 @@
 //! up to [`Device::queue_depth`] commands in flight. The in-storage sampling call coalesces a
 //! whole minibatch into exactly one `NS_SUBMIT` and one `NS_COLLECT`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::identify::{
@@ -630,6 +630,87 @@ impl<T: Transport> Device<T> {
         self.execute(IO_QUEUE, sqe, payload)?;
         self.attached = Some(*graph);
         Ok(())
+    }
+
+    /// Samples many minibatches inside the device with up to `depth` jobs in flight at once:
+    /// each an `NS_SUBMIT`, then windowed `NS_COLLECT`s of at most one transfer each. Results
+    /// come back in request order. A job the device has no free slot for is submitted again
+    /// once another one finishes (and no more than the device holds are kept in flight after
+    /// that). Through the tunnel window, requests go one at a time.
+    pub fn sample_many(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        mut depth: usize,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
+        if self.use_tunnel || depth <= 1 {
+            return requests
+                .iter()
+                .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
+                .collect();
+        }
+        enum Stage {
+            Submitting,
+            Collecting { tag: u32, got: Vec<u8> },
+        }
+        let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
+        let node_count = self.attached.map(|g| g.node_count);
+        let mut results: Vec<Option<Vec<u8>>> = vec![None; requests.len()];
+        let mut stages: BTreeMap<u16, (usize, Stage)> = BTreeMap::new();
+        let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
+        let mut finished = 0;
+        while finished < requests.len() {
+            while stages.len() < depth
+                && let Some(i) = waiting.pop_front()
+            {
+                let (seed, targets) = &requests[i];
+                let (submit, config) = ns::ns_submit(*seed, fanouts, targets)?;
+                let cid = self.submit(IO_QUEUE, submit, config)?;
+                stages.insert(cid, (i, Stage::Submitting));
+            }
+            let c = self
+                .wait_next()?
+                .ok_or(DriverError::Identify("a sampling job lost its command"))?;
+            let Some((i, stage)) = stages.remove(&c.cid()) else {
+                continue;
+            };
+            let (seed, targets) = &requests[i];
+            let (tag, got) = match stage {
+                Stage::Submitting => {
+                    let status = c.cqe.status();
+                    if VendorStatus::from_status(status) == Some(VendorStatus::NoFreeSlot)
+                        && !stages.is_empty()
+                    {
+                        // The device holds fewer jobs than asked: keep to what it holds.
+                        depth = stages.len();
+                        waiting.push_front(i);
+                        continue;
+                    }
+                    (ns::submitted_tag(c)?, Vec::new())
+                }
+                Stage::Collecting { tag, mut got } => {
+                    let c = check(IO_QUEUE, io_opcode::NS_COLLECT, c)?;
+                    let size = c.cqe.result.get() as usize;
+                    let piece = window.min(size.saturating_sub(got.len()));
+                    got.extend_from_slice(&c.data[..piece]);
+                    if got.len() >= size || piece == 0 {
+                        results[i] = Some(ns::validate(got, *seed, fanouts.len())?);
+                        finished += 1;
+                        continue;
+                    }
+                    (tag, got)
+                }
+            };
+            let len = if got.is_empty() {
+                ns::first_collect_len(fanouts, targets.len() as u64, node_count, window)
+            } else {
+                window
+            };
+            let (collect, buffer) = ns::ns_collect_window(tag, got.len(), len);
+            let cid = self.submit(IO_QUEUE, collect, buffer)?;
+            stages.insert(cid, (i, Stage::Collecting { tag, got }));
+        }
+        Ok(results.into_iter().flatten().collect())
     }
 
     /// Samples one minibatch inside the device: exactly one `NS_SUBMIT` carrying the whole

@@ -1,23 +1,32 @@
-//! [`PassthruTransport`]: Linux NVMe passthrough through `NVME_IOCTL_ADMIN64_CMD` and
-//! `NVME_IOCTL_IO64_CMD` on `/dev/nvmeXnY` (block device) or `/dev/ngXnY` (generic character
-//! device): the kernel's NVMe driver (PCIe or fabrics) carries the command unchanged, vendor
-//! opcodes included, and hands back the completion's status and result dword.
+//! [`PassthruTransport`]: Linux NVMe passthrough to `/dev/nvmeXnY` (block device) or
+//! `/dev/ngXnY` (generic character device). The kernel's NVMe driver (PCIe or fabrics) carries
+//! each command unchanged, vendor opcodes included, and hands back the completion's status and
+//! result.
 //!
-//! Each ioctl blocks until its command completes, so this transport has one command in flight;
-//! completions are handed back in submission order.
+//! Two paths:
+//! * `NVME_IOCTL_ADMIN64_CMD` / `NVME_IOCTL_IO64_CMD`: each ioctl blocks until its command
+//!   completes, one command at a time. Admin commands always go this way, as do I/O commands
+//!   on a block device.
+//! * io_uring `IORING_OP_URING_CMD` with `NVME_URING_CMD_IO`, on a generic character device: I/O
+//!   commands are queued on a ring (128-byte SQEs, 32-byte CQEs), so many are in flight at once
+//!   and complete in any order. Linux serves it on `/dev/ngXnY` only (6.1 and later).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use sagessd_abi::nvme::{CompletionEntry, DataDirection, Status, SubmissionEntry};
+use zerocopy::{Immutable, IntoBytes};
 
 use crate::transport::{Completion, Transport, TransportError};
 
-/// `struct nvme_passthru_cmd64` of `<linux/nvme_ioctl.h>`.
+/// `struct nvme_passthru_cmd64` of `<linux/nvme_ioctl.h>`; its first 72 bytes are
+/// `struct nvme_uring_cmd`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable)]
 struct PassthruCmd64 {
     opcode: u8,
     flags: u8,
@@ -40,43 +49,186 @@ struct PassthruCmd64 {
     result: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<PassthruCmd64>() == 80);
+const _: () = {
+    assert!(std::mem::size_of::<PassthruCmd64>() == 80);
+    assert!(std::mem::offset_of!(PassthruCmd64, timeout_ms) == 64);
+    assert!(std::mem::offset_of!(PassthruCmd64, result) == URING_CMD_BYTES);
+};
 
-/// `_IOWR('N', nr, struct nvme_passthru_cmd64)`.
-const fn iowr(nr: u32) -> u32 {
-    (3 << 30) | ((std::mem::size_of::<PassthruCmd64>() as u32) << 16) | ((b'N' as u32) << 8) | nr
+/// Bytes of `struct nvme_uring_cmd`.
+const URING_CMD_BYTES: usize = 72;
+
+/// `_IOWR('N', nr, size)`.
+const fn iowr(nr: u32, size: usize) -> u32 {
+    (3 << 30) | ((size as u32) << 16) | ((b'N' as u32) << 8) | nr
 }
 
 /// `NVME_IOCTL_ADMIN64_CMD`.
-const NVME_IOCTL_ADMIN64_CMD: u32 = iowr(0x47);
+const NVME_IOCTL_ADMIN64_CMD: u32 = iowr(0x47, 80);
 /// `NVME_IOCTL_IO64_CMD`.
-const NVME_IOCTL_IO64_CMD: u32 = iowr(0x48);
+const NVME_IOCTL_IO64_CMD: u32 = iowr(0x48, 80);
+/// `NVME_URING_CMD_IO`.
+const NVME_URING_CMD_IO: u32 = iowr(0x80, URING_CMD_BYTES);
 /// Command timeout handed to the kernel (0 would mean its default, 30 s for I/O).
 const TIMEOUT_MS: u32 = 60_000;
+/// Entries of the io_uring submission queue: the most I/O commands in flight at once.
+const RING_ENTRIES: u32 = 64;
+
+/// A command on the ring: where its completion goes, and its buffer, which must stay put until
+/// the kernel is done with it.
+struct OnRing {
+    sq_id: u16,
+    cid: u16,
+    data: Vec<u8>,
+}
 
 /// A namespace device node opened for passthrough.
-#[derive(Debug)]
 pub struct PassthruTransport {
     file: File,
     path: PathBuf,
+    ring: Option<IoUring<squeue::Entry128, cqueue::Entry32>>,
+    on_ring: HashMap<u64, OnRing>,
+    next_user_data: u64,
     done: VecDeque<Completion>,
 }
 
+impl std::fmt::Debug for PassthruTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassthruTransport")
+            .field("path", &self.path)
+            .field("io_uring", &self.ring.is_some())
+            .field("on_ring", &self.on_ring.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn device_error(msg: String) -> TransportError {
+    TransportError::Device(msg.into())
+}
+
 impl PassthruTransport {
-    /// Opens `path` (`/dev/nvme0n1` or `/dev/ng0n1`) read-write.
-    pub fn open(path: &Path) -> Result<Self, TransportError> {
+    /// Opens `path` read-write. On a generic character device (`/dev/ngXnY`) I/O commands go
+    /// through io_uring unless `uring` is false (or the ring cannot be set up); otherwise, and
+    /// for admin commands, through blocking ioctls.
+    pub fn open(path: &Path, uring: bool) -> Result<Self, TransportError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| {
-                TransportError::Device(format!("cannot open {}: {e}", path.display()).into())
-            })?;
+            .map_err(|e| device_error(format!("cannot open {}: {e}", path.display())))?;
+        let char_device = file
+            .metadata()
+            .map(|m| m.file_type().is_char_device())
+            .unwrap_or(false);
+        let ring = if uring && char_device {
+            match IoUring::<squeue::Entry128, cqueue::Entry32>::builder().build(RING_ENTRIES) {
+                Ok(r) => {
+                    tracing::info!(
+                        "{}: I/O commands through io_uring (URING_CMD), up to {RING_ENTRIES} in flight",
+                        path.display()
+                    );
+                    Some(r)
+                }
+                Err(e) => {
+                    tracing::info!("io_uring unavailable ({e}); using blocking ioctls");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self {
             file,
             path: path.to_owned(),
+            ring,
+            on_ring: HashMap::new(),
+            next_user_data: 0,
             done: VecDeque::new(),
         })
+    }
+
+    /// Whether I/O commands go through io_uring.
+    pub fn uses_io_uring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Queues an I/O command on the ring.
+    fn submit_on_ring(
+        &mut self,
+        sq_id: u16,
+        cid: u16,
+        cmd: &PassthruCmd64,
+        data: Vec<u8>,
+    ) -> Result<(), TransportError> {
+        let Some(ring) = self.ring.as_mut() else {
+            return Err(device_error("no ring".into()));
+        };
+        let mut bytes = [0u8; 80];
+        bytes[..URING_CMD_BYTES].copy_from_slice(&cmd.as_bytes()[..URING_CMD_BYTES]);
+        let user_data = self.next_user_data;
+        self.next_user_data += 1;
+        let entry = opcode::UringCmd80::new(types::Fd(self.file.as_raw_fd()), NVME_URING_CMD_IO)
+            .cmd(bytes)
+            .build()
+            .user_data(user_data);
+        if ring.submission().is_full() {
+            ring.submit().map_err(|e| device_error(format!("io_uring submit: {e}")))?;
+            if ring.submission().is_full() {
+                return Err(device_error(format!(
+                    "{} commands already in flight on {}",
+                    self.on_ring.len(),
+                    self.path.display()
+                )));
+            }
+        }
+        // SAFETY: the entry's NVMe command points at `data`'s heap buffer, which lives in
+        // `on_ring` (moving the Vec does not move its buffer) until the completion is reaped.
+        unsafe { ring.submission().push(&entry) }
+            .map_err(|_| device_error("io_uring submission queue full".into()))?;
+        self.on_ring.insert(
+            user_data,
+            OnRing { sq_id, cid, data },
+        );
+        ring.submit()
+            .map_err(|e| device_error(format!("io_uring submit: {e}")))?;
+        Ok(())
+    }
+
+    /// Waits for at least one ring completion and moves every available one to `done`.
+    fn reap_ring(&mut self) -> Result<(), TransportError> {
+        let Some(ring) = self.ring.as_mut() else {
+            return Ok(());
+        };
+        ring.submit_and_wait(1)
+            .map_err(|e| device_error(format!("io_uring wait: {e}")))?;
+        for cqe in ring.completion() {
+            let Some(c) = self.on_ring.remove(&cqe.user_data()) else {
+                continue;
+            };
+            let rc = cqe.result();
+            if rc < 0 {
+                let e = std::io::Error::from_raw_os_error(-rc);
+                return Err(device_error(format!(
+                    "io_uring passthrough on {} failed: {e}",
+                    self.path.display()
+                )));
+            }
+            self.done
+                .push_back(completion(c.sq_id, c.cid, rc, cqe.big_cqe()[0], c.data));
+        }
+        Ok(())
+    }
+}
+
+/// A completion from a kernel status (≥ 0) and 64-bit result.
+fn completion(sq_id: u16, cid: u16, status: i32, result: u64, data: Vec<u8>) -> Completion {
+    let mut cqe = CompletionEntry::new(sq_id, cid, Status::from_field(status as u16), result as u32);
+    cqe.result_hi = ((result >> 32) as u32).into();
+    Completion {
+        cqe,
+        data,
+        submitted_at_ns: None,
+        completed_at_ns: None,
     }
 }
 
@@ -88,7 +240,7 @@ impl Transport for PassthruTransport {
         mut data: Vec<u8>,
     ) -> Result<(), TransportError> {
         if DataDirection::of(sqe.opcode) == DataDirection::Bidirectional {
-            return Err(TransportError::Device(
+            return Err(device_error(
                 "Linux passthrough moves data one way only".into(),
             ));
         }
@@ -113,6 +265,9 @@ impl Transport for PassthruTransport {
             timeout_ms: TIMEOUT_MS,
             ..PassthruCmd64::default()
         };
+        if sq_id != 0 && self.ring.is_some() {
+            return self.submit_on_ring(sq_id, sqe.cid.get(), &cmd, data);
+        }
         let request = if sq_id == 0 {
             NVME_IOCTL_ADMIN64_CMD
         } else {
@@ -123,24 +278,20 @@ impl Transport for PassthruTransport {
         let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), request as _, &mut cmd) };
         if rc < 0 {
             let e = std::io::Error::last_os_error();
-            return Err(TransportError::Device(
-                format!("passthrough ioctl on {} failed: {e}", self.path.display()).into(),
-            ));
+            return Err(device_error(format!(
+                "passthrough ioctl on {} failed: {e}",
+                self.path.display()
+            )));
         }
-        // A positive return is the NVMe status field (without the phase bit).
-        let status = Status::from_field(rc as u16);
-        let mut cqe = CompletionEntry::new(sq_id, sqe.cid.get(), status, cmd.result as u32);
-        cqe.result_hi = ((cmd.result >> 32) as u32).into();
-        self.done.push_back(Completion {
-            cqe,
-            data,
-            submitted_at_ns: None,
-            completed_at_ns: None,
-        });
+        self.done
+            .push_back(completion(sq_id, sqe.cid.get(), rc, cmd.result, data));
         Ok(())
     }
 
     fn reap(&mut self) -> Result<Option<Completion>, TransportError> {
+        if self.done.is_empty() && !self.on_ring.is_empty() {
+            self.reap_ring()?;
+        }
         Ok(self.done.pop_front())
     }
 }

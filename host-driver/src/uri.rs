@@ -6,7 +6,7 @@
 //! * `tcp://HOST:PORT/NQN` — an NVMe/TCP subsystem (the emulator's target, or any NVMe-oF
 //!   target); `digest=1` turns header and data digests on;
 //! * `passthru:/dev/nvme0n1` or `passthru:/dev/ng0n1` — a namespace through Linux NVMe
-//!   passthrough.
+//!   passthrough; on the character device I/O goes through io_uring (`uring=0`: ioctls).
 //!
 //! Any of them takes `?tunnel=1`: in-storage sampling then goes in Writes and Reads to the
 //! device's tunnel window instead of vendor commands. Options are joined with `&`.
@@ -36,6 +36,8 @@ pub enum Endpoint {
     Passthru {
         /// `/dev/nvmeXnY` or `/dev/ngXnY`.
         path: PathBuf,
+        /// I/O through io_uring on a character device (`uring=0` turns it off).
+        uring: bool,
     },
 }
 
@@ -59,7 +61,12 @@ impl std::fmt::Display for DeviceUri {
                     options.push("digest=1");
                 }
             }
-            Endpoint::Passthru { path } => write!(f, "passthru:{}", path.display())?,
+            Endpoint::Passthru { path, uring } => {
+                write!(f, "passthru:{}", path.display())?;
+                if !uring {
+                    options.push("uring=0");
+                }
+            }
         }
         if self.tunnel {
             options.push("tunnel=1");
@@ -78,13 +85,15 @@ impl std::str::FromStr for DeviceUri {
         let (base, query) = s.split_once('?').unwrap_or((s, ""));
         let mut digests = false;
         let mut tunnel = false;
+        let mut uring = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair {
                 "digest=1" | "digest=0" => digests = pair.ends_with('1'),
                 "tunnel=1" | "tunnel=0" => tunnel = pair.ends_with('1'),
+                "uring=1" | "uring=0" => uring = Some(pair.ends_with('1')),
                 other => {
                     return Err(format!(
-                        "{s:?}: unknown option {other:?} (digest=0|1, tunnel=0|1)"
+                        "{s:?}: unknown option {other:?} (digest=0|1, tunnel=0|1, uring=0|1)"
                     ));
                 }
             }
@@ -95,7 +104,10 @@ impl std::str::FromStr for DeviceUri {
             if path.is_empty() {
                 return Err(format!("{s:?}: passthru: needs a device path"));
             }
-            Endpoint::Passthru { path: path.into() }
+            Endpoint::Passthru {
+                path: path.into(),
+                uring: uring.unwrap_or(true),
+            }
         } else if let Some(rest) = base.strip_prefix("tcp://") {
             let (addr, nqn) = rest
                 .split_once('/')
@@ -113,6 +125,9 @@ impl std::str::FromStr for DeviceUri {
         };
         if digests && !matches!(endpoint, Endpoint::Tcp { .. }) {
             return Err(format!("{s:?}: digest= is an NVMe/TCP option"));
+        }
+        if uring.is_some() && !matches!(endpoint, Endpoint::Passthru { .. }) {
+            return Err(format!("{s:?}: uring= is a passthru: option"));
         }
         Ok(Self { endpoint, tunnel })
     }
@@ -133,7 +148,7 @@ pub fn open_device(
             };
             Box::new(TcpTransport::connect(addr.as_str(), &options)?)
         }
-        Endpoint::Passthru { path } => Box::new(PassthruTransport::open(path)?),
+        Endpoint::Passthru { path, uring } => Box::new(PassthruTransport::open(path, *uring)?),
     };
     let mut device = Device::open(transport)?;
     device.set_tunnel(uri.tunnel)?;
@@ -152,6 +167,7 @@ mod tests {
             "tcp://127.0.0.1:4420/nqn.x?digest=1&tunnel=1",
             "passthru:/dev/ng0n1",
             "passthru:/dev/ng0n1?tunnel=1",
+            "passthru:/dev/ng0n1?uring=0",
         ] {
             let uri: DeviceUri = good.parse().expect(good);
             assert_eq!(uri.to_string(), good);
@@ -173,6 +189,7 @@ mod tests {
             "tcp://h:1/n?x=2",
             "passthru:",
             "passthru:/dev/x?digest=1",
+            "local:?uring=1",
             "nvme0",
         ] {
             assert!(bad.parse::<DeviceUri>().is_err(), "{bad}");

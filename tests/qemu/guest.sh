@@ -48,8 +48,11 @@ same_after_restart() { # the same NS_SUBMIT as before the restart returns the sa
     cmp /tmp/subgraph /tmp/subgraph.before
 }
 
-demo() { # sagessd demo through the kernel (vendor commands); reports its checksum
-    sagessd demo --device passthru:/dev/ng0n1 | tee /tmp/demo
+demo() { # sagessd demo through the kernel (vendor commands on io_uring); reports its checksum
+    RUST_LOG=sagessd_host_driver=info sagessd demo --device passthru:/dev/ng0n1 2>/tmp/demo.err |
+        tee /tmp/demo
+    cat /tmp/demo.err
+    grep -q 'through io_uring' /tmp/demo.err
     e2e checksum "$(grep -o 'checksum 0x[0-9a-f]\{16\}' /tmp/demo | cut -d' ' -f2)"
     grep -q 'checksum 0x[0-9a-f]\{16\}' /tmp/demo
 }

@@ -64,6 +64,19 @@ fn sampling_over_tcp_equals_the_in_process_device_with_and_without_digests() {
             assert_eq!(tunnelled, expected, "tunnel, digests {digests}");
         }
         device.set_tunnel(false).expect("back to vendor commands");
+        // Several jobs in flight at once (more than the device's 4 slots: it says "no free
+        // slot" and the driver keeps to what it holds), in request order.
+        let requests: Vec<(u64, Vec<u64>)> = (0..6)
+            .map(|k| (100 + k, targets[k as usize * 8..][..16].to_vec()))
+            .collect();
+        let one_by_one: Vec<Vec<u8>> = requests
+            .iter()
+            .map(|(seed, t)| local.sample(*seed, &[5, 3], t).expect("local sample"))
+            .collect();
+        let pipelined = device
+            .sample_many(&[5, 3], &requests, 6)
+            .expect("pipelined sampling");
+        assert_eq!(pipelined, one_by_one, "digests {digests}");
         // Large reads (C2HData) and writes (R2T + H2CData) round-trip.
         let block = device.info().block_size_bytes as usize;
         let data: Vec<u8> = (0..64 * block).map(|i| (i * 7 % 251) as u8).collect();
