@@ -172,7 +172,8 @@ impl PassthruTransport {
             .build()
             .user_data(user_data);
         if ring.submission().is_full() {
-            ring.submit().map_err(|e| device_error(format!("io_uring submit: {e}")))?;
+            ring.submit()
+                .map_err(|e| device_error(format!("io_uring submit: {e}")))?;
             if ring.submission().is_full() {
                 return Err(device_error(format!(
                     "{} commands already in flight on {}",
@@ -185,10 +186,7 @@ impl PassthruTransport {
         // `on_ring` (moving the Vec does not move its buffer) until the completion is reaped.
         unsafe { ring.submission().push(&entry) }
             .map_err(|_| device_error("io_uring submission queue full".into()))?;
-        self.on_ring.insert(
-            user_data,
-            OnRing { sq_id, cid, data },
-        );
+        self.on_ring.insert(user_data, OnRing { sq_id, cid, data });
         ring.submit()
             .map_err(|e| device_error(format!("io_uring submit: {e}")))?;
         Ok(())
@@ -222,7 +220,8 @@ impl PassthruTransport {
 
 /// A completion from a kernel status (≥ 0) and 64-bit result.
 fn completion(sq_id: u16, cid: u16, status: i32, result: u64, data: Vec<u8>) -> Completion {
-    let mut cqe = CompletionEntry::new(sq_id, cid, Status::from_field(status as u16), result as u32);
+    let mut cqe =
+        CompletionEntry::new(sq_id, cid, Status::from_field(status as u16), result as u32);
     cqe.result_hi = ((result >> 32) as u32).into();
     Completion {
         cqe,

@@ -6,10 +6,13 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+use sagessd_abi::fabrics::DataPointer;
 use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, FabricsCommand, connect_status};
 use sagessd_abi::nvme::{Status, SubmissionEntry};
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
-use sagessd_abi::tcp::{CapsuleCmd, Framing, IcReq, TermReq, fes, pdu_type};
+use sagessd_abi::tcp::{
+    CapsuleCmd, CapsuleResp, DataHeader, Framing, IcReq, R2t, TermReq, fes, flags, pdu_type,
+};
 use sagessd_emulator::{Ssd, Target, TargetOptions};
 use sagessd_host_driver::{Device, TcpOptions, TcpTransport, Transport};
 use sagessd_runtime::load::load_graph;
@@ -236,7 +239,187 @@ fn malformed_pdus_end_their_connection_and_bad_commands_get_statuses() {
             .status(),
         Status::INVALID_OPCODE
     );
+    // A malformed NS_config over TCP gets its vendor status, as in process.
+    let graph = generate(&RmatParams::graph500(8, 4, 1)).expect("graph");
+    load_graph(&mut device, &graph, 0).expect("load");
+    let mut bad = vec![0u8; 64];
+    bad[..4].copy_from_slice(b"NOPE");
+    let submit = SubmissionEntry::vendor(sagessd_abi::nvme::io_opcode::NS_SUBMIT, 11, 1, 64, 0);
+    let status = device
+        .transport_mut()
+        .execute(1, submit, bad)
+        .expect("completes")
+        .cqe
+        .status();
+    assert_eq!(
+        sagessd_abi::nvme::VendorStatus::from_status(status),
+        Some(sagessd_abi::nvme::VendorStatus::BadMagic)
+    );
     assert_eq!(device.read(0, 1).expect("still serving").len(), 512);
+    drop(device);
+    target.stop();
+}
+
+/// A raw connection with `framing`'s digests that has connected the admin queue of a new
+/// controller (keep-alive timeout `kato_ms`) and enabled it.
+fn admin_queue(target: &Target, digests: bool, kato_ms: u32) -> (TcpStream, Framing) {
+    let mut s = TcpStream::connect(target.local_addr()).expect("connect");
+    let mut req = IcReq::new_zeroed();
+    req.ch.pdu_type = pdu_type::IC_REQ;
+    if digests {
+        req.digest = sagessd_abi::tcp::digest::HEADER | sagessd_abi::tcp::digest::DATA;
+    }
+    write_pdu(&mut s, &Framing::INITIAL, &req, &[]).expect("ICReq");
+    read_pdu(&mut s, &Framing::INITIAL, &[pdu_type::IC_RESP]).expect("ICResp");
+    let framing = Framing {
+        header_digest: digests,
+        data_digest: digests,
+        max_data_bytes: 1 << 16,
+        data_alignment_bytes: 4,
+    };
+    let nqn = TargetOptions::default().nqn;
+    let data = ConnectData::new([5; 16], CNTLID_DYNAMIC, &nqn, "nqn.raw");
+    let connect = FabricsCommand::connect(1, 0, 31, kato_ms);
+    assert!(send(&mut s, &framing, connect, data.as_bytes()).is_success());
+    let enable = FabricsCommand::property_set(2, 0x14, 0x46_0001, false);
+    assert!(send(&mut s, &framing, enable, &[]).is_success());
+    (s, framing)
+}
+
+/// Sends a capsule (data in-capsule) and reads its response.
+fn send(s: &mut TcpStream, framing: &Framing, sqe: SubmissionEntry, data: &[u8]) -> Status {
+    write_capsule(s, framing, sqe, data);
+    response(s, framing)
+}
+
+fn write_capsule(s: &mut TcpStream, framing: &Framing, sqe: SubmissionEntry, data: &[u8]) {
+    let mut cmd = CapsuleCmd::new_zeroed();
+    cmd.ch.pdu_type = pdu_type::CAPSULE_CMD;
+    cmd.sqe = sqe;
+    if !data.is_empty() {
+        DataPointer::InCapsule {
+            offset: 0,
+            len: data.len() as u32,
+        }
+        .encode(&mut cmd.sqe);
+    }
+    write_pdu(s, framing, &cmd, data).expect("send");
+}
+
+fn response(s: &mut TcpStream, framing: &Framing) -> Status {
+    let pdu = read_pdu(s, framing, &[pdu_type::CAPSULE_RESP]).expect("response");
+    pdu.header_as::<CapsuleResp>().expect("resp").cqe.status()
+}
+
+/// Starts a 4 KiB host→device command whose data the target asks for with an R2T; returns
+/// the R2T's transfer tag.
+fn write_needing_r2t(s: &mut TcpStream, framing: &Framing, cid: u16) -> u16 {
+    let mut sqe = SubmissionEntry::new(0x01, cid, 0);
+    DataPointer::Transport { len: 4096 }.encode(&mut sqe);
+    write_capsule(s, framing, sqe, &[]);
+    let pdu = read_pdu(s, framing, &[pdu_type::R2T]).expect("an R2T");
+    let r2t = pdu.header_as::<R2t>().expect("r2t");
+    assert_eq!((r2t.cccid.get(), r2t.r2tl.get()), (cid, 4096));
+    r2t.ttag.get()
+}
+
+fn h2c_data(s: &mut TcpStream, framing: &Framing, cid: u16, ttag: u16, offset: u32, data: &[u8]) {
+    let mut h = DataHeader::new_zeroed();
+    h.ch.pdu_type = pdu_type::H2C_DATA;
+    h.ch.flags = flags::DATA_LAST;
+    h.cccid = cid.into();
+    h.ttag = ttag.into();
+    h.datao = offset.into();
+    h.datal = (data.len() as u32).into();
+    write_pdu(s, framing, &h, data).expect("H2CData");
+}
+
+#[test]
+fn bad_data_transfers_digests_and_silent_hosts_are_handled() {
+    let target = start();
+    // H2CData at the wrong offset, past the R2T, for an unknown command, with a wrong tag.
+    let cases: [(u32, usize, i32, u16); 4] = [
+        (512, 4096 - 512, 0, fes::DATA_OUT_OF_RANGE),
+        (0, 8192, 0, fes::DATA_OUT_OF_RANGE),
+        (0, 4096, 1, fes::INVALID_HEADER_FIELD),
+        (0, 4096, 2, fes::INVALID_HEADER_FIELD),
+    ];
+    for (offset, len, which, expected) in cases {
+        let (mut s, framing) = admin_queue(&target, false, 0);
+        let ttag = write_needing_r2t(&mut s, &framing, 9);
+        let (cid, ttag) = match which {
+            1 => (10, ttag),
+            2 => (9, ttag.wrapping_add(1)),
+            _ => (9, ttag),
+        };
+        h2c_data(&mut s, &framing, cid, ttag, offset, &vec![0; len]);
+        assert_eq!(
+            term(&mut s),
+            expected,
+            "offset {offset} len {len} case {which}"
+        );
+    }
+
+    // A corrupt data digest fails its command only; the connection goes on.
+    let (mut s, framing) = admin_queue(&target, true, 0);
+    let mut cmd = CapsuleCmd::new_zeroed();
+    cmd.ch.pdu_type = pdu_type::CAPSULE_CMD;
+    cmd.sqe = SubmissionEntry::new(0x01, 11, 0);
+    DataPointer::InCapsule { offset: 0, len: 64 }.encode(&mut cmd.sqe);
+    let mut wire = Vec::new();
+    write_pdu(&mut wire, &framing, &cmd, &[1; 64]).expect("encode");
+    let last = wire.len() - 1;
+    wire[last] ^= 0xFF;
+    s.write_all(&wire).expect("send");
+    assert_eq!(response(&mut s, &framing), Status::generic(0x22, false));
+    let keep_alive = SubmissionEntry::new(0x18, 12, 0);
+    assert!(send(&mut s, &framing, keep_alive, &[]).is_success());
+
+    // A host that stops sending keep alives is disconnected after KATO (+ 1 s granularity).
+    let (mut s, _) = admin_queue(&target, false, 100);
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let _ = s.read_to_end(&mut rest);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "closed by the target"
+    );
+    target.stop();
+}
+
+#[test]
+fn a_paced_target_takes_at_least_the_modelled_time_on_the_wall_clock() {
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8).collect();
+    let mut local = open(&tunnel_config());
+    let before = local.now_ns().expect("modelled time");
+    local.write(0, &data).expect("write");
+    let modelled_ns = local.now_ns().expect("modelled time") - before;
+    assert!(
+        modelled_ns > 1_000_000,
+        "the workload takes ms of modelled time"
+    );
+
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+    let options = TargetOptions {
+        paced: true,
+        ..TargetOptions::default()
+    };
+    let target = Target::start(ssd, "127.0.0.1:0", options).expect("target listens");
+    let mut device = connect(&target, false);
+    let started = std::time::Instant::now();
+    device.write(0, &data).expect("write over TCP");
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    // Pacing never completes early (the target's clock started before the connection).
+    assert!(
+        wall_ns >= modelled_ns,
+        "wall {wall_ns} ns < modelled {modelled_ns} ns"
+    );
+    assert_eq!(
+        device.read(0, 256).expect("read"),
+        data[..256 * 512].to_vec()
+    );
     drop(device);
     target.stop();
 }

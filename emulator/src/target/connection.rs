@@ -34,8 +34,9 @@ use super::subsystem::{Subsystem, VERSION};
 
 /// How long a connection may take to send ICReq and Connect.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Slack on top of the host's keep-alive timeout before the target gives up on it.
-const KEEP_ALIVE_SLACK: Duration = Duration::from_secs(5);
+/// Slack on top of the host's keep-alive timeout before the target gives up on it: the keep
+/// alive granularity the controller reports (KAS = 10, in 100 ms units).
+const KEEP_ALIVE_SLACK: Duration = Duration::from_secs(1);
 /// Largest C2HData PDU the target sends.
 const C2H_CHUNK_BYTES: usize = 128 * 1024;
 /// Command ID Conflict.
