@@ -236,6 +236,22 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         );
         let isp = Isp::new(&layout, &config, geometry.page_size_bytes, arena);
         let blocks_per_page = u64::from(geometry.page_size_bytes / config.block_size_bytes());
+        // The tunnel window takes the last logical blocks; the namespace ends where it begins.
+        let logical_blocks = u64::from(pages) * blocks_per_page;
+        let tunnel = config
+            .tunnel
+            .then(|| {
+                TunnelWindow::new(
+                    logical_blocks,
+                    config.block_size_bytes(),
+                    u16::from(config.isp_slots),
+                    config.limits.max_targets,
+                    config.max_subgraph_nodes,
+                    config.max_subgraph_edges,
+                )
+            })
+            .flatten();
+        let namespace_blocks = tunnel.map_or(logical_blocks, |t| t.base_lba);
         Ok(Self {
             config,
             flash,
@@ -250,19 +266,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             isp,
             graph: None,
             admin: Admin::new(),
-            tunnel: config
-                .tunnel
-                .then(|| {
-                    TunnelWindow::new(
-                        u64::from(pages) * blocks_per_page,
-                        config.block_size_bytes(),
-                        u16::from(config.isp_slots),
-                        config.limits.max_targets,
-                        config.max_subgraph_nodes,
-                        config.max_subgraph_edges,
-                    )
-                })
-                .flatten(),
+            tunnel,
             tunnel_jobs: [None; MAX_ISP_SLOTS],
             commands: [None; MAX_COMMANDS],
             pages: CommandPages(layout.command_pages),
@@ -270,7 +274,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             asleep_epoch: 0,
             next_seq: 0,
             flash_in_flight: 0,
-            namespace_blocks: u64::from(pages) * blocks_per_page,
+            namespace_blocks,
         })
     }
 
@@ -457,29 +461,26 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             return Err((Status::INVALID_NAMESPACE, 0));
         }
         let vendor = |v: VendorStatus| (Status::from(v), 0);
-        // Ranges past the namespace fall through to the ordinary LBA Out of Range.
+        // Past the namespace's end lies the tunnel window: a Read or Write wholly inside one
+        // of its slots is the sampling exchange; anything else out there is out of range.
         if let IoCommand::Read { slba, block_count } | IoCommand::Write { slba, block_count } = cmd
             && let Some(window) = self.tunnel
-            && slba
-                .checked_add(u64::from(block_count))
-                .is_some_and(|end| end <= self.namespace_blocks)
+            && slba.saturating_add(u64::from(block_count)) > self.namespace_blocks
         {
-            match window.locate(slba, block_count) {
-                TunnelAccess::Outside => {}
-                TunnelAccess::Straddles => return Err((Status::INVALID_FIELD, 0)),
-                TunnelAccess::Slot {
-                    slot,
-                    offset_blocks,
-                } => {
-                    let len = block_count as usize * self.block_size_bytes() as usize;
-                    let offset = offset_blocks as usize * self.block_size_bytes() as usize;
-                    return if matches!(cmd, IoCommand::Write { .. }) {
-                        self.tunnel_submit(host, id, slot, offset, len)
-                    } else {
-                        self.tunnel_collect(slot, offset, len)
-                    };
-                }
-            }
+            let TunnelAccess::Slot {
+                slot,
+                offset_blocks,
+            } = window.locate(slba, block_count)
+            else {
+                return Err((Status::LBA_OUT_OF_RANGE, 0));
+            };
+            let bs = self.block_size_bytes() as usize;
+            let (offset, len) = (offset_blocks as usize * bs, block_count as usize * bs);
+            return if matches!(cmd, IoCommand::Write { .. }) {
+                self.tunnel_submit(host, id, slot, offset, len)
+            } else {
+                self.tunnel_collect(slot, offset, len)
+            };
         }
         match cmd {
             IoCommand::Flush => Err((Status::SUCCESS, 0)),

@@ -181,6 +181,8 @@ pub(crate) fn small_config() -> FirmwareConfig {
         max_subgraph_nodes: 4096,
         max_subgraph_edges: 16384,
         max_transfer_bytes: 16 * 1024,
+        // The FTL tests use the whole logical capacity; the tunnel test turns it on.
+        tunnel: false,
         ..FirmwareConfig::default()
     }
 }
@@ -942,7 +944,11 @@ fn a_huge_deallocate_does_not_hold_up_other_commands() {
 
 #[test]
 fn the_tunnel_window_carries_the_same_exchange_in_writes_and_reads() {
-    let mut d = Device::new(small_geometry(), small_config(), 8);
+    let config = FirmwareConfig {
+        tunnel: true,
+        ..small_config()
+    };
+    let mut d = Device::new(small_geometry(), config, 8);
     let (indptr, indices) = ring_with_hub(300);
     store_graph(&mut d, indptr, indices);
     let targets: Vec<u64> = (0..40).map(|i| i * 7 % 300).collect();
@@ -974,11 +980,15 @@ fn the_tunnel_window_carries_the_same_exchange_in_writes_and_reads() {
         VendorStatus::from_status(d.read(slot, 1).0),
         Some(VendorStatus::UnknownTag)
     );
-    // A write not at a slot's start, and accesses across the window's edge or two slots.
+    // The namespace ends where the window begins. A write not at a slot's start is refused;
+    // accesses across the namespace's end, across two slots or past the window are out of range.
+    assert_eq!(d.fw.namespace_block_count(), window.base_lba);
     assert_eq!(d.write(slot + 1, &cfg), Status::INVALID_FIELD);
-    assert_eq!(d.read(window.base_lba - 1, 2).0, Status::INVALID_FIELD);
+    assert_eq!(d.read(window.base_lba - 1, 2).0, Status::LBA_OUT_OF_RANGE);
     let across = window.slot_lba(1) - 1;
-    assert_eq!(d.read(across, 2).0, Status::INVALID_FIELD);
+    assert_eq!(d.read(across, 2).0, Status::LBA_OUT_OF_RANGE);
+    let end = window.slot_lba(usize::from(window.slots));
+    assert_eq!(d.read(end, 1).0, Status::LBA_OUT_OF_RANGE);
     // Garbage in a slot is a malformed NS_config, as through NS_SUBMIT.
     assert_eq!(
         VendorStatus::from_status(d.write(slot, &vec![0xAB; bs])),

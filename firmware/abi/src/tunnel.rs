@@ -1,13 +1,14 @@
 //! The tunnel window: the NS_SUBMIT / NS_COLLECT exchange carried in ordinary Write and Read
 //! commands, for hosts whose stack (or a device's stock firmware) refuses vendor opcodes.
 //!
-//! The last LBAs of the namespace form `slots` slots of `slot_blocks` blocks each. A Write that
-//! starts at a slot's first LBA submits the NS_config it carries (padding after the targets is
-//! ignored) as that slot's job. A Read inside a slot returns the job's subgraph from the byte at
-//! its offset in the slot, zero-filled past the end. It waits while the job runs, and the job ends
-//! once a Read reaches the subgraph's last byte. The subgraph header's `total_size_bytes` tells
-//! the host how far to read. The window never reaches flash; the device reports it in its
-//! Identify Controller vendor area, and hosts must not keep data there.
+//! The LBAs just past the namespace's end (the namespace reports its size without them) form
+//! `slots` slots of `slot_blocks` blocks each: block devices never reach them, passthrough and
+//! fabrics commands do. A Write that starts at a slot's first LBA submits the NS_config it
+//! carries (padding after the targets is ignored) as that slot's job. A Read inside a slot
+//! returns the job's subgraph from the byte at its offset in the slot, zero-filled past the end.
+//! It waits while the job runs, and the job ends once a Read reaches the subgraph's last byte.
+//! The subgraph header's `total_size_bytes` tells the host how far to read. The window never
+//! reaches flash; the device reports it in its Identify Controller vendor area.
 
 use crate::ns_config::{MAX_LAYERS, ns_config_size_bytes};
 
@@ -39,7 +40,8 @@ pub enum TunnelAccess {
 }
 
 impl TunnelWindow {
-    /// The window for a namespace of `namespace_blocks` blocks of `block_size_bytes`, with
+    /// The window at the end of `namespace_blocks` logical blocks of `block_size_bytes` (the
+    /// namespace then ends at [`Self::base_lba`]), with
     /// `slots` sampling slots whose NS_configs hold up to `max_targets` targets and whose
     /// subgraphs hold up to `max_nodes` nodes and `max_edges` edges; `None` if it does not fit
     /// in half the namespace.
