@@ -103,6 +103,13 @@ impl Ssd {
             return Err(bad("page count", format!("{page_count}")));
         }
         let page_bytes = g.page_size_bytes as usize;
+        // The count must fit the bytes that follow before anything is allocated for it.
+        if page_count.saturating_mul(4 + page_bytes as u64) > r.bytes.len() as u64 {
+            return Err(bad(
+                "page count",
+                format!("{page_count}: more than the file holds"),
+            ));
+        }
         let mut pages = Vec::with_capacity(page_count as usize);
         for _ in 0..page_count {
             let ppn = r.u32("page number")?;

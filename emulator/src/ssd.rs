@@ -665,6 +665,11 @@ impl Ssd {
         self.firmware.block_size_bytes()
     }
 
+    /// Largest data transfer of one command the controller reports (MDTS).
+    pub fn max_transfer_bytes(&self) -> u32 {
+        self.firmware.config().max_transfer_bytes
+    }
+
     /// Number of logical blocks of the namespace.
     pub fn namespace_block_count(&self) -> u64 {
         self.firmware.namespace_block_count()

@@ -183,5 +183,19 @@ mod tests {
         let mut long = state.clone();
         long.push(0);
         assert_eq!(d.reboot(&long).err(), Some(RestoreError::Invalid("length")));
+
+        // Damage anywhere is refused or boots a device that still answers every command.
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..300 {
+            rng = sagessd_abi::sample::mix(rng);
+            let mut damaged = state.clone();
+            let at = (rng % damaged.len() as u64) as usize;
+            damaged[at] ^= (rng >> 32) as u8 | 1;
+            if let Ok(mut dev) = d.reboot(&damaged) {
+                let _ = dev.read(0, 8);
+                let _ = dev.write(8, &std::vec![1u8; 8 * block]);
+                let _ = dev.read(8, 8);
+            }
+        }
     }
 }

@@ -138,12 +138,14 @@ enum Op {
     Write(Transfer),
     Deallocate(Trim),
     /// `window`: the byte offset of a windowed collect; `zero_fill`: a tunnel Read, whose
-    /// buffer is zero past the subgraph's end (a window may start past it).
+    /// buffer is zero past the subgraph's end (a window may start past it); `discard`: end the
+    /// job without returning it.
     Collect {
         tag: u32,
         data_len_bytes: usize,
         window: Option<usize>,
         zero_fill: bool,
+        discard: bool,
     },
 }
 
@@ -534,14 +536,23 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 tag,
                 data_len_bytes,
                 window,
+                discard,
             } => match self.isp.collect_state(tag) {
                 Collect::Unknown => Err(vendor(VendorStatus::UnknownTag)),
                 _ if window.is_some_and(|o| o % 4 != 0) => Err((Status::INVALID_FIELD, 0)),
+                _ if discard => Ok(Some(Op::Collect {
+                    tag,
+                    data_len_bytes: 0,
+                    window: None,
+                    zero_fill: false,
+                    discard: true,
+                })),
                 _ => Ok(Some(Op::Collect {
                     tag,
                     data_len_bytes: data_len_bytes as usize,
                     window: window.map(|o| o as usize),
                     zero_fill: false,
+                    discard: false,
                 })),
             },
             IoCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
@@ -617,6 +628,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             data_len_bytes: len,
             window: Some(offset),
             zero_fill: true,
+            discard: false,
         }))
     }
 
@@ -913,10 +925,15 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 data_len_bytes,
                 window,
                 zero_fill,
+                discard,
             } => match isp.collect_state(*tag) {
                 Collect::Pending => (false, false, 0),
                 Collect::Unknown => {
                     cmd.status = VendorStatus::UnknownTag.into();
+                    (true, true, 0)
+                }
+                Collect::Failed(_) | Collect::Done(_) if *discard => {
+                    isp.release(*tag);
                     (true, true, 0)
                 }
                 Collect::Failed(s) => {

@@ -286,6 +286,7 @@ impl Ftl {
                 && self.die_word(dram, d, DIE_NEXT_PAGE) <= ppb
         });
         require(die_ok, "dies")?;
+        self.check_free_lists(dram, free_blocks, gc_active)?;
         self.free_blocks = free_blocks;
         self.reserve_blocks = reserve_blocks;
         self.next_die = next_die;
@@ -294,6 +295,50 @@ impl Ftl {
         self.full = full;
         self.mapped_pages = mapped_pages;
         self.stats = stats;
+        Ok(())
+    }
+
+    /// Checks that restored tables agree with each other: each die's free list holds exactly
+    /// its count of its own free blocks (no cycle), the counts add up to `free_blocks`, every
+    /// free block is on a list, open active blocks are active and on their die, and no block is
+    /// mid-GC (GC was idle when the state was saved).
+    fn check_free_lists(
+        &self,
+        dram: &[u8],
+        free_blocks: u32,
+        gc_active: Option<(PhysBlock, u32)>,
+    ) -> Result<(), RestoreError> {
+        let g = self.geometry;
+        let states = self.block_state.bytes(dram);
+        let mut listed = 0u32;
+        for die in 0..g.die_count() {
+            let count = self.die_word(dram, die, DIE_FREE_COUNT);
+            let mut next = self.die_word(dram, die, DIE_FREE_HEAD);
+            for _ in 0..count {
+                let b = next
+                    .checked_sub(1)
+                    .ok_or(RestoreError::Invalid("free list"))?;
+                let on_die = self.die_of_block(PhysBlock(b)) == die;
+                require(on_die && states[b as usize] == BLOCK_FREE, "free list")?;
+                next = self.block_next_free.u32(dram, b as usize);
+            }
+            require(next == 0, "free list")?;
+            listed += count;
+            // An active block with pages left is written next: it must be active, on its die.
+            let active = self.die_word(dram, die, DIE_ACTIVE);
+            let open = self.die_word(dram, die, DIE_NEXT_PAGE) < g.pages_per_block;
+            if let Some(b) = active.checked_sub(1).filter(|_| open) {
+                let on_die = self.die_of_block(PhysBlock(b)) == die;
+                require(on_die && states[b as usize] == BLOCK_ACTIVE, "dies")?;
+            }
+        }
+        require(listed == free_blocks, "free_blocks")?;
+        let free_states = states.iter().filter(|s| **s == BLOCK_FREE).count();
+        require(free_states == free_blocks as usize, "block_state")?;
+        require(!states.contains(&BLOCK_GC), "block_state")?;
+        if let Some((b, _)) = gc_active.filter(|(_, p)| *p < g.pages_per_block) {
+            require(states[b.0 as usize] == BLOCK_ACTIVE, "gc_active")?;
+        }
         Ok(())
     }
 
@@ -361,9 +406,9 @@ impl Ftl {
         let b = PhysBlock(head.checked_sub(1)?);
         let next = self.block_next_free.u32(dram, b.0 as usize);
         self.set_die_word(dram, die, DIE_FREE_HEAD, next);
-        let count = self.die_word(dram, die, DIE_FREE_COUNT);
-        self.set_die_word(dram, die, DIE_FREE_COUNT, count - 1);
-        self.free_blocks -= 1;
+        let count = self.die_word(dram, die, DIE_FREE_COUNT).checked_sub(1)?;
+        self.set_die_word(dram, die, DIE_FREE_COUNT, count);
+        self.free_blocks = self.free_blocks.saturating_sub(1);
         Some(b)
     }
 

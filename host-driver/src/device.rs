@@ -641,7 +641,7 @@ impl<T: Transport> Device<T> {
         &mut self,
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
-        mut depth: usize,
+        depth: usize,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         if self.use_tunnel || depth <= 1 {
             return requests
@@ -649,14 +649,25 @@ impl<T: Transport> Device<T> {
                 .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
                 .collect();
         }
-        enum Stage {
-            Submitting,
-            Collecting { tag: u32, got: Vec<u8> },
+        let mut stages = BTreeMap::new();
+        let result = self.run_jobs(fanouts, requests, depth, &mut stages);
+        if result.is_err() {
+            self.abandon_jobs(stages);
         }
+        result
+    }
+
+    /// [`Self::sample_many`]'s loop; `stages` holds each command in flight and its job.
+    fn run_jobs(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        mut depth: usize,
+        stages: &mut BTreeMap<u16, (usize, JobStage)>,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
         let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
         let node_count = self.attached.map(|g| g.node_count);
         let mut results: Vec<Option<Vec<u8>>> = vec![None; requests.len()];
-        let mut stages: BTreeMap<u16, (usize, Stage)> = BTreeMap::new();
         let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
         let mut finished = 0;
         while finished < requests.len() {
@@ -666,17 +677,20 @@ impl<T: Transport> Device<T> {
                 let (seed, targets) = &requests[i];
                 let (submit, config) = ns::ns_submit(*seed, fanouts, targets)?;
                 let cid = self.submit(IO_QUEUE, submit, config)?;
-                stages.insert(cid, (i, Stage::Submitting));
+                stages.insert(cid, (i, JobStage::Submitting));
             }
             let c = self
                 .wait_next()?
                 .ok_or(DriverError::Identify("a sampling job lost its command"))?;
-            let Some((i, stage)) = stages.remove(&c.cid()) else {
+            let Some((i, stage)) = (c.sq_id() == IO_QUEUE)
+                .then(|| stages.remove(&c.cid()))
+                .flatten()
+            else {
                 continue;
             };
             let (seed, targets) = &requests[i];
             let (tag, got) = match stage {
-                Stage::Submitting => {
+                JobStage::Submitting => {
                     let status = c.cqe.status();
                     if VendorStatus::from_status(status) == Some(VendorStatus::NoFreeSlot)
                         && !stages.is_empty()
@@ -688,10 +702,10 @@ impl<T: Transport> Device<T> {
                     }
                     (ns::submitted_tag(c)?, Vec::new())
                 }
-                Stage::Collecting { tag, mut got } => {
+                JobStage::Collecting { tag, mut got } => {
                     let c = check(IO_QUEUE, io_opcode::NS_COLLECT, c)?;
                     let size = c.cqe.result.get() as usize;
-                    let piece = window.min(size.saturating_sub(got.len()));
+                    let piece = c.data.len().min(size.saturating_sub(got.len()));
                     got.extend_from_slice(&c.data[..piece]);
                     if got.len() >= size || piece == 0 {
                         results[i] = Some(ns::validate(got, *seed, fanouts.len())?);
@@ -708,9 +722,28 @@ impl<T: Transport> Device<T> {
             };
             let (collect, buffer) = ns::ns_collect_window(tag, got.len(), len);
             let cid = self.submit(IO_QUEUE, collect, buffer)?;
-            stages.insert(cid, (i, Stage::Collecting { tag, got }));
+            stages.insert(cid, (i, JobStage::Collecting { tag, got }));
         }
         Ok(results.into_iter().flatten().collect())
+    }
+
+    /// After a failure: lets every command in flight finish and discards the jobs they leave
+    /// on the device, so its sampling slots are free again (best effort: errors are ignored).
+    fn abandon_jobs(&mut self, mut stages: BTreeMap<u16, (usize, JobStage)>) {
+        let mut tags: Vec<u32> = Vec::new();
+        while let Ok(Some(c)) = self.wait_next() {
+            match stages.remove(&c.cid()) {
+                Some((_, JobStage::Submitting)) if c.cqe.status().is_success() => {
+                    tags.push(c.cqe.result.get())
+                }
+                Some((_, JobStage::Collecting { tag, .. })) => tags.push(tag),
+                _ => {}
+            }
+        }
+        for tag in tags {
+            let sqe = SubmissionEntry::ns_discard(0, NAMESPACE_ID, tag);
+            let _ = self.execute(IO_QUEUE, sqe, Vec::new());
+        }
     }
 
     /// Samples one minibatch inside the device: exactly one `NS_SUBMIT` carrying the whole
@@ -783,9 +816,15 @@ impl<T: Transport> Device<T> {
         let size = SubgraphView::total_size(&data)
             .filter(|s| *s <= slot_bytes)
             .ok_or(DriverError::BadSubgraph(SubgraphError::Truncated))?;
-        if size > data.len() {
-            let rest = (size - data.len()).next_multiple_of(bs);
-            let more = self.read(lba + (data.len() / bs) as u64, (rest / bs) as u64)?;
+        // One read at a time: the job ends with the read that reaches its end, so that read
+        // must be the last to arrive.
+        let chunk_blocks = u64::from(self.info.max_transfer_blocks());
+        while size > data.len() {
+            let rest_blocks = (size - data.len()).div_ceil(bs) as u64;
+            let more = self.read(
+                lba + (data.len() / bs) as u64,
+                rest_blocks.min(chunk_blocks),
+            )?;
             data.extend_from_slice(&more);
         }
         data.truncate(size);
@@ -808,7 +847,7 @@ impl<T: Transport> Device<T> {
             let cid = self.submit(IO_QUEUE, collect, buffer)?;
             let mut c = check(IO_QUEUE, io_opcode::NS_COLLECT, self.wait(IO_QUEUE, cid)?)?;
             let size = c.cqe.result.get() as usize;
-            let piece = window.min(size.saturating_sub(out.len()));
+            let piece = c.data.len().min(size.saturating_sub(out.len()));
             out.extend_from_slice(&c.data[..piece]);
             if out.len() >= size || piece == 0 {
                 c.data = out;
@@ -823,6 +862,14 @@ impl<T: Transport> Device<T> {
             }
         }
     }
+}
+
+/// Where one job of [`Device::sample_many`] stands.
+enum JobStage {
+    /// Its NS_SUBMIT is in flight.
+    Submitting,
+    /// An NS_COLLECT window is in flight; `got` holds the bytes collected so far.
+    Collecting { tag: u32, got: Vec<u8> },
 }
 
 /// Turns a completion with an error status into [`DriverError::Command`].

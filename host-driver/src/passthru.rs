@@ -192,13 +192,15 @@ impl PassthruTransport {
         Ok(())
     }
 
-    /// Waits for at least one ring completion and moves every available one to `done`.
+    /// Waits for at least one ring completion and moves every available one to `done`. A
+    /// command the kernel refused (negative result) fails the call, after the others are moved.
     fn reap_ring(&mut self) -> Result<(), TransportError> {
         let Some(ring) = self.ring.as_mut() else {
             return Ok(());
         };
         ring.submit_and_wait(1)
             .map_err(|e| device_error(format!("io_uring wait: {e}")))?;
+        let mut refused = None;
         for cqe in ring.completion() {
             let Some(c) = self.on_ring.remove(&cqe.user_data()) else {
                 continue;
@@ -206,15 +208,37 @@ impl PassthruTransport {
             let rc = cqe.result();
             if rc < 0 {
                 let e = std::io::Error::from_raw_os_error(-rc);
-                return Err(device_error(format!(
+                refused.get_or_insert(device_error(format!(
                     "io_uring passthrough on {} failed: {e}",
                     self.path.display()
                 )));
+                continue;
             }
             self.done
                 .push_back(completion(c.sq_id, c.cid, rc, cqe.big_cqe()[0], c.data));
         }
-        Ok(())
+        refused.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for PassthruTransport {
+    /// Waits for the commands still on the ring: the kernel may write into their buffers until
+    /// they complete. If waiting fails, the buffers are leaked rather than freed under it.
+    fn drop(&mut self) {
+        while !self.on_ring.is_empty() {
+            let Some(ring) = self.ring.as_mut() else {
+                break;
+            };
+            if ring.submit_and_wait(1).is_err() {
+                for (_, c) in self.on_ring.drain() {
+                    std::mem::forget(c.data);
+                }
+                break;
+            }
+            for cqe in ring.completion() {
+                self.on_ring.remove(&cqe.user_data());
+            }
+        }
     }
 }
 

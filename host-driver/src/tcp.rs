@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -34,6 +35,8 @@ const ADMIN_SQSIZE: u16 = 31;
 const ADMIN_INLINE_BYTES: usize = 8192;
 /// How long the controller may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a waiting `reap` checks whether the connection has died.
+const DEAD_CHECK: Duration = Duration::from_millis(100);
 /// The host NQN this initiator presents.
 const HOST_NQN: &str = "nqn.2026-11.io.sagessd:host";
 
@@ -84,9 +87,10 @@ pub struct TcpTransport {
     admin: QueueLink,
     io: Option<QueueLink>,
     completions: Receiver<Result<Completion, String>>,
-    sender: Sender<Result<Completion, String>>,
     outstanding: usize,
     cntlid: u16,
+    /// Set by a reader thread when its connection ends: no completion will come any more.
+    dead: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for TcpTransport {
@@ -116,14 +120,21 @@ impl TcpTransport {
             .ok_or_else(|| device_error("address resolves to nothing"))?;
         let (sender, completions) = mpsc::channel();
         let host_id = host_id();
-        let admin = QueueLink::open(addr, options.digests, ADMIN_INLINE_BYTES, sender.clone())?;
+        let dead = Arc::new(AtomicBool::new(false));
+        let admin = QueueLink::open(
+            addr,
+            options.digests,
+            ADMIN_INLINE_BYTES,
+            sender.clone(),
+            Arc::clone(&dead),
+        )?;
         let mut t = Self {
             admin,
             io: None,
             completions,
-            sender,
             outstanding: 0,
             cntlid: 0,
+            dead: Arc::clone(&dead),
         };
         let data = ConnectData::new(host_id, CNTLID_DYNAMIC, &options.nqn, HOST_NQN);
         let c = t.setup(
@@ -153,7 +164,7 @@ impl TcpTransport {
         let id = t.setup(0, identify, &[0; 4096])?.data;
         let ioccsz = u32::from_le_bytes(id[1792..1796].try_into().unwrap_or([0; 4]));
         let inline_bytes = (ioccsz as usize * 16).saturating_sub(64);
-        let io = QueueLink::open(addr, options.digests, inline_bytes, t.sender.clone())?;
+        let io = QueueLink::open(addr, options.digests, inline_bytes, sender, dead)?;
         t.io = Some(io);
         let sqsize = options.queue_entries.min(mqes.saturating_add(1)).max(2) - 1;
         let data = ConnectData::new(host_id, t.cntlid, &options.nqn, HOST_NQN);
@@ -207,6 +218,9 @@ impl Transport for TcpTransport {
         mut sqe: SubmissionEntry,
         data: Vec<u8>,
     ) -> Result<(), TransportError> {
+        if self.dead.load(Ordering::Relaxed) {
+            return Err(device_error("the NVMe/TCP connection is closed"));
+        }
         let q = self.queue(sq_id)?;
         let cid = sqe.cid.get();
         let direction = data_direction(&sqe);
@@ -250,13 +264,16 @@ impl Transport for TcpTransport {
         if self.outstanding == 0 {
             return Ok(None);
         }
-        match self.completions.recv() {
-            Ok(Ok(c)) => {
-                self.outstanding -= 1;
-                Ok(Some(c))
+        loop {
+            match self.completions.recv_timeout(DEAD_CHECK) {
+                Ok(Ok(c)) => {
+                    self.outstanding -= 1;
+                    return Ok(Some(c));
+                }
+                Ok(Err(msg)) => return Err(device_error(msg)),
+                Err(RecvTimeoutError::Timeout) if !self.dead.load(Ordering::Relaxed) => {}
+                Err(_) => return Err(device_error("the NVMe/TCP connection is closed")),
             }
-            Ok(Err(msg)) => Err(device_error(msg)),
-            Err(_) => Err(device_error("connection closed")),
         }
     }
 }
@@ -295,6 +312,7 @@ impl QueueLink {
         digests: bool,
         inline_bytes: usize,
         completions: Sender<Result<Completion, String>>,
+        dead: Arc<AtomicBool>,
     ) -> Result<Self, TransportError> {
         let socket = TcpStream::connect(addr).map_err(io_error)?;
         socket.set_nodelay(true).map_err(io_error)?;
@@ -332,6 +350,7 @@ impl QueueLink {
             .name("sagessd-tcp-initiator".into())
             .spawn(move || {
                 let err = read_loop(reader, framing, maxh2cdata, &w, &p, &completions);
+                dead.store(true, Ordering::Relaxed);
                 // Everything still pending fails with the connection.
                 if lock(&p).drain().next().is_some() || err.is_some() {
                     let _ =

@@ -5,21 +5,22 @@
 //! reader waits for the next command. A fatal protocol error ends the connection with a
 //! C2HTermReq; a bad command only gets a status.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sagessd_abi::fabrics::{
     ConnectData, DataPointer, FABRICS_OPCODE, FabricsCommand, connect_status, data_direction,
+    fctype,
 };
 use sagessd_abi::identify::CNS_CONTROLLER;
 use sagessd_abi::nvme::{
-    AdminCommand, CompletionEntry, DataDirection, Status, SubmissionEntry, sct,
+    AdminCommand, CompletionEntry, DataDirection, Status, SubmissionEntry, io_opcode, sct,
 };
 use sagessd_abi::tcp::stream::{Pdu, RecvError, read_pdu, write_pdu};
 use sagessd_abi::tcp::{
@@ -29,16 +30,23 @@ use sagessd_abi::tcp::{
 use zerocopy::FromZeros;
 
 use super::TargetOptions;
-use super::device::{DeviceHandle, Reply, Request};
-use super::subsystem::{Subsystem, VERSION};
+use super::device::{DeviceHandle, Reply, ReplyTo, Request};
+use super::subsystem::{ControllerRef, Subsystem, VERSION};
 
-/// How long a connection may take to send ICReq and Connect.
+/// How long a connection may take to send ICReq and Connect, in all.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Slack on top of the host's keep-alive timeout before the target gives up on it: the keep
 /// alive granularity the controller reports (KAS = 10, in 100 ms units).
 const KEEP_ALIVE_SLACK: Duration = Duration::from_secs(1);
+/// How long one write to a host that does not read may block before the connection is ended.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest C2HData PDU the target sends.
 const C2H_CHUNK_BYTES: usize = 128 * 1024;
+/// Most bytes of write data a connection may have asked for with R2Ts and not yet received;
+/// further writes wait for their R2T.
+const MAX_INCOMING_BYTES: usize = 8 << 20;
+/// Most in-capsule data before Connect (the Connect data).
+const CONNECT_DATA_BYTES: usize = 1024;
 /// Command ID Conflict.
 const COMMAND_ID_CONFLICT: Status = Status::generic(0x03, true);
 /// Transient Transport Error: a data digest did not match; the host may retry.
@@ -54,10 +62,12 @@ const AER_LIMIT_EXCEEDED: Status = Status {
 /// Outstanding Asynchronous Event Requests held per controller (AERL + 1).
 const AER_LIMIT: usize = 1;
 
-/// What the writer thread sends.
+/// What the writer thread sends. Every completion names whether it ends a command the
+/// connection counts in flight (`release`): the writer takes it out just before sending, so
+/// completions waiting for a host that does not read still count against its queue size.
 enum Outbound {
     /// A response capsule.
-    Resp(CompletionEntry),
+    Resp { cqe: CompletionEntry, release: bool },
     /// Data for the host (C2HData PDUs), then its response capsule.
     Data(CompletionEntry, Vec<u8>),
     /// Ask for a command's data.
@@ -70,7 +80,7 @@ enum Outbound {
 #[derive(Clone, Copy, Debug)]
 struct Queue {
     qid: u16,
-    cntlid: u16,
+    ctrl: ControllerRef,
     entries: u16,
 }
 
@@ -80,7 +90,11 @@ struct Incoming {
     ttag: u16,
     buf: Vec<u8>,
     received: usize,
+    /// A data digest failed: the data is taken and dropped, and the command fails at the end.
+    failed: bool,
 }
+
+type InFlight = Arc<Mutex<HashSet<u16>>>;
 
 /// The reader side of one connection.
 struct Connection {
@@ -92,12 +106,21 @@ struct Connection {
     device: DeviceHandle,
     options: TargetOptions,
     queue: Option<Queue>,
+    /// Until Connect succeeds, the connection must make it by this time.
+    setup_deadline: Instant,
     /// The submission queue head the completions report.
     sq_head: Arc<AtomicU16>,
-    /// Command ids in the device or held (AER), removed when their completion is queued.
-    in_flight: Arc<Mutex<HashSet<u16>>>,
+    /// Command ids accepted and not yet answered on the wire (in the device, held, or with
+    /// their completion waiting for the writer).
+    in_flight: InFlight,
     incoming: HashMap<u16, Incoming>,
+    /// Bytes of `incoming` buffers.
+    incoming_bytes: usize,
+    /// Writes waiting for R2T room (command, data length).
+    deferred: VecDeque<(SubmissionEntry, usize)>,
     held_aers: Vec<u16>,
+    /// Per sampling slot, the last job this connection submitted: discarded when it leaves.
+    jobs: Arc<Mutex<HashMap<u32, u32>>>,
     next_ttag: u16,
     closing: bool,
 }
@@ -111,6 +134,8 @@ pub(super) fn serve(
 ) -> io::Result<()> {
     socket.set_nodelay(true)?;
     socket.set_read_timeout(Some(SETUP_TIMEOUT))?;
+    socket.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let setup_deadline = Instant::now() + SETUP_TIMEOUT;
     let mut reader = BufReader::with_capacity(256 * 1024, socket.try_clone()?);
     let mut raw = socket.try_clone()?;
     let framing = match handshake(&mut reader, &mut raw, &options)? {
@@ -118,10 +143,13 @@ pub(super) fn serve(
         None => return Ok(()),
     };
     let (out, rx) = mpsc::channel();
-    let writer_socket = socket.try_clone()?;
-    let writer = thread::Builder::new()
-        .name("sagessd-tcp-writer".into())
-        .spawn(move || write_loop(writer_socket, framing, rx))?;
+    let in_flight: InFlight = Arc::new(Mutex::new(HashSet::new()));
+    let writer = {
+        let (socket, in_flight) = (socket.try_clone()?, Arc::clone(&in_flight));
+        thread::Builder::new()
+            .name("sagessd-tcp-writer".into())
+            .spawn(move || write_loop(socket, framing, rx, &in_flight))?
+    };
     let mut c = Connection {
         reader,
         socket,
@@ -135,19 +163,25 @@ pub(super) fn serve(
         device,
         options,
         queue: None,
+        setup_deadline,
         sq_head: Arc::new(AtomicU16::new(0)),
-        in_flight: Arc::new(Mutex::new(HashSet::new())),
+        in_flight,
         incoming: HashMap::new(),
+        incoming_bytes: 0,
+        deferred: VecDeque::new(),
         held_aers: Vec::new(),
+        jobs: Arc::new(Mutex::new(HashMap::new())),
         next_ttag: 0,
         closing: false,
     };
     let result = c.read_loop();
+    c.discard_jobs();
     if let Some(q) = c.queue {
-        c.subsystem.disconnect(q.cntlid, q.qid);
+        c.subsystem.disconnect(q.ctrl, q.qid);
     }
     let socket = c.socket.try_clone();
-    drop(c); // the writer ends once every pending completion is sent
+    // The writer ends once every pending completion is sent (or a write times out).
+    drop(c);
     let _ = writer.join();
     if let Ok(s) = socket {
         let _ = s.shutdown(Shutdown::Both);
@@ -236,7 +270,7 @@ impl Connection {
                     return match e.kind() {
                         io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => Ok(()),
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                            tracing::warn!("host silent past its keep-alive timeout; closing");
+                            tracing::warn!("host silent past its timeout; closing");
                             Ok(())
                         }
                         _ => Err(e),
@@ -250,8 +284,17 @@ impl Connection {
                 let _ = self.out.send(Outbound::Term(fatal, header));
                 return Ok(());
             }
+            if self.queue.is_none() && Instant::now() > self.setup_deadline {
+                tracing::warn!("no Connect within {SETUP_TIMEOUT:?}; closing");
+                return Ok(());
+            }
         }
         Ok(())
+    }
+
+    /// Most commands this connection may hold: its queue's size, or one before Connect.
+    fn entries(&self) -> usize {
+        self.queue.map_or(1, |q| usize::from(q.entries))
     }
 
     /// A command capsule.
@@ -259,24 +302,39 @@ impl Connection {
         let Some(cmd) = pdu.header_as::<CapsuleCmd>() else {
             return Err((Fatal::field(0), pdu.header));
         };
+        let inline_limit = match self.queue {
+            None => CONNECT_DATA_BYTES,
+            Some(_) => self.options.max_inline_bytes as usize,
+        };
+        if pdu.data.len() > inline_limit {
+            let fatal = Fatal {
+                fes: fes::DATA_LIMIT_EXCEEDED,
+                fei: 4,
+            };
+            return Err((fatal, pdu.header));
+        }
         let sqe = cmd.sqe;
         let cid = sqe.cid.get();
         if let Some(q) = self.queue {
-            self.sq_head.store(
-                (self.sq_head.load(Ordering::Relaxed) + 1) % q.entries,
-                Ordering::Relaxed,
-            );
-            if self.in_flight_count() >= usize::from(q.entries) {
-                // The host overran the queue size it asked for at Connect.
-                let fatal = Fatal {
-                    fes: fes::PDU_SEQUENCE_ERROR,
-                    fei: 0,
-                };
-                return Err((fatal, pdu.header));
-            }
+            let head = (self.sq_head.load(Ordering::Relaxed) + 1) % q.entries;
+            self.sq_head.store(head, Ordering::Relaxed);
         }
         if self.is_in_flight(cid) {
-            self.respond(cid, COMMAND_ID_CONFLICT, 0);
+            self.respond_conflict(cid);
+            return Ok(());
+        }
+        if self.commands() >= self.entries() {
+            // The host overran the queue size it asked for at Connect (one before it).
+            let fatal = Fatal {
+                fes: fes::PDU_SEQUENCE_ERROR,
+                fei: 0,
+            };
+            return Err((fatal, pdu.header));
+        }
+        self.lock_in_flight().insert(cid);
+        let connect = sqe.opcode == FABRICS_OPCODE && sqe.nsid.get() as u8 == fctype::CONNECT;
+        if self.queue.is_none() && !connect {
+            self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
             return Ok(());
         }
         let pointer = match DataPointer::parse(&sqe) {
@@ -286,13 +344,12 @@ impl Connection {
                 return Ok(());
             }
         };
-        let direction = data_direction(&sqe);
         let len = pointer.len() as usize;
         if len > self.options.max_transfer_bytes as usize {
             self.respond(cid, Status::INVALID_FIELD, 0);
             return Ok(());
         }
-        match (pointer, direction) {
+        match (pointer, data_direction(&sqe)) {
             (DataPointer::None, _) if pdu.data.is_empty() => self.dispatch(sqe, Vec::new()),
             (DataPointer::InCapsule { offset: 0, len }, DataDirection::HostToDevice)
                 if len as usize == pdu.data.len() =>
@@ -300,37 +357,70 @@ impl Connection {
                 self.dispatch(sqe, pdu.data)
             }
             (DataPointer::InCapsule { .. }, _) => self.respond(cid, SGL_LENGTH_INVALID, 0),
-            (DataPointer::Transport { .. }, DataDirection::DeviceToHost) if pdu.data.is_empty() => {
+            (DataPointer::Transport { .. }, DataDirection::DeviceToHost)
+                if pdu.data.is_empty() && self.runnable(cid) =>
+            {
                 self.dispatch(sqe, vec![0; len])
             }
-            (DataPointer::Transport { .. }, DataDirection::HostToDevice) if pdu.data.is_empty() => {
-                self.request_data(sqe, len)
+            (DataPointer::Transport { .. }, DataDirection::HostToDevice)
+                if pdu.data.is_empty() && self.runnable(cid) =>
+            {
+                self.deferred.push_back((sqe, len));
+                self.request_data();
             }
+            (
+                DataPointer::Transport { .. },
+                DataDirection::HostToDevice | DataDirection::DeviceToHost,
+            ) if pdu.data.is_empty() => {}
             _ => self.respond(cid, Status::INVALID_FIELD, 0),
         }
         Ok(())
     }
 
-    /// Sends an R2T for all of a write-direction command's data.
-    fn request_data(&mut self, sqe: SubmissionEntry, len: usize) {
-        let ttag = self.next_ttag;
-        self.next_ttag = self.next_ttag.wrapping_add(1);
-        let cid = sqe.cid.get();
-        let mut r2t = R2t::new_zeroed();
-        r2t.ch.pdu_type = pdu_type::R2T;
-        r2t.cccid = cid.into();
-        r2t.ttag = ttag.into();
-        r2t.r2tl = (len as u32).into();
-        self.incoming.insert(
-            cid,
-            Incoming {
-                sqe,
-                ttag,
-                buf: vec![0; len],
-                received: 0,
-            },
-        );
-        let _ = self.out.send(Outbound::R2t(r2t));
+    /// Whether a command that moves data by the transport may run now: its controller is ready
+    /// (otherwise it is answered here, before any buffer is allocated for it).
+    fn runnable(&self, cid: u16) -> bool {
+        let ready = self.queue.is_some_and(|q| self.subsystem.ready(q.ctrl));
+        if !ready {
+            self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
+        }
+        ready
+    }
+
+    /// Commands this connection holds: answered-not-yet-sent, in the device, waiting for data.
+    fn commands(&self) -> usize {
+        self.lock_in_flight().len()
+    }
+
+    /// Sends R2Ts for waiting writes while their data fits the connection's budget (one write
+    /// at a time always fits).
+    fn request_data(&mut self) {
+        while let Some((sqe, len)) = self.deferred.front().copied() {
+            if !self.incoming.is_empty() && self.incoming_bytes + len > MAX_INCOMING_BYTES {
+                return;
+            }
+            self.deferred.pop_front();
+            let ttag = self.next_ttag;
+            self.next_ttag = self.next_ttag.wrapping_add(1);
+            let cid = sqe.cid.get();
+            let mut r2t = R2t::new_zeroed();
+            r2t.ch.pdu_type = pdu_type::R2T;
+            r2t.cccid = cid.into();
+            r2t.ttag = ttag.into();
+            r2t.r2tl = (len as u32).into();
+            self.incoming_bytes += len;
+            self.incoming.insert(
+                cid,
+                Incoming {
+                    sqe,
+                    ttag,
+                    buf: vec![0; len],
+                    received: 0,
+                    failed: false,
+                },
+            );
+            let _ = self.out.send(Outbound::R2t(r2t));
+        }
     }
 
     /// An H2CData PDU: the next piece of a command's data, in order.
@@ -338,55 +428,80 @@ impl Connection {
         let Some(h) = pdu.header_as::<DataHeader>() else {
             return Err((Fatal::field(0), pdu.header));
         };
+        if pdu.data.len() > self.options.max_h2c_data_bytes as usize {
+            let fatal = Fatal {
+                fes: fes::DATA_LIMIT_EXCEEDED,
+                fei: 4,
+            };
+            return Err((fatal, pdu.header));
+        }
+        self.take_data(&h, &pdu.data, false)
+            .map_err(|f| (f, pdu.header))
+    }
+
+    /// Adds an H2CData PDU's data to its command (`failed`: its data digest did not match);
+    /// runs the command, or fails it, once its last piece is in.
+    fn take_data(&mut self, h: &DataHeader, data: &[u8], failed: bool) -> Result<(), Fatal> {
         let cid = h.cccid.get();
-        let Some(incoming) = self.incoming.get_mut(&cid) else {
-            return Err((Fatal::field(8), pdu.header));
-        };
-        let fatal = if h.ttag.get() != incoming.ttag {
-            Some(Fatal::field(10))
-        } else if h.datao.get() as usize != incoming.received {
-            Some(Fatal {
+        let incoming = self.incoming.get_mut(&cid).ok_or(Fatal::field(8))?;
+        if h.ttag.get() != incoming.ttag {
+            return Err(Fatal::field(10));
+        }
+        if h.datao.get() as usize != incoming.received {
+            return Err(Fatal {
                 fes: fes::DATA_OUT_OF_RANGE,
                 fei: 12,
-            })
-        } else if h.datal.get() as usize != pdu.data.len()
-            || incoming.received + pdu.data.len() > incoming.buf.len()
+            });
+        }
+        if h.datal.get() as usize != data.len()
+            || incoming.received + data.len() > incoming.buf.len()
         {
-            Some(Fatal {
+            return Err(Fatal {
                 fes: fes::DATA_OUT_OF_RANGE,
                 fei: 16,
-            })
-        } else {
-            None
-        };
-        if let Some(f) = fatal {
-            return Err((f, pdu.header));
+            });
         }
         let at = incoming.received;
-        incoming.buf[at..at + pdu.data.len()].copy_from_slice(&pdu.data);
-        incoming.received += pdu.data.len();
+        incoming.buf[at..at + data.len()].copy_from_slice(data);
+        incoming.received += data.len();
+        incoming.failed |= failed;
         let complete = incoming.received == incoming.buf.len();
-        let last = h.ch.flags & flags::DATA_LAST != 0;
-        if complete != last {
-            return Err((Fatal::field(1), pdu.header));
+        if complete != (h.ch.flags & flags::DATA_LAST != 0) {
+            return Err(Fatal::field(1));
         }
         if complete && let Some(done) = self.incoming.remove(&cid) {
-            self.dispatch(done.sqe, done.buf);
+            self.incoming_bytes -= done.buf.len();
+            if done.failed {
+                self.respond(cid, TRANSIENT_TRANSPORT_ERROR, 0);
+            } else {
+                self.dispatch(done.sqe, done.buf);
+            }
+            self.request_data();
         }
         Ok(())
     }
 
-    /// A PDU whose data digest failed: its command completes with a transient transport error.
+    /// A PDU whose data digest failed: its command completes with a transient transport error
+    /// once all its data has arrived; the connection lives on.
     fn data_digest_failed(&mut self, pdu: Pdu) -> Result<(), (Fatal, Vec<u8>)> {
-        let cid = match pdu.pdu_type() {
-            pdu_type::CAPSULE_CMD => pdu.header_as::<CapsuleCmd>().map(|c| c.sqe.cid.get()),
-            _ => pdu.header_as::<DataHeader>().map(|h| h.cccid.get()),
-        };
-        let Some(cid) = cid else {
+        if pdu.pdu_type() == pdu_type::H2C_DATA {
+            let Some(h) = pdu.header_as::<DataHeader>() else {
+                return Err((Fatal::field(0), pdu.header));
+            };
+            return self
+                .take_data(&h, &pdu.data, true)
+                .map_err(|f| (f, pdu.header));
+        }
+        let Some(cmd) = pdu.header_as::<CapsuleCmd>() else {
             return Err((Fatal::field(0), pdu.header));
         };
-        self.incoming.remove(&cid);
-        self.respond(cid, TRANSIENT_TRANSPORT_ERROR, 0);
+        let cid = cmd.sqe.cid.get();
+        if self.is_in_flight(cid) {
+            self.respond_conflict(cid);
+        } else {
+            self.lock_in_flight().insert(cid);
+            self.respond(cid, TRANSIENT_TRANSPORT_ERROR, 0);
+        }
         Ok(())
     }
 
@@ -399,7 +514,7 @@ impl Connection {
         let Some(q) = self.queue else {
             return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
         };
-        if !self.subsystem.ready(q.cntlid) {
+        if !self.subsystem.ready(q.ctrl) {
             return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
         }
         if q.qid != 0 {
@@ -410,10 +525,7 @@ impl Connection {
                 self.respond(cid, AER_LIMIT_EXCEEDED, 0)
             }
             // Held until the connection ends: the emulated device raises no events.
-            AdminCommand::AsyncEventRequest => {
-                self.held_aers.push(cid);
-                self.lock_in_flight().insert(cid);
-            }
+            AdminCommand::AsyncEventRequest => self.held_aers.push(cid),
             // Keep Alive is the fabric's: reading it already reset the connection's timer.
             AdminCommand::KeepAlive => self.respond(cid, Status::SUCCESS, 0),
             _ => self.admin_to_device(q, sqe, data),
@@ -429,7 +541,7 @@ impl Connection {
             admin: true,
             sqe,
             data,
-            reply: Box::new(move |reply| {
+            reply: ReplyTo::new(cid, move |reply| {
                 let _ = tx.send(reply);
             }),
         };
@@ -444,33 +556,56 @@ impl Connection {
             }
         );
         if identify_controller && reply.cqe.status().is_success() {
-            fabrics_identify(&mut reply.data, q.cntlid, &self.subsystem, &self.options);
+            fabrics_identify(
+                &mut reply.data,
+                q.ctrl.cntlid,
+                &self.subsystem,
+                &self.options,
+            );
         }
-        self.finish(sqe.opcode, reply);
+        let cqe = completion(reply.cqe, 0, self.head());
+        let _ = self.out.send(outbound(sqe.opcode, cqe, reply.data));
     }
 
     /// An I/O command: its completion goes straight from the device thread to the writer.
     fn io_to_device(&mut self, sqe: SubmissionEntry, data: Vec<u8>) {
         let cid = sqe.cid.get();
-        self.lock_in_flight().insert(cid);
         let out = self.out.clone();
-        let in_flight = Arc::clone(&self.in_flight);
         let sq_head = Arc::clone(&self.sq_head);
+        let jobs = Arc::clone(&self.jobs);
         let qid = self.queue.map_or(0, |q| q.qid);
         let opcode = sqe.opcode;
         let request = Request {
             admin: false,
             sqe,
             data,
-            reply: Box::new(move |reply: Reply| {
+            reply: ReplyTo::new(cid, move |reply: Reply| {
                 let cqe = completion(reply.cqe, qid, sq_head.load(Ordering::Relaxed));
-                lock(&in_flight).remove(&cid);
+                if opcode == io_opcode::NS_SUBMIT && cqe.status().is_success() {
+                    let tag = cqe.result.get();
+                    lock(&jobs).insert(tag & 0xFF, tag);
+                }
                 let _ = out.send(outbound(opcode, cqe, reply.data));
             }),
         };
-        if !self.device.send(request) {
-            self.lock_in_flight().remove(&cid);
-            self.respond(cid, Status::INTERNAL_ERROR, 0);
+        // A refused send drops the reply path, which answers Internal Error.
+        let _ = self.device.send(request);
+    }
+
+    /// Discards the sampling jobs this connection submitted and may not have collected, so a
+    /// host that leaves does not hold the device's slots (a job already collected, or replaced,
+    /// answers "unknown tag").
+    fn discard_jobs(&mut self) {
+        let jobs: Vec<u32> = lock(&self.jobs).drain().map(|(_, tag)| tag).collect();
+        for tag in jobs {
+            let sqe = SubmissionEntry::ns_discard(0, 1, tag);
+            let request = Request {
+                admin: false,
+                sqe,
+                data: Vec::new(),
+                reply: ReplyTo::new(0, |_| {}),
+            };
+            let _ = self.device.send(request);
         }
     }
 
@@ -495,26 +630,29 @@ impl Connection {
                     return self.respond(cid, connect_status::INVALID_PARAMETERS, 1 << 16);
                 };
                 let connect: ConnectData = connect;
-                match self.subsystem.connect(qid, sqsize, &connect) {
-                    Ok(cntlid) => {
+                let io_socket = (qid != 0).then(|| self.socket.try_clone().ok()).flatten();
+                match self.subsystem.connect(qid, sqsize, &connect, io_socket) {
+                    Ok(ctrl) => {
                         self.queue = Some(Queue {
                             qid,
-                            cntlid,
+                            ctrl,
                             entries: sqsize + 1,
                         });
+                        // The Connect itself was entry 0.
+                        self.sq_head.store(1, Ordering::Relaxed);
                         let timeout = (qid == 0 && kato_ms > 0)
                             .then(|| Duration::from_millis(kato_ms.into()) + KEEP_ALIVE_SLACK);
                         if self.socket.set_read_timeout(timeout).is_err() {
                             self.closing = true;
                         }
-                        self.respond(cid, Status::SUCCESS, cntlid.into());
+                        self.respond(cid, Status::SUCCESS, ctrl.cntlid.into());
                     }
                     Err(refused) => self.respond(cid, refused.status, refused.dw0.into()),
                 }
             }
             FabricsCommand::PropertyGet { wide, offset } => match admin_queue {
                 None => self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0),
-                Some(q) => match self.subsystem.get_property(q.cntlid, offset, wide) {
+                Some(q) => match self.subsystem.get_property(q.ctrl, offset, wide) {
                     Ok(v) => self.respond(cid, Status::SUCCESS, v),
                     Err(s) => self.respond(cid, s, 0),
                 },
@@ -525,7 +663,7 @@ impl Connection {
                 value,
             } => match admin_queue {
                 None => self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0),
-                Some(q) => match self.subsystem.set_property(q.cntlid, offset, value, wide) {
+                Some(q) => match self.subsystem.set_property(q.ctrl, offset, value, wide) {
                     Ok(()) => self.respond(cid, Status::SUCCESS, 0),
                     Err(s) => self.respond(cid, s, 0),
                 },
@@ -541,30 +679,30 @@ impl Connection {
         }
     }
 
-    /// Completes command `cid` now with `status` and a 64-bit result.
+    /// Completes command `cid`, which this connection counts in flight, with `status` and a
+    /// 64-bit result.
     fn respond(&self, cid: u16, status: Status, result: u64) {
+        self.send_resp(cid, status, result, true);
+    }
+
+    /// Answers a command whose id is already in flight (the one in flight keeps its id).
+    fn respond_conflict(&self, cid: u16) {
+        self.send_resp(cid, COMMAND_ID_CONFLICT, 0, false);
+    }
+
+    fn send_resp(&self, cid: u16, status: Status, result: u64, release: bool) {
         let mut cqe = CompletionEntry::new(0, cid, status, result as u32);
         cqe.result_hi = ((result >> 32) as u32).into();
         let cqe = completion(cqe, self.queue.map_or(0, |q| q.qid), self.head());
-        let _ = self.out.send(Outbound::Resp(cqe));
-    }
-
-    /// Completes an admin command the device ran.
-    fn finish(&self, opcode: u8, reply: Reply) {
-        let cqe = completion(reply.cqe, 0, self.head());
-        let _ = self.out.send(outbound(opcode, cqe, reply.data));
+        let _ = self.out.send(Outbound::Resp { cqe, release });
     }
 
     fn head(&self) -> u16 {
         self.sq_head.load(Ordering::Relaxed)
     }
 
-    fn in_flight_count(&self) -> usize {
-        self.lock_in_flight().len() + self.incoming.len()
-    }
-
     fn is_in_flight(&self, cid: u16) -> bool {
-        self.incoming.contains_key(&cid) || self.lock_in_flight().contains(&cid)
+        self.lock_in_flight().contains(&cid)
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<u16>> {
@@ -593,7 +731,7 @@ fn outbound(opcode: u8, cqe: CompletionEntry, data: Vec<u8>) -> Outbound {
     if returns_data {
         Outbound::Data(cqe, data)
     } else {
-        Outbound::Resp(cqe)
+        Outbound::Resp { cqe, release: true }
     }
 }
 
@@ -621,15 +759,24 @@ fn fabrics_identify(id: &mut [u8], cntlid: u16, subsystem: &Subsystem, options: 
 }
 
 /// The writer thread: sends every outbound PDU until the reader and every pending completion
-/// are gone, or the connection is terminated.
-fn write_loop(socket: TcpStream, framing: Framing, rx: Receiver<Outbound>) {
+/// are gone, a write fails or times out, or the connection is terminated. A completion's
+/// command leaves `in_flight` just before it goes on the wire.
+fn write_loop(socket: TcpStream, framing: Framing, rx: Receiver<Outbound>, in_flight: &InFlight) {
     let mut w = BufWriter::with_capacity(256 * 1024, socket);
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(msg) = next {
             let result = match msg {
-                Outbound::Resp(cqe) => write_resp(&mut w, &framing, cqe),
-                Outbound::Data(cqe, data) => write_data(&mut w, &framing, cqe, &data),
+                Outbound::Resp { cqe, release } => {
+                    if release {
+                        lock(in_flight).remove(&cqe.cid.get());
+                    }
+                    write_resp(&mut w, &framing, cqe)
+                }
+                Outbound::Data(cqe, data) => {
+                    lock(in_flight).remove(&cqe.cid.get());
+                    write_data(&mut w, &framing, cqe, &data)
+                }
                 Outbound::R2t(r2t) => write_pdu(&mut w, &framing, &r2t, &[]),
                 Outbound::Term(fatal, header) => {
                     let _ = write_term(&mut w, fatal, &header).and_then(|()| w.flush());
@@ -638,11 +785,13 @@ fn write_loop(socket: TcpStream, framing: Framing, rx: Receiver<Outbound>) {
                 }
             };
             if result.is_err() {
+                let _ = w.get_ref().shutdown(Shutdown::Both);
                 return;
             }
             next = rx.try_recv().ok();
         }
         if w.flush().is_err() {
+            let _ = w.get_ref().shutdown(Shutdown::Both);
             return;
         }
     }

@@ -24,8 +24,49 @@ const IO_QUEUE: u16 = 1;
 /// How long a paced device waits for new commands before looking at its clock again.
 const PACE_TICK: Duration = Duration::from_micros(100);
 
-/// Where a command's completion goes; called on the device thread.
-pub type ReplyTo = Box<dyn FnOnce(Reply) + Send>;
+/// Where a command's completion goes; called on the device thread. Dropped without being
+/// called (a request lost in a stopping device), it completes the command with Internal Error,
+/// so no host waits forever.
+pub struct ReplyTo {
+    cid: u16,
+    deliver: Option<Box<dyn FnOnce(Reply) + Send>>,
+}
+
+impl std::fmt::Debug for ReplyTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyTo")
+            .field("cid", &self.cid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplyTo {
+    /// A reply path for host command `cid`.
+    pub fn new(cid: u16, deliver: impl FnOnce(Reply) + Send + 'static) -> Self {
+        Self {
+            cid,
+            deliver: Some(Box::new(deliver)),
+        }
+    }
+
+    /// Delivers the completion.
+    pub fn send(mut self, reply: Reply) {
+        if let Some(deliver) = self.deliver.take() {
+            deliver(reply);
+        }
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        if let Some(deliver) = self.deliver.take() {
+            deliver(Reply {
+                cqe: CompletionEntry::new(0, self.cid, Status::INTERNAL_ERROR, 0),
+                data: Vec::new(),
+            });
+        }
+    }
+}
 
 /// A command for the device.
 pub struct Request {
@@ -130,7 +171,9 @@ impl Running {
     fn run(mut self, rx: Receiver<Option<Request>>) -> Ssd {
         let mut stopping = false;
         loop {
-            // Take everything that has arrived; block only when the device is idle.
+            // Take everything that has arrived; block only when the device is idle. Once
+            // stopping, new commands are refused (their replies say Internal Error) and the
+            // thread ends when the commands already in the device have completed.
             if !self.busy() {
                 if stopping {
                     return self.ssd;
@@ -142,7 +185,8 @@ impl Running {
             }
             while let Ok(message) = rx.try_recv() {
                 match message {
-                    Some(r) => self.submit(r),
+                    Some(r) if !stopping => self.submit(r),
+                    Some(r) => drop(r.reply),
                     None => stopping = true,
                 }
             }
@@ -163,7 +207,7 @@ impl Running {
 
     fn submit(&mut self, r: Request) {
         if self.broken {
-            fail(r.sqe.cid.get(), r.reply);
+            drop(r.reply);
             return;
         }
         if let Some(start) = self.pace {
@@ -185,7 +229,7 @@ impl Running {
             }
             Err(e) => {
                 tracing::warn!("device refused a command: {e}");
-                fail(host_cid, r.reply);
+                drop(r.reply);
             }
         }
     }
@@ -206,7 +250,8 @@ impl Running {
         match self.ssd.reap_until(now_ns) {
             Ok(Some(done)) => self.deliver(done.cqe, done.data),
             Ok(None) => match rx.recv_timeout(PACE_TICK) {
-                Ok(Some(r)) => self.submit(r),
+                Ok(Some(r)) if !*stopping => self.submit(r),
+                Ok(Some(r)) => drop(r.reply),
                 Ok(None) | Err(RecvTimeoutError::Disconnected) => *stopping = true,
                 Err(RecvTimeoutError::Timeout) => {}
             },
@@ -223,24 +268,14 @@ impl Running {
         let mut cqe = cqe;
         cqe.cid = host_cid.into();
         // The connection may have gone; its commands still had to finish.
-        reply(Reply { cqe, data });
+        reply.send(Reply { cqe, data });
     }
 
     /// The simulation cannot go on (a model error): every pending and later command fails.
     fn fail_all(&mut self, e: &crate::EmulatorError) {
         tracing::error!("emulated device failed: {e}");
         self.broken = true;
-        for (_, (host_cid, reply)) in self.pending.drain() {
-            fail(host_cid, reply);
-        }
+        // Dropping the reply paths completes every pending command with Internal Error.
+        self.pending.clear();
     }
-}
-
-/// Completes host command `cid` with Internal Error.
-fn fail(cid: u16, reply: ReplyTo) {
-    let cqe = CompletionEntry::new(0, cid, Status::INTERNAL_ERROR, 0);
-    reply(Reply {
-        cqe,
-        data: Vec::new(),
-    });
 }

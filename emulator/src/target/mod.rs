@@ -19,10 +19,11 @@ mod connection;
 pub mod device;
 pub mod subsystem;
 
+use std::collections::HashMap;
 use std::io;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -65,82 +66,108 @@ impl Default for TargetOptions {
             max_inline_bytes: 8192,
             max_h2c_data_bytes: 128 * 1024,
             max_transfer_bytes: 64 << 20,
-            max_connections: 64,
+            max_connections: 32,
             paced: false,
         }
     }
 }
 
-/// A running NVMe/TCP target.
+/// Open connections, by accept order: clones of their sockets, to shut them down at stop.
+type Sockets = Arc<Mutex<HashMap<u64, TcpStream>>>;
+
+/// A running NVMe/TCP target. Dropping it without [`Target::stop`] stops accepting and closes
+/// every connection; the device is then lost.
 #[derive(Debug)]
 pub struct Target {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    accept: JoinHandle<()>,
-    device: DeviceThread,
+    accept: Option<JoinHandle<()>>,
+    device: Option<DeviceThread>,
+    sockets: Sockets,
 }
 
 impl Target {
     /// Starts serving `ssd` on `addr` (its own threads: accept, device, two per connection).
+    /// Commands may move at most the device's maximum transfer size (MDTS), and no more than
+    /// `options.max_transfer_bytes`.
     pub fn start(ssd: Ssd, addr: impl ToSocketAddrs, options: TargetOptions) -> io::Result<Self> {
-        if options.max_inline_bytes < 8192 || options.max_h2c_data_bytes < 4096 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "in-capsule data must allow 8 KiB and MAXH2CDATA 4 KiB",
+        let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_owned());
+        if options.max_inline_bytes < 8192 {
+            return Err(invalid(
+                "in-capsule data must allow 8 KiB (Linux sends that much)",
             ));
         }
+        if options.max_h2c_data_bytes < 4096 || !options.max_h2c_data_bytes.is_multiple_of(4) {
+            return Err(invalid(
+                "MAXH2CDATA must be a multiple of 4 of at least 4 KiB",
+            ));
+        }
+        if options.queue_entries < 2 {
+            return Err(invalid("queues must hold at least 2 entries"));
+        }
+        let options = TargetOptions {
+            max_transfer_bytes: options.max_transfer_bytes.min(ssd.max_transfer_bytes()),
+            ..options
+        };
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let device = DeviceThread::start(ssd, options.paced)?;
         let subsystem = Arc::new(Subsystem::new(&options.nqn, options.queue_entries));
         let stop = Arc::new(AtomicBool::new(false));
+        let sockets: Sockets = Arc::new(Mutex::new(HashMap::new()));
         let handle = device.handle();
-        let stopping = Arc::clone(&stop);
+        let (stopping, live_sockets) = (Arc::clone(&stop), Arc::clone(&sockets));
         let accept = thread::Builder::new()
             .name("sagessd-tcp-accept".into())
             .spawn(move || {
-                let live = Arc::new(AtomicUsize::new(0));
+                let mut next_id = 0u64;
                 while !stopping.load(Ordering::Relaxed) {
                     let (socket, peer) = match listener.accept() {
                         Ok(a) => a,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        Err(e) => {
+                            if e.kind() != io::ErrorKind::WouldBlock {
+                                tracing::warn!("accept failed: {e}");
+                            }
                             thread::sleep(ACCEPT_POLL);
                             continue;
                         }
-                        Err(e) => {
-                            tracing::warn!("accept failed: {e}");
-                            continue;
-                        }
                     };
-                    if live.load(Ordering::Relaxed) >= options.max_connections
-                        || socket.set_nonblocking(false).is_err()
-                    {
+                    let registered = socket.try_clone();
+                    let full = lock(&live_sockets).len() >= options.max_connections;
+                    if full || socket.set_nonblocking(false).is_err() {
                         tracing::warn!("refusing connection from {peer}: too many connections");
                         continue;
                     }
-                    live.fetch_add(1, Ordering::Relaxed);
+                    let Ok(registered) = registered else {
+                        continue;
+                    };
+                    let id = next_id;
+                    next_id += 1;
+                    lock(&live_sockets).insert(id, registered);
                     let (subsystem, handle, options) =
                         (Arc::clone(&subsystem), handle.clone(), options.clone());
-                    let live = Arc::clone(&live);
+                    let live = Arc::clone(&live_sockets);
                     let spawned = thread::Builder::new()
                         .name("sagessd-tcp-conn".into())
                         .spawn(move || {
                             if let Err(e) = connection::serve(socket, subsystem, handle, options) {
                                 tracing::warn!("connection from {peer} ended: {e}");
                             }
-                            live.fetch_sub(1, Ordering::Relaxed);
+                            lock(&live).remove(&id);
                         });
                     if spawned.is_err() {
                         tracing::warn!("cannot start a thread for {peer}");
+                        lock(&live_sockets).remove(&id);
                     }
                 }
             })?;
         Ok(Self {
             addr,
             stop,
-            accept,
-            device,
+            accept: Some(accept),
+            device: Some(device),
+            sockets,
         })
     }
 
@@ -149,11 +176,35 @@ impl Target {
         self.addr
     }
 
-    /// Stops accepting, finishes the commands already given to the device and returns it.
-    /// Connections still open get Internal Error for later commands.
-    pub fn stop(self) -> Ssd {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.accept.join();
-        self.device.stop()
+    /// Stops accepting, closes every connection, finishes the commands already given to the
+    /// device and returns it (commands arriving meanwhile get Internal Error).
+    pub fn stop(mut self) -> Ssd {
+        self.close();
+        match self.device.take() {
+            Some(device) => device.stop(),
+            None => unreachable!("the device thread is only taken here"),
+        }
     }
+
+    /// Stops the accept loop and shuts every connection down.
+    fn close(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+        for socket in lock(&self.sockets).values() {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Holders only insert or remove one entry: a poisoned map is still consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

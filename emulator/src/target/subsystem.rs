@@ -2,6 +2,7 @@
 //! queue Connect creates one) and each controller's registers.
 
 use std::collections::HashMap;
+use std::net::{Shutdown, TcpStream};
 use std::sync::Mutex;
 
 use sagessd_abi::fabrics::{
@@ -38,11 +39,23 @@ impl Refused {
 /// One controller's state.
 #[derive(Debug)]
 struct Controller {
+    /// Tells this controller from an earlier one with the same id.
+    generation: u64,
     host_id: [u8; 16],
     hostnqn: String,
     cc: u32,
     csts: u32,
-    io_queues: Vec<u16>,
+    /// Its I/O queues, and their connections (shut down when the controller goes).
+    io_queues: Vec<(u16, Option<TcpStream>)>,
+}
+
+/// Which controller a queue belongs to: its id and generation (ids are reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerRef {
+    /// Controller id (CNTLID).
+    pub cntlid: u16,
+    /// Generation of that id.
+    pub generation: u64,
 }
 
 /// The subsystem: shared by every connection.
@@ -51,6 +64,7 @@ pub struct Subsystem {
     nqn: String,
     queue_entries: u16,
     controllers: Mutex<HashMap<u16, Controller>>,
+    generations: std::sync::atomic::AtomicU64,
 }
 
 impl Subsystem {
@@ -60,6 +74,7 @@ impl Subsystem {
             nqn: nqn.to_owned(),
             queue_entries,
             controllers: Mutex::new(HashMap::new()),
+            generations: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
@@ -82,8 +97,15 @@ impl Subsystem {
     }
 
     /// Connect for queue `qid` with `sqsize` (0-based) and the Connect data: returns the
-    /// controller id, creating a controller for an admin queue.
-    pub fn connect(&self, qid: u16, sqsize: u16, data: &ConnectData) -> Result<u16, Refused> {
+    /// controller, creating one for an admin queue. An I/O queue's `socket` (a clone of its
+    /// connection) is shut down when its controller goes.
+    pub fn connect(
+        &self,
+        qid: u16,
+        sqsize: u16,
+        data: &ConnectData,
+        socket: Option<TcpStream>,
+    ) -> Result<ControllerRef, Refused> {
         if data.subnqn() != Some(self.nqn.as_str()) {
             return Err(Refused::parameter(true, 256));
         }
@@ -104,9 +126,13 @@ impl Subsystem {
                     status: connect_status::CONTROLLER_BUSY,
                     dw0: 0,
                 })?;
+            let generation = self
+                .generations
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             controllers.insert(
                 id,
                 Controller {
+                    generation,
                     host_id: data.host_id,
                     hostnqn: hostnqn.to_owned(),
                     cc: 0,
@@ -114,7 +140,10 @@ impl Subsystem {
                     io_queues: Vec::new(),
                 },
             );
-            return Ok(id);
+            return Ok(ControllerRef {
+                cntlid: id,
+                generation,
+            });
         }
         let ctrl = controllers
             .get_mut(&cntlid)
@@ -126,36 +155,51 @@ impl Subsystem {
                 dw0: 0,
             });
         }
-        if qid > MAX_IO_QUEUE_ID || ctrl.io_queues.contains(&qid) {
+        if qid > MAX_IO_QUEUE_ID || ctrl.io_queues.iter().any(|(q, _)| *q == qid) {
             return Err(Refused::parameter(false, 42));
         }
-        ctrl.io_queues.push(qid);
-        Ok(cntlid)
+        ctrl.io_queues.push((qid, socket));
+        Ok(ControllerRef {
+            cntlid,
+            generation: ctrl.generation,
+        })
     }
 
-    /// Queue `qid` of controller `cntlid` is gone; the admin queue takes its controller along.
-    pub fn disconnect(&self, cntlid: u16, qid: u16) {
+    /// Queue `qid` of controller `ctrl` is gone. The admin queue takes its controller along,
+    /// and the controller's I/O connections with it.
+    pub fn disconnect(&self, ctrl: ControllerRef, qid: u16) {
         let mut controllers = self.controllers();
-        if qid == 0 {
-            controllers.remove(&cntlid);
-        } else if let Some(c) = controllers.get_mut(&cntlid) {
-            c.io_queues.retain(|q| *q != qid);
+        let Some(c) = controllers
+            .get_mut(&ctrl.cntlid)
+            .filter(|c| c.generation == ctrl.generation)
+        else {
+            return;
+        };
+        if qid != 0 {
+            c.io_queues.retain(|(q, _)| *q != qid);
+            return;
+        }
+        if let Some(c) = controllers.remove(&ctrl.cntlid) {
+            for socket in c.io_queues.into_iter().filter_map(|(_, s)| s) {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
         }
     }
 
-    /// Whether controller `cntlid` is enabled and ready (commands other than Fabrics ones may
-    /// run).
-    pub fn ready(&self, cntlid: u16) -> bool {
+    /// Whether controller `ctrl` still exists, enabled and ready (commands other than Fabrics
+    /// ones may run).
+    pub fn ready(&self, ctrl: ControllerRef) -> bool {
         self.controllers()
-            .get(&cntlid)
-            .is_some_and(|c| c.csts & csts::RDY != 0)
+            .get(&ctrl.cntlid)
+            .is_some_and(|c| c.generation == ctrl.generation && c.csts & csts::RDY != 0)
     }
 
     /// Property Get.
-    pub fn get_property(&self, cntlid: u16, offset: u32, wide: bool) -> Result<u64, Status> {
+    pub fn get_property(&self, c: ControllerRef, offset: u32, wide: bool) -> Result<u64, Status> {
         let controllers = self.controllers();
         let ctrl = controllers
-            .get(&cntlid)
+            .get(&c.cntlid)
+            .filter(|x| x.generation == c.generation)
             .ok_or(Status::COMMAND_SEQUENCE_ERROR)?;
         match (offset, wide) {
             (property::CAP, true) => Ok(Capabilities {
@@ -174,14 +218,15 @@ impl Subsystem {
     /// shutdown notification completes at once (nothing is volatile); clearing EN resets it.
     pub fn set_property(
         &self,
-        cntlid: u16,
+        c: ControllerRef,
         offset: u32,
         value: u64,
         wide: bool,
     ) -> Result<(), Status> {
         let mut controllers = self.controllers();
         let ctrl = controllers
-            .get_mut(&cntlid)
+            .get_mut(&c.cntlid)
+            .filter(|x| x.generation == c.generation)
             .ok_or(Status::COMMAND_SEQUENCE_ERROR)?;
         if offset != property::CC || wide {
             return Err(Status::INVALID_FIELD);
@@ -207,35 +252,44 @@ mod tests {
     #[test]
     fn admin_then_io_connect_follows_enable() {
         let s = Subsystem::new("nqn.t", 128);
-        let id = s.connect(0, 31, &data(CNTLID_DYNAMIC, "nqn.t")).unwrap();
+        let c = s
+            .connect(0, 31, &data(CNTLID_DYNAMIC, "nqn.t"), None)
+            .unwrap();
+        let id = c.cntlid;
         // An I/O queue before the controller is enabled is a sequence error.
         assert_eq!(
-            s.connect(1, 127, &data(id, "nqn.t")).unwrap_err().status,
+            s.connect(1, 127, &data(id, "nqn.t"), None)
+                .unwrap_err()
+                .status,
             Status::COMMAND_SEQUENCE_ERROR
         );
-        s.set_property(id, property::CC, 0x46_0001, false).unwrap();
-        assert_eq!(s.get_property(id, property::CSTS, false), Ok(1));
-        assert_eq!(s.connect(1, 127, &data(id, "nqn.t")), Ok(id));
+        s.set_property(c, property::CC, 0x46_0001, false).unwrap();
+        assert_eq!(s.get_property(c, property::CSTS, false), Ok(1));
+        assert_eq!(s.connect(1, 127, &data(id, "nqn.t"), None), Ok(c));
         // Same queue twice, queue too large, unknown controller, wrong subsystem, bad size.
-        assert_eq!(s.connect(1, 127, &data(id, "nqn.t")).unwrap_err().dw0, 42);
-        assert_eq!(s.connect(1, 128, &data(id, "nqn.t")).unwrap_err().dw0, 44);
-        assert_eq!(
-            s.connect(2, 127, &data(id + 1, "nqn.t")).unwrap_err().dw0,
-            (1 << 16) | 16
-        );
-        assert_eq!(
-            s.connect(0, 31, &data(CNTLID_DYNAMIC, "nqn.other"))
+        let refused = |qid, sqsize, cntlid, nqn| {
+            s.connect(qid, sqsize, &data(cntlid, nqn), None)
                 .unwrap_err()
-                .dw0,
-            (1 << 16) | 256
-        );
-        s.set_property(id, property::CC, 0x46_4001, false).unwrap();
-        assert_eq!(s.get_property(id, property::CSTS, false), Ok(0b1001));
+                .dw0
+        };
+        assert_eq!(refused(1, 127, id, "nqn.t"), 42);
+        assert_eq!(refused(1, 128, id, "nqn.t"), 44);
+        assert_eq!(refused(2, 127, id + 1, "nqn.t"), (1 << 16) | 16);
+        assert_eq!(refused(0, 31, CNTLID_DYNAMIC, "nqn.other"), (1 << 16) | 256);
+        s.set_property(c, property::CC, 0x46_4001, false).unwrap();
+        assert_eq!(s.get_property(c, property::CSTS, false), Ok(0b1001));
         assert_eq!(
-            s.get_property(id, property::CAP, false),
+            s.get_property(c, property::CAP, false),
             Err(Status::INVALID_FIELD)
         );
-        s.disconnect(id, 0);
-        assert!(!s.ready(id));
+        s.disconnect(c, 0);
+        assert!(!s.ready(c));
+        // The id is handed out again, to a controller the old queues do not reach.
+        let again = s
+            .connect(0, 31, &data(CNTLID_DYNAMIC, "nqn.t"), None)
+            .unwrap();
+        assert_eq!(again.cntlid, id);
+        s.set_property(again, property::CC, 1, false).unwrap();
+        assert!(s.ready(again) && !s.ready(c));
     }
 }

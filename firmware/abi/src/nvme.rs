@@ -100,6 +100,13 @@ impl SubmissionEntry {
         sqe
     }
 
+    /// An NS_COLLECT that discards job `tag` once it has finished, returning no data.
+    pub fn ns_discard(cid: u16, nsid: u32, tag: u32) -> Self {
+        let mut sqe = Self::vendor(io_opcode::NS_COLLECT, cid, nsid, 0, tag);
+        sqe.cdw15 = 2.into();
+        sqe
+    }
+
     /// The fused-operation bits (CDW0 9:8); non-zero means part of a fused pair.
     pub fn fused(&self) -> u8 {
         self.flags & 0x3
@@ -393,7 +400,8 @@ pub mod io_opcode {
     /// Vendor: submit an NS_config (host→controller, bits 1:0 = 01); result dword 0 is the tag.
     pub const NS_SUBMIT: u8 = 0x85;
     /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW13 is the tag;
-    /// CDW15 bit 0 set: a window of it starting at byte CDW14 (result dword 0: its whole size).
+    /// CDW15 bit 0 set: a window of it starting at byte CDW14 (result dword 0: its whole size);
+    /// CDW15 bit 1 set: discard the job once finished.
     pub const NS_COLLECT: u8 = 0x86;
 }
 
@@ -548,6 +556,9 @@ pub enum IoCommand {
         /// many as fit, so a subgraph larger than one transfer (MDTS) comes in several
         /// commands; the job ends with the window that reaches its end.
         window: Option<u32>,
+        /// Discard (CDW15 bit 1): end the job once it has finished, returning nothing (a host
+        /// giving up on a job, or a target cleaning up after a host that left).
+        discard: bool,
     },
     /// Any opcode the device does not implement.
     Unsupported(u8),
@@ -577,6 +588,7 @@ impl IoCommand {
                 tag: sqe.cdw13.get(),
                 data_len_bytes,
                 window: (sqe.cdw15.get() & 1 != 0).then(|| sqe.cdw14.get()),
+                discard: sqe.cdw15.get() & 2 != 0,
             },
             op => Self::Unsupported(op),
         })
@@ -645,6 +657,7 @@ mod tests {
                 tag: 0x0102,
                 data_len_bytes: 8196,
                 window: None,
+                discard: false,
             })
         );
     }

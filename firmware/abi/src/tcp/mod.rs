@@ -214,8 +214,8 @@ pub struct TermReq {
     pub reserved: [u8; 10],
 }
 
-/// Most bytes of the offending PDU's header a TermReq carries.
-pub const TERM_REQ_MAX_DATA_BYTES: usize = 128 - size_of::<TermReq>();
+/// Most bytes of the offending PDU's header a TermReq carries (the PDU is at most 152 bytes).
+pub const TERM_REQ_MAX_DATA_BYTES: usize = 152 - size_of::<TermReq>();
 
 const _: () = {
     assert!(size_of::<CommonHeader>() == 8);
