@@ -998,3 +998,22 @@ fn the_tunnel_window_carries_the_same_exchange_in_writes_and_reads() {
     assert!(d.write(0, &vec![7; bs]).is_success());
     assert_eq!(d.read(0, 1).1, vec![7; bs]);
 }
+
+#[test]
+fn a_discarded_job_frees_its_slot_once_finished() {
+    let mut d = Device::new(small_geometry(), small_config(), 9);
+    let (indptr, indices) = ring_with_hub(200);
+    store_graph(&mut d, indptr, indices);
+    let (s, tag) = ns_submit(&mut d, 3, &[4], &[1, 2]);
+    assert!(s.is_success());
+    let (cqe, _) = d.exec(1, SubmissionEntry::ns_discard(0, 1, tag), vec![]);
+    assert!(cqe.status().is_success());
+    assert_eq!(
+        VendorStatus::from_status(ns_collect(&mut d, tag, 4096).0),
+        Some(VendorStatus::UnknownTag)
+    );
+    // Every slot is free again.
+    for _ in 0..small_config().isp_slots {
+        assert!(ns_submit(&mut d, 3, &[4], &[1, 2]).0.is_success());
+    }
+}

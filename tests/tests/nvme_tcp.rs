@@ -119,6 +119,55 @@ fn a_graph_written_over_tcp_survives_a_clean_stop_and_restart_from_the_image() {
     let _ = std::fs::remove_file(&path);
 }
 
+#[test]
+fn a_host_that_leaves_with_jobs_uncollected_does_not_keep_the_device_slots() {
+    let graph = generate(&RmatParams::graph500(8, 4, 2)).expect("graph");
+    let target = start();
+    let slots = tunnel_config().firmware.isp_slots;
+    let submit_all = |device: &mut Device<TcpTransport>| {
+        for k in 0..slots {
+            let (sqe, config) =
+                sagessd_host_driver::ns::ns_submit(u64::from(k), &[3], &[1, 2, 3]).expect("config");
+            let status = device
+                .transport_mut()
+                .execute(1, sqe, config)
+                .expect("NS_SUBMIT");
+            assert!(status.cqe.status().is_success(), "slot {k}");
+        }
+    };
+    {
+        let mut device = connect(&target, false);
+        load_graph(&mut device, &graph, 0).expect("load");
+        submit_all(&mut device);
+    }
+    // The target discards the departed host's jobs; a new host gets every slot.
+    let mut device = connect(&target, false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (sqe, config) = sagessd_host_driver::ns::ns_submit(9, &[3], &[1]).expect("config");
+        let c = device
+            .transport_mut()
+            .execute(1, sqe, config)
+            .expect("NS_SUBMIT");
+        if c.cqe.status().is_success() {
+            let discard = SubmissionEntry::ns_discard(3, 1, c.cqe.result.get());
+            device
+                .transport_mut()
+                .execute(1, discard, vec![])
+                .expect("discard");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slots never came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    submit_all(&mut device);
+    drop(device);
+    target.stop();
+}
+
 /// A raw connection that has done ICReq/ICResp.
 fn raw_connection(target: &Target) -> TcpStream {
     let mut s = TcpStream::connect(target.local_addr()).expect("connect");
