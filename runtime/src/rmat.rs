@@ -89,38 +89,28 @@ pub enum RmatError {
     Graph(#[from] GraphError),
 }
 
-/// Generates the symmetric simple R-MAT graph of `params` (see the module documentation).
-pub fn generate(params: &RmatParams) -> Result<CsrGraph, RmatError> {
+/// The random relabelling of `params`' graph: draw `d` names node `permutation[d]`.
+pub fn permutation(params: &RmatParams) -> Vec<u32> {
+    let mut permutation: Vec<u32> = (0..1u64 << params.scale).map(|v| v as u32).collect();
+    SplitMix64::stream(params.seed, 1).shuffle(&mut permutation);
+    permutation
+}
+
+/// Calls `edge(u, v)` for every drawn edge that is not a self loop, in draw order, with the
+/// nodes relabelled by `permutation` (duplicates included).
+fn for_each_edge(params: &RmatParams, permutation: &[u32], mut edge: impl FnMut(u32, u32)) {
     let RmatParams {
         scale,
-        edge_factor,
         seed,
         a,
         b,
         c,
+        ..
     } = *params;
-    if !(1..=MAX_SCALE).contains(&scale) {
-        return Err(RmatError::Scale(scale));
-    }
-    let drawn = params.drawn_edges();
-    if edge_factor == 0 || drawn > MAX_DRAWN_EDGES {
-        return Err(RmatError::EdgeFactor { edge_factor, scale });
-    }
-    let probabilities_ok = [a, b, c].iter().all(|p| p.is_finite() && *p >= 0.0) && a + b + c <= 1.0;
-    if !probabilities_ok {
-        return Err(RmatError::Probabilities { a, b, c });
-    }
-    let node_count = 1u64 << scale;
-    let mut permutation: Vec<u32> = (0..node_count).map(|v| v as u32).collect();
-    SplitMix64::stream(seed, 1).shuffle(&mut permutation);
-
     let mut rng = SplitMix64::stream(seed, 0);
     let (ab, abc) = (a + b, a + b + c);
-    // Each undirected edge becomes two directed ones, packed as (source << 32 | neighbour) so
-    // that one sort orders them by source, then neighbour.
-    let mut packed: Vec<u64> = Vec::with_capacity(2 * drawn as usize);
-    for _ in 0..drawn {
-        let (mut u, mut v) = (0u64, 0u64);
+    for _ in 0..params.drawn_edges() {
+        let (mut u, mut v) = (0usize, 0usize);
         for _ in 0..scale {
             let r = rng.next_f64();
             let (du, dv) = if r < a {
@@ -135,26 +125,78 @@ pub fn generate(params: &RmatParams) -> Result<CsrGraph, RmatError> {
             u = (u << 1) | du;
             v = (v << 1) | dv;
         }
-        let (u, v) = (
-            u64::from(permutation[u as usize]),
-            u64::from(permutation[v as usize]),
-        );
+        let (u, v) = (permutation[u], permutation[v]);
         if u != v {
-            packed.push((u << 32) | v);
-            packed.push((v << 32) | u);
+            edge(u, v);
         }
     }
-    packed.sort_unstable();
-    packed.dedup();
+}
 
-    let mut indptr = vec![0u64; node_count as usize + 1];
-    for e in &packed {
-        indptr[(e >> 32) as usize + 1] += 1;
+/// Generates the symmetric simple R-MAT graph of `params` (see the module documentation).
+/// Memory: the CSR arrays with every drawn edge in both directions, then compacted; the edge
+/// list is never held apart from them.
+pub fn generate(params: &RmatParams) -> Result<CsrGraph, RmatError> {
+    let RmatParams {
+        scale,
+        edge_factor,
+        a,
+        b,
+        c,
+        ..
+    } = *params;
+    if !(1..=MAX_SCALE).contains(&scale) {
+        return Err(RmatError::Scale(scale));
     }
-    for i in 0..node_count as usize {
+    let drawn = params.drawn_edges();
+    if edge_factor == 0 || drawn > MAX_DRAWN_EDGES {
+        return Err(RmatError::EdgeFactor { edge_factor, scale });
+    }
+    let probabilities_ok = [a, b, c].iter().all(|p| p.is_finite() && *p >= 0.0) && a + b + c <= 1.0;
+    if !probabilities_ok {
+        return Err(RmatError::Probabilities { a, b, c });
+    }
+    let node_count = 1u64 << scale;
+    let permutation = permutation(params);
+    let n = node_count as usize;
+    // Two passes over the same seeded draws, so the edge list never exists on its own: the
+    // first counts each node's (directed, possibly repeated) neighbours, the second writes them
+    // into their rows. Then each row is sorted and deduplicated in place.
+    let mut indptr = vec![0u64; n + 1];
+    for_each_edge(params, &permutation, |u, v| {
+        indptr[u as usize + 1] += 1;
+        indptr[v as usize + 1] += 1;
+    });
+    for i in 0..n {
         indptr[i + 1] += indptr[i];
     }
-    let indices: Vec<u32> = packed.iter().map(|e| *e as u32).collect();
+    let mut indices = vec![0u32; indptr[n] as usize];
+    let mut next: Vec<u64> = indptr[..n].to_vec();
+    for_each_edge(params, &permutation, |u, v| {
+        for (from, to) in [(u, v), (v, u)] {
+            let slot = &mut next[from as usize];
+            indices[*slot as usize] = to;
+            *slot += 1;
+        }
+    });
+    drop(next);
+    let mut write = 0usize;
+    for node in 0..n {
+        let (start, end) = (indptr[node] as usize, indptr[node + 1] as usize);
+        indices[start..end].sort_unstable();
+        indptr[node] = write as u64;
+        let mut last = None;
+        for i in start..end {
+            let x = indices[i];
+            if last != Some(x) {
+                indices[write] = x;
+                write += 1;
+                last = Some(x);
+            }
+        }
+    }
+    indptr[n] = write as u64;
+    indices.truncate(write);
+    indices.shrink_to_fit();
     Ok(CsrGraph::new(indptr, indices)?)
 }
 

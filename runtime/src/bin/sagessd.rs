@@ -46,6 +46,124 @@ enum Command {
     /// Write an NS_config payload to a file and print the NS_SUBMIT command dwords that carry
     /// it, for sending by hand (`nvme io-passthru --opcode=0x85 ...`).
     NsConfig(NsConfigArgs),
+    /// Datasets: generate one, import one, describe one.
+    #[command(subcommand)]
+    Dataset(DatasetCommand),
+    /// Benchmarks measured on this machine's WALL CLOCK (not modelled time).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// In-memory neighbour sampling throughput (minibatches/s, sampled edges/s) with T
+    /// threads. Speaks the sampler-comparison harness's `--extern` protocol: given
+    /// `--graph-dir` (indptr.npy, indices.npy) and `--seeds` (int64 [W+B, batch]), its last
+    /// stdout line is the JSON the harness reads.
+    Sampler(BenchSamplerArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchSamplerArgs {
+    /// Folder with `indptr.npy` (int64) and `indices.npy` (int32 or int64), e.g. a harness
+    /// graph or a sagessd dataset.
+    #[arg(long, value_name = "DIR")]
+    graph_dir: Option<PathBuf>,
+    /// Minibatch seeds, int64 [warmup + batches, batch size] (default: drawn here).
+    #[arg(long, value_name = "FILE")]
+    seeds: Option<PathBuf>,
+    /// Without --graph-dir: R-MAT scale of the graph generated here.
+    #[arg(long, default_value_t = 22)]
+    scale: u32,
+    /// Without --graph-dir: R-MAT edge factor.
+    #[arg(long, default_value_t = 16)]
+    edge_factor: u32,
+    /// Fanouts in hop order.
+    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
+    fanouts: Vec<u16>,
+    /// Sampling threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Untimed minibatches per run.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// Timed minibatches per run.
+    #[arg(long, default_value_t = 200)]
+    batches: usize,
+    /// Runs (the summary reports the median).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Without --seeds: targets per minibatch.
+    #[arg(long, default_value_t = 1000)]
+    batch_size: usize,
+}
+
+#[derive(Debug, Subcommand)]
+enum DatasetCommand {
+    /// Generate an R-MAT graph with community-correlated labels and features (and splits) into
+    /// a dataset folder.
+    Generate(DatasetGenerateArgs),
+    /// Import a graph into a dataset folder.
+    #[command(subcommand)]
+    Import(DatasetImportCommand),
+    /// Print a dataset's manifest summary and degree statistics; `--verify` also checks every
+    /// array against its checksum.
+    Info(DatasetInfoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum DatasetImportCommand {
+    /// A SNAP edge list (text, `#` comments, optionally `.gz`).
+    Snap(SnapImportArgs),
+}
+
+#[derive(Debug, Args)]
+struct DatasetGenerateArgs {
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// R-MAT scale: 2^SCALE nodes.
+    #[arg(long, default_value_t = 16)]
+    scale: u32,
+    /// Edges drawn per node.
+    #[arg(long, default_value_t = 8)]
+    edge_factor: u32,
+    /// Seed of graph, labels, features and splits.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Feature dimension (0: none).
+    #[arg(long, default_value_t = 64)]
+    features: u32,
+    /// Feature element type: f32 or f16.
+    #[arg(long, default_value = "f32")]
+    feature_dtype: String,
+    /// Label classes.
+    #[arg(long, default_value_t = 8)]
+    classes: u32,
+    /// Dataset name (default: rmat-SCALE-EDGE_FACTOR).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct SnapImportArgs {
+    /// The edge list.
+    input: PathBuf,
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Add the reverse of every edge.
+    #[arg(long)]
+    symmetric: bool,
+}
+
+#[derive(Debug, Args)]
+struct DatasetInfoArgs {
+    /// The dataset folder.
+    dir: PathBuf,
+    /// Check every array against its CRC32C (reads everything).
+    #[arg(long)]
+    verify: bool,
 }
 
 #[derive(Debug, Args)]
@@ -304,6 +422,10 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
+    // Die quietly when stdout is a closed pipe (`sagessd ... | head`), like other Unix tools,
+    // instead of panicking on the failed write.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -320,7 +442,171 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Device(DeviceCommand::Bench(args)) => run_device_bench(args),
         Command::Emulator(EmulatorCommand::Serve(args)) => run_serve(args),
         Command::NsConfig(args) => run_ns_config(args),
+        Command::Dataset(command) => run_dataset(command),
+        Command::Bench(BenchCommand::Sampler(args)) => run_bench_sampler(args),
     }
+}
+
+/// `bench sampler`.
+fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::bench::{self, BenchConfig};
+    use sagessd_runtime::npy::{self, Dtype};
+    let setup = std::time::Instant::now();
+    let graph = match &a.graph_dir {
+        Some(dir) => load_npy_graph(dir)?,
+        None => sagessd_runtime::rmat::generate(&sagessd_runtime::rmat::RmatParams::graph500(
+            a.scale,
+            a.edge_factor,
+            1,
+        ))?,
+    };
+    let rows = a.warmup + a.batches;
+    let seeds: Vec<Vec<u64>> = match &a.seeds {
+        Some(path) => {
+            let (shape, raw) = npy::read_raw(path, Dtype::I64, 2)?;
+            let width = shape[1] as usize;
+            raw.chunks_exact(8 * width.max(1))
+                .map(|row| {
+                    row.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .collect()
+                })
+                .collect()
+        }
+        None => bench::harness_seeds(&graph, rows, a.batch_size, 0),
+    };
+    let setup_s = setup.elapsed().as_secs_f64();
+    let config = BenchConfig {
+        fanouts: a.fanouts.clone(),
+        threads: a.threads,
+        warmup: a.warmup,
+        batches: a.batches,
+        runs: a.runs,
+    };
+    let runs = bench::run(&graph, &seeds, &config)?;
+    let mut times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let per_batch = |x: u64| x as f64 / a.batches as f64;
+    eprintln!(
+        "in-memory sampler, {} nodes / {} CSR entries, fanouts {:?}, {} thread(s), {} timed minibatches x {} runs (setup {setup_s:.1} s)",
+        graph.node_count(),
+        graph.edge_count(),
+        a.fanouts,
+        a.threads,
+        a.batches,
+        a.runs
+    );
+    eprintln!(
+        "  median: {:.2} minibatches/s, {:.2} M sampled edges/s (WALL CLOCK); {:.0} edges and {:.0} unique nodes per minibatch",
+        a.batches as f64 / median,
+        runs[0].edges as f64 / median / 1e6,
+        per_batch(runs[0].edges),
+        per_batch(runs[0].unique_nodes)
+    );
+    let entries: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"time_s\": {:.6}, \"edges\": {}, \"unique_nodes\": {}}}",
+                r.time_s, r.edges, r.unique_nodes
+            )
+        })
+        .collect();
+    println!(
+        "{{\"runs\": [{}], \"version\": \"{}\", \"impl\": \"sagessd in-memory reference sampler (Rust, {} thread(s))\"}}",
+        entries.join(", "),
+        env!("CARGO_PKG_VERSION"),
+        a.threads
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A CSR graph from `indptr.npy` (int64) and `indices.npy` (int32 or int64) in `dir`.
+fn load_npy_graph(dir: &std::path::Path) -> anyhow::Result<sagessd_runtime::graph::CsrGraph> {
+    use sagessd_runtime::npy::{self, Dtype};
+    let indptr: Vec<u64> = npy::read_i64(&dir.join("indptr.npy"))?
+        .into_iter()
+        .map(|v| v as u64)
+        .collect();
+    let file = dir.join("indices.npy");
+    let indices: Vec<u32> = match npy::read_header(&file)?.dtype {
+        Dtype::I32 => npy::read_raw(&file, Dtype::I32, 1)?
+            .1
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
+            .collect(),
+        _ => npy::read_i64(&file)?
+            .into_iter()
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            .collect(),
+    };
+    sagessd_runtime::graph::CsrGraph::new(indptr, indices)
+        .with_context(|| format!("{}: not a valid CSR graph", dir.display()))
+}
+
+/// `dataset generate|import|info`.
+fn run_dataset(command: DatasetCommand) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::dataset::{Dataset, generate, snap};
+    use sagessd_runtime::npy::Dtype;
+    let wall = std::time::Instant::now();
+    let dataset = match command {
+        DatasetCommand::Generate(a) => {
+            let feature_dtype = match a.feature_dtype.as_str() {
+                "f32" => Dtype::F32,
+                "f16" => Dtype::F16,
+                other => anyhow::bail!("--feature-dtype {other:?}: f32 or f16"),
+            };
+            let params = generate::GenerateParams {
+                name: a
+                    .name
+                    .unwrap_or_else(|| format!("rmat-{}-{}", a.scale, a.edge_factor)),
+                scale: a.scale,
+                edge_factor: a.edge_factor,
+                seed: a.seed,
+                feature_dim: a.features,
+                feature_dtype,
+                classes: a.classes,
+            };
+            generate::generate(&a.out, &params)?
+        }
+        DatasetCommand::Import(DatasetImportCommand::Snap(a)) => {
+            snap::import(&a.input, &a.out, a.symmetric)?
+        }
+        DatasetCommand::Info(a) => {
+            let d = Dataset::open(&a.dir)?;
+            if a.verify {
+                d.verify()?;
+                println!("checksums: all arrays match their manifest CRC32C");
+            }
+            d
+        }
+    };
+    let m = &dataset.manifest;
+    println!("dataset {} ({})", m.name, dataset.dir().display());
+    println!("  source        {}", m.source);
+    println!(
+        "  nodes         {:>14}\n  CSR entries   {:>14}   ({})",
+        m.node_count,
+        m.edge_count,
+        if m.symmetric { "symmetric" } else { "directed" }
+    );
+    if let Some(c) = m.class_count {
+        println!("  classes       {c:>14}");
+    }
+    for (name, entry) in dataset.arrays() {
+        println!(
+            "  {name:<13} {:<14} {:>6} {:?}  crc32c {}",
+            entry.file, entry.dtype, entry.shape, entry.crc32c
+        );
+    }
+    let stats = dataset.graph()?.degree_stats();
+    println!(
+        "  degrees       mean {:.2}, median {}, max {}, isolated {}",
+        stats.mean, stats.median, stats.max, stats.isolated
+    );
+    eprintln!("(wall-clock time: {:.1} s)", wall.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `ns-config`: the payload and the dwords of one NS_SUBMIT.

@@ -1,0 +1,157 @@
+//! The in-memory sampler benchmark: minibatches and sampled edges per wall-clock second with one
+//! or more threads, in the protocol of the sampler-comparison harness (`bench_samplers.py
+//! --extern`), so DGL, PyG and this sampler are timed on the same graph with the same seeds.
+//!
+//! Each run samples the warm-up minibatches (untimed), then times the others; threads take
+//! minibatches from a shared counter. A minibatch's sampling seed is a function of the run and
+//! its index, so runs differ and every thread count samples the same subgraphs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use sagessd_abi::sample::mix;
+
+use crate::graph::CsrGraph;
+use crate::rng::SplitMix64;
+use crate::sampler::{ReferenceSampler, Sampler, SamplerError};
+
+/// What to time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BenchConfig {
+    /// Fanouts in hop order (first the seeds' neighbours).
+    pub fanouts: Vec<u16>,
+    /// Sampling threads.
+    pub threads: usize,
+    /// Minibatches sampled before timing, per run.
+    pub warmup: usize,
+    /// Timed minibatches per run.
+    pub batches: usize,
+    /// Runs.
+    pub runs: usize,
+}
+
+/// One run's totals over its timed minibatches.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunResult {
+    /// Wall-clock seconds.
+    pub time_s: f64,
+    /// Sampled edges, all layers.
+    pub edges: u64,
+    /// Distinct nodes per minibatch, summed.
+    pub unique_nodes: u64,
+}
+
+/// Runs the benchmark: `seeds` holds the warm-up minibatches' targets, then the timed ones'.
+pub fn run(
+    graph: &CsrGraph,
+    seeds: &[Vec<u64>],
+    config: &BenchConfig,
+) -> Result<Vec<RunResult>, SamplerError> {
+    if seeds.len() < config.warmup + config.batches || config.threads == 0 {
+        return Err(SamplerError::InvalidRequest(format!(
+            "{} seed rows for {} warm-up + {} timed minibatches, {} threads",
+            seeds.len(),
+            config.warmup,
+            config.batches,
+            config.threads
+        )));
+    }
+    (0..config.runs)
+        .map(|r| {
+            let seed_of = |i: usize| mix(mix(r as u64) ^ i as u64);
+            sample_all(graph, &seeds[..config.warmup], &config.fanouts, 1, &seed_of)?;
+            let timed = &seeds[config.warmup..config.warmup + config.batches];
+            let started = Instant::now();
+            let (edges, unique_nodes) =
+                sample_all(graph, timed, &config.fanouts, config.threads, &|i| {
+                    seed_of(config.warmup + i)
+                })?;
+            Ok(RunResult {
+                time_s: started.elapsed().as_secs_f64(),
+                edges,
+                unique_nodes,
+            })
+        })
+        .collect()
+}
+
+/// Samples every minibatch of `rows` with `threads` threads; returns (edges, unique nodes).
+fn sample_all(
+    graph: &CsrGraph,
+    rows: &[Vec<u64>],
+    fanouts: &[u16],
+    threads: usize,
+    seed_of: &(dyn Fn(usize) -> u64 + Sync),
+) -> Result<(u64, u64), SamplerError> {
+    let next = AtomicUsize::new(0);
+    let totals = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> Result<(u64, u64), SamplerError> {
+                    let mut sampler = ReferenceSampler::new(graph);
+                    let (mut edges, mut nodes) = (0, 0);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(targets) = rows.get(i) else {
+                            return Ok((edges, nodes));
+                        };
+                        let s = sampler.sample(seed_of(i), fanouts, targets)?;
+                        edges += s.edge_count();
+                        nodes += s.node_count() as u64;
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(SamplerError::InvalidRequest("a worker panicked".into()))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    Ok(totals
+        .into_iter()
+        .fold((0, 0), |(e, n), (de, dn)| (e + de, n + dn)))
+}
+
+/// Minibatch targets the harness's way: consecutive chunks of `batch_size` of one seeded
+/// permutation of the nodes that have neighbours.
+pub fn harness_seeds(graph: &CsrGraph, rows: usize, batch_size: usize, seed: u64) -> Vec<Vec<u64>> {
+    let mut nodes: Vec<u64> = (0..graph.node_count())
+        .filter(|v| graph.degree(*v) > 0)
+        .collect();
+    SplitMix64::new(seed).shuffle(&mut nodes);
+    nodes
+        .chunks(batch_size.max(1))
+        .take(rows)
+        .map(<[u64]>::to_vec)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rmat::{RmatParams, generate};
+
+    #[test]
+    fn thread_counts_sample_the_same_subgraphs() {
+        let g = generate(&RmatParams::graph500(10, 8, 5)).unwrap();
+        let seeds = harness_seeds(&g, 12, 50, 1);
+        let config = |threads| BenchConfig {
+            fanouts: vec![5, 3],
+            threads,
+            warmup: 2,
+            batches: 10,
+            runs: 2,
+        };
+        let one = run(&g, &seeds, &config(1)).unwrap();
+        let three = run(&g, &seeds, &config(3)).unwrap();
+        for (a, b) in one.iter().zip(&three) {
+            assert_eq!((a.edges, a.unique_nodes), (b.edges, b.unique_nodes));
+        }
+        assert!(one[0].edges > 0);
+        assert!(run(&g, &seeds[..5], &config(1)).is_err());
+    }
+}
