@@ -12,6 +12,7 @@
 //!   ISP on the same emulated device, several workers, checked against the reference);
 //! * [`dataset`]: dataset folders (manifest + `.npy` arrays), generated or imported; [`npy`]:
 //!   the NumPy array files they are made of;
+//! * [`ooc`]: out-of-core sampling on real files (direct I/O, AGNES blocks and hyperbatches);
 //! * [`rng`]: the deterministic generator behind every seeded choice.
 
 pub mod bench;
@@ -21,6 +22,7 @@ pub mod graph;
 pub mod host_io;
 pub mod load;
 pub mod npy;
+pub mod ooc;
 pub mod rmat;
 pub mod rng;
 pub mod sampler;

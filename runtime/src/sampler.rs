@@ -171,7 +171,8 @@ impl SamplerStats {
         }
     }
 
-    fn add_subgraph(&mut self, s: &SampledSubgraph) {
+    /// Counts one produced subgraph.
+    pub(crate) fn add_subgraph(&mut self, s: &SampledSubgraph) {
         self.minibatches += 1;
         self.nodes += s.node_count() as u64;
         self.edges += s.edge_count();

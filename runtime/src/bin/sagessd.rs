@@ -52,6 +52,43 @@ enum Command {
     /// Benchmarks measured on this machine's WALL CLOCK (not modelled time).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Sample a dataset from its files on this machine's storage (out of core) with one or
+    /// more samplers, and print each one's storage I/O (reads, sizes, bytes read vs used,
+    /// graph-buffer hits) and wall-clock time; every subgraph is checked against the first
+    /// sampler's.
+    Sample(SampleArgs),
+}
+
+#[derive(Debug, Args)]
+struct SampleArgs {
+    /// The dataset folder.
+    #[arg(long, value_name = "DIR")]
+    dataset: PathBuf,
+    /// Samplers, comma-separated: memory (in-memory CSR), direct (O_DIRECT reads of the CSR
+    /// sectors needed), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches).
+    #[arg(long, value_delimiter = ',', default_value = "hyperbatch,agnes,direct")]
+    sampler: Vec<String>,
+    /// Minibatches per hyperbatch.
+    #[arg(long, default_value_t = 64)]
+    hyperbatch: usize,
+    /// AGNES block size in KiB (a multiple of 4).
+    #[arg(long, default_value_t = 1024)]
+    block_size: usize,
+    /// Graph buffer of the AGNES samplers, MiB.
+    #[arg(long, default_value_t = 64)]
+    graph_buffer: usize,
+    /// Minibatches.
+    #[arg(long, default_value_t = 128)]
+    batches: u32,
+    /// Targets per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: u32,
+    /// Fanouts in hop order.
+    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
+    fanouts: Vec<u16>,
+    /// Seed of targets and sampling.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -444,7 +481,155 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::NsConfig(args) => run_ns_config(args),
         Command::Dataset(command) => run_dataset(command),
         Command::Bench(BenchCommand::Sampler(args)) => run_bench_sampler(args),
+        Command::Sample(args) => run_sample(args),
     }
+}
+
+/// `sample`: out-of-core samplers on real files, with their I/O.
+fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
+    use sagessd_runtime::dataset::Dataset;
+    use sagessd_runtime::ooc::{
+        AgnesLayout, BlockSampler, DirectSampler, HyperbatchSampler, IoStats,
+    };
+    use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
+
+    let dataset = Dataset::open(&a.dataset)?;
+    let n = dataset.manifest.node_count;
+    let requests: Vec<(u64, Vec<u64>)> = (0..a.batches)
+        .map(|b| {
+            (
+                minibatch_seed(a.seed, b),
+                minibatch_targets(a.seed, b, a.batch_size, n),
+            )
+        })
+        .collect();
+    let block_bytes = a.block_size * 1024;
+    let buffer_bytes = a.graph_buffer << 20;
+    let needs_layout = a.sampler.iter().any(|s| s == "agnes" || s == "hyperbatch");
+    let layout = if needs_layout {
+        let (layout, written) = AgnesLayout::for_dataset(&dataset, block_bytes)?;
+        let bytes = layout.manifest.block_count * layout.manifest.block_bytes;
+        println!(
+            "AGNES layout {} ({}): {} blocks of {} = {}, {} split nodes; graph buffer {} ({:.1}x smaller)",
+            layout.dir().display(),
+            if written { "written now" } else { "existing" },
+            layout.manifest.block_count,
+            human_bytes(layout.manifest.block_bytes),
+            human_bytes(bytes),
+            layout.manifest.split_nodes,
+            human_bytes(buffer_bytes as u64),
+            bytes as f64 / buffer_bytes as f64
+        );
+        Some(layout)
+    } else {
+        None
+    };
+    println!(
+        "dataset {}: {} nodes, {} CSR entries; {} minibatches of {} targets, fanouts {:?}",
+        dataset.manifest.name, n, dataset.manifest.edge_count, a.batches, a.batch_size, a.fanouts
+    );
+    let graph = a
+        .sampler
+        .iter()
+        .any(|s| s == "memory")
+        .then(|| dataset.graph())
+        .transpose()?;
+    let mut first: Option<(String, Vec<SampledSubgraph>)> = None;
+    let mut mismatch = false;
+    println!(
+        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10}",
+        "sampler",
+        "reads",
+        "bytes read",
+        "bytes used",
+        "used %",
+        "buf hits",
+        "reads ≤4K/≤64K/≤1M/>1M",
+        "wall s"
+    );
+    for name in &a.sampler {
+        let started = std::time::Instant::now();
+        let (subgraphs, io): (Vec<SampledSubgraph>, IoStats) = match name.as_str() {
+            "memory" => {
+                let g = graph.as_ref().ok_or_else(|| anyhow::anyhow!("no graph"))?;
+                let mut s = ReferenceSampler::new(g);
+                let out = requests
+                    .iter()
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t))
+                    .collect::<Result<_, _>>()?;
+                (out, IoStats::default())
+            }
+            "direct" => {
+                let mut s = DirectSampler::open(&dataset)?;
+                let out = requests
+                    .iter()
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t))
+                    .collect::<Result<_, _>>()?;
+                (out, s.io_stats().clone())
+            }
+            "agnes" => {
+                let l = layout
+                    .as_ref()
+                    .ok_or_else(|| anyhow::anyhow!("no layout"))?;
+                let mut s = BlockSampler::new(l, buffer_bytes)?;
+                let out = requests
+                    .iter()
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t))
+                    .collect::<Result<_, _>>()?;
+                (out, s.io_stats().clone())
+            }
+            "hyperbatch" => {
+                let l = layout
+                    .as_ref()
+                    .ok_or_else(|| anyhow::anyhow!("no layout"))?;
+                let mut s = HyperbatchSampler::new(l, buffer_bytes)?;
+                let mut out = Vec::with_capacity(requests.len());
+                for chunk in requests.chunks(a.hyperbatch.max(1)) {
+                    out.extend(s.sample_hyperbatch(&a.fanouts, chunk)?);
+                }
+                (out, s.io_stats().clone())
+            }
+            other => anyhow::bail!("unknown sampler {other:?} (memory, direct, agnes, hyperbatch)"),
+        };
+        let wall = started.elapsed().as_secs_f64();
+        let h = io.size_histogram;
+        println!(
+            "{:<12} {:>10} {:>12} {:>12} {:>7.2}% {:>9} {:>24} {:>10.2}",
+            name,
+            io.reads,
+            human_bytes(io.bytes_read),
+            human_bytes(io.bytes_used),
+            if io.bytes_read > 0 {
+                100.0 * io.bytes_used as f64 / io.bytes_read as f64
+            } else {
+                0.0
+            },
+            io.hit_ratio()
+                .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
+            format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
+            wall
+        );
+        match &first {
+            None => first = Some((name.clone(), subgraphs)),
+            Some((reference, expected)) => {
+                if let Some(b) = (0..expected.len()).find(|&b| expected[b] != subgraphs[b]) {
+                    eprintln!("error: {name} differs from {reference} on minibatch {b}");
+                    mismatch = true;
+                }
+            }
+        }
+    }
+    if let Some((name, _)) = &first
+        && !mismatch
+    {
+        println!("samples identical: yes (every sampler byte-identical to {name})");
+    }
+    Ok(if mismatch {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `bench sampler`.

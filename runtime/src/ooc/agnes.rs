@@ -1,0 +1,533 @@
+//! AGNES's block layout and its samplers.
+//!
+//! The layout packs node objects, each a neighbour list of `u32` ids, into fixed-size blocks
+//! (default 1 MiB) in node-id order. An object that does not fit the rest of a block starts the
+//! next one; an object larger than a block starts at a block boundary and runs on across the
+//! following blocks. An in-memory object index gives each node's byte offset in the block
+//! stream and its degree, so neighbour `k` of node `v` is at `offset[v] + 4k`.
+//!
+//! ```plain
+//!  DIR/agnes-<block KiB>/layout.toml   block size and count, node count, source dataset
+//!  DIR/agnes-<block KiB>/blocks.bin    the blocks
+//!  DIR/agnes-<block KiB>/index.npy     int64 [n, 2]: object offset, degree
+//! ```
+//!
+//! [`BlockSampler`] reads, per minibatch and hop, each block its sampled positions fall in,
+//! through a bounded LRU graph buffer. [`HyperbatchSampler`] samples H minibatches together:
+//! per hop, a block × minibatch bucket matrix of every sampled position, then each block is
+//! looked up once for all the minibatches that need it.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dataset::{Dataset, DatasetError, field_error};
+use crate::graph::CsrGraph;
+use crate::npy::{self, Dtype, NpyWriter};
+use crate::sampler::{
+    EdgeRange, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
+};
+
+use super::IoStats;
+use super::file::{AlignedBuf, DataFile};
+
+/// Default block size: 1 MiB, as in AGNES.
+pub const DEFAULT_BLOCK_BYTES: usize = 1 << 20;
+
+/// `layout.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutManifest {
+    /// Bytes per block.
+    pub block_bytes: u64,
+    /// Blocks in `blocks.bin`.
+    pub block_count: u64,
+    /// Nodes.
+    pub node_count: u64,
+    /// Nodes whose object spans more than one block.
+    pub split_nodes: u64,
+    /// The dataset it was built from.
+    pub dataset: String,
+}
+
+/// An AGNES block layout: where it is and its in-memory object index.
+#[derive(Debug)]
+pub struct AgnesLayout {
+    dir: PathBuf,
+    /// Its manifest.
+    pub manifest: LayoutManifest,
+    offsets: Vec<u64>,
+    degrees: Vec<u64>,
+}
+
+/// The folder of `dataset`'s layout with `block_bytes` blocks.
+pub fn layout_dir(dataset: &Dataset, block_bytes: usize) -> PathBuf {
+    dataset.dir().join(format!("agnes-{}k", block_bytes / 1024))
+}
+
+impl AgnesLayout {
+    /// Writes `graph` (the topology of `dataset`) as a block layout into `dir`.
+    pub fn write(
+        graph: &CsrGraph,
+        dataset_name: &str,
+        dir: &Path,
+        block_bytes: usize,
+    ) -> Result<Self, DatasetError> {
+        if block_bytes == 0 || !block_bytes.is_multiple_of(super::file::ALIGN_BYTES) {
+            return Err(field_error(
+                dir,
+                "block size",
+                format!("{block_bytes} is not a multiple of 4 KiB"),
+            ));
+        }
+        fs::create_dir_all(dir).map_err(|source| DatasetError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| DatasetError::Io { path, source }
+        };
+        let blocks_path = dir.join("blocks.bin");
+        let mut out = BufWriter::with_capacity(
+            1 << 20,
+            fs::File::create(&blocks_path).map_err(io(&blocks_path))?,
+        );
+        let b = block_bytes as u64;
+        let n = graph.node_count();
+        let mut offsets = Vec::with_capacity(n as usize);
+        let mut at = 0u64;
+        let mut split_nodes = 0;
+        for v in 0..n {
+            let neighbours = graph.neighbours(v);
+            let len = 4 * neighbours.len() as u64;
+            let room = b - at % b;
+            if len > room && at % b != 0 {
+                // Start the object on the next block (pad the rest of this one).
+                out.write_all(&vec![0u8; room as usize])
+                    .map_err(io(&blocks_path))?;
+                at += room;
+            }
+            if len > b {
+                split_nodes += 1;
+            }
+            offsets.push(at);
+            for id in neighbours {
+                out.write_all(&id.to_le_bytes()).map_err(io(&blocks_path))?;
+            }
+            at += len;
+        }
+        let block_count = at.div_ceil(b).max(1);
+        out.write_all(&vec![0u8; (block_count * b - at) as usize])
+            .map_err(io(&blocks_path))?;
+        out.flush().map_err(io(&blocks_path))?;
+        let mut index = NpyWriter::create(&dir.join("index.npy"), Dtype::I64, &[n, 2])?;
+        let mut row = Vec::with_capacity(1 << 16);
+        for v in 0..n {
+            row.extend_from_slice(&offsets[v as usize].to_le_bytes());
+            row.extend_from_slice(&graph.degree(v).to_le_bytes());
+            if row.len() >= 1 << 16 {
+                index.write(&row)?;
+                row.clear();
+            }
+        }
+        index.write(&row)?;
+        index.finish()?;
+        let manifest = LayoutManifest {
+            block_bytes: b,
+            block_count,
+            node_count: n,
+            split_nodes,
+            dataset: dataset_name.to_owned(),
+        };
+        let path = dir.join("layout.toml");
+        let text =
+            toml::to_string(&manifest).map_err(|e| field_error(&path, "layout", e.to_string()))?;
+        fs::write(&path, text).map_err(io(&path))?;
+        Self::open(dir)
+    }
+
+    /// Opens the layout in `dir`, loading its object index.
+    pub fn open(dir: &Path) -> Result<Self, DatasetError> {
+        let path = dir.join("layout.toml");
+        let text = fs::read_to_string(&path).map_err(|source| DatasetError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let manifest: LayoutManifest = toml::from_str(&text)
+            .map_err(|e| field_error(&path, "layout", e.message().to_owned()))?;
+        let (shape, raw) = npy::read_raw(&dir.join("index.npy"), Dtype::I64, 2)?;
+        if shape != [manifest.node_count, 2] {
+            return Err(field_error(
+                &path,
+                "node_count",
+                format!("index.npy has shape {shape:?}"),
+            ));
+        }
+        let words: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        let (offsets, degrees): (Vec<u64>, Vec<u64>) =
+            words.chunks_exact(2).map(|p| (p[0], p[1])).unzip();
+        let end = manifest.block_count * manifest.block_bytes;
+        if offsets
+            .iter()
+            .zip(&degrees)
+            .any(|(o, d)| o % 4 != 0 || o + 4 * d > end)
+        {
+            return Err(field_error(
+                &dir.join("index.npy"),
+                "offsets",
+                "an object lies outside the blocks",
+            ));
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            manifest,
+            offsets,
+            degrees,
+        })
+    }
+
+    /// Opens `dataset`'s layout with `block_bytes` blocks, writing it first if there is none.
+    /// Returns whether it was written now.
+    pub fn for_dataset(
+        dataset: &Dataset,
+        block_bytes: usize,
+    ) -> Result<(Self, bool), DatasetError> {
+        let dir = layout_dir(dataset, block_bytes);
+        if dir.join("layout.toml").exists() {
+            return Ok((Self::open(&dir)?, false));
+        }
+        let graph = dataset.graph()?;
+        Ok((
+            Self::write(&graph, &dataset.manifest.name, &dir, block_bytes)?,
+            true,
+        ))
+    }
+
+    /// Node count.
+    pub fn node_count(&self) -> u64 {
+        self.degrees.len() as u64
+    }
+
+    /// The layout folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Edge range of `v` in units of 4 bytes of the block stream.
+    fn range(&self, v: u64) -> EdgeRange {
+        EdgeRange {
+            start: self.offsets[v as usize] / 4,
+            degree: self.degrees[v as usize],
+        }
+    }
+}
+
+/// The bounded LRU graph buffer: whole blocks, read on a miss.
+#[derive(Debug)]
+struct GraphBuffer {
+    file: DataFile,
+    block_bytes: usize,
+    capacity_blocks: usize,
+    blocks: HashMap<u64, (AlignedBuf, u64)>,
+    clock: u64,
+    io: IoStats,
+}
+
+impl GraphBuffer {
+    fn new(layout: &AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
+        let block_bytes = layout.manifest.block_bytes as usize;
+        Ok(Self {
+            file: super::direct::open_data(&layout.dir.join("blocks.bin"))?,
+            block_bytes,
+            capacity_blocks: (buffer_bytes / block_bytes).max(1),
+            blocks: HashMap::new(),
+            clock: 0,
+            io: IoStats::default(),
+        })
+    }
+
+    /// The block, from the buffer or read (evicting the least recently used one).
+    fn block(&mut self, index: u64) -> Result<&[u8], SamplerError> {
+        self.clock += 1;
+        if self.blocks.contains_key(&index) {
+            self.io.buffer_hits += 1;
+        } else {
+            self.io.buffer_misses += 1;
+            if self.blocks.len() >= self.capacity_blocks
+                && let Some(oldest) = self
+                    .blocks
+                    .iter()
+                    .min_by_key(|(_, (_, t))| *t)
+                    .map(|(k, _)| *k)
+            {
+                self.blocks.remove(&oldest);
+            }
+            let buf = self
+                .file
+                .read_block(index, self.block_bytes, &mut self.io)
+                .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+            self.blocks.insert(index, (buf, 0));
+        }
+        let clock = self.clock;
+        let entry = self
+            .blocks
+            .get_mut(&index)
+            .ok_or_else(|| SamplerError::GraphCorrupt("graph buffer lost a block".into()))?;
+        entry.1 = clock;
+        Ok(entry.0.bytes())
+    }
+
+    /// Resolves `wanted` (position, destination slot) pairs block by block: each block is
+    /// looked up once.
+    fn resolve(
+        &mut self,
+        wanted: &mut [(u64, usize)],
+        out: &mut [u64],
+    ) -> Result<(), SamplerError> {
+        let per_block = (self.block_bytes / 4) as u64;
+        wanted.sort_unstable();
+        let mut i = 0;
+        while i < wanted.len() {
+            let block = wanted[i].0 / per_block;
+            let mut j = i;
+            while j < wanted.len() && wanted[j].0 / per_block == block {
+                j += 1;
+            }
+            let bytes = self.block(block)?;
+            for &(p, slot) in &wanted[i..j] {
+                let at = (p % per_block) as usize * 4;
+                out[slot] = u64::from(u32::from_le_bytes(
+                    bytes[at..at + 4].try_into().unwrap_or([0; 4]),
+                ));
+            }
+            self.io.bytes_used += 4 * (j - i) as u64;
+            i = j;
+        }
+        Ok(())
+    }
+}
+
+/// Per-minibatch block sampler: every hop looks up each block its positions fall in.
+#[derive(Debug)]
+pub struct BlockSampler<'l> {
+    layout: &'l AgnesLayout,
+    buffer: GraphBuffer,
+    stats: SamplerStats,
+}
+
+impl<'l> BlockSampler<'l> {
+    /// A sampler over `layout` with a graph buffer of `buffer_bytes`.
+    pub fn new(layout: &'l AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
+        Ok(Self {
+            layout,
+            buffer: GraphBuffer::new(layout, buffer_bytes)?,
+            stats: SamplerStats::default(),
+        })
+    }
+
+    /// The storage I/O so far.
+    pub fn io_stats(&self) -> &IoStats {
+        &self.buffer.io
+    }
+}
+
+impl Sampler for BlockSampler<'_> {
+    fn name(&self) -> &'static str {
+        "AGNES blocks, per minibatch"
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let mut b = SubgraphBuilder::new(self.layout.node_count(), seed, fanouts, targets)?;
+        while let Some(dst) = b.destinations() {
+            let ranges: Vec<EdgeRange> = dst.iter().map(|&v| self.layout.range(v)).collect();
+            let positions = b.set_ranges(&ranges)?;
+            let mut wanted: Vec<(u64, usize)> = positions.iter().copied().zip(0..).collect();
+            let mut neighbours = vec![0u64; positions.len()];
+            self.buffer.resolve(&mut wanted, &mut neighbours)?;
+            b.set_neighbours(&neighbours)?;
+        }
+        let s = b.finish()?;
+        self.stats.add_subgraph(&s);
+        Ok(s)
+    }
+
+    fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+}
+
+/// AGNES hyperbatch sampler: H minibatches per hop share one pass over the blocks.
+#[derive(Debug)]
+pub struct HyperbatchSampler<'l> {
+    layout: &'l AgnesLayout,
+    buffer: GraphBuffer,
+    stats: SamplerStats,
+}
+
+impl<'l> HyperbatchSampler<'l> {
+    /// A sampler over `layout` with a graph buffer of `buffer_bytes`.
+    pub fn new(layout: &'l AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
+        Ok(Self {
+            layout,
+            buffer: GraphBuffer::new(layout, buffer_bytes)?,
+            stats: SamplerStats::default(),
+        })
+    }
+
+    /// The storage I/O so far.
+    pub fn io_stats(&self) -> &IoStats {
+        &self.buffer.io
+    }
+
+    /// Samples a hyperbatch: `requests` are (seed, targets) minibatches with the same fanouts.
+    /// Per hop, the sampled positions of all of them are bucketed by block and each block is
+    /// looked up once.
+    pub fn sample_hyperbatch(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+    ) -> Result<Vec<SampledSubgraph>, SamplerError> {
+        let n = self.layout.node_count();
+        let mut builders = requests
+            .iter()
+            .map(|(seed, targets)| SubgraphBuilder::new(n, *seed, fanouts, targets))
+            .collect::<Result<Vec<_>, _>>()?;
+        for _ in 0..fanouts.len() {
+            // The bucket matrix, flattened: every (position, minibatch slot) of the hop.
+            let mut wanted: Vec<(u64, usize)> = Vec::new();
+            let mut spans = Vec::with_capacity(builders.len());
+            for b in &mut builders {
+                let dst = b.destinations().unwrap_or(&[]);
+                let ranges: Vec<EdgeRange> = dst.iter().map(|&v| self.layout.range(v)).collect();
+                let positions = b.set_ranges(&ranges)?;
+                let base = wanted.len();
+                wanted.extend(positions.iter().copied().zip(base..));
+                spans.push(base..base + positions.len());
+            }
+            let mut neighbours = vec![0u64; wanted.len()];
+            self.buffer.resolve(&mut wanted, &mut neighbours)?;
+            for (b, span) in builders.iter_mut().zip(spans) {
+                b.set_neighbours(&neighbours[span])?;
+            }
+        }
+        let out = builders
+            .into_iter()
+            .map(SubgraphBuilder::finish)
+            .collect::<Result<Vec<_>, _>>()?;
+        for s in &out {
+            self.stats.add_subgraph(s);
+        }
+        Ok(out)
+    }
+}
+
+impl Sampler for HyperbatchSampler<'_> {
+    fn name(&self) -> &'static str {
+        "AGNES hyperbatch"
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        let mut one = self.sample_hyperbatch(fanouts, &[(seed, targets.to_vec())])?;
+        one.pop()
+            .ok_or_else(|| SamplerError::InvalidRequest("empty hyperbatch".into()))
+    }
+
+    fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::generate::{GenerateParams, generate};
+    use crate::ooc::DirectSampler;
+    use crate::sampler::ReferenceSampler;
+
+    #[test]
+    fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
+        let dir = std::env::temp_dir().join(format!("sagessd-agnes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let params = GenerateParams {
+            name: "t".into(),
+            scale: 14,
+            edge_factor: 8,
+            seed: 2,
+            feature_dim: 0,
+            feature_dtype: Dtype::F32,
+            classes: 2,
+        };
+        let dataset = generate(&dir, &params).unwrap();
+        let graph = dataset.graph().unwrap();
+        let block = 4096;
+        let (layout, written) = AgnesLayout::for_dataset(&dataset, block).unwrap();
+        assert!(written);
+        // Every edge is found exactly once through the object index; hubs span blocks.
+        let blocks = fs::read(layout.dir().join("blocks.bin")).unwrap();
+        for v in 0..graph.node_count() {
+            let r = layout.range(v);
+            let got: Vec<u32> = (0..r.degree)
+                .map(|k| {
+                    let at = 4 * (r.start + k) as usize;
+                    u32::from_le_bytes(blocks[at..at + 4].try_into().unwrap())
+                })
+                .collect();
+            assert_eq!(got, graph.neighbours(v), "node {v}");
+        }
+        assert!(layout.manifest.split_nodes > 0, "a hub larger than a block");
+        let graph_bytes = layout.manifest.block_count * layout.manifest.block_bytes;
+        let buffer = (graph_bytes / 8) as usize;
+
+        let requests: Vec<(u64, Vec<u64>)> = (0..8u64)
+            .map(|b| {
+                (
+                    b,
+                    (0..64)
+                        .map(|i| (i * 97 + b * 13) % graph.node_count())
+                        .collect(),
+                )
+            })
+            .collect();
+        let fanouts = [10, 5];
+        let mut reference = ReferenceSampler::new(&graph);
+        let expected: Vec<SampledSubgraph> = requests
+            .iter()
+            .map(|(s, t)| reference.sample(*s, &fanouts, t).unwrap())
+            .collect();
+        let mut direct = DirectSampler::open(&dataset).unwrap();
+        let mut blocks = BlockSampler::new(&layout, buffer).unwrap();
+        for ((s, t), e) in requests.iter().zip(&expected) {
+            assert_eq!(&direct.sample(*s, &fanouts, t).unwrap(), e);
+            assert_eq!(&blocks.sample(*s, &fanouts, t).unwrap(), e);
+        }
+        let mut hyper = HyperbatchSampler::new(&layout, buffer).unwrap();
+        assert_eq!(
+            hyper.sample_hyperbatch(&fanouts, &requests).unwrap(),
+            expected
+        );
+        assert!(
+            hyper.io_stats().reads <= blocks.io_stats().reads,
+            "hyperbatch {} reads, per minibatch {}",
+            hyper.io_stats().reads,
+            blocks.io_stats().reads
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

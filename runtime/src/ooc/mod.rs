@@ -1,0 +1,59 @@
+//! Out-of-core sampling on real files: the graph stays on storage and every neighbour list is
+//! read when a minibatch needs it, with the I/O counted.
+//!
+//! * [`DirectSampler`] ([`direct`]): SmartSAGE's host baseline. The CSR arrays of a dataset,
+//!   with `indptr` in memory and `indices` read with `O_DIRECT` into an aligned scratchpad,
+//!   exactly the sectors each sampled neighbour list covers.
+//! * [`agnes`]: AGNES's block layout (fixed-size blocks of node objects, an object index) and
+//!   its two samplers. Per minibatch, every block a hop needs is read through a bounded LRU
+//!   graph buffer. Per hyperbatch, a block × minibatch bucket matrix means each block is read
+//!   once per hop for all the minibatches that need it.
+//!
+//! All of them produce the same bytes as the in-memory reference for the same request: they
+//! drive the same [`SubgraphBuilder`](crate::sampler::SubgraphBuilder).
+
+pub mod agnes;
+pub mod direct;
+pub mod file;
+
+pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};
+pub use direct::DirectSampler;
+
+/// Storage I/O a sampler did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Reads issued.
+    pub reads: u64,
+    /// Bytes read from storage.
+    pub bytes_read: u64,
+    /// Bytes of what was read that the sampling used (neighbour ids taken).
+    pub bytes_used: u64,
+    /// Reads by size: `[≤4 KiB, ≤64 KiB, ≤1 MiB, >1 MiB]`.
+    pub size_histogram: [u64; 4],
+    /// Graph-buffer lookups that found their block.
+    pub buffer_hits: u64,
+    /// Graph-buffer lookups that had to read.
+    pub buffer_misses: u64,
+}
+
+impl IoStats {
+    /// Counts one read of `bytes` of which `used` are wanted.
+    pub fn record(&mut self, bytes: usize, used: usize) {
+        self.reads += 1;
+        self.bytes_read += bytes as u64;
+        self.bytes_used += used as u64;
+        let bucket = match bytes {
+            0..=4096 => 0,
+            4097..=65536 => 1,
+            65537..=1_048_576 => 2,
+            _ => 3,
+        };
+        self.size_histogram[bucket] += 1;
+    }
+
+    /// The buffer hit ratio, if the sampler has a buffer.
+    pub fn hit_ratio(&self) -> Option<f64> {
+        let lookups = self.buffer_hits + self.buffer_misses;
+        (lookups > 0).then(|| self.buffer_hits as f64 / lookups as f64)
+    }
+}
