@@ -18,8 +18,9 @@
 //! [`sample_positions`] before asking for any neighbour id, and serialises with
 //! [`SubgraphLayout`] — the same steps the firmware takes.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+
+use rustc_hash::FxHashMap;
 
 use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
@@ -282,7 +283,7 @@ pub struct SubgraphBuilder {
     seed: u64,
     fanouts: Vec<u16>,
     nodes: Vec<u64>,
-    place: HashMap<u64, u32>,
+    place: FxHashMap<u64, u32>,
     counts: Vec<LayerCounts>,
     local: Vec<(Vec<u32>, Vec<u32>)>,
     scratch: Vec<u64>,
@@ -308,7 +309,11 @@ impl SubgraphBuilder {
             seed,
             fanouts: fanouts.to_vec(),
             nodes: Vec::new(),
-            place: HashMap::new(),
+            // Room for the targets and their first hop without rehashing.
+            place: FxHashMap::with_capacity_and_hasher(
+                targets.len() * (1 + usize::from(fanouts.first().copied().unwrap_or(0))),
+                Default::default(),
+            ),
             counts: Vec::with_capacity(fanouts.len()),
             local: Vec::with_capacity(fanouts.len()),
             scratch: vec![0u64; usize::from(*fanouts.iter().max().unwrap_or(&0))],
