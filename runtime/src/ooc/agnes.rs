@@ -105,7 +105,7 @@ impl AgnesLayout {
             let neighbours = graph.neighbours(v);
             let len = 4 * neighbours.len() as u64;
             let room = b - at % b;
-            if len > room && at % b != 0 {
+            if len > room && !at.is_multiple_of(b) {
                 // Start the object on the next block (pad the rest of this one).
                 out.write_all(&vec![0u8; room as usize])
                     .map_err(io(&blocks_path))?;
