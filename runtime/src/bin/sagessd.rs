@@ -89,6 +89,20 @@ struct SampleArgs {
     /// Seed of targets and sampling.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Minibatch targets: random (seeded, from all nodes) or bgl (BGL's proximity-aware order
+    /// of the training nodes).
+    #[arg(long, default_value = "random")]
+    order: String,
+    /// Gather the subgraphs' features after sampling: agnes (access-count-threshold cache,
+    /// block reads), bgl (FIFO cache, row reads), or none.
+    #[arg(long, default_value = "agnes")]
+    features: String,
+    /// Feature cache, MiB.
+    #[arg(long, default_value_t = 64)]
+    feature_cache: usize,
+    /// Accesses after which the AGNES cache keeps a node's features.
+    #[arg(long, default_value_t = 2)]
+    feature_threshold: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -496,14 +510,34 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
 
     let dataset = Dataset::open(&a.dataset)?;
     let n = dataset.manifest.node_count;
-    let requests: Vec<(u64, Vec<u64>)> = (0..a.batches)
-        .map(|b| {
-            (
-                minibatch_seed(a.seed, b),
-                minibatch_targets(a.seed, b, a.batch_size, n),
-            )
-        })
-        .collect();
+    let requests: Vec<(u64, Vec<u64>)> = match a.order.as_str() {
+        "random" => (0..a.batches)
+            .map(|b| {
+                (
+                    minibatch_seed(a.seed, b),
+                    minibatch_targets(a.seed, b, a.batch_size, n),
+                )
+            })
+            .collect(),
+        "bgl" => {
+            let graph = dataset.graph()?;
+            let train = match &dataset.manifest.train {
+                Some(entry) => sagessd_runtime::npy::read_i64(&dataset.dir().join(&entry.file))?
+                    .into_iter()
+                    .map(|v| v as u64)
+                    .collect(),
+                None => (0..n).collect::<Vec<u64>>(),
+            };
+            let order = sagessd_runtime::ooc::features::bgl_order(&graph, &train, 8, a.seed);
+            order
+                .chunks(a.batch_size.max(1) as usize)
+                .take(a.batches as usize)
+                .enumerate()
+                .map(|(b, t)| (minibatch_seed(a.seed, b as u32), t.to_vec()))
+                .collect()
+        }
+        other => anyhow::bail!("--order {other:?}: random or bgl"),
+    };
     let block_bytes = a.block_size * 1024;
     let buffer_bytes = a.graph_buffer << 20;
     let needs_layout = a.sampler.iter().any(|s| s == "agnes" || s == "hyperbatch");
@@ -625,11 +659,69 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     {
         println!("samples identical: yes (every sampler byte-identical to {name})");
     }
+    if let Some((_, subgraphs)) = &first
+        && a.features != "none"
+    {
+        gather_features(&a, &dataset, block_bytes, subgraphs)?;
+    }
     Ok(if mismatch {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The feature half of `sample`: every subgraph's node features gathered from storage into
+/// one buffer per minibatch, with the chosen cache.
+fn gather_features(
+    a: &SampleArgs,
+    dataset: &sagessd_runtime::dataset::Dataset,
+    block_bytes: usize,
+    subgraphs: &[sagessd_runtime::sampler::SampledSubgraph],
+) -> anyhow::Result<()> {
+    use sagessd_runtime::compare::human_bytes;
+    use sagessd_runtime::ooc::features::{FeatureFile, FifoCache, GatherStats, ThresholdCache};
+    if dataset.manifest.features.is_none() {
+        println!("features: the dataset has none");
+        return Ok(());
+    }
+    let file = FeatureFile::open(dataset)?;
+    let cache_bytes = a.feature_cache << 20;
+    let started = std::time::Instant::now();
+    let mut gathered = 0u64;
+    let nodes = |s: &sagessd_runtime::sampler::SampledSubgraph| -> Vec<u64> {
+        s.view().nodes().iter().map(|v| v.get()).collect()
+    };
+    let stats: GatherStats = match a.features.as_str() {
+        "agnes" => {
+            let mut g = ThresholdCache::new(file, cache_bytes, a.feature_threshold, block_bytes);
+            for s in subgraphs {
+                gathered += g.gather(&nodes(s))?.len() as u64;
+            }
+            g.stats
+        }
+        "bgl" => {
+            let mut g = FifoCache::new(file, cache_bytes);
+            for s in subgraphs {
+                gathered += g.gather(&nodes(s))?.len() as u64;
+            }
+            g.stats
+        }
+        other => anyhow::bail!("--features {other:?}: agnes, bgl or none"),
+    };
+    println!(
+        "features ({}, cache {}): {} rows gathered ({}), cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall",
+        a.features,
+        human_bytes(cache_bytes as u64),
+        stats.rows,
+        human_bytes(gathered),
+        100.0 * stats.hit_ratio(),
+        stats.io.reads,
+        human_bytes(stats.io.bytes_read),
+        human_bytes(stats.io.bytes_used),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// `bench sampler`.

@@ -9,11 +9,15 @@
 //!   graph buffer. Per hyperbatch, a block × minibatch bucket matrix means each block is read
 //!   once per hop for all the minibatches that need it.
 //!
+//! * [`features`]: feature gathering with AGNES's access-count-threshold cache or BGL's FIFO
+//!   cache and proximity-aware order.
+//!
 //! All of them produce the same bytes as the in-memory reference for the same request: they
 //! drive the same [`SubgraphBuilder`](crate::sampler::SubgraphBuilder).
 
 pub mod agnes;
 pub mod direct;
+pub mod features;
 pub mod file;
 
 pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};

@@ -1,0 +1,398 @@
+//! Feature gathering from storage: the features of a minibatch's nodes, read from the dataset's
+//! `features.npy` into one contiguous buffer in the subgraph's node order.
+//!
+//! Two caches, two systems:
+//! * [`ThresholdCache`] (AGNES): a node's feature row is kept once the node has been accessed
+//!   `threshold` times, while the cache has room; hot nodes of a power-law graph fill it and
+//!   stay. Misses are read by feature block: rows are grouped in blocks of the layout's block
+//!   size, and each block a gather needs is read once.
+//! * [`FifoCache`] (BGL): every row read is kept, the oldest evicted first. It pays off with
+//!   BGL's proximity-aware minibatch order ([`bgl_order`]), where consecutive minibatches share
+//!   neighbourhoods. Misses are read row by row (adjacent rows in one read).
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::dataset::Dataset;
+use crate::graph::CsrGraph;
+use crate::npy::{self, Dtype};
+use crate::rng::SplitMix64;
+use crate::sampler::SamplerError;
+
+use super::IoStats;
+use super::file::{ALIGN_BYTES, DataFile};
+
+/// Where the rows are: `features.npy` on storage.
+#[derive(Debug)]
+pub struct FeatureFile {
+    file: DataFile,
+    data_offset: u64,
+    /// Bytes of one node's row.
+    pub row_bytes: usize,
+    /// Node count.
+    pub rows: u64,
+}
+
+impl FeatureFile {
+    /// Opens `dataset`'s features (O_DIRECT when allowed).
+    pub fn open(dataset: &Dataset) -> Result<Self, SamplerError> {
+        let entry =
+            dataset.manifest.features.as_ref().ok_or_else(|| {
+                SamplerError::InvalidRequest("the dataset has no features".into())
+            })?;
+        let path = dataset.dir().join(&entry.file);
+        let h = npy::read_header(&path).map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+        let element = match h.dtype {
+            Dtype::F32 => 4,
+            Dtype::F16 => 2,
+            other => {
+                return Err(SamplerError::GraphCorrupt(format!(
+                    "features {}",
+                    other.descr()
+                )));
+            }
+        };
+        Ok(Self {
+            file: super::direct::open_data(&path)?,
+            data_offset: h.data_offset,
+            row_bytes: h.shape.get(1).copied().unwrap_or(0) as usize * element,
+            rows: h.shape.first().copied().unwrap_or(0),
+        })
+    }
+
+    /// Reads rows `first..first + count` (one I/O) into `out`.
+    fn read_rows(&self, first: u64, count: u64, io: &mut IoStats) -> Result<Vec<u8>, SamplerError> {
+        let start = self.data_offset + first * self.row_bytes as u64;
+        let len = count as usize * self.row_bytes;
+        let (buf, at) = self
+            .file
+            .read_covering(start, len, io)
+            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+        Ok(buf.bytes()[at..at + len].to_vec())
+    }
+}
+
+/// What a gatherer did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatherStats {
+    /// Rows gathered.
+    pub rows: u64,
+    /// Rows found in the cache.
+    pub cache_hits: u64,
+    /// Storage I/O (`bytes_used`: the rows' bytes taken from what was read).
+    pub io: IoStats,
+}
+
+impl GatherStats {
+    /// Share of rows served by the cache.
+    pub fn hit_ratio(&self) -> f64 {
+        if self.rows == 0 {
+            0.0
+        } else {
+            self.cache_hits as f64 / self.rows as f64
+        }
+    }
+}
+
+/// AGNES's access-count-threshold cache and block-wise reads.
+#[derive(Debug)]
+pub struct ThresholdCache {
+    features: FeatureFile,
+    threshold: u32,
+    capacity_rows: usize,
+    block_rows: u64,
+    counts: Vec<u32>,
+    cached: HashMap<u64, Vec<u8>>,
+    /// What it did.
+    pub stats: GatherStats,
+}
+
+impl ThresholdCache {
+    /// A gatherer over `features` with a cache of `cache_bytes`, caching a node after
+    /// `threshold` accesses, reading misses in blocks of `block_bytes`.
+    pub fn new(
+        features: FeatureFile,
+        cache_bytes: usize,
+        threshold: u32,
+        block_bytes: usize,
+    ) -> Self {
+        let row = features.row_bytes.max(1);
+        Self {
+            capacity_rows: cache_bytes / row,
+            block_rows: (block_bytes / row).max(1) as u64,
+            counts: vec![0; features.rows as usize],
+            threshold: threshold.max(1),
+            cached: HashMap::new(),
+            stats: GatherStats::default(),
+            features,
+        }
+    }
+
+    /// The rows of `nodes`, in order, in one buffer.
+    pub fn gather(&mut self, nodes: &[u64]) -> Result<Vec<u8>, SamplerError> {
+        let row = self.features.row_bytes;
+        let mut out = vec![0u8; nodes.len() * row];
+        let mut missing: Vec<(u64, usize)> = Vec::new();
+        for (i, &v) in nodes.iter().enumerate() {
+            let count = self.counts.get_mut(v as usize).ok_or_else(|| {
+                SamplerError::InvalidRequest(format!("node {v} has no feature row"))
+            })?;
+            *count = count.saturating_add(1);
+            self.stats.rows += 1;
+            match self.cached.get(&v) {
+                Some(r) => {
+                    out[i * row..(i + 1) * row].copy_from_slice(r);
+                    self.stats.cache_hits += 1;
+                }
+                None => missing.push((v, i)),
+            }
+        }
+        // One read per feature block the misses fall in.
+        missing.sort_unstable();
+        let mut k = 0;
+        while k < missing.len() {
+            let block = missing[k].0 / self.block_rows;
+            let first = block * self.block_rows;
+            let count = self.block_rows.min(self.features.rows - first);
+            let bytes = self.features.read_rows(first, count, &mut self.stats.io)?;
+            while k < missing.len() && missing[k].0 / self.block_rows == block {
+                let (v, i) = missing[k];
+                let r = &bytes[(v - first) as usize * row..][..row];
+                out[i * row..(i + 1) * row].copy_from_slice(r);
+                self.stats.io.bytes_used += row as u64;
+                if self.counts[v as usize] >= self.threshold
+                    && self.cached.len() < self.capacity_rows
+                {
+                    self.cached.insert(v, r.to_vec());
+                }
+                k += 1;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// BGL's FIFO feature cache and row reads.
+#[derive(Debug)]
+pub struct FifoCache {
+    features: FeatureFile,
+    capacity_rows: usize,
+    cached: HashMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+    /// What it did.
+    pub stats: GatherStats,
+}
+
+impl FifoCache {
+    /// A gatherer over `features` with a FIFO cache of `cache_bytes`.
+    pub fn new(features: FeatureFile, cache_bytes: usize) -> Self {
+        Self {
+            capacity_rows: cache_bytes / features.row_bytes.max(1),
+            cached: HashMap::new(),
+            order: VecDeque::new(),
+            stats: GatherStats::default(),
+            features,
+        }
+    }
+
+    /// The rows of `nodes`, in order, in one buffer.
+    pub fn gather(&mut self, nodes: &[u64]) -> Result<Vec<u8>, SamplerError> {
+        let row = self.features.row_bytes;
+        let mut out = vec![0u8; nodes.len() * row];
+        let mut missing: Vec<(u64, usize)> = Vec::new();
+        for (i, &v) in nodes.iter().enumerate() {
+            if v >= self.features.rows {
+                return Err(SamplerError::InvalidRequest(format!(
+                    "node {v} has no feature row"
+                )));
+            }
+            self.stats.rows += 1;
+            match self.cached.get(&v) {
+                Some(r) => {
+                    out[i * row..(i + 1) * row].copy_from_slice(r);
+                    self.stats.cache_hits += 1;
+                }
+                None => missing.push((v, i)),
+            }
+        }
+        missing.sort_unstable();
+        // Rows in the same or adjacent sectors are one read.
+        let sector_rows = (ALIGN_BYTES / row.max(1)).max(1) as u64;
+        let mut k = 0;
+        while k < missing.len() {
+            let first = missing[k].0;
+            let mut last = first;
+            let mut j = k;
+            while j < missing.len() && missing[j].0 <= last + sector_rows {
+                last = missing[j].0;
+                j += 1;
+            }
+            let bytes = self
+                .features
+                .read_rows(first, last - first + 1, &mut self.stats.io)?;
+            for &(v, i) in &missing[k..j] {
+                let r = &bytes[(v - first) as usize * row..][..row];
+                out[i * row..(i + 1) * row].copy_from_slice(r);
+                self.stats.io.bytes_used += row as u64;
+                self.insert(v, r);
+            }
+            k = j;
+        }
+        Ok(out)
+    }
+
+    fn insert(&mut self, v: u64, r: &[u8]) {
+        if self.capacity_rows == 0 || self.cached.contains_key(&v) {
+            return;
+        }
+        if self.cached.len() >= self.capacity_rows
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.cached.remove(&oldest);
+        }
+        self.cached.insert(v, r.to_vec());
+        self.order.push_back(v);
+    }
+}
+
+/// BGL's proximity-aware order of `nodes` (the training nodes): `sequences` BFS traversals of
+/// `graph` from random roots each claim the nodes they reach first; the order takes one node
+/// from each sequence in turn (round robin), each sequence rotated by a random shift, so that a
+/// minibatch of consecutive nodes holds a few neighbourhoods rather than scattered nodes.
+pub fn bgl_order(graph: &CsrGraph, nodes: &[u64], sequences: usize, seed: u64) -> Vec<u64> {
+    let n = graph.node_count() as usize;
+    let mut wanted = vec![false; n];
+    for &v in nodes {
+        if let Some(w) = wanted.get_mut(v as usize) {
+            *w = true;
+        }
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut seen = vec![false; n];
+    let sequences = sequences.max(1);
+    let mut seqs: Vec<Vec<u64>> = vec![Vec::new(); sequences];
+    let mut queues: Vec<VecDeque<u64>> = vec![VecDeque::new(); sequences];
+    let mut left: Vec<u64> = nodes.to_vec();
+    rng.shuffle(&mut left);
+    let mut next_root = left.into_iter();
+    // The traversals advance in lockstep, one node each per step, so they claim comparable
+    // regions; a sequence whose queue empties restarts from an unseen node.
+    loop {
+        let mut progressed = false;
+        for s in 0..sequences {
+            if queues[s].is_empty() {
+                match next_root.by_ref().find(|r| !seen[*r as usize]) {
+                    Some(r) => {
+                        seen[r as usize] = true;
+                        queues[s].push_back(r);
+                    }
+                    None => continue,
+                }
+            }
+            if let Some(v) = queues[s].pop_front() {
+                progressed = true;
+                if wanted[v as usize] {
+                    seqs[s].push(v);
+                }
+                for &u in graph.neighbours(v) {
+                    if !seen[u as usize] {
+                        seen[u as usize] = true;
+                        queues[s].push_back(u64::from(u));
+                    }
+                }
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    for seq in &mut seqs {
+        if !seq.is_empty() {
+            let shift = (rng.next_u64() % seq.len() as u64) as usize;
+            seq.rotate_left(shift);
+        }
+    }
+    let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest)
+        .flat_map(|i| seqs.iter().filter_map(move |s| s.get(i).copied()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::generate::{GenerateParams, generate};
+
+    fn dataset(name: &str) -> (std::path::PathBuf, Dataset) {
+        let dir = std::env::temp_dir().join(format!("sagessd-feat-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = GenerateParams {
+            name: "f".into(),
+            scale: 10,
+            edge_factor: 4,
+            seed: 4,
+            feature_dim: 8,
+            feature_dtype: Dtype::F32,
+            classes: 3,
+        };
+        let d = generate(&dir, &p).unwrap();
+        (dir, d)
+    }
+
+    fn all_rows(d: &Dataset) -> Vec<u8> {
+        npy::read_raw(&d.dir().join("features.npy"), Dtype::F32, 2)
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn gathers_equal_the_rows_and_the_caches_behave() {
+        let (dir, d) = dataset("caches");
+        let rows = all_rows(&d);
+        let row = 32;
+        let expect = |nodes: &[u64]| -> Vec<u8> {
+            nodes
+                .iter()
+                .flat_map(|v| rows[*v as usize * row..][..row].to_vec())
+                .collect()
+        };
+        let nodes = [5u64, 900, 5, 17, 18, 1023];
+        // Threshold 2: node 5 (seen twice in the first gather) is cached, the others are not.
+        let mut t = ThresholdCache::new(FeatureFile::open(&d).unwrap(), 1 << 20, 2, 4096);
+        assert_eq!(t.gather(&nodes).unwrap(), expect(&nodes));
+        assert_eq!(t.stats.cache_hits, 0);
+        assert_eq!(t.gather(&[5]).unwrap(), expect(&[5]));
+        assert_eq!(t.stats.cache_hits, 1);
+        let reads = t.stats.io.reads;
+        assert_eq!(t.gather(&[900]).unwrap(), expect(&[900]));
+        assert_eq!(t.stats.io.reads, reads + 1, "900 was seen once: not cached");
+        // A cache with room for nothing caches nothing.
+        let mut none = ThresholdCache::new(FeatureFile::open(&d).unwrap(), 0, 1, 4096);
+        none.gather(&[1, 1]).unwrap();
+        none.gather(&[1]).unwrap();
+        assert_eq!(none.stats.cache_hits, 0);
+
+        // FIFO of two rows: 1, 2 cached; 3 evicts 1.
+        let mut f = FifoCache::new(FeatureFile::open(&d).unwrap(), 2 * row);
+        assert_eq!(f.gather(&[1, 600]).unwrap(), expect(&[1, 600]));
+        assert_eq!(f.gather(&[1, 600]).unwrap(), expect(&[1, 600]));
+        assert_eq!(f.stats.cache_hits, 2);
+        f.gather(&[300]).unwrap();
+        f.gather(&[600, 1]).unwrap();
+        assert_eq!(f.stats.cache_hits, 3, "600 stayed, 1 was evicted first");
+        assert!(f.gather(&[5000]).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bgl_order_is_a_permutation_with_neighbourhoods_together() {
+        let (dir, d) = dataset("bgl");
+        let g = d.graph().unwrap();
+        let train: Vec<u64> = (0..g.node_count()).filter(|v| g.degree(*v) > 0).collect();
+        let order = bgl_order(&g, &train, 4, 9);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, train);
+        assert_eq!(order, bgl_order(&g, &train, 4, 9), "deterministic");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
