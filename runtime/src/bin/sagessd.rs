@@ -64,8 +64,10 @@ struct SampleArgs {
     /// The dataset folder.
     #[arg(long, value_name = "DIR")]
     dataset: PathBuf,
-    /// Samplers, comma-separated: memory (in-memory CSR), direct (O_DIRECT reads of the CSR
-    /// sectors needed), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches).
+    /// Samplers, comma-separated: memory (in-memory CSR), mmap (the CSR files mapped, page
+    /// cache and readahead; I/O = major page faults), direct (O_DIRECT reads of the CSR
+    /// sectors needed, one at a time), uring (the same reads through io_uring, a hop's reads in
+    /// flight together), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches).
     #[arg(long, value_delimiter = ',', default_value = "hyperbatch,agnes,direct")]
     sampler: Vec<String>,
     /// Minibatches per hyperbatch.
@@ -594,8 +596,16 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                     .collect::<Result<_, _>>()?;
                 (out, IoStats::default())
             }
-            "direct" => {
-                let mut s = DirectSampler::open(&dataset)?;
+            "mmap" => {
+                let mut s = sagessd_runtime::ooc::MmapSampler::open(&dataset)?;
+                let out = requests
+                    .iter()
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t))
+                    .collect::<Result<_, _>>()?;
+                (out, s.io_stats().clone())
+            }
+            "direct" | "uring" => {
+                let mut s = DirectSampler::open(&dataset, name == "uring")?;
                 let out = requests
                     .iter()
                     .map(|(seed, t)| s.sample(*seed, &a.fanouts, t))
@@ -624,20 +634,28 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 }
                 (out, s.io_stats().clone())
             }
-            other => anyhow::bail!("unknown sampler {other:?} (memory, direct, agnes, hyperbatch)"),
+            other => {
+                anyhow::bail!(
+                    "unknown sampler {other:?} (memory, mmap, direct, uring, agnes, hyperbatch)"
+                )
+            }
         };
         let wall = started.elapsed().as_secs_f64();
         let h = io.size_histogram;
         println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>7.2}% {:>9} {:>24} {:>10.2}",
+            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10.2}",
             name,
             io.reads,
             human_bytes(io.bytes_read),
             human_bytes(io.bytes_used),
-            if io.bytes_read > 0 {
-                100.0 * io.bytes_used as f64 / io.bytes_read as f64
+            // mmap reads through the page cache: what it used may not have been read now.
+            if io.bytes_read >= io.bytes_used && io.bytes_read > 0 {
+                format!(
+                    "{:.2}%",
+                    100.0 * io.bytes_used as f64 / io.bytes_read as f64
+                )
             } else {
-                0.0
+                "-".into()
             },
             io.hit_ratio()
                 .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),

@@ -511,16 +511,25 @@ mod tests {
             .iter()
             .map(|(s, t)| reference.sample(*s, &fanouts, t).unwrap())
             .collect();
-        let mut direct = DirectSampler::open(&dataset).unwrap();
+        let mut direct = DirectSampler::open(&dataset, false).unwrap();
+        let mut uring = DirectSampler::open(&dataset, true).unwrap();
+        let mut mapped = crate::ooc::MmapSampler::open(&dataset).unwrap();
         let mut blocks = BlockSampler::new(&layout, buffer).unwrap();
         for ((s, t), e) in requests.iter().zip(&expected) {
             assert_eq!(&direct.sample(*s, &fanouts, t).unwrap(), e);
+            assert_eq!(&uring.sample(*s, &fanouts, t).unwrap(), e);
+            assert_eq!(&mapped.sample(*s, &fanouts, t).unwrap(), e);
             assert_eq!(&blocks.sample(*s, &fanouts, t).unwrap(), e);
         }
         let mut hyper = HyperbatchSampler::new(&layout, buffer).unwrap();
         assert_eq!(
             hyper.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
+        );
+        assert_eq!(
+            uring.io_stats(),
+            direct.io_stats(),
+            "the same reads, in flight together"
         );
         assert!(
             hyper.io_stats().reads <= blocks.io_stats().reads,

@@ -1,5 +1,7 @@
 //! [`DirectSampler`]: the CSR `indices` array read with `O_DIRECT`, exactly the sectors the
 //! sampled positions fall in (adjacent sectors coalesced into one read), `indptr` in memory.
+//! Synchronously, one read at a time (SmartSAGE's host baseline), or through io_uring: a hop's
+//! reads all submitted at once, up to [`super::file::RING_DEPTH`] in flight.
 
 use std::path::Path;
 
@@ -14,19 +16,29 @@ use super::IoStats;
 use super::file::{ALIGN_BYTES, DataFile};
 
 /// Direct-I/O sampler over a dataset's CSR files.
-#[derive(Debug)]
 pub struct DirectSampler {
     indptr: Vec<u64>,
     indices: DataFile,
     data_offset: u64,
     element_bytes: u64,
+    ring: Option<io_uring::IoUring>,
     io: IoStats,
     stats: SamplerStats,
 }
 
+impl std::fmt::Debug for DirectSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectSampler")
+            .field("io_uring", &self.ring.is_some())
+            .field("io", &self.io)
+            .finish_non_exhaustive()
+    }
+}
+
 impl DirectSampler {
-    /// Opens `dataset`'s CSR: `indptr` is loaded, `indices` stays on storage.
-    pub fn open(dataset: &Dataset) -> Result<Self, SamplerError> {
+    /// Opens `dataset`'s CSR: `indptr` is loaded, `indices` stays on storage; `uring`: read
+    /// through io_uring.
+    pub fn open(dataset: &Dataset, uring: bool) -> Result<Self, SamplerError> {
         let m = &dataset.manifest;
         let io = |e: String| SamplerError::GraphCorrupt(e);
         let indptr: Vec<u64> = npy::read_i64(&dataset.dir().join(&m.indptr.file))
@@ -46,6 +58,10 @@ impl DirectSampler {
             indices: open_data(&path)?,
             data_offset: header.data_offset,
             element_bytes,
+            ring: uring
+                .then(|| io_uring::IoUring::new(super::file::RING_DEPTH))
+                .transpose()
+                .map_err(|e| SamplerError::GraphCorrupt(format!("io_uring: {e}")))?,
             io: IoStats::default(),
             stats: SamplerStats::default(),
         })
@@ -79,11 +95,13 @@ impl NeighbourSource for DirectSampler {
 
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
         let sector = ALIGN_BYTES as u64;
-        let byte = |p: u64| self.data_offset + p * self.element_bytes;
+        let element = self.element_bytes;
+        let byte = |p: u64| self.data_offset + p * element;
         // The sectors the positions fall in, sorted; runs of adjacent sectors are one read.
         let mut order: Vec<usize> = (0..positions.len()).collect();
         order.sort_unstable_by_key(|&i| positions[i]);
-        let mut out = vec![0u64; positions.len()];
+        let mut extents: Vec<(u64, usize)> = Vec::new();
+        let mut members: Vec<std::ops::Range<usize>> = Vec::new();
         let mut i = 0;
         while i < order.len() {
             let first = byte(positions[order[i]]) / sector;
@@ -93,23 +111,25 @@ impl NeighbourSource for DirectSampler {
                 last = last.max(byte(positions[order[j]]) / sector);
                 j += 1;
             }
-            let used = (j - i) * self.element_bytes as usize;
-            let start = first * sector;
-            let len = ((last + 1) * sector - start) as usize;
-            let (buf, _) = self
-                .indices
-                .read_covering(start, len, &mut self.io)
-                .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
-            self.io.bytes_used += used as u64;
-            for &k in &order[i..j] {
+            extents.push((first * sector, ((last + 1 - first) * sector) as usize));
+            members.push(i..j);
+            i = j;
+        }
+        let buffers = self
+            .indices
+            .read_extents(&extents, self.ring.as_mut(), &mut self.io)
+            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+        self.io.bytes_used += positions.len() as u64 * element;
+        let mut out = vec![0u64; positions.len()];
+        for ((start, _), (buf, range)) in extents.iter().zip(buffers.iter().zip(members)) {
+            for &k in &order[range] {
                 let at = (byte(positions[k]) - start) as usize;
-                let raw = &buf.bytes()[at..at + self.element_bytes as usize];
-                out[k] = match self.element_bytes {
+                let raw = &buf.bytes()[at..at + element as usize];
+                out[k] = match element {
                     4 => u64::from(u32::from_le_bytes(raw.try_into().unwrap_or([0; 4]))),
                     _ => u64::from_le_bytes(raw.try_into().unwrap_or([0; 8])),
                 };
             }
-            i = j;
         }
         Ok(out)
     }
@@ -117,7 +137,11 @@ impl NeighbourSource for DirectSampler {
 
 impl Sampler for DirectSampler {
     fn name(&self) -> &'static str {
-        "direct I/O (files)"
+        if self.ring.is_some() {
+            "io_uring (files)"
+        } else {
+            "direct I/O (files)"
+        }
     }
 
     fn sample(

@@ -9,6 +9,8 @@ use super::IoStats;
 
 /// Alignment of `O_DIRECT` offsets, lengths and buffers.
 pub const ALIGN_BYTES: usize = 4096;
+/// Reads in flight at once on an io_uring.
+pub const RING_DEPTH: u32 = 64;
 
 /// A heap buffer aligned to [`ALIGN_BYTES`], as `O_DIRECT` needs.
 pub struct AlignedBuf {
@@ -126,6 +128,75 @@ impl DataFile {
             ));
         }
         Ok(())
+    }
+
+    /// Reads aligned `(offset, len)` extents: one after the other, or all through `ring`, up to
+    /// [`RING_DEPTH`] in flight. Returns the buffers in order.
+    pub fn read_extents(
+        &self,
+        extents: &[(u64, usize)],
+        ring: Option<&mut io_uring::IoUring>,
+        stats: &mut IoStats,
+    ) -> std::io::Result<Vec<AlignedBuf>> {
+        let mut buffers: Vec<AlignedBuf> = extents
+            .iter()
+            .map(|(_, len)| AlignedBuf::new(*len))
+            .collect();
+        let Some(ring) = ring else {
+            for (buf, (offset, _)) in buffers.iter_mut().zip(extents) {
+                self.read_exact_at(buf.bytes_mut(), *offset)?;
+                stats.record(buf.len, 0);
+            }
+            return Ok(buffers);
+        };
+        use std::os::fd::AsRawFd;
+        let fd = io_uring::types::Fd(self.file.as_raw_fd());
+        let mut next = 0;
+        let mut in_flight = 0usize;
+        let mut failed: Option<std::io::Error> = None;
+        // Every submitted read is reaped before returning, error or not: the kernel writes
+        // into the buffers until then.
+        while in_flight > 0 || (next < extents.len() && failed.is_none()) {
+            while failed.is_none() && next < extents.len() && in_flight < RING_DEPTH as usize {
+                let buf = &mut buffers[next];
+                let len = buf.len as u32;
+                let entry = io_uring::opcode::Read::new(fd, buf.bytes_mut().as_mut_ptr(), len)
+                    .offset(extents[next].0)
+                    .build()
+                    .user_data(next as u64);
+                // SAFETY: the buffer lives in `buffers`, which outlives every read (all are
+                // reaped in this loop).
+                if unsafe { ring.submission().push(&entry) }.is_err() {
+                    break;
+                }
+                next += 1;
+                in_flight += 1;
+            }
+            ring.submit_and_wait(1)?;
+            let done: Vec<(usize, i32)> = ring
+                .completion()
+                .map(|c| (c.user_data() as usize, c.result()))
+                .collect();
+            for (i, result) in done {
+                in_flight -= 1;
+                if result < 0 {
+                    failed.get_or_insert(std::io::Error::from_raw_os_error(-result));
+                    continue;
+                }
+                // A read may stop short only at the end of the file (zeros after it).
+                if (result as usize) < buffers[i].len && extents[i].0 + (result as u64) < self.len {
+                    failed.get_or_insert(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("{}: short read at {}", self.path.display(), extents[i].0),
+                    ));
+                }
+                stats.record(buffers[i].len, 0);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(buffers)
     }
 
     /// Reads whole block `index` of `block_bytes` (a multiple of [`ALIGN_BYTES`]): one I/O.

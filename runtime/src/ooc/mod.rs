@@ -4,6 +4,7 @@
 //! * [`DirectSampler`] ([`direct`]): SmartSAGE's host baseline. The CSR arrays of a dataset,
 //!   with `indptr` in memory and `indices` read with `O_DIRECT` into an aligned scratchpad,
 //!   exactly the sectors each sampled neighbour list covers.
+//! * [`MmapSampler`] ([`mmap`]): the same files mapped, read through the page cache.
 //! * [`agnes`]: AGNES's block layout (fixed-size blocks of node objects, an object index) and
 //!   its two samplers. Per minibatch, every block a hop needs is read through a bounded LRU
 //!   graph buffer. Per hyperbatch, a block × minibatch bucket matrix means each block is read
@@ -19,9 +20,11 @@ pub mod agnes;
 pub mod direct;
 pub mod features;
 pub mod file;
+pub mod mmap;
 
 pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};
 pub use direct::DirectSampler;
+pub use mmap::MmapSampler;
 
 /// Storage I/O a sampler did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
