@@ -159,6 +159,8 @@ enum DatasetCommand {
     /// Import a graph into a dataset folder.
     #[command(subcommand)]
     Import(DatasetImportCommand),
+    /// Write a dataset renumbered for locality (degree or BFS order), original ids kept.
+    Reorder(DatasetReorderArgs),
     /// Print a dataset's manifest summary and degree statistics; `--verify` also checks every
     /// array against its checksum.
     Info(DatasetInfoArgs),
@@ -208,6 +210,18 @@ struct SnapImportArgs {
     /// Add the reverse of every edge.
     #[arg(long)]
     symmetric: bool,
+}
+
+#[derive(Debug, Args)]
+struct DatasetReorderArgs {
+    /// The dataset folder.
+    dir: PathBuf,
+    /// Order: degree (decreasing) or bfs (breadth-first from the highest-degree node).
+    #[arg(long, default_value = "bfs")]
+    by: String,
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -879,6 +893,15 @@ fn run_dataset(command: DatasetCommand) -> anyhow::Result<ExitCode> {
         }
         DatasetCommand::Import(DatasetImportCommand::Snap(a)) => {
             snap::import(&a.input, &a.out, a.symmetric)?
+        }
+        DatasetCommand::Reorder(a) => {
+            use sagessd_runtime::dataset::reorder::{Order, reorder};
+            let by = match a.by.as_str() {
+                "degree" => Order::Degree,
+                "bfs" => Order::Bfs,
+                other => anyhow::bail!("--by {other:?}: degree or bfs"),
+            };
+            reorder(&Dataset::open(&a.dir)?, by, &a.out)?
         }
         DatasetCommand::Info(a) => {
             let d = Dataset::open(&a.dir)?;
