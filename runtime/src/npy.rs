@@ -221,6 +221,24 @@ fn dict_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     None
 }
 
+/// Parses an `.npy` held in memory (`path` names it in errors, e.g. an `.npz` member): its
+/// header and its data bytes, checked against the shape.
+pub fn parse_bytes<'a>(path: &Path, bytes: &'a [u8]) -> Result<(NpyHeader, &'a [u8]), NpyError> {
+    let mut cursor = bytes;
+    let h = parse_header(path, &mut cursor)?;
+    let len = h
+        .len()
+        .checked_mul(h.dtype.size_bytes() as u64)
+        .ok_or_else(|| format_error(path, "shape", "too large"))?;
+    let data = bytes
+        .get(h.data_offset as usize..)
+        .and_then(|d| d.get(..len as usize))
+        .ok_or_else(|| {
+            format_error(path, "data", format!("{len} bytes expected, fewer present"))
+        })?;
+    Ok((h, data))
+}
+
 /// Reads a whole array of `dtype` with the number of dimensions `ndim`, returning its shape
 /// and its elements as little-endian bytes.
 pub fn read_raw(path: &Path, dtype: Dtype, ndim: usize) -> Result<(Vec<u64>, Vec<u8>), NpyError> {

@@ -170,6 +170,9 @@ enum DatasetCommand {
 enum DatasetImportCommand {
     /// A SNAP edge list (text, `#` comments, optionally `.gz`).
     Snap(SnapImportArgs),
+    /// OGB-style arrays: a folder of .npy files or one .npz (edge_index or indptr/indices,
+    /// node_feat, node_label, train_idx/valid_idx/test_idx).
+    Ogb(SnapImportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -202,7 +205,7 @@ struct DatasetGenerateArgs {
 
 #[derive(Debug, Args)]
 struct SnapImportArgs {
-    /// The edge list.
+    /// The file (or folder) to import.
     input: PathBuf,
     /// Dataset folder to write.
     #[arg(long, value_name = "DIR")]
@@ -893,6 +896,9 @@ fn run_dataset(command: DatasetCommand) -> anyhow::Result<ExitCode> {
         }
         DatasetCommand::Import(DatasetImportCommand::Snap(a)) => {
             snap::import(&a.input, &a.out, a.symmetric)?
+        }
+        DatasetCommand::Import(DatasetImportCommand::Ogb(a)) => {
+            sagessd_runtime::dataset::ogb::import(&a.input, &a.out, a.symmetric)?
         }
         DatasetCommand::Reorder(a) => {
             use sagessd_runtime::dataset::reorder::{Order, reorder};

@@ -15,9 +15,10 @@
 //! harness takes `indptr.npy`/`indices.npy` as they are). [`Dataset::open`] checks every array's
 //! header against the manifest; [`Dataset::verify`] also checks the data against its CRC32C.
 //! Writers: [`generate`] (R-MAT with community-correlated features and labels) and
-//! [`snap`] (SNAP edge lists), [`reorder`] (a dataset renumbered for locality).
+//! [`snap`] (SNAP edge lists), [`ogb`] (OGB-style `.npy`/`.npz` arrays), [`reorder`] (a dataset renumbered for locality).
 
 pub mod generate;
+pub mod ogb;
 pub mod reorder;
 pub mod snap;
 
