@@ -9,6 +9,12 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_emulator::HwConfig;
 use sagessd_host_driver::{DeviceUri, Endpoint};
+
+/// mimalloc: the samplers allocate and free multi-MiB buffers every minibatch. glibc's malloc
+/// hands such memory back to the kernel and then faults it in again, zeroed, page by page (a
+/// third of the in-memory sampler's time); mimalloc keeps and reuses it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use sagessd_runtime::compare::{self, CompareConfig, Event};
 use sagessd_runtime::host_io::HostIoMode;
 
@@ -789,14 +795,6 @@ impl Gatherer {
 fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::bench::{self, BenchConfig};
     use sagessd_runtime::npy::{self, Dtype};
-    // Each minibatch allocates and frees several MiB of buffers. By default glibc hands such
-    // memory back to the kernel and gets it again zeroed, page fault by page fault, on the next
-    // minibatch (a third of the run time here). Keep it in the heap instead.
-    // SAFETY: mallopt only changes allocator tunables; no allocation is in flight.
-    let kept = unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
-            + libc::mallopt(libc::M_MMAP_THRESHOLD, KEEP_FREED_BYTES)
-    } == 2;
     let setup = std::time::Instant::now();
     let graph = match &a.graph_dir {
         Some(dir) => load_npy_graph(dir)?,
@@ -835,14 +833,13 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
     let median = times[times.len() / 2];
     let per_batch = |x: u64| x as f64 / a.batches as f64;
     eprintln!(
-        "in-memory sampler, {} nodes / {} CSR entries, fanouts {:?}, {} thread(s), {} timed minibatches x {} runs (setup {setup_s:.1} s; glibc keeps freed memory: {})",
+        "in-memory sampler, {} nodes / {} CSR entries, fanouts {:?}, {} thread(s), {} timed minibatches x {} runs (setup {setup_s:.1} s)",
         graph.node_count(),
         graph.edge_count(),
         a.fanouts,
         a.threads,
         a.batches,
-        a.runs,
-        if kept { "yes" } else { "no, mallopt refused" }
+        a.runs
     );
     eprintln!(
         "  median: {:.2} minibatches/s, {:.2} M sampled edges/s (WALL CLOCK); {:.0} edges and {:.0} unique nodes per minibatch",
@@ -868,9 +865,6 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
     );
     Ok(ExitCode::SUCCESS)
 }
-
-/// Freed blocks up to this size stay in the heap during `bench sampler` (256 MiB).
-const KEEP_FREED_BYTES: i32 = 256 << 20;
 
 /// A CSR graph from `indptr.npy` (int64) and `indices.npy` (int32 or int64) in `dir`.
 fn load_npy_graph(dir: &std::path::Path) -> anyhow::Result<sagessd_runtime::graph::CsrGraph> {
