@@ -79,6 +79,9 @@ struct SampleArgs {
     /// Minibatches per hyperbatch.
     #[arg(long, default_value_t = 64)]
     hyperbatch: usize,
+    /// Hyperbatch: read each block when it is needed instead of ahead through io_uring.
+    #[arg(long)]
+    no_prefetch: bool,
     /// AGNES block size in KiB (a multiple of 4).
     #[arg(long, default_value_t = 1024)]
     block_size: usize,
@@ -668,7 +671,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 let l = layout
                     .as_ref()
                     .ok_or_else(|| anyhow::anyhow!("no layout"))?;
-                let mut s = HyperbatchSampler::new(l, buffer_bytes)?;
+                let mut s = HyperbatchSampler::new(l, buffer_bytes, !a.no_prefetch)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
                     for sub in s.sample_hyperbatch(&a.fanouts, chunk)? {
                         sink(sub)?;

@@ -238,12 +238,121 @@ struct GraphBuffer {
     blocks: HashMap<u64, (AlignedBuf, u64)>,
     clock: u64,
     io: IoStats,
+    /// Reads ahead through io_uring, when the sampler knows its blocks in advance.
+    prefetch: Option<Prefetch>,
+}
+
+/// Blocks read ahead of their use: a hop's missing blocks are all known before the first one
+/// is needed, so up to [`PREFETCH_DEPTH`] are in flight while earlier ones are sampled.
+struct Prefetch {
+    ring: io_uring::IoUring,
+    in_flight: HashMap<u64, AlignedBuf>,
+    arrived: HashMap<u64, AlignedBuf>,
+}
+
+impl std::fmt::Debug for Prefetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetch")
+            .field("in_flight", &self.in_flight.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Block reads a hyperbatch keeps in flight.
+const PREFETCH_DEPTH: usize = 8;
+
+impl Prefetch {
+    fn submit(&mut self, file: &DataFile, block: u64, block_bytes: usize) -> std::io::Result<()> {
+        let mut buf = AlignedBuf::new(block_bytes);
+        let entry = io_uring::opcode::Read::new(
+            io_uring::types::Fd(file.raw_fd()),
+            buf.bytes_mut().as_mut_ptr(),
+            block_bytes as u32,
+        )
+        .offset(block * block_bytes as u64)
+        .build()
+        .user_data(block);
+        // SAFETY: the buffer's heap memory stays in `in_flight` until its completion is reaped
+        // (`wait_for` and `drain` reap every submitted read).
+        unsafe { self.ring.submission().push(&entry) }
+            .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
+        self.ring.submit()?;
+        self.in_flight.insert(block, buf);
+        Ok(())
+    }
+
+    /// Reaps completions until `block` has arrived, and hands it over.
+    fn wait_for(&mut self, block: u64) -> std::io::Result<AlignedBuf> {
+        loop {
+            if let Some(buf) = self.arrived.remove(&block) {
+                return Ok(buf);
+            }
+            self.ring.submit_and_wait(1)?;
+            let done: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            let mut failed = None;
+            for (b, result) in done {
+                if let Some(buf) = self.in_flight.remove(&b) {
+                    if result < 0 {
+                        failed.get_or_insert(std::io::Error::from_raw_os_error(-result));
+                    } else {
+                        self.arrived.insert(b, buf);
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                self.drain();
+                return Err(e);
+            }
+        }
+    }
+
+    /// Waits for every read still in flight (their buffers must outlive them).
+    fn drain(&mut self) {
+        while !self.in_flight.is_empty() {
+            if self.ring.submit_and_wait(1).is_err() {
+                // Leak rather than free memory the kernel may still write.
+                for (_, buf) in self.in_flight.drain() {
+                    std::mem::forget(buf);
+                }
+                return;
+            }
+            let done: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
+            for b in done {
+                self.in_flight.remove(&b);
+            }
+        }
+        self.arrived.clear();
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.drain();
+    }
 }
 
 impl GraphBuffer {
-    fn new(layout: &AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
+    fn new(
+        layout: &AgnesLayout,
+        buffer_bytes: usize,
+        prefetch: bool,
+    ) -> Result<Self, SamplerError> {
         let block_bytes = layout.manifest.block_bytes as usize;
+        let prefetch = prefetch
+            .then(|| io_uring::IoUring::new(PREFETCH_DEPTH as u32 * 2))
+            .transpose()
+            .map_err(|e| SamplerError::GraphCorrupt(format!("io_uring: {e}")))?
+            .map(|ring| Prefetch {
+                ring,
+                in_flight: HashMap::new(),
+                arrived: HashMap::new(),
+            });
         Ok(Self {
+            prefetch,
             file: super::direct::open_data(&layout.dir.join("blocks.bin"))?,
             block_bytes,
             capacity_blocks: (buffer_bytes / block_bytes).max(1),
@@ -253,7 +362,8 @@ impl GraphBuffer {
         })
     }
 
-    /// The block, from the buffer or read (evicting the least recently used one).
+    /// The block, from the buffer, from the prefetcher, or read now; a block that was not in
+    /// the buffer enters it (evicting the least recently used one).
     fn block(&mut self, index: u64) -> Result<&[u8], SamplerError> {
         self.clock += 1;
         if self.blocks.contains_key(&index) {
@@ -269,10 +379,15 @@ impl GraphBuffer {
             {
                 self.blocks.remove(&oldest);
             }
-            let buf = self
-                .file
-                .read_block(index, self.block_bytes, &mut self.io)
-                .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+            let prefetched = self
+                .prefetch
+                .as_mut()
+                .filter(|p| p.in_flight.contains_key(&index) || p.arrived.contains_key(&index));
+            let buf = match prefetched {
+                Some(p) => p.wait_for(index),
+                None => self.file.read_block(index, self.block_bytes, &mut self.io),
+            }
+            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
             self.blocks.insert(index, (buf, 0));
         }
         let clock = self.clock;
@@ -293,12 +408,34 @@ impl GraphBuffer {
     ) -> Result<(), SamplerError> {
         let per_block = (self.block_bytes / 4) as u64;
         wanted.sort_unstable();
+        // The blocks this call will look up, in order, and those not in the buffer now.
+        let mut groups: Vec<(u64, usize, usize)> = Vec::new();
         let mut i = 0;
         while i < wanted.len() {
             let block = wanted[i].0 / per_block;
             let mut j = i;
             while j < wanted.len() && wanted[j].0 / per_block == block {
                 j += 1;
+            }
+            groups.push((block, i, j));
+            i = j;
+        }
+        let misses: Vec<u64> = groups
+            .iter()
+            .map(|g| g.0)
+            .filter(|b| !self.blocks.contains_key(b))
+            .collect();
+        let mut next_miss = 0;
+        for (block, i, j) in groups {
+            if let Some(p) = self.prefetch.as_mut() {
+                while next_miss < misses.len()
+                    && p.in_flight.len() + p.arrived.len() < PREFETCH_DEPTH
+                {
+                    p.submit(&self.file, misses[next_miss], self.block_bytes)
+                        .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+                    self.io.record(self.block_bytes, 0);
+                    next_miss += 1;
+                }
             }
             let bytes = self.block(block)?;
             for &(p, slot) in &wanted[i..j] {
@@ -308,7 +445,6 @@ impl GraphBuffer {
                 ));
             }
             self.io.bytes_used += 4 * (j - i) as u64;
-            i = j;
         }
         Ok(())
     }
@@ -327,7 +463,7 @@ impl<'l> BlockSampler<'l> {
     pub fn new(layout: &'l AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
         Ok(Self {
             layout,
-            buffer: GraphBuffer::new(layout, buffer_bytes)?,
+            buffer: GraphBuffer::new(layout, buffer_bytes, false)?,
             stats: SamplerStats::default(),
         })
     }
@@ -377,11 +513,16 @@ pub struct HyperbatchSampler<'l> {
 }
 
 impl<'l> HyperbatchSampler<'l> {
-    /// A sampler over `layout` with a graph buffer of `buffer_bytes`.
-    pub fn new(layout: &'l AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
+    /// A sampler over `layout` with a graph buffer of `buffer_bytes`; `prefetch`: read each
+    /// hop's blocks ahead through io_uring, overlapping the reads with sampling.
+    pub fn new(
+        layout: &'l AgnesLayout,
+        buffer_bytes: usize,
+        prefetch: bool,
+    ) -> Result<Self, SamplerError> {
         Ok(Self {
             layout,
-            buffer: GraphBuffer::new(layout, buffer_bytes)?,
+            buffer: GraphBuffer::new(layout, buffer_bytes, prefetch)?,
             stats: SamplerStats::default(),
         })
     }
@@ -521,10 +662,20 @@ mod tests {
             assert_eq!(&mapped.sample(*s, &fanouts, t).unwrap(), e);
             assert_eq!(&blocks.sample(*s, &fanouts, t).unwrap(), e);
         }
-        let mut hyper = HyperbatchSampler::new(&layout, buffer).unwrap();
+        let mut hyper = HyperbatchSampler::new(&layout, buffer, false).unwrap();
         assert_eq!(
             hyper.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
+        );
+        let mut ahead = HyperbatchSampler::new(&layout, buffer, true).unwrap();
+        assert_eq!(
+            ahead.sample_hyperbatch(&fanouts, &requests).unwrap(),
+            expected
+        );
+        assert_eq!(
+            ahead.io_stats(),
+            hyper.io_stats(),
+            "the same reads, issued ahead"
         );
         assert_eq!(
             uring.io_stats(),

@@ -44,7 +44,7 @@ impl AlignedBuf {
         &self.storage[self.start..self.start + self.len]
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
 }
@@ -82,6 +82,12 @@ impl DataFile {
             direct,
             len,
         })
+    }
+
+    /// The raw descriptor, for io_uring submissions.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.file.as_raw_fd()
     }
 
     /// The file's length.
