@@ -27,3 +27,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${packages[@]}"
 fi
+
+# Cora ships inside the graphdatascience 2.2 wheel (read by `sagessd dataset import cora`):
+# fetched once, never installed.
+wheel=target/downloads/graphdatascience-2.2-py3-none-any.whl
+if [ ! -f "$wheel" ]; then
+    mkdir -p target/downloads
+    python3 -m pip download --quiet --no-deps --dest target/downloads graphdatascience==2.2
+fi

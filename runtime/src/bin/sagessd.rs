@@ -182,6 +182,19 @@ enum DatasetImportCommand {
     /// OGB-style arrays: a folder of .npy files or one .npz (edge_index or indptr/indices,
     /// node_feat, node_label, train_idx/valid_idx/test_idx).
     Ogb(SnapImportArgs),
+    /// Cora from the graphdatascience==2.2 wheel (scripts/setup.sh downloads it into
+    /// target/downloads/), or a folder with its two Parquet files.
+    Cora(CoraImportArgs),
+}
+
+#[derive(Debug, Args)]
+struct CoraImportArgs {
+    /// The wheel or folder.
+    #[arg(default_value = "target/downloads/graphdatascience-2.2-py3-none-any.whl")]
+    input: PathBuf,
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -919,6 +932,9 @@ fn run_dataset(command: DatasetCommand) -> anyhow::Result<ExitCode> {
         }
         DatasetCommand::Import(DatasetImportCommand::Snap(a)) => {
             snap::import(&a.input, &a.out, a.symmetric)?
+        }
+        DatasetCommand::Import(DatasetImportCommand::Cora(a)) => {
+            sagessd_runtime::dataset::cora::import(&a.input, &a.out)?
         }
         DatasetCommand::Import(DatasetImportCommand::Ogb(a)) => {
             sagessd_runtime::dataset::ogb::import(&a.input, &a.out, a.symmetric)?
