@@ -686,8 +686,20 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                     .ok_or_else(|| anyhow::anyhow!("no layout"))?;
                 let mut s = HyperbatchSampler::new(l, buffer_bytes, !a.no_prefetch)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
-                    for sub in s.sample_hyperbatch(&a.fanouts, chunk)? {
-                        sink(sub)?;
+                    let subs = s.sample_hyperbatch(&a.fanouts, chunk)?;
+                    // AGNES gathers a hyperbatch's features together, each block once.
+                    if let Some(Gatherer::Agnes(g)) = gatherer.as_mut().filter(|_| k == 0) {
+                        let t = std::time::Instant::now();
+                        let nodes: Vec<Vec<u64>> = subs
+                            .iter()
+                            .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
+                            .collect();
+                        let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
+                        g.gather_many(&lists)?;
+                        gather_s += t.elapsed().as_secs_f64();
+                    }
+                    for sub in subs {
+                        sums.push(sub.checksum());
                     }
                 }
                 s.io_stats().clone()

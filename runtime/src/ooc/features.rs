@@ -5,7 +5,8 @@
 //! * [`ThresholdCache`] (AGNES): a node's feature row is kept once the node has been accessed
 //!   `threshold` times, while the cache has room; hot nodes of a power-law graph fill it and
 //!   stay. Misses are read by feature block: rows are grouped in blocks of the layout's block
-//!   size, and each block a gather needs is read once.
+//!   size, and each block a gather needs is read once — for a whole hyperbatch at a time with
+//!   [`ThresholdCache::gather_many`].
 //! * [`FifoCache`] (BGL): every row read is kept, the oldest evicted first. It pays off with
 //!   BGL's proximity-aware minibatch order ([`bgl_order`]), where consecutive minibatches share
 //!   neighbourhoods. Misses are read row by row (adjacent rows in one read).
@@ -129,21 +130,30 @@ impl ThresholdCache {
 
     /// The rows of `nodes`, in order, in one buffer.
     pub fn gather(&mut self, nodes: &[u64]) -> Result<Vec<u8>, SamplerError> {
+        let mut out = self.gather_many(&[nodes])?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// The rows of several minibatches' nodes (a hyperbatch), one buffer each: the misses of
+    /// all of them are read together, each feature block once.
+    pub fn gather_many(&mut self, lists: &[&[u64]]) -> Result<Vec<Vec<u8>>, SamplerError> {
         let row = self.features.row_bytes;
-        let mut out = vec![0u8; nodes.len() * row];
-        let mut missing: Vec<(u64, usize)> = Vec::new();
-        for (i, &v) in nodes.iter().enumerate() {
-            let count = self.counts.get_mut(v as usize).ok_or_else(|| {
-                SamplerError::InvalidRequest(format!("node {v} has no feature row"))
-            })?;
-            *count = count.saturating_add(1);
-            self.stats.rows += 1;
-            match self.cached.get(&v) {
-                Some(r) => {
-                    out[i * row..(i + 1) * row].copy_from_slice(r);
-                    self.stats.cache_hits += 1;
+        let mut outs: Vec<Vec<u8>> = lists.iter().map(|l| vec![0u8; l.len() * row]).collect();
+        let mut missing: Vec<(u64, usize, usize)> = Vec::new();
+        for (b, nodes) in lists.iter().enumerate() {
+            for (i, &v) in nodes.iter().enumerate() {
+                let count = self.counts.get_mut(v as usize).ok_or_else(|| {
+                    SamplerError::InvalidRequest(format!("node {v} has no feature row"))
+                })?;
+                *count = count.saturating_add(1);
+                self.stats.rows += 1;
+                match self.cached.get(&v) {
+                    Some(r) => {
+                        outs[b][i * row..(i + 1) * row].copy_from_slice(r);
+                        self.stats.cache_hits += 1;
+                    }
+                    None => missing.push((v, b, i)),
                 }
-                None => missing.push((v, i)),
             }
         }
         // One read per feature block the misses fall in.
@@ -155,9 +165,9 @@ impl ThresholdCache {
             let count = self.block_rows.min(self.features.rows - first);
             let bytes = self.features.read_rows(first, count, &mut self.stats.io)?;
             while k < missing.len() && missing[k].0 / self.block_rows == block {
-                let (v, i) = missing[k];
+                let (v, b, i) = missing[k];
                 let r = &bytes[(v - first) as usize * row..][..row];
-                out[i * row..(i + 1) * row].copy_from_slice(r);
+                outs[b][i * row..(i + 1) * row].copy_from_slice(r);
                 self.stats.io.bytes_used += row as u64;
                 if self.counts[v as usize] >= self.threshold
                     && self.cached.len() < self.capacity_rows
@@ -167,7 +177,7 @@ impl ThresholdCache {
                 k += 1;
             }
         }
-        Ok(out)
+        Ok(outs)
     }
 }
 
@@ -365,6 +375,11 @@ mod tests {
         let reads = t.stats.io.reads;
         assert_eq!(t.gather(&[900]).unwrap(), expect(&[900]));
         assert_eq!(t.stats.io.reads, reads + 1, "900 was seen once: not cached");
+        // A hyperbatch's gathers read each block once: two lists in the same 4 KiB block.
+        let mut h = ThresholdCache::new(FeatureFile::open(&d).unwrap(), 0, 1, 4096);
+        let out = h.gather_many(&[&[3, 4], &[4, 100]]).unwrap();
+        assert_eq!(out, vec![expect(&[3, 4]), expect(&[4, 100])]);
+        assert_eq!(h.stats.io.reads, 1);
         // A cache with room for nothing caches nothing.
         let mut none = ThresholdCache::new(FeatureFile::open(&d).unwrap(), 0, 1, 4096);
         none.gather(&[1, 1]).unwrap();
