@@ -148,12 +148,14 @@ fn parse_header<R: Read>(path: &Path, r: &mut R) -> Result<NpyHeader, NpyError> 
     let (len, prefix) = match magic[6] {
         1 => {
             let mut b = [0u8; 2];
-            r.read_exact(&mut b).map_err(io_error(path))?;
+            r.read_exact(&mut b)
+                .map_err(|_| format_error(path, "header length", "file ends before it"))?;
             (u64::from(u16::from_le_bytes(b)), 10)
         }
         2 | 3 => {
             let mut b = [0u8; 4];
-            r.read_exact(&mut b).map_err(io_error(path))?;
+            r.read_exact(&mut b)
+                .map_err(|_| format_error(path, "header length", "file ends before it"))?;
             (u64::from(u32::from_le_bytes(b)), 12)
         }
         v => {
@@ -195,6 +197,13 @@ fn parse_header<R: Read>(path: &Path, r: &mut R) -> Result<NpyHeader, NpyError> 
         .map(|s| s.trim_end_matches('L').parse::<u64>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format_error(path, "shape", e.to_string()))?;
+    // Element count and byte size must be representable before anyone trusts them.
+    shape
+        .iter()
+        .try_fold(1u64, |a, d| a.checked_mul(*d))
+        .and_then(|n| n.checked_mul(dtype.size_bytes() as u64))
+        .and_then(|b| b.checked_add(prefix + len))
+        .ok_or_else(|| format_error(path, "shape", format!("{shape:?} is too large")))?;
     Ok(NpyHeader {
         dtype,
         shape,
@@ -263,7 +272,7 @@ pub fn read_raw(path: &Path, dtype: Dtype, ndim: usize) -> Result<(Vec<u64>, Vec
         .checked_mul(dtype.size_bytes() as u64)
         .ok_or_else(|| format_error(path, "shape", "too large"))?;
     let file_len = std::fs::metadata(path).map_err(io_error(path))?.len();
-    if file_len < h.data_offset + bytes {
+    if file_len < h.data_offset.saturating_add(bytes) {
         return Err(format_error(
             path,
             "data",

@@ -549,6 +549,10 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     };
     use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 
+    anyhow::ensure!(
+        a.batch_size > 0 && a.batches > 0,
+        "--batches and --batch-size must be ≥ 1"
+    );
     let dataset = Dataset::open(&a.dataset)?;
     let n = dataset.manifest.node_count;
     let requests: Vec<(u64, Vec<u64>)> = match a.order.as_str() {
@@ -563,10 +567,18 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         "bgl" => {
             let graph = dataset.graph()?;
             let train = match &dataset.manifest.train {
-                Some(entry) => sagessd_runtime::npy::read_i64(&dataset.dir().join(&entry.file))?
-                    .into_iter()
-                    .map(|v| v as u64)
-                    .collect(),
+                Some(entry) => {
+                    let path = dataset.dir().join(&entry.file);
+                    let ids = sagessd_runtime::npy::read_i64(&path)?;
+                    if let Some(i) = ids.iter().position(|v| !(0..n as i64).contains(v)) {
+                        anyhow::bail!(
+                            "{}: entry {i} ({}) is not a node id",
+                            path.display(),
+                            ids[i]
+                        );
+                    }
+                    ids.into_iter().map(|v| v as u64).collect()
+                }
                 None => (0..n).collect::<Vec<u64>>(),
             };
             let order = sagessd_runtime::ooc::features::bgl_order(&graph, &train, 8, a.seed);
@@ -687,15 +699,25 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 let mut s = HyperbatchSampler::new(l, buffer_bytes, !a.no_prefetch)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
                     let subs = s.sample_hyperbatch(&a.fanouts, chunk)?;
-                    // AGNES gathers a hyperbatch's features together, each block once.
-                    if let Some(Gatherer::Agnes(g)) = gatherer.as_mut().filter(|_| k == 0) {
+                    // AGNES gathers a hyperbatch's features together, each block once; BGL
+                    // gathers minibatch by minibatch.
+                    if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
                         let t = std::time::Instant::now();
-                        let nodes: Vec<Vec<u64>> = subs
-                            .iter()
-                            .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
-                            .collect();
-                        let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
-                        g.gather_many(&lists)?;
+                        match g {
+                            Gatherer::Agnes(g) => {
+                                let nodes: Vec<Vec<u64>> = subs
+                                    .iter()
+                                    .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
+                                    .collect();
+                                let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
+                                g.gather_many(&lists)?;
+                            }
+                            Gatherer::Bgl(_) => {
+                                for sub in &subs {
+                                    g.gather(sub)?;
+                                }
+                            }
+                        }
                         gather_s += t.elapsed().as_secs_f64();
                     }
                     for sub in subs {
@@ -855,6 +877,10 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
         batches: a.batches,
         runs: a.runs,
     };
+    anyhow::ensure!(
+        a.runs > 0 && a.batches > 0,
+        "--runs and --batches must be ≥ 1"
+    );
     let runs = bench::run(&graph, &seeds, &config)?;
     let mut times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
     times.sort_by(f64::total_cmp);
@@ -910,8 +936,8 @@ fn load_npy_graph(dir: &std::path::Path) -> anyhow::Result<sagessd_runtime::grap
             .collect(),
         _ => npy::read_i64(&file)?
             .into_iter()
-            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-            .collect(),
+            .map(|v| u32::try_from(v).with_context(|| format!("{}: id {v}", file.display())))
+            .collect::<anyhow::Result<_>>()?,
     };
     sagessd_runtime::graph::CsrGraph::new(indptr, indices)
         .with_context(|| format!("{}: not a valid CSR graph", dir.display()))

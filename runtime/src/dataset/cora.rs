@@ -163,7 +163,15 @@ pub fn import(input: &Path, dir: &Path) -> Result<Dataset, DatasetError> {
         path: rels_path,
         source,
     })?;
-    let class_count = labels.iter().copied().max().map_or(0, |m| m + 1) as u32;
+    let max_label = labels.iter().copied().max().unwrap_or(0);
+    if max_label >= n as i64 || labels.iter().any(|l| *l < 0) {
+        return Err(field_error(
+            &nodes_path,
+            "subject",
+            format!("classes must lie in 0..{n}"),
+        ));
+    }
+    let class_count = (max_label + 1) as u32;
     let (train, valid, test) = split(&labels, class_count);
     let w = DatasetWriter::create(dir)?;
     let (indptr, indices) = w.graph(&graph)?;

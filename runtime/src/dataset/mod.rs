@@ -289,8 +289,12 @@ impl Dataset {
             let (_, raw) = npy::read_raw(&file, Dtype::I64, 1)?;
             raw.chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-                .collect()
+                .map(|v| {
+                    u32::try_from(v).map_err(|_| {
+                        field_error(&file, "indices", format!("id {v} does not fit 32 bits"))
+                    })
+                })
+                .collect::<Result<_, _>>()?
         };
         CsrGraph::new(indptr, indices).map_err(|source| DatasetError::Graph {
             path: self.dir.clone(),

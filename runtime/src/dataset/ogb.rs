@@ -60,8 +60,10 @@ impl Source {
                     return Ok(Some(Array { header, data, path }));
                 }
                 Self::Npz(archive, zip) => {
-                    let Ok(mut entry) = zip.by_name(&file) else {
-                        continue;
+                    let mut entry = match zip.by_name(&file) {
+                        Ok(e) => e,
+                        Err(zip::result::ZipError::FileNotFound) => continue,
+                        Err(e) => return Err(field_error(archive, *name, e.to_string())),
                     };
                     let path = archive.join(&file);
                     let mut bytes = Vec::new();
@@ -227,7 +229,15 @@ pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, Data
                     format!("{:?}, expected [{node_count}]", l.header.shape),
                 ));
             }
-            let classes = values.iter().copied().max().map(|m| (m + 1).max(0) as u32);
+            let max = values.iter().copied().max().unwrap_or(-1);
+            if max >= node_count as i64 || values.iter().any(|v| *v < -1) {
+                return Err(field_error(
+                    &l.path,
+                    "node_label",
+                    format!("labels must be -1 (none) or 0..{node_count}"),
+                ));
+            }
+            let classes = Some((max + 1).max(0) as u32);
             (Some(w.ids("labels.npy", &values)?), classes)
         }
     };

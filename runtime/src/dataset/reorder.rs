@@ -101,7 +101,15 @@ pub fn reorder(dataset: &Dataset, by: Order, dir: &Path) -> Result<Dataset, Data
             } else {
                 Dtype::F32
             };
-            let (shape, raw) = npy::read_raw(&dataset.dir().join(&entry.file), dtype, 2)?;
+            let path = dataset.dir().join(&entry.file);
+            let (shape, raw) = npy::read_raw(&path, dtype, 2)?;
+            if shape[0] != n as u64 {
+                return Err(field_error(
+                    &path,
+                    "shape",
+                    format!("{shape:?}: {n} rows expected"),
+                ));
+            }
             let row = raw.len() / n.max(1);
             let mut out = w.array("features.npy", dtype, &shape)?;
             for &old in &order {
@@ -114,6 +122,13 @@ pub fn reorder(dataset: &Dataset, by: Order, dir: &Path) -> Result<Dataset, Data
         None => None,
         Some(entry) => {
             let old = read_ids(&entry.file)?;
+            if old.len() != n {
+                return Err(field_error(
+                    &dataset.dir().join(&entry.file),
+                    "shape",
+                    format!("{} labels for {n} nodes", old.len()),
+                ));
+            }
             let new: Vec<i64> = order.iter().map(|v| old[*v as usize]).collect();
             Some(w.ids("labels.npy", &new)?)
         }
@@ -122,10 +137,19 @@ pub fn reorder(dataset: &Dataset, by: Order, dir: &Path) -> Result<Dataset, Data
         entry
             .as_ref()
             .map(|e| {
-                let ids: Vec<i64> = read_ids(&e.file)?
+                let path = dataset.dir().join(&e.file);
+                let ids = read_ids(&e.file)?
                     .into_iter()
-                    .map(|v| i64::from(rank.get(v as usize).copied().unwrap_or(u32::MAX)))
-                    .collect();
+                    .map(|v| {
+                        usize::try_from(v)
+                            .ok()
+                            .and_then(|v| rank.get(v))
+                            .map(|r| i64::from(*r))
+                            .ok_or_else(|| {
+                                field_error(&path, "ids", format!("{v} is not a node id"))
+                            })
+                    })
+                    .collect::<Result<Vec<i64>, _>>()?;
                 w.ids(file, &ids)
             })
             .transpose()
@@ -138,6 +162,13 @@ pub fn reorder(dataset: &Dataset, by: Order, dir: &Path) -> Result<Dataset, Data
     let original: Vec<i64> = match &m.node_ids {
         Some(e) => {
             let ids = read_ids(&e.file)?;
+            if ids.len() != n {
+                return Err(field_error(
+                    &dataset.dir().join(&e.file),
+                    "shape",
+                    format!("{} ids for {n} nodes", ids.len()),
+                ));
+            }
             order.iter().map(|v| ids[*v as usize]).collect()
         }
         None => order.iter().map(|v| *v as i64).collect(),

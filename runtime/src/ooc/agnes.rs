@@ -36,6 +36,10 @@ use super::file::{AlignedBuf, DataFile};
 
 /// Default block size: 1 MiB, as in AGNES.
 pub const DEFAULT_BLOCK_BYTES: usize = 1 << 20;
+/// Smallest block size (and the unit of every block size): one `O_DIRECT` alignment unit.
+const MIN_BLOCK_BYTES: u64 = 4096;
+/// Largest block size.
+const MAX_BLOCK_BYTES: u64 = 1 << 30;
 
 /// `layout.toml`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,8 +53,13 @@ pub struct LayoutManifest {
     pub node_count: u64,
     /// Nodes whose object spans more than one block.
     pub split_nodes: u64,
+    /// Edges (the sum of the object sizes, in ids).
+    pub edge_count: u64,
     /// The dataset it was built from.
     pub dataset: String,
+    /// CRC32C of the dataset's `indices` array when the layout was written: a layout of an
+    /// earlier dataset in the same folder is never taken for this one's.
+    pub source_crc32c: String,
 }
 
 /// An AGNES block layout: where it is and its in-memory object index.
@@ -73,10 +82,13 @@ impl AgnesLayout {
     pub fn write(
         graph: &CsrGraph,
         dataset_name: &str,
+        source_crc32c: &str,
         dir: &Path,
         block_bytes: usize,
     ) -> Result<Self, DatasetError> {
-        if block_bytes == 0 || !block_bytes.is_multiple_of(super::file::ALIGN_BYTES) {
+        if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&(block_bytes as u64))
+            || !block_bytes.is_multiple_of(super::file::ALIGN_BYTES)
+        {
             return Err(field_error(
                 dir,
                 "block size",
@@ -141,7 +153,9 @@ impl AgnesLayout {
             block_count,
             node_count: n,
             split_nodes,
+            edge_count: graph.edge_count(),
             dataset: dataset_name.to_owned(),
+            source_crc32c: source_crc32c.to_owned(),
         };
         let path = dir.join("layout.toml");
         let text =
@@ -167,22 +181,50 @@ impl AgnesLayout {
                 format!("index.npy has shape {shape:?}"),
             ));
         }
+        let b = manifest.block_bytes;
+        if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&b) || !b.is_multiple_of(MIN_BLOCK_BYTES) {
+            return Err(field_error(
+                &path,
+                "block_bytes",
+                format!("{b}: a multiple of 4 KiB up to 1 GiB"),
+            ));
+        }
+        let end = manifest
+            .block_count
+            .checked_mul(b)
+            .ok_or_else(|| field_error(&path, "block_count", "too large"))?;
+        let blocks = dir.join("blocks.bin");
+        let len = fs::metadata(&blocks)
+            .map_err(|source| DatasetError::Io {
+                path: blocks.clone(),
+                source,
+            })?
+            .len();
+        if len != end {
+            return Err(field_error(
+                &blocks,
+                "length",
+                format!("{len} bytes, the layout says {end}"),
+            ));
+        }
         let words: Vec<u64> = raw
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
         let (offsets, degrees): (Vec<u64>, Vec<u64>) =
             words.chunks_exact(2).map(|p| (p[0], p[1])).unzip();
-        let end = manifest.block_count * manifest.block_bytes;
-        if offsets
-            .iter()
-            .zip(&degrees)
-            .any(|(o, d)| o % 4 != 0 || o + 4 * d > end)
-        {
+        let inside = |(o, d): (&u64, &u64)| {
+            o % 4 == 0
+                && d.checked_mul(4)
+                    .and_then(|bytes| o.checked_add(bytes))
+                    .is_some_and(|e| e <= end)
+        };
+        let edges = degrees.iter().try_fold(0u64, |a, d| a.checked_add(*d));
+        if !offsets.iter().zip(&degrees).all(inside) || edges != Some(manifest.edge_count) {
             return Err(field_error(
                 &dir.join("index.npy"),
                 "offsets",
-                "an object lies outside the blocks",
+                "an object lies outside the blocks, or the degrees do not add up to edge_count",
             ));
         }
         Ok(Self {
@@ -200,12 +242,22 @@ impl AgnesLayout {
         block_bytes: usize,
     ) -> Result<(Self, bool), DatasetError> {
         let dir = layout_dir(dataset, block_bytes);
+        let source = &dataset.manifest.indices.crc32c;
         if dir.join("layout.toml").exists() {
-            return Ok((Self::open(&dir)?, false));
+            // A layout of another dataset (or another block size) is rewritten, not used.
+            match Self::open(&dir) {
+                Ok(l)
+                    if &l.manifest.source_crc32c == source
+                        && l.manifest.block_bytes == block_bytes as u64 =>
+                {
+                    return Ok((l, false));
+                }
+                _ => {}
+            }
         }
         let graph = dataset.graph()?;
         Ok((
-            Self::write(&graph, &dataset.manifest.name, &dir, block_bytes)?,
+            Self::write(&graph, &dataset.manifest.name, source, &dir, block_bytes)?,
             true,
         ))
     }
@@ -240,6 +292,8 @@ struct GraphBuffer {
     io: IoStats,
     /// Reads ahead through io_uring, when the sampler knows its blocks in advance.
     prefetch: Option<Prefetch>,
+    /// Blocks read ahead at most (part of the buffer's budget).
+    depth: usize,
 }
 
 /// Blocks read ahead of their use: a hop's missing blocks are all known before the first one
@@ -263,6 +317,9 @@ const PREFETCH_DEPTH: usize = 8;
 
 impl Prefetch {
     fn submit(&mut self, file: &DataFile, block: u64, block_bytes: usize) -> std::io::Result<()> {
+        if self.in_flight.contains_key(&block) || self.arrived.contains_key(&block) {
+            return Ok(());
+        }
         let mut buf = AlignedBuf::new(block_bytes);
         let entry = io_uring::opcode::Read::new(
             io_uring::types::Fd(file.raw_fd()),
@@ -276,18 +333,19 @@ impl Prefetch {
         // (`wait_for` and `drain` reap every submitted read).
         unsafe { self.ring.submission().push(&entry) }
             .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
-        self.ring.submit()?;
+        // In flight from here on, whether or not the submit below succeeds.
         self.in_flight.insert(block, buf);
+        self.ring.submit()?;
         Ok(())
     }
 
     /// Reaps completions until `block` has arrived, and hands it over.
-    fn wait_for(&mut self, block: u64) -> std::io::Result<AlignedBuf> {
+    fn wait_for(&mut self, block: u64, block_bytes: usize) -> std::io::Result<AlignedBuf> {
         loop {
             if let Some(buf) = self.arrived.remove(&block) {
                 return Ok(buf);
             }
-            self.ring.submit_and_wait(1)?;
+            super::file::submit_and_wait(&mut self.ring)?;
             let done: Vec<(u64, i32)> = self
                 .ring
                 .completion()
@@ -298,6 +356,11 @@ impl Prefetch {
                 if let Some(buf) = self.in_flight.remove(&b) {
                     if result < 0 {
                         failed.get_or_insert(std::io::Error::from_raw_os_error(-result));
+                    } else if result as usize != block_bytes {
+                        failed.get_or_insert(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            format!("block {b}: {result} of {block_bytes} bytes read"),
+                        ));
                     } else {
                         self.arrived.insert(b, buf);
                     }
@@ -313,7 +376,7 @@ impl Prefetch {
     /// Waits for every read still in flight (their buffers must outlive them).
     fn drain(&mut self) {
         while !self.in_flight.is_empty() {
-            if self.ring.submit_and_wait(1).is_err() {
+            if super::file::submit_and_wait(&mut self.ring).is_err() {
                 // Leak rather than free memory the kernel may still write.
                 for (_, buf) in self.in_flight.drain() {
                     std::mem::forget(buf);
@@ -342,6 +405,19 @@ impl GraphBuffer {
         prefetch: bool,
     ) -> Result<Self, SamplerError> {
         let block_bytes = layout.manifest.block_bytes as usize;
+        if buffer_bytes < block_bytes {
+            return Err(SamplerError::InvalidRequest(format!(
+                "a graph buffer of {buffer_bytes} bytes holds no {block_bytes}-byte block"
+            )));
+        }
+        // Blocks read ahead count against the buffer: the LRU keeps the rest.
+        let capacity = buffer_bytes / block_bytes;
+        let depth = if prefetch {
+            PREFETCH_DEPTH.min(capacity / 2)
+        } else {
+            0
+        };
+        let prefetch = prefetch && depth > 0;
         let prefetch = prefetch
             .then(|| io_uring::IoUring::new(PREFETCH_DEPTH as u32 * 2))
             .transpose()
@@ -355,7 +431,8 @@ impl GraphBuffer {
             prefetch,
             file: super::direct::open_data(&layout.dir.join("blocks.bin"))?,
             block_bytes,
-            capacity_blocks: (buffer_bytes / block_bytes).max(1),
+            capacity_blocks: (capacity - depth).max(1),
+            depth,
             blocks: HashMap::new(),
             clock: 0,
             io: IoStats::default(),
@@ -384,7 +461,7 @@ impl GraphBuffer {
                 .as_mut()
                 .filter(|p| p.in_flight.contains_key(&index) || p.arrived.contains_key(&index));
             let buf = match prefetched {
-                Some(p) => p.wait_for(index),
+                Some(p) => p.wait_for(index, self.block_bytes),
                 None => self.file.read_block(index, self.block_bytes, &mut self.io),
             }
             .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
@@ -402,6 +479,21 @@ impl GraphBuffer {
     /// Resolves `wanted` (position, destination slot) pairs block by block: each block is
     /// looked up once.
     fn resolve(
+        &mut self,
+        wanted: &mut [(u64, usize)],
+        out: &mut [u64],
+    ) -> Result<(), SamplerError> {
+        let result = self.resolve_blocks(wanted, out);
+        if result.is_err()
+            && let Some(p) = self.prefetch.as_mut()
+        {
+            // Nothing read ahead may outlive a failed pass.
+            p.drain();
+        }
+        result
+    }
+
+    fn resolve_blocks(
         &mut self,
         wanted: &mut [(u64, usize)],
         out: &mut [u64],
@@ -428,9 +520,7 @@ impl GraphBuffer {
         let mut next_miss = 0;
         for (block, i, j) in groups {
             if let Some(p) = self.prefetch.as_mut() {
-                while next_miss < misses.len()
-                    && p.in_flight.len() + p.arrived.len() < PREFETCH_DEPTH
-                {
+                while next_miss < misses.len() && p.in_flight.len() + p.arrived.len() < self.depth {
                     p.submit(&self.file, misses[next_miss], self.block_bytes)
                         .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
                     self.io.record(self.block_bytes, 0);

@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use crate::dataset::Dataset;
-use crate::npy::{self, Dtype};
 use crate::sampler::{
     EdgeRange, NeighbourSource, SampledSubgraph, Sampler, SamplerError, SamplerStats,
     build_subgraph,
@@ -15,12 +14,13 @@ use crate::sampler::{
 use super::IoStats;
 use super::file::{ALIGN_BYTES, DataFile};
 
+/// Largest single read: runs of adjacent sectors are split here.
+const MAX_EXTENT_BYTES: u64 = 1 << 20;
+
 /// Direct-I/O sampler over a dataset's CSR files.
 pub struct DirectSampler {
-    indptr: Vec<u64>,
+    csr: super::CsrFiles,
     indices: DataFile,
-    data_offset: u64,
-    element_bytes: u64,
     ring: Option<io_uring::IoUring>,
     io: IoStats,
     stats: SamplerStats,
@@ -39,25 +39,10 @@ impl DirectSampler {
     /// Opens `dataset`'s CSR: `indptr` is loaded, `indices` stays on storage; `uring`: read
     /// through io_uring.
     pub fn open(dataset: &Dataset, uring: bool) -> Result<Self, SamplerError> {
-        let m = &dataset.manifest;
-        let io = |e: String| SamplerError::GraphCorrupt(e);
-        let indptr: Vec<u64> = npy::read_i64(&dataset.dir().join(&m.indptr.file))
-            .map_err(|e| io(e.to_string()))?
-            .into_iter()
-            .map(|v| v as u64)
-            .collect();
-        let path = dataset.dir().join(&m.indices.file);
-        let header = npy::read_header(&path).map_err(|e| io(e.to_string()))?;
-        let element_bytes = match header.dtype {
-            Dtype::I32 => 4,
-            Dtype::I64 => 8,
-            other => return Err(io(format!("indices dtype {}", other.descr()))),
-        };
+        let csr = super::CsrFiles::open(dataset)?;
         Ok(Self {
-            indptr,
-            indices: open_data(&path)?,
-            data_offset: header.data_offset,
-            element_bytes,
+            indices: open_data(&csr.path)?,
+            csr,
             ring: uring
                 .then(|| io_uring::IoUring::new(super::file::RING_DEPTH))
                 .transpose()
@@ -80,23 +65,18 @@ pub(super) fn open_data(path: &Path) -> Result<DataFile, SamplerError> {
 
 impl NeighbourSource for DirectSampler {
     fn node_count(&self) -> u64 {
-        self.indptr.len() as u64 - 1
+        self.csr.indptr.len() as u64 - 1
     }
 
     fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
-        Ok(nodes
-            .iter()
-            .map(|&v| EdgeRange {
-                start: self.indptr[v as usize],
-                degree: self.indptr[v as usize + 1] - self.indptr[v as usize],
-            })
-            .collect())
+        Ok(nodes.iter().map(|&v| self.csr.range(v)).collect())
     }
 
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
         let sector = ALIGN_BYTES as u64;
-        let element = self.element_bytes;
-        let byte = |p: u64| self.data_offset + p * element;
+        let element = self.csr.element_bytes;
+        let offset = self.csr.data_offset;
+        let byte = |p: u64| offset + p * element;
         // The sectors the positions fall in, sorted; runs of adjacent sectors are one read.
         let mut order: Vec<usize> = (0..positions.len()).collect();
         order.sort_unstable_by_key(|&i| positions[i]);
@@ -107,7 +87,11 @@ impl NeighbourSource for DirectSampler {
             let first = byte(positions[order[i]]) / sector;
             let mut last = first;
             let mut j = i;
-            while j < order.len() && byte(positions[order[j]]) / sector <= last + 1 {
+            // Adjacent sectors join the read, up to MAX_EXTENT_BYTES.
+            while j < order.len()
+                && byte(positions[order[j]]) / sector <= last + 1
+                && (byte(positions[order[j]]) / sector - first + 1) * sector <= MAX_EXTENT_BYTES
+            {
                 last = last.max(byte(positions[order[j]]) / sector);
                 j += 1;
             }
@@ -115,10 +99,17 @@ impl NeighbourSource for DirectSampler {
             members.push(i..j);
             i = j;
         }
-        let buffers = self
+        let buffers = match self
             .indices
             .read_extents(&extents, self.ring.as_mut(), &mut self.io)
-            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+        {
+            Ok(b) => b,
+            Err(e) => {
+                // A ring that failed may hold reads it will never report: stop using it.
+                self.ring = None;
+                return Err(SamplerError::GraphCorrupt(e.to_string()));
+            }
+        };
         self.io.bytes_used += positions.len() as u64 * element;
         let mut out = vec![0u64; positions.len()];
         for ((start, _), (buf, range)) in extents.iter().zip(buffers.iter().zip(members)) {

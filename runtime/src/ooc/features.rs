@@ -22,6 +22,9 @@ use crate::sampler::SamplerError;
 use super::IoStats;
 use super::file::{ALIGN_BYTES, DataFile};
 
+/// Most feature values per node accepted (a row of 1 MiB as float32).
+const MAX_FEATURE_DIM: u64 = 1 << 18;
+
 /// Where the rows are: `features.npy` on storage.
 #[derive(Debug)]
 pub struct FeatureFile {
@@ -41,22 +44,34 @@ impl FeatureFile {
                 SamplerError::InvalidRequest("the dataset has no features".into())
             })?;
         let path = dataset.dir().join(&entry.file);
+        let bad = |why: String| SamplerError::GraphCorrupt(format!("{}: {why}", path.display()));
         let h = npy::read_header(&path).map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
         let element = match h.dtype {
             Dtype::F32 => 4,
             Dtype::F16 => 2,
-            other => {
-                return Err(SamplerError::GraphCorrupt(format!(
-                    "features {}",
-                    other.descr()
-                )));
-            }
+            other => return Err(bad(format!("features dtype {}", other.descr()))),
         };
+        let [rows, dim] = h.shape[..] else {
+            return Err(bad(format!("shape {:?} is not [nodes, dim]", h.shape)));
+        };
+        if rows != dataset.manifest.node_count || dim == 0 || dim > MAX_FEATURE_DIM {
+            return Err(bad(format!(
+                "shape {:?}: {} rows of 1..={MAX_FEATURE_DIM} values expected",
+                h.shape, dataset.manifest.node_count
+            )));
+        }
+        let row_bytes = dim as usize * element;
+        let file_len = std::fs::metadata(&path)
+            .map_err(|e| bad(e.to_string()))?
+            .len();
+        if file_len < h.data_offset + rows * row_bytes as u64 {
+            return Err(bad("shorter than its header says".into()));
+        }
         Ok(Self {
             file: super::direct::open_data(&path)?,
             data_offset: h.data_offset,
-            row_bytes: h.shape.get(1).copied().unwrap_or(0) as usize * element,
-            rows: h.shape.first().copied().unwrap_or(0),
+            row_bytes,
+            rows,
         })
     }
 
@@ -290,7 +305,10 @@ pub fn bgl_order(graph: &CsrGraph, nodes: &[u64], sequences: usize, seed: u64) -
         let mut progressed = false;
         for s in 0..sequences {
             if queues[s].is_empty() {
-                match next_root.by_ref().find(|r| !seen[*r as usize]) {
+                match next_root
+                    .by_ref()
+                    .find(|r| seen.get(*r as usize).is_some_and(|s| !s))
+                {
                     Some(r) => {
                         seen[r as usize] = true;
                         queues[s].push_back(r);

@@ -12,6 +12,20 @@ pub const ALIGN_BYTES: usize = 4096;
 /// Reads in flight at once on an io_uring.
 pub const RING_DEPTH: u32 = 64;
 
+/// `submit_and_wait(1)`, retried when a signal interrupts it.
+pub(crate) fn submit_and_wait(ring: &mut io_uring::IoUring) -> std::io::Result<()> {
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => return Ok(()),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::Interrupted) => {}
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    || e.raw_os_error() == Some(libc::EAGAIN) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A heap buffer aligned to [`ALIGN_BYTES`], as `O_DIRECT` needs.
 pub struct AlignedBuf {
     storage: Vec<u8>,
@@ -117,15 +131,18 @@ impl DataFile {
         Ok((buf, (offset - start) as usize))
     }
 
-    /// Reads `buf.len()` bytes at `offset` (aligned when direct), zero past the end of file.
+    /// Reads `buf.len()` bytes at `offset` (aligned when direct); what lies past the end of the
+    /// file (the alignment slack of a last extent) stays zero. Callers check beforehand that the
+    /// bytes they want are inside the file.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         let mut done = 0;
-        while done < buf.len() {
-            let n = self.file.read_at(&mut buf[done..], offset + done as u64)?;
-            if n == 0 {
-                break;
+        while done < buf.len() && offset + (done as u64) < self.len {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            done += n;
         }
         if done < buf.len() && offset + (done as u64) < self.len {
             return Err(std::io::Error::new(
@@ -178,7 +195,12 @@ impl DataFile {
                 next += 1;
                 in_flight += 1;
             }
-            ring.submit_and_wait(1)?;
+            if let Err(e) = submit_and_wait(ring) {
+                // The ring can no longer say when the reads in flight end: their buffers must
+                // never be freed (the caller drops the ring).
+                std::mem::forget(buffers);
+                return Err(e);
+            }
             let done: Vec<(usize, i32)> = ring
                 .completion()
                 .map(|c| (c.user_data() as usize, c.result()))

@@ -6,7 +6,6 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use crate::dataset::Dataset;
-use crate::npy::{self, Dtype};
 use crate::sampler::{
     EdgeRange, NeighbourSource, SampledSubgraph, Sampler, SamplerError, SamplerStats,
     build_subgraph,
@@ -17,7 +16,7 @@ use super::IoStats;
 /// mmap sampler over a dataset's CSR files.
 #[derive(Debug)]
 pub struct MmapSampler {
-    indptr: Vec<u64>,
+    csr: super::CsrFiles,
     map: *const u8,
     map_len: usize,
     data_offset: usize,
@@ -41,29 +40,19 @@ fn major_faults() -> u64 {
 
 impl MmapSampler {
     /// Maps `dataset`'s `indices` file and loads `indptr`.
+    ///
+    /// # Limits
+    /// The file must not change while it is mapped: truncating it kills the process with
+    /// SIGBUS on the next access, as with any mapping (the baseline measures the page cache,
+    /// not a robust reader).
     pub fn open(dataset: &Dataset) -> Result<Self, SamplerError> {
-        let corrupt = |e: String| SamplerError::GraphCorrupt(e);
-        let m = &dataset.manifest;
-        let indptr: Vec<u64> = npy::read_i64(&dataset.dir().join(&m.indptr.file))
-            .map_err(|e| corrupt(e.to_string()))?
-            .into_iter()
-            .map(|v| v as u64)
-            .collect();
-        let path = dataset.dir().join(&m.indices.file);
-        let header = npy::read_header(&path).map_err(|e| corrupt(e.to_string()))?;
-        let element_bytes = match header.dtype {
-            Dtype::I32 => 4,
-            Dtype::I64 => 8,
-            other => return Err(corrupt(format!("indices dtype {}", other.descr()))),
-        };
-        let file = File::open(&path).map_err(|e| corrupt(format!("{}: {e}", path.display())))?;
+        let corrupt = SamplerError::GraphCorrupt;
+        let csr = super::CsrFiles::open(dataset)?;
+        let file =
+            File::open(&csr.path).map_err(|e| corrupt(format!("{}: {e}", csr.path.display())))?;
         let map_len = file.metadata().map_err(|e| corrupt(e.to_string()))?.len() as usize;
-        let needed = header.data_offset as usize + header.len() as usize * element_bytes;
-        if map_len < needed || map_len == 0 {
-            return Err(corrupt(format!(
-                "{}: shorter than its header says",
-                path.display()
-            )));
+        if map_len == 0 {
+            return Err(corrupt(format!("{}: empty", csr.path.display())));
         }
         // SAFETY: a private read-only mapping of a file we opened; checked for errors below.
         let map = unsafe {
@@ -79,16 +68,16 @@ impl MmapSampler {
         if map == libc::MAP_FAILED {
             return Err(corrupt(format!(
                 "mmap {}: {}",
-                path.display(),
+                csr.path.display(),
                 std::io::Error::last_os_error()
             )));
         }
         Ok(Self {
-            indptr,
             map: map as *const u8,
             map_len,
-            data_offset: header.data_offset as usize,
-            element_bytes,
+            data_offset: csr.data_offset as usize,
+            element_bytes: csr.element_bytes as usize,
+            csr,
             io: IoStats::default(),
             stats: SamplerStats::default(),
         })
@@ -114,17 +103,11 @@ impl Drop for MmapSampler {
 
 impl NeighbourSource for MmapSampler {
     fn node_count(&self) -> u64 {
-        self.indptr.len() as u64 - 1
+        self.csr.indptr.len() as u64 - 1
     }
 
     fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
-        Ok(nodes
-            .iter()
-            .map(|&v| EdgeRange {
-                start: self.indptr[v as usize],
-                degree: self.indptr[v as usize + 1] - self.indptr[v as usize],
-            })
-            .collect())
+        Ok(nodes.iter().map(|&v| self.csr.range(v)).collect())
     }
 
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {

@@ -26,6 +26,87 @@ pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};
 pub use direct::DirectSampler;
 pub use mmap::MmapSampler;
 
+/// A dataset's CSR as the file-backed samplers use it: `indptr` in memory (checked), and where
+/// `indices`' elements lie in its file (checked against the file's length).
+#[derive(Debug)]
+pub(crate) struct CsrFiles {
+    /// Row offsets, validated: `n + 1` entries from 0, non-decreasing, ending at `m`.
+    pub indptr: Vec<u64>,
+    /// The `indices` file.
+    pub path: std::path::PathBuf,
+    /// Byte offset of its first element (a multiple of the element size).
+    pub data_offset: u64,
+    /// 4 (int32) or 8 (int64).
+    pub element_bytes: u64,
+}
+
+impl CsrFiles {
+    pub(crate) fn open(
+        dataset: &crate::dataset::Dataset,
+    ) -> Result<Self, crate::sampler::SamplerError> {
+        use crate::npy::{self, Dtype};
+        let corrupt = crate::sampler::SamplerError::GraphCorrupt;
+        let m = &dataset.manifest;
+        let indptr_path = dataset.dir().join(&m.indptr.file);
+        let indptr: Vec<u64> = npy::read_i64(&indptr_path)
+            .map_err(|e| corrupt(e.to_string()))?
+            .into_iter()
+            .map(|v| u64::try_from(v).unwrap_or(u64::MAX))
+            .collect();
+        let path = dataset.dir().join(&m.indices.file);
+        let header = npy::read_header(&path).map_err(|e| corrupt(e.to_string()))?;
+        let element_bytes = match header.dtype {
+            Dtype::I32 => 4,
+            Dtype::I64 => 8,
+            other => {
+                return Err(corrupt(format!(
+                    "{}: indices dtype {}",
+                    path.display(),
+                    other.descr()
+                )));
+            }
+        };
+        let edges = header.len();
+        let valid = indptr.len() as u64 == m.node_count + 1
+            && indptr.first() == Some(&0)
+            && indptr.windows(2).all(|w| w[0] <= w[1])
+            && indptr.last() == Some(&edges);
+        if !valid {
+            return Err(corrupt(format!(
+                "{}: indptr is not {} offsets from 0 to {edges}, non-decreasing",
+                indptr_path.display(),
+                m.node_count + 1
+            )));
+        }
+        let file_len = std::fs::metadata(&path)
+            .map_err(|e| corrupt(format!("{}: {e}", path.display())))?
+            .len();
+        if header.data_offset % element_bytes != 0
+            || file_len < header.data_offset + edges * element_bytes
+        {
+            return Err(corrupt(format!(
+                "{}: data misaligned or shorter than its header says",
+                path.display()
+            )));
+        }
+        Ok(Self {
+            indptr,
+            path,
+            data_offset: header.data_offset,
+            element_bytes,
+        })
+    }
+
+    /// Edge range of node `v`.
+    pub(crate) fn range(&self, v: u64) -> crate::sampler::EdgeRange {
+        let (a, b) = (self.indptr[v as usize], self.indptr[v as usize + 1]);
+        crate::sampler::EdgeRange {
+            start: a,
+            degree: b - a,
+        }
+    }
+}
+
 /// Storage I/O a sampler did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IoStats {
