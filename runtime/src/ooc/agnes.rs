@@ -693,6 +693,80 @@ mod tests {
     use crate::sampler::ReferenceSampler;
 
     #[test]
+    fn damaged_files_are_errors_not_panics() {
+        let dir = std::env::temp_dir().join(format!("sagessd-damaged-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let params = GenerateParams {
+            name: "d".into(),
+            scale: 8,
+            edge_factor: 4,
+            seed: 1,
+            feature_dim: 4,
+            feature_dtype: Dtype::F32,
+            classes: 2,
+        };
+        let dataset = generate(&dir, &params).unwrap();
+        let (layout, _) = AgnesLayout::for_dataset(&dataset, 4096).unwrap();
+        let layout_dir = layout.dir().to_owned();
+        drop(layout);
+
+        // A decreasing indptr: the file samplers refuse to open, naming the file.
+        let indptr = dir.join("indptr.npy");
+        let good = fs::read(&indptr).unwrap();
+        let mut bad = good.clone();
+        let at = bad.len() - 8 * 10;
+        bad[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        fs::write(&indptr, &bad).unwrap();
+        let err = DirectSampler::open(&dataset, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("indptr.npy"), "{err}");
+        assert!(crate::ooc::MmapSampler::open(&dataset).is_err());
+        fs::write(&indptr, &good).unwrap();
+
+        // A truncated blocks file and an index pointing past the blocks.
+        let blocks = layout_dir.join("blocks.bin");
+        let full = fs::read(&blocks).unwrap();
+        fs::write(&blocks, &full[..full.len() - 4096]).unwrap();
+        assert!(
+            AgnesLayout::open(&layout_dir)
+                .unwrap_err()
+                .to_string()
+                .contains("blocks.bin")
+        );
+        fs::write(&blocks, &full).unwrap();
+        let index = layout_dir.join("index.npy");
+        let good_index = fs::read(&index).unwrap();
+        let mut bad_index = good_index.clone();
+        let at = bad_index.len() - 8;
+        bad_index[at..].copy_from_slice(&(1u64 << 62).to_le_bytes()); // a degree of 2^62
+        fs::write(&index, &bad_index).unwrap();
+        assert!(
+            AgnesLayout::open(&layout_dir)
+                .unwrap_err()
+                .to_string()
+                .contains("index.npy")
+        );
+        fs::write(&index, &good_index).unwrap();
+        // A graph buffer smaller than one block.
+        let layout = AgnesLayout::open(&layout_dir).unwrap();
+        assert!(BlockSampler::new(&layout, 100).is_err());
+
+        // An .npy whose shape does not fit 64 bits.
+        let huge = dir.join("huge.npy");
+        let header =
+            "{'descr': '<i8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }";
+        let mut file = b"\x93NUMPY\x01\x00".to_vec();
+        let padded = format!("{header:<117}\n");
+        file.extend_from_slice(&(padded.len() as u16).to_le_bytes());
+        file.extend_from_slice(padded.as_bytes());
+        fs::write(&huge, &file).unwrap();
+        let err = npy::read_header(&huge).unwrap_err().to_string();
+        assert!(err.contains("shape") && err.contains("too large"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
         let dir = std::env::temp_dir().join(format!("sagessd-agnes-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
