@@ -267,6 +267,10 @@ pub struct FirmwareSection {
     pub over_provisioning_percent: u8,
     /// Logical block (LBA) size of the namespace.
     pub block_size_bytes: u32,
+    /// Bytes of node features one sampling job may return (optional, default 0: no in-storage
+    /// feature gather); each sampling slot holds a DRAM buffer of this size.
+    #[serde(default)]
+    pub max_feature_bytes: u32,
 }
 
 /// `firmware.isp` when absent: devices do in-storage processing unless they say otherwise.
@@ -291,6 +295,7 @@ impl FirmwareSection {
             max_transfer_bytes: self.max_transfer_bytes,
             // A device without in-storage sampling has no tunnel to it either.
             tunnel: self.isp,
+            max_feature_bytes: self.max_feature_bytes,
         }
     }
 }

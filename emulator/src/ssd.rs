@@ -1570,6 +1570,7 @@ mod tests {
                 slba: indices_slba,
                 block_count: indices_blocks,
             },
+            features: None,
         };
         let wire = graph.to_wire().as_bytes().to_vec();
         let attach =

@@ -5,12 +5,11 @@
 //! NAND contents. A board would write it to reserved flash blocks at shutdown.
 //!
 //! Format, all little-endian: magic `SGFWSTAT`, version, the geometry and logical capacity it
-//! belongs to, the FTL's scalars, the attached graph (flag + 64-byte descriptor), then the FTL's
+//! belongs to, the FTL's scalars, the attached graph (flag + 128 bytes: descriptor and feature region), then the FTL's
 //! DRAM tables byte for byte. Restoring checks every field a later lookup trusts, so a damaged
 //! state is an error naming the field, never a panic.
 
-use sagessd_abi::graph::{GraphDescriptor, GraphDescriptorWire};
-use zerocopy::IntoBytes;
+use sagessd_abi::graph::GraphDescriptor;
 
 use crate::config::{ConfigError, FirmwareConfig};
 use crate::dispatch::Firmware;
@@ -18,8 +17,11 @@ use crate::hal::Flash;
 
 /// Magic of a saved firmware state.
 pub const STATE_MAGIC: [u8; 8] = *b"SGFWSTAT";
+/// Bytes kept for the attached graph: its descriptor and feature region.
+const GRAPH_STATE_BYTES: usize = 128;
+
 /// Version of the state format.
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 
 /// Why a saved state cannot be restored. Each variant names what is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,16 +91,15 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
         sink(&STATE_MAGIC);
         sink(&STATE_VERSION.to_le_bytes());
+        let mut wire = [0u8; GRAPH_STATE_BYTES];
         match self.graph() {
             Some(g) => {
+                g.encode(&mut wire);
                 sink(&1u32.to_le_bytes());
-                sink(g.to_wire().as_bytes());
             }
-            None => {
-                sink(&0u32.to_le_bytes());
-                sink(&[0u8; core::mem::size_of::<GraphDescriptorWire>()]);
-            }
+            None => sink(&0u32.to_le_bytes()),
         }
+        sink(&wire);
         self.ftl().save(self.dram_bytes(), sink);
         Ok(())
     }
@@ -116,7 +117,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         require(r.take(8, "magic")? == STATE_MAGIC, "magic")?;
         require(r.u32("version")? == STATE_VERSION, "version")?;
         let has_graph = r.u32("graph flag")?;
-        let wire = r.take(core::mem::size_of::<GraphDescriptorWire>(), "graph")?;
+        let wire = r.take(GRAPH_STATE_BYTES, "graph")?;
         let graph = match has_graph {
             0 => None,
             1 => Some(

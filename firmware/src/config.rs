@@ -36,6 +36,9 @@ pub struct FirmwareConfig {
     /// Serve the tunnel window ([`sagessd_abi::tunnel`]) at the end of the namespace, if it fits
     /// in half of it.
     pub tunnel: bool,
+    /// Bytes of node features one sampling job may return (its DRAM feature buffer); 0: no
+    /// in-storage feature gather.
+    pub max_feature_bytes: u32,
 }
 
 impl Default for FirmwareConfig {
@@ -53,6 +56,7 @@ impl Default for FirmwareConfig {
             max_subgraph_edges: 1 << 22,
             max_transfer_bytes: 128 * 1024,
             tunnel: true,
+            max_feature_bytes: 0,
         }
     }
 }

@@ -515,7 +515,8 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }))),
             },
             IoCommand::GraphAttach { data_len_bytes } => {
-                let mut wire = [0u8; 64];
+                // The descriptor, and its feature region if it has one.
+                let mut wire = [0u8; 128];
                 let n = (data_len_bytes as usize).min(wire.len());
                 dma_in(&mut self.backend.work, host, id, 0, &mut wire[..n])
                     .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
@@ -525,6 +526,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     self.namespace_blocks,
                 )
                 .map_err(vendor)?;
+                // Feature rows are gathered a page at a time: none may straddle two pages.
+                let page = u64::from(self.backend.geometry.page_size_bytes);
+                if let Some(f) = g.features {
+                    let start = f.range.slba * u64::from(self.block_size_bytes());
+                    if !start.is_multiple_of(page) || f.stride_bytes() > page {
+                        return Err(vendor(VendorStatus::BadDescriptor));
+                    }
+                }
                 self.graph = Some(g);
                 Err((Status::SUCCESS, 0))
             }

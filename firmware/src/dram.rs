@@ -78,6 +78,8 @@ pub(crate) struct SlotRegions {
     pub indptr: Region,
     /// Local source indices of all layers, `u32`, layer after layer.
     pub indices: Region,
+    /// The subgraph's node features (rows in node-list order), when asked for.
+    pub features: Region,
 }
 
 /// Where every table sits in the arena.
@@ -172,6 +174,7 @@ impl DramLayout {
                         .checked_mul(4)?,
                 )?,
                 indices: take(edges.checked_mul(4)?)?,
+                features: take(config.max_feature_bytes as usize)?,
             };
         }
         let command_pages = take(COMMAND_PAGE_WORDS.checked_mul(8)?)?;
@@ -214,57 +217,65 @@ pub struct DramRegion {
 }
 
 /// Most regions an arena has: the shared ones plus four per sampling slot.
-const MAX_REGIONS: usize = 15 + 4 * crate::config::MAX_ISP_SLOTS;
+const MAX_REGIONS: usize = 15 + 5 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-slot regions (one row per sampling slot).
-const SLOT_REGION_NAMES: [[&str; 4]; 8] = [
+const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     [
         "slot0.config",
         "slot0.nodes",
         "slot0.indptr",
         "slot0.indices",
+        "slot0.features",
     ],
     [
         "slot1.config",
         "slot1.nodes",
         "slot1.indptr",
         "slot1.indices",
+        "slot1.features",
     ],
     [
         "slot2.config",
         "slot2.nodes",
         "slot2.indptr",
         "slot2.indices",
+        "slot2.features",
     ],
     [
         "slot3.config",
         "slot3.nodes",
         "slot3.indptr",
         "slot3.indices",
+        "slot3.features",
     ],
     [
         "slot4.config",
         "slot4.nodes",
         "slot4.indptr",
         "slot4.indices",
+        "slot4.features",
     ],
     [
         "slot5.config",
         "slot5.nodes",
         "slot5.indptr",
         "slot5.indices",
+        "slot5.features",
     ],
     [
         "slot6.config",
         "slot6.nodes",
         "slot6.indptr",
         "slot6.indices",
+        "slot6.features",
     ],
     [
         "slot7.config",
         "slot7.nodes",
         "slot7.indptr",
         "slot7.indices",
+        "slot7.features",
     ],
 ];
 const _: () = assert!(SLOT_REGION_NAMES.len() == crate::config::MAX_ISP_SLOTS);
@@ -371,6 +382,7 @@ impl DramLayout {
                 "4 B x 4 layers x (max_subgraph_nodes + 1)",
             );
             push(names[3], slot.indices, "4 B x max_subgraph_edges");
+            push(names[4], slot.features, "max_feature_bytes");
         }
         push(
             "command_pages",
@@ -417,7 +429,7 @@ mod tests {
             let total = Fw::dram_size_bytes(&config, &geometry).unwrap();
             assert_eq!(regions.total_bytes(), total);
             let count = regions.iter().count();
-            assert_eq!(count, 15 + 4 * usize::from(isp_slots));
+            assert_eq!(count, 15 + 5 * usize::from(isp_slots));
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(
                 sum <= total && total < sum + super::DRAM_REGION_ALIGN_BYTES * count,

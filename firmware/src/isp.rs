@@ -55,6 +55,7 @@ const NO_GRAPH: GraphDescriptor = GraphDescriptor {
         slba: 0,
         block_count: 0,
     },
+    features: None,
 };
 
 /// Where a job stands.
@@ -80,6 +81,8 @@ struct Job {
     graph: GraphDescriptor,
     layers: [LayerCounts; MAX_LAYERS],
     node_count: u32,
+    /// Bytes of each node's feature row the job returns (0: features not asked for).
+    feature_row_bytes: u32,
 }
 
 impl Job {
@@ -98,10 +101,12 @@ impl Job {
             edge_count: 0,
         }; MAX_LAYERS],
         node_count: 0,
+        feature_row_bytes: 0,
     };
 
     fn layout(&self) -> Option<SubgraphLayout> {
-        SubgraphLayout::new(&self.layers[..usize::from(self.layer_count)])
+        SubgraphLayout::new(&self.layers[..usize::from(self.layer_count)])?
+            .with_features(self.feature_row_bytes)
     }
 }
 
@@ -112,6 +117,8 @@ enum Gather {
     Bounds,
     /// Item `e` is the neighbour id at sampled position `e` of this layer.
     Neighbours,
+    /// Item `j` is the feature row of node `j` of the node list.
+    Features,
 }
 
 /// The generator's cursors for the running job.
@@ -148,6 +155,7 @@ pub(crate) struct Isp {
     radix_counts: [u32; 1 << RADIX_BITS],
     max_nodes: u32,
     max_edges: u32,
+    max_feature_bytes: usize,
     limits: NsLimits,
     next_seq: u32,
     run: Option<Run>,
@@ -192,6 +200,7 @@ impl Isp {
             radix_counts: [0; 1 << RADIX_BITS],
             max_nodes: config.max_subgraph_nodes,
             max_edges: config.max_subgraph_edges,
+            max_feature_bytes: config.max_feature_bytes as usize,
             limits: config.limits,
             next_seq: 0,
             run: None,
@@ -239,6 +248,13 @@ impl Isp {
     ) -> Result<u32, VendorStatus> {
         let bytes = &self.regions[slot].config.bytes(dram)[..len];
         let cfg = NsConfig::parse(bytes, &self.limits, graph.node_count)?;
+        let feature_row_bytes = match (cfg.features, graph.features) {
+            (false, _) => 0,
+            // A device without a feature buffer does not know the flag.
+            (true, _) if self.max_feature_bytes == 0 => return Err(VendorStatus::ReservedField),
+            (true, None) => return Err(VendorStatus::BadDescriptor),
+            (true, Some(f)) => f.row_bytes,
+        };
         let job = &mut self.jobs[slot];
         job.state = JobState::Queued;
         job.generation = job.generation.wrapping_add(1);
@@ -249,6 +265,7 @@ impl Isp {
         job.layer_count = cfg.fanouts().len() as u8;
         job.target_count = cfg.target_count() as u32;
         job.graph = *graph;
+        job.feature_row_bytes = feature_row_bytes;
         self.next_seq = self.next_seq.wrapping_add(1);
         Ok(self.tag_of(slot))
     }
@@ -303,6 +320,12 @@ impl Isp {
                 .sub(4 * edge_base, 4 * counts.edge_count as usize);
             host.dma_to_host(cmd, layout.indices_offset(l), edges.bytes(dram))?;
             edge_base += counts.edge_count as usize;
+        }
+        if job.feature_row_bytes > 0 {
+            let rows = regions
+                .features
+                .sub(0, job.node_count as usize * job.feature_row_bytes as usize);
+            host.dma_to_host(cmd, layout.features_offset(), rows.bytes(dram))?;
         }
         Ok(layout.total_size_bytes())
     }
@@ -389,6 +412,13 @@ impl Isp {
                 run.graph.indices.slba * self.block_size_bytes
                     + u64::from(run.graph.id_width_bytes) * e
             }
+            Gather::Features => {
+                let v = self.regions[run.slot].nodes.u64(dram, item as usize);
+                // Attached graphs with features always have a region (checked at submit).
+                run.graph.features.map_or(0, |f| {
+                    f.range.slba * self.block_size_bytes + v * f.stride_bytes()
+                })
+            }
         }
     }
 
@@ -404,6 +434,7 @@ impl Isp {
         run.item_count = match gather {
             Gather::Bounds => 2 * run.dst_count,
             Gather::Neighbours => run.layer_edges,
+            Gather::Features => self.jobs[run.slot].node_count,
         };
         run.issued = 0;
         run.consumed = 0;
@@ -513,6 +544,7 @@ impl Isp {
         let width = match run.gather {
             Gather::Bounds => 8,
             Gather::Neighbours => usize::from(run.graph.id_width_bytes),
+            Gather::Features => self.jobs[run.slot].feature_row_bytes as usize,
         };
         while run.consumed < run.issued {
             let (page, item) = self.key(dram, run.consumed);
@@ -531,10 +563,18 @@ impl Isp {
                 None => return Err(Status::INTERNAL_ERROR),
             };
             let offset = (self.item_address(dram, &run, item) % self.page_size_bytes) as usize;
-            let mut b = [0u8; 8];
-            b[..width].copy_from_slice(&backend.slot(slot).bytes(dram)[offset..offset + width]);
-            self.values
-                .set_u64(dram, item as usize, u64::from_le_bytes(b));
+            if run.gather == Gather::Features {
+                // A whole row: rows never straddle a page (checked at GRAPH_ATTACH).
+                let from = backend.slot(slot).start + offset;
+                let to = self.regions[run.slot].features.start + item as usize * width;
+                dram.copy_within(from..from + width, to);
+                backend.work.bytes_copied += width as u64;
+            } else {
+                let mut b = [0u8; 8];
+                b[..width].copy_from_slice(&backend.slot(slot).bytes(dram)[offset..offset + width]);
+                self.values
+                    .set_u64(dram, item as usize, u64::from_le_bytes(b));
+            }
             backend.work.edges_scanned += 1;
             run.consumed += 1;
             progress = true;
@@ -550,6 +590,10 @@ impl Isp {
                 Gather::Neighbours => {
                     self.dedup_pass(dram, backend, &run)?;
                     self.next_layer(dram, backend, run);
+                }
+                Gather::Features => {
+                    self.run = None;
+                    self.finish(dram, &mut backend.work, run.slot, None);
                 }
             }
             progress = true;
@@ -633,8 +677,16 @@ impl Isp {
             edge_count: run.layer_edges,
         };
         if run.layer + 1 == usize::from(job.layer_count) {
+            let feature_bytes = job.node_count as usize * job.feature_row_bytes as usize;
             self.run = None;
-            self.finish(dram, &mut backend.work, run.slot, None);
+            if job.feature_row_bytes == 0 {
+                self.finish(dram, &mut backend.work, run.slot, None);
+            } else if feature_bytes > self.max_feature_bytes {
+                let too_large = Some(VendorStatus::ResultTooLarge.into());
+                self.finish(dram, &mut backend.work, run.slot, too_large);
+            } else {
+                self.start_gather(dram, backend, run, Gather::Features);
+            }
             return;
         }
         run.layer += 1;

@@ -484,6 +484,7 @@ fn store_ids(d: &mut Device, indptr: &[u64], ids: Vec<u8>, width: u8) -> GraphDe
             slba: ix_start,
             block_count: ix.len() as u64 / bs,
         },
+        features: None,
     };
     let sqe = SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, 0, 1, 64, 0);
     assert!(
@@ -653,6 +654,7 @@ fn each_malformed_ns_config_gets_its_status_and_the_device_keeps_serving() {
             slba: 0,
             block_count: 1,
         },
+        features: None,
     };
     let sqe = SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, 0, 1, 64, 0);
     let s = d.exec(1, sqe, bad.to_wire().as_bytes().to_vec()).0.status();

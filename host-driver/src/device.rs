@@ -16,7 +16,6 @@ use sagessd_abi::nvme::{DataDirection, SubmissionEntry, VendorStatus, admin_opco
 use sagessd_abi::subgraph::{LayerEntry, SubgraphHeader};
 use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
 use sagessd_abi::tunnel::TunnelWindow;
-use zerocopy::IntoBytes;
 
 use crate::error::DriverError;
 use crate::ns;
@@ -618,8 +617,9 @@ impl<T: Transport> Device<T> {
 
     /// Registers a graph stored on the namespace with `GRAPH_ATTACH`.
     pub fn attach_graph(&mut self, graph: &GraphDescriptor) -> Result<(), DriverError> {
-        let wire = graph.to_wire();
-        let payload = wire.as_bytes().to_vec();
+        let mut wire = [0u8; 128];
+        let len = graph.encode(&mut wire);
+        let payload = wire[..len].to_vec();
         let sqe = SubmissionEntry::vendor(
             io_opcode::GRAPH_ATTACH,
             0,
@@ -630,6 +630,29 @@ impl<T: Transport> Device<T> {
         self.execute(IO_QUEUE, sqe, payload)?;
         self.attached = Some(*graph);
         Ok(())
+    }
+
+    /// [`Self::sample`], with the device also gathering the features of the subgraph's nodes
+    /// from the attached graph's feature region: the subgraph comes with its feature section
+    /// ([`sagessd_abi::subgraph::SubgraphView::features`]), collected in windows of one
+    /// transfer.
+    pub fn sample_with_features(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<Vec<u8>, DriverError> {
+        if self.attached.and_then(|g| g.features).is_none() {
+            return Err(DriverError::InvalidArgument(
+                "the attached graph has no feature region".into(),
+            ));
+        }
+        let (submit, mut config) = ns::ns_submit(seed, fanouts, targets)?;
+        sagessd_abi::ns_config::request_features(&mut config);
+        let cid = self.submit(IO_QUEUE, submit, config)?;
+        let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
+        let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
+        self.collect_windows(tag, window, seed, fanouts.len())
     }
 
     /// Samples many minibatches inside the device with up to `depth` jobs in flight at once:
@@ -1017,6 +1040,7 @@ mod tests {
                 slba: 101,
                 block_count: 1,
             },
+            features: None,
         };
         dev.attach_graph(&g).unwrap();
         g

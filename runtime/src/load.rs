@@ -48,6 +48,7 @@ pub fn plan_layout(graph: &CsrGraph, start_lba: u64, block_size_bytes: u32) -> G
             slba: start_lba + indptr_blocks,
             block_count: indices_blocks,
         },
+        features: None,
     }
 }
 
@@ -129,6 +130,61 @@ pub fn write_graph_with_progress<T: Transport>(
         })?;
     }
     device.flush()?;
+    Ok(desc)
+}
+
+/// Where [`load_graph_with_features`] puts the feature region: the first LBA at or after the
+/// graph on this boundary, so that rows never straddle a flash page of any size up to it.
+const FEATURE_ALIGN_BYTES: u64 = 1 << 20;
+
+/// [`load_graph`] plus the node features: `rows` holds `row_bytes` per node, node after node;
+/// they are written after the graph, at a stride of `row_bytes` rounded up to a power of two,
+/// from a 1 MiB-aligned LBA, and registered with the graph for in-storage feature gather.
+pub fn load_graph_with_features<T: Transport>(
+    device: &mut Device<T>,
+    graph: &CsrGraph,
+    rows: &[u8],
+    row_bytes: u32,
+    start_lba: u64,
+) -> Result<GraphDescriptor, LoadError> {
+    let mut desc = write_graph_with_progress(device, graph, start_lba, &mut |_, _| {})?;
+    let bs = u64::from(device.info().block_size_bytes);
+    let stride = u64::from(row_bytes.next_power_of_two());
+    let n = graph.node_count();
+    if row_bytes == 0 || rows.len() as u64 != n * u64::from(row_bytes) {
+        return Err(LoadError::Driver(DriverError::InvalidArgument(format!(
+            "{} feature bytes for {n} rows of {row_bytes}",
+            rows.len()
+        ))));
+    }
+    let align = (FEATURE_ALIGN_BYTES / bs).max(1);
+    let slba = (desc.indices.slba + desc.indices.block_count).next_multiple_of(align);
+    let block_count = (n * stride).div_ceil(bs);
+    let end_lba = slba + block_count;
+    if end_lba > device.info().block_count {
+        return Err(LoadError::DoesNotFit {
+            start_lba,
+            end_lba,
+            namespace_blocks: device.info().block_count,
+        });
+    }
+    let rows_per_write = (CHUNK_BYTES as u64 / stride).max(1);
+    let mut v = 0u64;
+    while v < n {
+        let count = rows_per_write.min(n - v);
+        let mut buf = vec![0u8; (count * stride).next_multiple_of(bs) as usize];
+        for k in 0..count {
+            let src = &rows[((v + k) * u64::from(row_bytes)) as usize..][..row_bytes as usize];
+            buf[(k * stride) as usize..][..row_bytes as usize].copy_from_slice(src);
+        }
+        device.write(slba + v * stride / bs, &buf)?;
+        v += count;
+    }
+    desc.features = Some(sagessd_abi::graph::FeatureRegion {
+        range: LbaRange { slba, block_count },
+        row_bytes,
+    });
+    device.attach_graph(&desc)?;
     Ok(desc)
 }
 

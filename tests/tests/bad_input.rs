@@ -147,6 +147,7 @@ fn every_malformed_ns_config_is_answered_and_the_device_keeps_serving() {
             slba: 0,
             block_count: 1,
         },
+        features: None,
     };
     let err = device
         .attach_graph(&overlapping)

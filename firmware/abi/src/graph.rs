@@ -4,6 +4,11 @@
 //! (`node_count + 1` little-endian `u64`, `indptr[v]..indptr[v+1]` are the positions of `v`'s
 //! neighbours) and `indices` (`edge_count` little-endian ids of `id_width_bytes` each, 4 or 8).
 //! Both ranges start at byte 0 of their first LBA.
+//!
+//! Optionally (flag [`GRAPH_FLAG_FEATURES`]), a 64-byte [`FeatureRegionWire`] follows the
+//! descriptor: a third range holding each node's feature row (`row_bytes` of data at a stride
+//! of `row_bytes` rounded up to a power of two, node after node), which in-storage sampling can
+//! return with the subgraph.
 
 use core::mem::{offset_of, size_of};
 use zerocopy::little_endian::{U16, U64};
@@ -15,6 +20,51 @@ use crate::nvme::VendorStatus;
 pub const GRAPH_MAGIC: [u8; 4] = *b"GRPH";
 /// The graph descriptor version this crate writes and reads.
 pub const GRAPH_VERSION: u16 = 1;
+
+/// Descriptor flag: a [`FeatureRegionWire`] follows.
+pub const GRAPH_FLAG_FEATURES: u8 = 1;
+/// Magic number of a feature region: the bytes `FEAT`.
+pub const FEATURE_MAGIC: [u8; 4] = *b"FEAT";
+/// Largest feature row (bytes).
+pub const MAX_FEATURE_ROW_BYTES: u32 = 1 << 16;
+
+/// The 64-byte feature-region extension of a graph descriptor.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureRegionWire {
+    /// [`FEATURE_MAGIC`].
+    pub magic: [u8; 4],
+    /// Bytes of one node's features (a multiple of 4).
+    pub row_bytes: zerocopy::little_endian::U32,
+    /// First LBA of the rows.
+    pub slba: U64,
+    /// Number of LBAs.
+    pub block_count: U64,
+    /// Reserved, must be 0.
+    pub reserved: [u8; 40],
+}
+
+const _: () = {
+    assert!(size_of::<FeatureRegionWire>() == 64);
+    assert!(offset_of!(FeatureRegionWire, slba) == 8);
+};
+
+/// Where a graph's node features live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureRegion {
+    /// The rows' LBAs.
+    pub range: LbaRange,
+    /// Bytes of one row.
+    pub row_bytes: u32,
+}
+
+impl FeatureRegion {
+    /// Distance between consecutive rows: `row_bytes` rounded up to a power of two, so that
+    /// rows never straddle a flash page once the region starts on a page boundary.
+    pub fn stride_bytes(&self) -> u64 {
+        u64::from(self.row_bytes.next_power_of_two())
+    }
+}
 
 /// The 64-byte graph descriptor, as carried by `GRAPH_ATTACH`.
 #[repr(C)]
@@ -91,16 +141,44 @@ pub struct GraphDescriptor {
     pub indptr: LbaRange,
     /// Where `indices` lives.
     pub indices: LbaRange,
+    /// Where the node features live, if registered.
+    pub features: Option<FeatureRegion>,
 }
 
 impl GraphDescriptor {
+    /// Bytes of this descriptor on the wire: 64, or 128 with a feature region.
+    pub fn wire_len(&self) -> usize {
+        if self.features.is_some() { 128 } else { 64 }
+    }
+
+    /// Encodes the descriptor and its feature region into `out[..self.wire_len()]`.
+    pub fn encode(&self, out: &mut [u8; 128]) -> usize {
+        out.fill(0);
+        out[..64].copy_from_slice(self.to_wire().as_bytes());
+        if let Some(f) = self.features {
+            let wire = FeatureRegionWire {
+                magic: FEATURE_MAGIC,
+                row_bytes: f.row_bytes.into(),
+                slba: f.range.slba.into(),
+                block_count: f.range.block_count.into(),
+                reserved: [0; 40],
+            };
+            out[64..].copy_from_slice(wire.as_bytes());
+        }
+        self.wire_len()
+    }
+
     /// Encodes this descriptor for `GRAPH_ATTACH`.
     pub fn to_wire(&self) -> GraphDescriptorWire {
         GraphDescriptorWire {
             magic: GRAPH_MAGIC,
             version: GRAPH_VERSION.into(),
             id_width_bytes: self.id_width_bytes,
-            flags: 0,
+            flags: if self.features.is_some() {
+                GRAPH_FLAG_FEATURES
+            } else {
+                0
+            },
             node_count: self.node_count.into(),
             edge_count: self.edge_count.into(),
             indptr_slba: self.indptr.slba.into(),
@@ -128,9 +206,29 @@ impl GraphDescriptor {
         if wire.version.get() != GRAPH_VERSION {
             return Err(VendorStatus::BadVersion);
         }
-        if wire.flags != 0 || wire.reserved.get() != 0 {
+        if wire.flags & !GRAPH_FLAG_FEATURES != 0 || wire.reserved.get() != 0 {
             return Err(VendorStatus::ReservedField);
         }
+        let features = if wire.flags & GRAPH_FLAG_FEATURES != 0 {
+            let ext = bytes.get(64..).ok_or(VendorStatus::Truncated)?;
+            let (f, _) =
+                FeatureRegionWire::read_from_prefix(ext).map_err(|_| VendorStatus::Truncated)?;
+            if f.magic != FEATURE_MAGIC {
+                return Err(VendorStatus::BadMagic);
+            }
+            if f.reserved != [0; 40] {
+                return Err(VendorStatus::ReservedField);
+            }
+            Some(FeatureRegion {
+                range: LbaRange {
+                    slba: f.slba.get(),
+                    block_count: f.block_count.get(),
+                },
+                row_bytes: f.row_bytes.get(),
+            })
+        } else {
+            None
+        };
         let d = Self {
             node_count: wire.node_count.get(),
             edge_count: wire.edge_count.get(),
@@ -143,6 +241,7 @@ impl GraphDescriptor {
                 slba: wire.indices_slba.get(),
                 block_count: wire.indices_block_count.get(),
             },
+            features,
         };
         let fits = |r: &LbaRange, need_bytes: Option<u64>| -> bool {
             let have = r.block_count.checked_mul(u64::from(block_size_bytes));
@@ -155,7 +254,16 @@ impl GraphDescriptor {
             && (d.id_width_bytes == 8 || d.node_count <= u64::from(u32::MAX) + 1)
             && fits(&d.indptr, indptr_bytes)
             && fits(&d.indices, indices_bytes)
-            && (d.indices.block_count == 0 || !d.indptr.overlaps(&d.indices));
+            && (d.indices.block_count == 0 || !d.indptr.overlaps(&d.indices))
+            && d.features.is_none_or(|f| {
+                let rows = d.node_count.checked_mul(f.stride_bytes());
+                f.row_bytes > 0
+                    && f.row_bytes % 4 == 0
+                    && f.row_bytes <= MAX_FEATURE_ROW_BYTES
+                    && fits(&f.range, rows)
+                    && !f.range.overlaps(&d.indptr)
+                    && (d.indices.block_count == 0 || !f.range.overlaps(&d.indices))
+            });
         if valid {
             Ok(d)
         } else {
@@ -181,6 +289,7 @@ mod tests {
                 slba: 1,
                 block_count: 1,
             },
+            features: None,
         }
     }
 
@@ -198,6 +307,40 @@ mod tests {
         golden[48] = 1; // indices block count
         assert_eq!(wire.as_bytes(), &golden);
         assert_eq!(GraphDescriptor::parse(&golden, 4096, 16), Ok(sample()));
+    }
+
+    #[test]
+    fn a_feature_region_round_trips_and_its_fields_are_checked() {
+        let with = GraphDescriptor {
+            features: Some(FeatureRegion {
+                range: LbaRange {
+                    slba: 4,
+                    block_count: 1,
+                },
+                row_bytes: 12,
+            }),
+            ..sample()
+        };
+        let mut out = [0u8; 128];
+        assert_eq!(with.encode(&mut out), 128);
+        assert_eq!(out[7], GRAPH_FLAG_FEATURES);
+        assert_eq!(&out[64..68], b"FEAT");
+        assert_eq!(GraphDescriptor::parse(&out, 4096, 16), Ok(with));
+        assert_eq!(with.features.unwrap().stride_bytes(), 16);
+        let patched = |at: usize, bytes: &[u8]| {
+            let mut b = out;
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            GraphDescriptor::parse(&b, 4096, 16)
+        };
+        assert_eq!(patched(64, b"FEAX"), Err(VendorStatus::BadMagic));
+        assert_eq!(patched(68, &[6, 0, 0, 0]), Err(VendorStatus::BadDescriptor)); // not 4-aligned
+        assert_eq!(patched(72, &[1]), Err(VendorStatus::BadDescriptor)); // overlaps indices
+        assert_eq!(patched(72, &[16]), Err(VendorStatus::BadDescriptor)); // past the namespace
+        assert_eq!(patched(100, &[1]), Err(VendorStatus::ReservedField));
+        assert_eq!(
+            GraphDescriptor::parse(&out[..100], 4096, 16),
+            Err(VendorStatus::Truncated)
+        );
     }
 
     #[test]
@@ -225,8 +368,13 @@ mod tests {
             VendorStatus::BadVersion,
         );
         check(
-            GraphDescriptorWire { flags: 1, ..good },
+            GraphDescriptorWire { flags: 2, ..good },
             VendorStatus::ReservedField,
+        );
+        // The feature flag without its 64-byte extension.
+        check(
+            GraphDescriptorWire { flags: 1, ..good },
+            VendorStatus::Truncated,
         );
         check(
             GraphDescriptorWire {

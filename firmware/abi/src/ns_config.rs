@@ -30,7 +30,7 @@ pub struct NsConfigHeader {
     pub version: U16,
     /// Number of layers to sample, 1..=[`MAX_LAYERS`].
     pub layer_count: u8,
-    /// Reserved flags, must be 0.
+    /// Flags: [`NS_FLAG_FEATURES`]; every other bit must be 0.
     pub flags: u8,
     /// Seed of the sampling function.
     pub seed: U64,
@@ -51,6 +51,17 @@ const _: () = {
     assert!(offset_of!(NsConfigHeader, reserved) == 28);
 };
 
+/// NS_config flag: return the features of the subgraph's nodes with it (the graph must have a
+/// feature region).
+pub const NS_FLAG_FEATURES: u8 = 1;
+
+/// Sets [`NS_FLAG_FEATURES`] in an encoded NS_config.
+pub fn request_features(config: &mut [u8]) {
+    if let Some(flags) = config.get_mut(offset_of!(NsConfigHeader, flags)) {
+        *flags |= NS_FLAG_FEATURES;
+    }
+}
+
 /// The limits a device accepts, reported to hosts and checked on every NS_config.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NsLimits {
@@ -65,6 +76,8 @@ pub struct NsLimits {
 pub struct NsConfig<'a> {
     /// Seed of the sampling function.
     pub seed: u64,
+    /// Whether the node features are asked for.
+    pub features: bool,
     layer_count: u8,
     fanouts: [u16; MAX_LAYERS],
     targets: &'a [U64],
@@ -86,7 +99,7 @@ impl<'a> NsConfig<'a> {
         if header.version.get() != NS_CONFIG_VERSION {
             return Err(VendorStatus::BadVersion);
         }
-        if header.flags != 0 || header.reserved.get() != 0 {
+        if header.flags & !NS_FLAG_FEATURES != 0 || header.reserved.get() != 0 {
             return Err(VendorStatus::ReservedField);
         }
         let layer_count = usize::from(header.layer_count);
@@ -113,6 +126,7 @@ impl<'a> NsConfig<'a> {
         }
         Ok(Self {
             seed: header.seed.get(),
+            features: header.flags & NS_FLAG_FEATURES != 0,
             layer_count: header.layer_count,
             fanouts,
             targets,
@@ -230,7 +244,13 @@ mod tests {
         assert_eq!(parse(&patched(4, &[2, 0])), Err(VendorStatus::BadVersion));
         assert_eq!(parse(&patched(6, &[0])), Err(VendorStatus::BadLayerCount));
         assert_eq!(parse(&patched(6, &[5])), Err(VendorStatus::BadLayerCount));
-        assert_eq!(parse(&patched(7, &[1])), Err(VendorStatus::ReservedField));
+        assert_eq!(parse(&patched(7, &[2])), Err(VendorStatus::ReservedField));
+        let mut with = good.clone();
+        request_features(&mut with);
+        assert_eq!(
+            NsConfig::parse(&with, &LIMITS, 10).map(|c| c.features),
+            Ok(true)
+        );
         assert_eq!(parse(&patched(28, &[1])), Err(VendorStatus::ReservedField));
         assert_eq!(parse(&patched(16, &[0, 0])), Err(VendorStatus::BadFanout));
         assert_eq!(parse(&patched(18, &[26, 0])), Err(VendorStatus::BadFanout));

@@ -47,8 +47,8 @@ pub struct SubgraphHeader {
     pub edge_count: U32,
     /// Size of the whole subgraph in bytes, this header included.
     pub total_size_bytes: U32,
-    /// Reserved, 0.
-    pub reserved: U32,
+    /// Bytes of each node's feature row in the feature section (0: no features).
+    pub feature_row_bytes: U32,
     /// The seed the subgraph was sampled with.
     pub seed: U64,
 }
@@ -58,6 +58,7 @@ const _: () = {
     assert!(offset_of!(SubgraphHeader, layer_count) == 6);
     assert!(offset_of!(SubgraphHeader, node_count) == 8);
     assert!(offset_of!(SubgraphHeader, total_size_bytes) == 16);
+    assert!(offset_of!(SubgraphHeader, feature_row_bytes) == 20);
     assert!(offset_of!(SubgraphHeader, seed) == 24);
 };
 
@@ -100,6 +101,9 @@ pub struct SubgraphLayout {
     layer_count: usize,
     layers: [LayerCounts; MAX_LAYERS],
     indptr_offsets: [usize; MAX_LAYERS],
+    /// Where the feature section starts (8-aligned), and each row's size.
+    features_offset: usize,
+    feature_row_bytes: u32,
     total_size_bytes: usize,
 }
 
@@ -129,8 +133,36 @@ impl SubgraphLayout {
             layer_count: layers.len(),
             layers: copy,
             indptr_offsets,
+            features_offset: offset,
+            feature_row_bytes: 0,
             total_size_bytes: offset,
         })
+    }
+
+    /// The same layout with a feature section of `row_bytes` per node after the last layer
+    /// (`None` if the total overflows the format's size field).
+    pub fn with_features(mut self, row_bytes: u32) -> Option<Self> {
+        if row_bytes == 0 {
+            return Some(self);
+        }
+        let nodes = self.layers[self.layer_count - 1].src_count as usize;
+        let start = self.features_offset.checked_next_multiple_of(8)?;
+        let end = start.checked_add(nodes.checked_mul(row_bytes as usize)?)?;
+        u32::try_from(end).ok()?;
+        self.features_offset = start;
+        self.feature_row_bytes = row_bytes;
+        self.total_size_bytes = end;
+        Some(self)
+    }
+
+    /// Byte offset of the feature section (rows in node-list order).
+    pub fn features_offset(&self) -> usize {
+        self.features_offset
+    }
+
+    /// Bytes of each feature row (0: none).
+    pub fn feature_row_bytes(&self) -> u32 {
+        self.feature_row_bytes
     }
 
     fn nodes_offset_for(layer_count: usize) -> usize {
@@ -176,7 +208,7 @@ impl SubgraphLayout {
                 .fold(0u32, u32::wrapping_add)
                 .into(),
             total_size_bytes: (self.total_size_bytes as u32).into(),
-            reserved: 0.into(),
+            feature_row_bytes: self.feature_row_bytes.into(),
             seed: seed.into(),
         };
         let out = out.get_mut(..self.head_size_bytes())?;
@@ -265,8 +297,13 @@ impl<'a> SubgraphView<'a> {
             };
         }
         let counts = &counts[..layer_count];
-        let layout =
-            SubgraphLayout::new(counts).ok_or(SubgraphError::Inconsistent("total_size_bytes"))?;
+        let row_bytes = header.feature_row_bytes.get();
+        if row_bytes % 4 != 0 {
+            return Err(SubgraphError::Inconsistent("feature_row_bytes"));
+        }
+        let layout = SubgraphLayout::new(counts)
+            .and_then(|l| l.with_features(row_bytes))
+            .ok_or(SubgraphError::Inconsistent("total_size_bytes"))?;
         if header.total_size_bytes.get() as usize != layout.total_size_bytes() {
             return Err(SubgraphError::Inconsistent("total_size_bytes"));
         }
@@ -316,6 +353,17 @@ impl<'a> SubgraphView<'a> {
             }
         }
         Ok(view)
+    }
+
+    /// The feature section: each node's row, in node-list order (empty without features).
+    pub fn features(&self) -> &'a [u8] {
+        let start = self.layout.features_offset();
+        &self.bytes[start..self.layout.total_size_bytes()]
+    }
+
+    /// Bytes of each feature row (0: no features).
+    pub fn feature_row_bytes(&self) -> usize {
+        self.layout.feature_row_bytes() as usize
     }
 
     /// Number of layers.

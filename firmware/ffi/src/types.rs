@@ -207,6 +207,8 @@ impl SagessdConfig {
             max_transfer_bytes: self.max_transfer_bytes,
             // A board's stock host stack may refuse vendor opcodes: always offer the tunnel.
             tunnel: true,
+            // The C configuration has no feature buffer size yet: no feature gather on boards.
+            max_feature_bytes: 0,
         })
     }
 }
