@@ -114,6 +114,14 @@ struct SampleArgs {
     /// Accesses after which the AGNES cache keeps a node's features.
     #[arg(long, default_value_t = 2)]
     feature_threshold: u32,
+    /// Run on an emulated SSD instead of this machine's files: the CSR and the AGNES layout are
+    /// written to it, and agnes, hyperbatch and isp (in-storage sampling) read it there, in
+    /// modelled time.
+    #[arg(long)]
+    on_device: bool,
+    /// With --on-device: the hardware description (default: the built-in Cosmos+).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -593,6 +601,9 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     };
     let block_bytes = a.block_size * 1024;
     let buffer_bytes = a.graph_buffer << 20;
+    if a.on_device {
+        return run_sample_on_device(&a, &dataset, &requests, block_bytes, buffer_bytes);
+    }
     let needs_layout = a.sampler.iter().any(|s| s == "agnes" || s == "hyperbatch");
     let layout = if needs_layout {
         let (layout, written) = AgnesLayout::for_dataset(&dataset, block_bytes)?;
@@ -772,6 +783,122 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     if let Some((name, _)) = &first
         && !mismatch
     {
+        println!(
+            "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
+        );
+    }
+    Ok(if mismatch {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `sample --on-device`: the samplers against an emulated SSD, in modelled time.
+fn run_sample_on_device(
+    a: &SampleArgs,
+    dataset: &sagessd_runtime::dataset::Dataset,
+    requests: &[(u64, Vec<u64>)],
+    block_bytes: usize,
+    buffer_bytes: usize,
+) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::compare::human_bytes;
+    use sagessd_runtime::ooc::{AgnesLayout, BlockSampler, HyperbatchSampler, IoStats};
+    use sagessd_runtime::sampler::Sampler;
+    let hw = load_hw(a.config.as_ref())?;
+    let graph = dataset.graph()?;
+    let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
+    let transport = sagessd_host_driver::LocalTransport::from_config(&hw)?;
+    let mut device = sagessd_host_driver::Device::open(transport)?;
+    let desc = sagessd_runtime::load::load_graph(&mut device, &graph, 0)?;
+    let lba = u64::from(device.info().block_size_bytes);
+    let align = (block_bytes as u64 / lba).max(1);
+    let slba = (desc.indices.slba + desc.indices.block_count).next_multiple_of(align);
+    layout.write_to_device(&mut device, slba)?;
+    drop(graph);
+    device.transport_mut().ssd_mut().drop_caches();
+    println!(
+        "on {} ({}): CSR at LBA 0, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}",
+        hw.device.name,
+        hw_source(a.config.as_ref()),
+        layout.manifest.block_count,
+        human_bytes(layout.manifest.block_bytes),
+        human_bytes(buffer_bytes as u64)
+    );
+    println!(
+        "{:<12} {:>10} {:>12} {:>16} {:>16}",
+        "sampler", "reads", "bytes read", "modelled ms/mb", "NAND pages"
+    );
+    let mut first: Option<(String, Vec<u64>)> = None;
+    let mut mismatch = false;
+    for name in &a.sampler {
+        let t0 = device.now_ns().unwrap_or(0);
+        let pages0 = device.device_counters().map_or(0, |c| c.nand_pages_read);
+        let (sums, io): (Vec<u64>, IoStats) = match name.as_str() {
+            "agnes" => {
+                let mut s = BlockSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
+                let sums = requests
+                    .iter()
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t).map(|g| g.checksum()))
+                    .collect::<Result<_, _>>()?;
+                (sums, s.io_stats().clone())
+            }
+            "hyperbatch" => {
+                let mut s = HyperbatchSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
+                let mut sums = Vec::new();
+                for chunk in requests.chunks(a.hyperbatch.max(1)) {
+                    sums.extend(
+                        s.sample_hyperbatch(&a.fanouts, chunk)?
+                            .iter()
+                            .map(|g| g.checksum()),
+                    );
+                }
+                (sums, s.io_stats().clone())
+            }
+            "isp" => {
+                let before = device.stats();
+                let out = device.sample_many(&a.fanouts, requests, 4)?;
+                let d = device.stats().since(&before);
+                let io = IoStats {
+                    reads: d.ns_submits + d.ns_collects,
+                    bytes_read: d.c2h_bytes,
+                    ..IoStats::default()
+                };
+                let sums = out
+                    .into_iter()
+                    .map(|b| {
+                        sagessd_runtime::sampler::SampledSubgraph::from_bytes(b)
+                            .map(|g| g.checksum())
+                    })
+                    .collect::<Result<_, _>>()?;
+                (sums, io)
+            }
+            other => anyhow::bail!("--on-device runs agnes, hyperbatch and isp, not {other:?}"),
+        };
+        let modelled_ms = (device.now_ns().unwrap_or(0) - t0) as f64 / 1e6 / requests.len() as f64;
+        let pages = device.device_counters().map_or(0, |c| c.nand_pages_read) - pages0;
+        println!(
+            "{:<12} {:>10} {:>12} {:>16.3} {:>16}",
+            name,
+            io.reads,
+            human_bytes(io.bytes_read),
+            modelled_ms,
+            pages
+        );
+        match &first {
+            None => first = Some((name.clone(), sums)),
+            Some((reference, expected)) => {
+                if let Some(b) = (0..expected.len()).find(|&b| expected[b] != sums[b]) {
+                    eprintln!("error: {name} differs from {reference} on minibatch {b}");
+                    mismatch = true;
+                }
+            }
+        }
+    }
+    println!(
+        "modelled ms/mb: the device's virtual time per minibatch (NVMe, PCIe, NAND, firmware cores); the host's own sampling work for agnes and hyperbatch is not charged here"
+    );
+    if let Some((name, _)) = first.filter(|_| !mismatch) {
         println!(
             "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
         );

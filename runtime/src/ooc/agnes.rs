@@ -262,6 +262,41 @@ impl AgnesLayout {
         ))
     }
 
+    /// Writes the blocks to `device` from LBA `slba` (NVMe Writes), so the samplers can read
+    /// them there ([`BlockSampler::on_device`], [`HyperbatchSampler::on_device`]). Returns the
+    /// first LBA after them.
+    pub fn write_to_device<T: sagessd_host_driver::Transport>(
+        &self,
+        device: &mut sagessd_host_driver::Device<T>,
+        slba: u64,
+    ) -> Result<u64, SamplerError> {
+        use std::io::Read;
+        let lba = u64::from(device.info().block_size_bytes);
+        let b = self.manifest.block_bytes;
+        if b % lba != 0 {
+            return Err(SamplerError::InvalidRequest(
+                "blocks are not whole LBAs".into(),
+            ));
+        }
+        let end = slba + self.manifest.block_count * (b / lba);
+        if end > device.info().block_count {
+            return Err(SamplerError::InvalidRequest(format!(
+                "the layout needs LBAs {slba}..{end}, the namespace has {}",
+                device.info().block_count
+            )));
+        }
+        let path = self.dir.join("blocks.bin");
+        let mut file = fs::File::open(&path)
+            .map_err(|e| SamplerError::GraphCorrupt(format!("{}: {e}", path.display())))?;
+        let mut buf = vec![0u8; b as usize];
+        for k in 0..self.manifest.block_count {
+            file.read_exact(&mut buf)
+                .map_err(|e| SamplerError::GraphCorrupt(format!("{}: {e}", path.display())))?;
+            device.write(slba + k * (b / lba), &buf)?;
+        }
+        Ok(end)
+    }
+
     /// Node count.
     pub fn node_count(&self) -> u64 {
         self.degrees.len() as u64
@@ -283,8 +318,8 @@ impl AgnesLayout {
 
 /// The bounded LRU graph buffer: whole blocks, read on a miss.
 #[derive(Debug)]
-struct GraphBuffer {
-    file: DataFile,
+struct GraphBuffer<'d> {
+    store: Store<'d>,
     block_bytes: usize,
     capacity_blocks: usize,
     blocks: HashMap<u64, (AlignedBuf, u64)>,
@@ -398,11 +433,72 @@ impl Drop for Prefetch {
     }
 }
 
-impl GraphBuffer {
+/// Where a graph buffer reads its blocks: the layout's file, or a device the layout was written
+/// to ([`AgnesLayout::write_to_device`]).
+enum Store<'d> {
+    File(DataFile),
+    Device {
+        device: &'d mut dyn BlockDevice,
+        slba: u64,
+    },
+}
+
+impl std::fmt::Debug for Store<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(file) => f.debug_tuple("File").field(file).finish(),
+            Self::Device { slba, .. } => f.debug_struct("Device").field("slba", slba).finish(),
+        }
+    }
+}
+
+/// A device the sampler reads blocks from with NVMe Reads (any transport).
+pub trait BlockDevice {
+    /// Reads `block_count` LBAs from `slba`.
+    fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError>;
+    /// Bytes per LBA.
+    fn lba_bytes(&self) -> u64;
+}
+
+impl<T: sagessd_host_driver::Transport> BlockDevice for sagessd_host_driver::Device<T> {
+    fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
+        Ok(self.read(slba, block_count)?)
+    }
+
+    fn lba_bytes(&self) -> u64 {
+        u64::from(self.info().block_size_bytes)
+    }
+}
+
+impl Store<'_> {
+    fn read_block(
+        &mut self,
+        index: u64,
+        block_bytes: usize,
+        io: &mut IoStats,
+    ) -> Result<AlignedBuf, SamplerError> {
+        match self {
+            Self::File(file) => file
+                .read_block(index, block_bytes, io)
+                .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
+            Self::Device { device, slba } => {
+                let per_block = block_bytes as u64 / device.lba_bytes();
+                let bytes = device.read_lbas(*slba + index * per_block, per_block)?;
+                io.record(block_bytes, 0);
+                let mut buf = AlignedBuf::new(block_bytes);
+                buf.bytes_mut().copy_from_slice(&bytes[..block_bytes]);
+                Ok(buf)
+            }
+        }
+    }
+}
+
+impl<'d> GraphBuffer<'d> {
     fn new(
         layout: &AgnesLayout,
         buffer_bytes: usize,
         prefetch: bool,
+        device: Option<(&'d mut dyn BlockDevice, u64)>,
     ) -> Result<Self, SamplerError> {
         let block_bytes = layout.manifest.block_bytes as usize;
         if buffer_bytes < block_bytes {
@@ -417,7 +513,7 @@ impl GraphBuffer {
         } else {
             0
         };
-        let prefetch = prefetch && depth > 0;
+        let prefetch = prefetch && depth > 0 && device.is_none();
         let prefetch = prefetch
             .then(|| io_uring::IoUring::new(PREFETCH_DEPTH as u32 * 2))
             .transpose()
@@ -427,9 +523,20 @@ impl GraphBuffer {
                 in_flight: HashMap::new(),
                 arrived: HashMap::new(),
             });
+        let store = match device {
+            Some((device, slba)) => {
+                if block_bytes as u64 % device.lba_bytes() != 0 {
+                    return Err(SamplerError::InvalidRequest(
+                        "blocks are not whole LBAs".into(),
+                    ));
+                }
+                Store::Device { device, slba }
+            }
+            None => Store::File(super::direct::open_data(&layout.dir.join("blocks.bin"))?),
+        };
         Ok(Self {
             prefetch,
-            file: super::direct::open_data(&layout.dir.join("blocks.bin"))?,
+            store,
             block_bytes,
             capacity_blocks: (capacity - depth).max(1),
             depth,
@@ -461,10 +568,11 @@ impl GraphBuffer {
                 .as_mut()
                 .filter(|p| p.in_flight.contains_key(&index) || p.arrived.contains_key(&index));
             let buf = match prefetched {
-                Some(p) => p.wait_for(index, self.block_bytes),
-                None => self.file.read_block(index, self.block_bytes, &mut self.io),
-            }
-            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+                Some(p) => p
+                    .wait_for(index, self.block_bytes)
+                    .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
+                None => self.store.read_block(index, self.block_bytes, &mut self.io),
+            }?;
             self.blocks.insert(index, (buf, 0));
         }
         let clock = self.clock;
@@ -519,9 +627,9 @@ impl GraphBuffer {
             .collect();
         let mut next_miss = 0;
         for (block, i, j) in groups {
-            if let Some(p) = self.prefetch.as_mut() {
+            if let (Some(p), Store::File(file)) = (self.prefetch.as_mut(), &self.store) {
                 while next_miss < misses.len() && p.in_flight.len() + p.arrived.len() < self.depth {
-                    p.submit(&self.file, misses[next_miss], self.block_bytes)
+                    p.submit(file, misses[next_miss], self.block_bytes)
                         .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
                     self.io.record(self.block_bytes, 0);
                     next_miss += 1;
@@ -544,7 +652,7 @@ impl GraphBuffer {
 #[derive(Debug)]
 pub struct BlockSampler<'l> {
     layout: &'l AgnesLayout,
-    buffer: GraphBuffer,
+    buffer: GraphBuffer<'l>,
     stats: SamplerStats,
 }
 
@@ -553,7 +661,22 @@ impl<'l> BlockSampler<'l> {
     pub fn new(layout: &'l AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
         Ok(Self {
             layout,
-            buffer: GraphBuffer::new(layout, buffer_bytes, false)?,
+            buffer: GraphBuffer::new(layout, buffer_bytes, false, None)?,
+            stats: SamplerStats::default(),
+        })
+    }
+
+    /// A sampler reading the layout from `device`, where [`AgnesLayout::write_to_device`]
+    /// put it at `slba`.
+    pub fn on_device(
+        layout: &'l AgnesLayout,
+        buffer_bytes: usize,
+        device: &'l mut dyn BlockDevice,
+        slba: u64,
+    ) -> Result<Self, SamplerError> {
+        Ok(Self {
+            layout,
+            buffer: GraphBuffer::new(layout, buffer_bytes, false, Some((device, slba)))?,
             stats: SamplerStats::default(),
         })
     }
@@ -598,7 +721,7 @@ impl Sampler for BlockSampler<'_> {
 #[derive(Debug)]
 pub struct HyperbatchSampler<'l> {
     layout: &'l AgnesLayout,
-    buffer: GraphBuffer,
+    buffer: GraphBuffer<'l>,
     stats: SamplerStats,
 }
 
@@ -612,7 +735,22 @@ impl<'l> HyperbatchSampler<'l> {
     ) -> Result<Self, SamplerError> {
         Ok(Self {
             layout,
-            buffer: GraphBuffer::new(layout, buffer_bytes, prefetch)?,
+            buffer: GraphBuffer::new(layout, buffer_bytes, prefetch, None)?,
+            stats: SamplerStats::default(),
+        })
+    }
+
+    /// A sampler reading the layout from `device`, where [`AgnesLayout::write_to_device`]
+    /// put it at `slba` (blocks read one at a time, no read-ahead).
+    pub fn on_device(
+        layout: &'l AgnesLayout,
+        buffer_bytes: usize,
+        device: &'l mut dyn BlockDevice,
+        slba: u64,
+    ) -> Result<Self, SamplerError> {
+        Ok(Self {
+            layout,
+            buffer: GraphBuffer::new(layout, buffer_bytes, false, Some((device, slba)))?,
             stats: SamplerStats::default(),
         })
     }
@@ -840,6 +978,35 @@ mod tests {
             ahead.io_stats(),
             hyper.io_stats(),
             "the same reads, issued ahead"
+        );
+
+        // The same layout written to an emulated SSD and read there, in modelled time.
+        let transport = sagessd_host_driver::LocalTransport::from_config(
+            &sagessd_emulator::HwConfig::cosmos_plus(),
+        )
+        .unwrap();
+        let mut device = sagessd_host_driver::Device::open(transport).unwrap();
+        layout.write_to_device(&mut device, 4096).unwrap();
+        let before = device.now_ns().unwrap();
+        {
+            let mut on_device =
+                HyperbatchSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
+            assert_eq!(
+                on_device.sample_hyperbatch(&fanouts, &requests).unwrap(),
+                expected
+            );
+            assert_eq!(on_device.io_stats().reads, hyper.io_stats().reads);
+        }
+        {
+            let mut per_batch =
+                BlockSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
+            for ((s, t), e) in requests.iter().zip(&expected) {
+                assert_eq!(&per_batch.sample(*s, &fanouts, t).unwrap(), e);
+            }
+        }
+        assert!(
+            device.now_ns().unwrap() > before,
+            "the reads took modelled time"
         );
         assert_eq!(
             uring.io_stats(),
