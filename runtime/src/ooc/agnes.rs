@@ -273,7 +273,7 @@ impl AgnesLayout {
         use std::io::Read;
         let lba = u64::from(device.info().block_size_bytes);
         let b = self.manifest.block_bytes;
-        if b % lba != 0 {
+        if !b.is_multiple_of(lba) {
             return Err(SamplerError::InvalidRequest(
                 "blocks are not whole LBAs".into(),
             ));
@@ -525,7 +525,7 @@ impl<'d> GraphBuffer<'d> {
             });
         let store = match device {
             Some((device, slba)) => {
-                if block_bytes as u64 % device.lba_bytes() != 0 {
+                if !(block_bytes as u64).is_multiple_of(device.lba_bytes()) {
                     return Err(SamplerError::InvalidRequest(
                         "blocks are not whole LBAs".into(),
                     ));
