@@ -87,6 +87,61 @@ impl FeatureFile {
     }
 }
 
+/// Cached feature rows: their bytes packed in one buffer that grows to at most `capacity`
+/// rows, and an index from node to slot, so the cache's memory is its rows plus the index.
+#[derive(Debug)]
+struct RowSlab {
+    row_bytes: usize,
+    capacity: usize,
+    data: Vec<u8>,
+    slot_of: HashMap<u64, u32>,
+    free: Vec<u32>,
+}
+
+impl RowSlab {
+    fn new(row_bytes: usize, capacity: usize) -> Self {
+        Self {
+            row_bytes,
+            capacity,
+            data: Vec::new(),
+            slot_of: HashMap::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn get(&self, v: u64) -> Option<&[u8]> {
+        let slot = *self.slot_of.get(&v)? as usize;
+        Some(&self.data[slot * self.row_bytes..][..self.row_bytes])
+    }
+
+    fn len(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    /// Keeps `row` for `v` if there is room; `false` if full (or already there).
+    fn insert(&mut self, v: u64, row: &[u8]) -> bool {
+        if self.slot_of.contains_key(&v) || self.len() >= self.capacity {
+            return false;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s as usize,
+            None => {
+                self.data.extend_from_slice(row);
+                self.data.len() / self.row_bytes - 1
+            }
+        };
+        self.data[slot * self.row_bytes..][..self.row_bytes].copy_from_slice(row);
+        self.slot_of.insert(v, slot as u32);
+        true
+    }
+
+    fn remove(&mut self, v: u64) {
+        if let Some(slot) = self.slot_of.remove(&v) {
+            self.free.push(slot);
+        }
+    }
+}
+
 /// What a gatherer did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GatherStats {
@@ -114,10 +169,9 @@ impl GatherStats {
 pub struct ThresholdCache {
     features: FeatureFile,
     threshold: u32,
-    capacity_rows: usize,
     block_rows: u64,
     counts: Vec<u32>,
-    cached: HashMap<u64, Vec<u8>>,
+    cached: RowSlab,
     /// What it did.
     pub stats: GatherStats,
 }
@@ -133,11 +187,10 @@ impl ThresholdCache {
     ) -> Self {
         let row = features.row_bytes.max(1);
         Self {
-            capacity_rows: cache_bytes / row,
             block_rows: (block_bytes / row).max(1) as u64,
             counts: vec![0; features.rows as usize],
             threshold: threshold.max(1),
-            cached: HashMap::new(),
+            cached: RowSlab::new(row, cache_bytes / row),
             stats: GatherStats::default(),
             features,
         }
@@ -162,7 +215,7 @@ impl ThresholdCache {
                 })?;
                 *count = count.saturating_add(1);
                 self.stats.rows += 1;
-                match self.cached.get(&v) {
+                match self.cached.get(v) {
                     Some(r) => {
                         outs[b][i * row..(i + 1) * row].copy_from_slice(r);
                         self.stats.cache_hits += 1;
@@ -184,10 +237,8 @@ impl ThresholdCache {
                 let r = &bytes[(v - first) as usize * row..][..row];
                 outs[b][i * row..(i + 1) * row].copy_from_slice(r);
                 self.stats.io.bytes_used += row as u64;
-                if self.counts[v as usize] >= self.threshold
-                    && self.cached.len() < self.capacity_rows
-                {
-                    self.cached.insert(v, r.to_vec());
+                if self.counts[v as usize] >= self.threshold {
+                    self.cached.insert(v, r);
                 }
                 k += 1;
             }
@@ -200,8 +251,7 @@ impl ThresholdCache {
 #[derive(Debug)]
 pub struct FifoCache {
     features: FeatureFile,
-    capacity_rows: usize,
-    cached: HashMap<u64, Vec<u8>>,
+    cached: RowSlab,
     order: VecDeque<u64>,
     /// What it did.
     pub stats: GatherStats,
@@ -210,9 +260,9 @@ pub struct FifoCache {
 impl FifoCache {
     /// A gatherer over `features` with a FIFO cache of `cache_bytes`.
     pub fn new(features: FeatureFile, cache_bytes: usize) -> Self {
+        let row = features.row_bytes.max(1);
         Self {
-            capacity_rows: cache_bytes / features.row_bytes.max(1),
-            cached: HashMap::new(),
+            cached: RowSlab::new(row, cache_bytes / row),
             order: VecDeque::new(),
             stats: GatherStats::default(),
             features,
@@ -231,7 +281,7 @@ impl FifoCache {
                 )));
             }
             self.stats.rows += 1;
-            match self.cached.get(&v) {
+            match self.cached.get(v) {
                 Some(r) => {
                     out[i * row..(i + 1) * row].copy_from_slice(r);
                     self.stats.cache_hits += 1;
@@ -266,16 +316,17 @@ impl FifoCache {
     }
 
     fn insert(&mut self, v: u64, r: &[u8]) {
-        if self.capacity_rows == 0 || self.cached.contains_key(&v) {
+        if self.cached.capacity == 0 || self.cached.get(v).is_some() {
             return;
         }
-        if self.cached.len() >= self.capacity_rows
+        if self.cached.len() >= self.cached.capacity
             && let Some(oldest) = self.order.pop_front()
         {
-            self.cached.remove(&oldest);
+            self.cached.remove(oldest);
         }
-        self.cached.insert(v, r.to_vec());
-        self.order.push_back(v);
+        if self.cached.insert(v, r) {
+            self.order.push_back(v);
+        }
     }
 }
 
