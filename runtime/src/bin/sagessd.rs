@@ -646,7 +646,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         kind => Some(Gatherer::new(kind, &dataset, &a, block_bytes)?),
     };
     println!(
-        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10}",
+        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10}",
         "sampler",
         "reads",
         "bytes read",
@@ -654,20 +654,29 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         "used %",
         "buf hits",
         "reads ≤4K/≤64K/≤1M/>1M",
-        "sample s"
+        "sample s",
+        "I/O wait s",
+        "compute s"
     );
+    // The largest set of subgraphs (and their features) alive at once: a minibatch's, or a
+    // hyperbatch's.
+    let mut peak_output_bytes: u64 = 0;
     for (k, name) in a.sampler.iter().enumerate() {
         let started = std::time::Instant::now();
         let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
         let mut gather_s = 0.0;
-        // The first sampler's subgraphs also get their features gathered.
-        let mut sink = |s: SampledSubgraph| -> anyhow::Result<()> {
-            sums.push(s.checksum());
+        // The first sampler's subgraphs also get their features gathered. Each call takes one
+        // minibatch's or one hyperbatch's subgraphs, which are alive together with their
+        // features until it returns.
+        let mut sink = |subs: Vec<SampledSubgraph>| -> anyhow::Result<()> {
+            let mut bytes: u64 = subs.iter().map(|s| s.as_bytes().len() as u64).sum();
             if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
                 let t = std::time::Instant::now();
-                g.gather(&s)?;
+                bytes += g.gather(&subs)?;
                 gather_s += t.elapsed().as_secs_f64();
             }
+            peak_output_bytes = peak_output_bytes.max(bytes);
+            sums.extend(subs.iter().map(SampledSubgraph::checksum));
             Ok(())
         };
         let io: IoStats = match name.as_str() {
@@ -675,21 +684,21 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 let g = graph.as_ref().ok_or_else(|| anyhow::anyhow!("no graph"))?;
                 let mut s = ReferenceSampler::new(g);
                 for (seed, t) in &requests {
-                    sink(s.sample(*seed, &a.fanouts, t)?)?;
+                    sink(vec![s.sample(*seed, &a.fanouts, t)?])?;
                 }
                 IoStats::default()
             }
             "mmap" => {
                 let mut s = sagessd_runtime::ooc::MmapSampler::open(&dataset)?;
                 for (seed, t) in &requests {
-                    sink(s.sample(*seed, &a.fanouts, t)?)?;
+                    sink(vec![s.sample(*seed, &a.fanouts, t)?])?;
                 }
                 s.io_stats().clone()
             }
             "direct" | "uring" => {
                 let mut s = DirectSampler::open(&dataset, name == "uring")?;
                 for (seed, t) in &requests {
-                    sink(s.sample(*seed, &a.fanouts, t)?)?;
+                    sink(vec![s.sample(*seed, &a.fanouts, t)?])?;
                 }
                 s.io_stats().clone()
             }
@@ -699,7 +708,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                     .ok_or_else(|| anyhow::anyhow!("no layout"))?;
                 let mut s = BlockSampler::new(l, buffer_bytes)?;
                 for (seed, t) in &requests {
-                    sink(s.sample(*seed, &a.fanouts, t)?)?;
+                    sink(vec![s.sample(*seed, &a.fanouts, t)?])?;
                 }
                 s.io_stats().clone()
             }
@@ -709,31 +718,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                     .ok_or_else(|| anyhow::anyhow!("no layout"))?;
                 let mut s = HyperbatchSampler::new(l, buffer_bytes, !a.no_prefetch)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
-                    let subs = s.sample_hyperbatch(&a.fanouts, chunk)?;
-                    // AGNES gathers a hyperbatch's features together, each block once; BGL
-                    // gathers minibatch by minibatch.
-                    if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
-                        let t = std::time::Instant::now();
-                        match g {
-                            Gatherer::Agnes(g) => {
-                                let nodes: Vec<Vec<u64>> = subs
-                                    .iter()
-                                    .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
-                                    .collect();
-                                let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
-                                g.gather_many(&lists)?;
-                            }
-                            Gatherer::Bgl(_) => {
-                                for sub in &subs {
-                                    g.gather(sub)?;
-                                }
-                            }
-                        }
-                        gather_s += t.elapsed().as_secs_f64();
-                    }
-                    for sub in subs {
-                        sums.push(sub.checksum());
-                    }
+                    sink(s.sample_hyperbatch(&a.fanouts, chunk)?)?;
                 }
                 s.io_stats().clone()
             }
@@ -744,9 +729,10 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let wall = started.elapsed().as_secs_f64() - gather_s;
+        let io_wait_s = io.io_wait_ns as f64 / 1e9;
         let h = io.size_histogram;
         println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10.2}",
+            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10.2} {:>10} {:>10}",
             name,
             io.reads,
             human_bytes(io.bytes_read),
@@ -763,7 +749,18 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             io.hit_ratio()
                 .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
             format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
-            wall
+            wall,
+            // An mmap sampler's reads happen inside page faults: its wait cannot be told apart.
+            if name == "mmap" {
+                "-".into()
+            } else {
+                format!("{:.2}", io_wait_s)
+            },
+            if name == "mmap" {
+                "-".into()
+            } else {
+                format!("{:.2}", (wall - io_wait_s).max(0.0))
+            },
         );
         if k == 0
             && let Some(g) = &gatherer
@@ -787,11 +784,37 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
         );
     }
+    let feature_cache = if gatherer.is_some() {
+        (a.feature_cache as u64) << 20
+    } else {
+        0
+    };
+    println!(
+        "memory: peak RSS {}; bounded by flags: graph buffer {} + feature cache {}; largest output alive at once (subgraphs + features of one {}) {}",
+        peak_rss_bytes().map_or("unknown".into(), human_bytes),
+        human_bytes(if needs_layout { buffer_bytes as u64 } else { 0 }),
+        human_bytes(feature_cache),
+        if a.sampler.iter().any(|s| s == "hyperbatch") {
+            "hyperbatch"
+        } else {
+            "minibatch"
+        },
+        human_bytes(peak_output_bytes),
+    );
     Ok(if mismatch {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// This process's peak resident set size so far.
+fn peak_rss_bytes() -> Option<u64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the pointer it is given.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // SAFETY: filled by the successful call (and zeroed before it).
+    (rc == 0).then(|| unsafe { usage.assume_init() }.ru_maxrss as u64 * 1024)
 }
 
 /// `sample --on-device`: the samplers against an emulated SSD, in modelled time.
@@ -939,13 +962,28 @@ impl Gatherer {
         })
     }
 
-    fn gather(&mut self, s: &sagessd_runtime::sampler::SampledSubgraph) -> anyhow::Result<()> {
-        let nodes: Vec<u64> = s.view().nodes().iter().map(|v| v.get()).collect();
-        match self {
-            Self::Agnes(g) => g.gather(&nodes)?,
-            Self::Bgl(g) => g.gather(&nodes)?,
+    /// Gathers the features of `subs` (a minibatch, or a hyperbatch's minibatches): AGNES
+    /// reads a hyperbatch's misses together, each feature block once; BGL gathers minibatch by
+    /// minibatch. Returns the bytes gathered.
+    fn gather(
+        &mut self,
+        subs: &[sagessd_runtime::sampler::SampledSubgraph],
+    ) -> anyhow::Result<u64> {
+        let nodes: Vec<Vec<u64>> = subs
+            .iter()
+            .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
+            .collect();
+        let outs = match self {
+            Self::Agnes(g) => {
+                let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
+                g.gather_many(&lists)?
+            }
+            Self::Bgl(g) => nodes
+                .iter()
+                .map(|n| g.gather(n))
+                .collect::<Result<_, _>>()?,
         };
-        Ok(())
+        Ok(outs.iter().map(|o| o.len() as u64).sum())
     }
 
     fn report(&self, a: &SampleArgs, wall_s: f64) {
@@ -955,7 +993,7 @@ impl Gatherer {
             Self::Bgl(g) => &g.stats,
         };
         println!(
-            "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall",
+            "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
             a.features,
             human_bytes((a.feature_cache as u64) << 20),
             stats.rows,
@@ -963,7 +1001,8 @@ impl Gatherer {
             stats.io.reads,
             human_bytes(stats.io.bytes_read),
             human_bytes(stats.io.bytes_used),
-            wall_s
+            wall_s,
+            stats.io.io_wait_ns as f64 / 1e9
         );
     }
 }

@@ -207,12 +207,12 @@ impl AgnesLayout {
                 format!("{len} bytes, the layout says {end}"),
             ));
         }
-        let words: Vec<u64> = raw
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect();
-        let (offsets, degrees): (Vec<u64>, Vec<u64>) =
-            words.chunks_exact(2).map(|p| (p[0], p[1])).unzip();
+        let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        let (offsets, degrees): (Vec<u64>, Vec<u64>) = raw
+            .chunks_exact(16)
+            .map(|p| (word(&p[..8]), word(&p[8..])))
+            .unzip();
+        drop(raw);
         let inside = |(o, d): (&u64, &u64)| {
             o % 4 == 0
                 && d.checked_mul(4)
@@ -483,7 +483,7 @@ impl Store<'_> {
                 .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
             Self::Device { device, slba } => {
                 let per_block = block_bytes as u64 / device.lba_bytes();
-                let bytes = device.read_lbas(*slba + index * per_block, per_block)?;
+                let bytes = io.timed(|| device.read_lbas(*slba + index * per_block, per_block))?;
                 io.record(block_bytes, 0);
                 let mut buf = AlignedBuf::new(block_bytes);
                 buf.bytes_mut().copy_from_slice(&bytes[..block_bytes]);
@@ -568,8 +568,9 @@ impl<'d> GraphBuffer<'d> {
                 .as_mut()
                 .filter(|p| p.in_flight.contains_key(&index) || p.arrived.contains_key(&index));
             let buf = match prefetched {
-                Some(p) => p
-                    .wait_for(index, self.block_bytes)
+                Some(p) => self
+                    .io
+                    .timed(|| p.wait_for(index, self.block_bytes))
                     .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
                 None => self.store.read_block(index, self.block_bytes, &mut self.io),
             }?;
@@ -974,9 +975,13 @@ mod tests {
             ahead.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
         );
+        let counts = |io: &IoStats| IoStats {
+            io_wait_ns: 0,
+            ..io.clone()
+        };
         assert_eq!(
-            ahead.io_stats(),
-            hyper.io_stats(),
+            counts(ahead.io_stats()),
+            counts(hyper.io_stats()),
             "the same reads, issued ahead"
         );
 
@@ -1009,8 +1014,8 @@ mod tests {
             "the reads took modelled time"
         );
         assert_eq!(
-            uring.io_stats(),
-            direct.io_stats(),
+            counts(uring.io_stats()),
+            counts(direct.io_stats()),
             "the same reads, in flight together"
         );
         assert!(

@@ -12,7 +12,7 @@ use crate::sampler::{
 };
 
 use super::IoStats;
-use super::file::{ALIGN_BYTES, DataFile};
+use super::file::{ALIGN_BYTES, DataFile, ExtentReader};
 
 /// Largest single read: runs of adjacent sectors are split here.
 const MAX_EXTENT_BYTES: u64 = 1 << 20;
@@ -21,7 +21,7 @@ const MAX_EXTENT_BYTES: u64 = 1 << 20;
 pub struct DirectSampler {
     csr: super::CsrFiles,
     indices: DataFile,
-    ring: Option<io_uring::IoUring>,
+    reader: ExtentReader,
     io: IoStats,
     stats: SamplerStats,
 }
@@ -29,7 +29,7 @@ pub struct DirectSampler {
 impl std::fmt::Debug for DirectSampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectSampler")
-            .field("io_uring", &self.ring.is_some())
+            .field("reader", &self.reader)
             .field("io", &self.io)
             .finish_non_exhaustive()
     }
@@ -43,9 +43,7 @@ impl DirectSampler {
         Ok(Self {
             indices: open_data(&csr.path)?,
             csr,
-            ring: uring
-                .then(|| io_uring::IoUring::new(super::file::RING_DEPTH))
-                .transpose()
+            reader: ExtentReader::new(uring)
                 .map_err(|e| SamplerError::GraphCorrupt(format!("io_uring: {e}")))?,
             io: IoStats::default(),
             stats: SamplerStats::default(),
@@ -99,36 +97,29 @@ impl NeighbourSource for DirectSampler {
             members.push(i..j);
             i = j;
         }
-        let buffers = match self
-            .indices
-            .read_extents(&extents, self.ring.as_mut(), &mut self.io)
-        {
-            Ok(b) => b,
-            Err(e) => {
-                // A ring that failed may hold reads it will never report: stop using it.
-                self.ring = None;
-                return Err(SamplerError::GraphCorrupt(e.to_string()));
-            }
-        };
-        self.io.bytes_used += positions.len() as u64 * element;
         let mut out = vec![0u64; positions.len()];
-        for ((start, _), (buf, range)) in extents.iter().zip(buffers.iter().zip(members)) {
-            for &k in &order[range] {
-                let at = (byte(positions[k]) - start) as usize;
-                let raw = &buf.bytes()[at..at + element as usize];
-                out[k] = match element {
-                    4 => u64::from(u32::from_le_bytes(raw.try_into().unwrap_or([0; 4]))),
-                    _ => u64::from_le_bytes(raw.try_into().unwrap_or([0; 8])),
-                };
-            }
-        }
+        let result = self
+            .reader
+            .read(&self.indices, &extents, &mut self.io, |e, bytes| {
+                let start = extents[e].0;
+                for &k in &order[members[e].clone()] {
+                    let at = (byte(positions[k]) - start) as usize;
+                    let raw = &bytes[at..at + element as usize];
+                    out[k] = match element {
+                        4 => u64::from(u32::from_le_bytes(raw.try_into().unwrap_or([0; 4]))),
+                        _ => u64::from_le_bytes(raw.try_into().unwrap_or([0; 8])),
+                    };
+                }
+            });
+        result.map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+        self.io.bytes_used += positions.len() as u64 * element;
         Ok(out)
     }
 }
 
 impl Sampler for DirectSampler {
     fn name(&self) -> &'static str {
-        if self.ring.is_some() {
+        if self.reader.uses_uring() {
             "io_uring (files)"
         } else {
             "direct I/O (files)"

@@ -20,7 +20,7 @@ use crate::rng::SplitMix64;
 use crate::sampler::SamplerError;
 
 use super::IoStats;
-use super::file::{ALIGN_BYTES, DataFile};
+use super::file::{ALIGN_BYTES, AlignedBuf, DataFile};
 
 /// Most feature values per node accepted (a row of 1 MiB as float32).
 const MAX_FEATURE_DIM: u64 = 1 << 18;
@@ -75,15 +75,19 @@ impl FeatureFile {
         })
     }
 
-    /// Reads rows `first..first + count` (one I/O) into `out`.
-    fn read_rows(&self, first: u64, count: u64, io: &mut IoStats) -> Result<Vec<u8>, SamplerError> {
+    /// Reads rows `first..first + count` (one I/O): the buffer read, and where the rows start
+    /// in it.
+    fn read_rows(
+        &self,
+        first: u64,
+        count: u64,
+        io: &mut IoStats,
+    ) -> Result<(AlignedBuf, usize), SamplerError> {
         let start = self.data_offset + first * self.row_bytes as u64;
         let len = count as usize * self.row_bytes;
-        let (buf, at) = self
-            .file
+        self.file
             .read_covering(start, len, io)
-            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
-        Ok(buf.bytes()[at..at + len].to_vec())
+            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))
     }
 }
 
@@ -231,7 +235,8 @@ impl ThresholdCache {
             let block = missing[k].0 / self.block_rows;
             let first = block * self.block_rows;
             let count = self.block_rows.min(self.features.rows - first);
-            let bytes = self.features.read_rows(first, count, &mut self.stats.io)?;
+            let (buf, at) = self.features.read_rows(first, count, &mut self.stats.io)?;
+            let bytes = &buf.bytes()[at..];
             while k < missing.len() && missing[k].0 / self.block_rows == block {
                 let (v, b, i) = missing[k];
                 let r = &bytes[(v - first) as usize * row..][..row];
@@ -301,9 +306,10 @@ impl FifoCache {
                 last = missing[j].0;
                 j += 1;
             }
-            let bytes = self
+            let (buf, at) = self
                 .features
                 .read_rows(first, last - first + 1, &mut self.stats.io)?;
+            let bytes = &buf.bytes()[at..];
             for &(v, i) in &missing[k..j] {
                 let r = &bytes[(v - first) as usize * row..][..row];
                 out[i * row..(i + 1) * row].copy_from_slice(r);

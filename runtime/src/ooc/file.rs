@@ -1,6 +1,7 @@
 //! Reading a file the way the out-of-core samplers do: `O_DIRECT` (no page cache) when the file
 //! system allows it, into an aligned buffer, counting every read.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ use super::IoStats;
 pub const ALIGN_BYTES: usize = 4096;
 /// Reads in flight at once on an io_uring.
 pub const RING_DEPTH: u32 = 64;
+/// Bytes in flight at once on an io_uring (one larger read may go alone).
+pub const RING_BYTES: usize = 8 << 20;
 
 /// `submit_and_wait(1)`, retried when a signal interrupts it.
 pub(crate) fn submit_and_wait(ring: &mut io_uring::IoUring) -> std::io::Result<()> {
@@ -60,6 +63,21 @@ impl AlignedBuf {
 
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
+    }
+
+    /// Bytes the buffer can hold without reallocating.
+    fn capacity(&self) -> usize {
+        self.storage.len() - self.start
+    }
+
+    /// Makes the buffer `len` bytes long, reusing its memory when it is large enough (the
+    /// contents are then whatever was there).
+    fn fit(&mut self, len: usize) {
+        if len <= self.capacity() {
+            self.len = len;
+        } else {
+            *self = Self::new(len);
+        }
     }
 }
 
@@ -126,13 +144,13 @@ impl DataFile {
         let start = offset / a * a;
         let end = (offset + len as u64).div_ceil(a) * a;
         let mut buf = AlignedBuf::new((end - start) as usize);
-        self.read_exact_at(buf.bytes_mut(), start)?;
+        stats.timed(|| self.read_exact_at(buf.bytes_mut(), start))?;
         stats.record((end - start) as usize, 0);
         Ok((buf, (offset - start) as usize))
     }
 
     /// Reads `buf.len()` bytes at `offset` (aligned when direct); what lies past the end of the
-    /// file (the alignment slack of a last extent) stays zero. Callers check beforehand that the
+    /// file (the alignment slack of a last extent) is zeroed. Callers check beforehand that the
     /// bytes they want are inside the file.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         let mut done = 0;
@@ -150,81 +168,8 @@ impl DataFile {
                 format!("{}: short read at {offset}", self.path.display()),
             ));
         }
+        buf[done..].fill(0);
         Ok(())
-    }
-
-    /// Reads aligned `(offset, len)` extents: one after the other, or all through `ring`, up to
-    /// [`RING_DEPTH`] in flight. Returns the buffers in order.
-    pub fn read_extents(
-        &self,
-        extents: &[(u64, usize)],
-        ring: Option<&mut io_uring::IoUring>,
-        stats: &mut IoStats,
-    ) -> std::io::Result<Vec<AlignedBuf>> {
-        let mut buffers: Vec<AlignedBuf> = extents
-            .iter()
-            .map(|(_, len)| AlignedBuf::new(*len))
-            .collect();
-        let Some(ring) = ring else {
-            for (buf, (offset, _)) in buffers.iter_mut().zip(extents) {
-                self.read_exact_at(buf.bytes_mut(), *offset)?;
-                stats.record(buf.len, 0);
-            }
-            return Ok(buffers);
-        };
-        use std::os::fd::AsRawFd;
-        let fd = io_uring::types::Fd(self.file.as_raw_fd());
-        let mut next = 0;
-        let mut in_flight = 0usize;
-        let mut failed: Option<std::io::Error> = None;
-        // Every submitted read is reaped before returning, error or not: the kernel writes
-        // into the buffers until then.
-        while in_flight > 0 || (next < extents.len() && failed.is_none()) {
-            while failed.is_none() && next < extents.len() && in_flight < RING_DEPTH as usize {
-                let buf = &mut buffers[next];
-                let len = buf.len as u32;
-                let entry = io_uring::opcode::Read::new(fd, buf.bytes_mut().as_mut_ptr(), len)
-                    .offset(extents[next].0)
-                    .build()
-                    .user_data(next as u64);
-                // SAFETY: the buffer lives in `buffers`, which outlives every read (all are
-                // reaped in this loop).
-                if unsafe { ring.submission().push(&entry) }.is_err() {
-                    break;
-                }
-                next += 1;
-                in_flight += 1;
-            }
-            if let Err(e) = submit_and_wait(ring) {
-                // The ring can no longer say when the reads in flight end: their buffers must
-                // never be freed (the caller drops the ring).
-                std::mem::forget(buffers);
-                return Err(e);
-            }
-            let done: Vec<(usize, i32)> = ring
-                .completion()
-                .map(|c| (c.user_data() as usize, c.result()))
-                .collect();
-            for (i, result) in done {
-                in_flight -= 1;
-                if result < 0 {
-                    failed.get_or_insert(std::io::Error::from_raw_os_error(-result));
-                    continue;
-                }
-                // A read may stop short only at the end of the file (zeros after it).
-                if (result as usize) < buffers[i].len && extents[i].0 + (result as u64) < self.len {
-                    failed.get_or_insert(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!("{}: short read at {}", self.path.display(), extents[i].0),
-                    ));
-                }
-                stats.record(buffers[i].len, 0);
-            }
-        }
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        Ok(buffers)
     }
 
     /// Reads whole block `index` of `block_bytes` (a multiple of [`ALIGN_BYTES`]): one I/O.
@@ -235,8 +180,240 @@ impl DataFile {
         stats: &mut IoStats,
     ) -> std::io::Result<AlignedBuf> {
         let mut buf = AlignedBuf::new(block_bytes);
-        self.read_exact_at(buf.bytes_mut(), index * block_bytes as u64)?;
+        stats.timed(|| self.read_exact_at(buf.bytes_mut(), index * block_bytes as u64))?;
         stats.record(block_bytes, 0);
         Ok(buf)
+    }
+}
+
+/// Aligned buffers kept between reads, so a sampler's many small reads do not allocate (and
+/// the allocator does not hold freed ones): at most [`RING_BYTES`] of them are kept idle.
+#[derive(Debug, Default)]
+struct BufPool {
+    idle: Vec<AlignedBuf>,
+    idle_bytes: usize,
+}
+
+impl BufPool {
+    /// A buffer of `len` bytes: the smallest idle one large enough, or a new one with room
+    /// for the next power of two (so that buffers fit many lengths).
+    fn take(&mut self, len: usize) -> AlignedBuf {
+        let best = (self.idle.iter().enumerate())
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut buf = self.idle.swap_remove(i);
+                self.idle_bytes -= buf.capacity();
+                buf.fit(len);
+                buf
+            }
+            None => {
+                let mut buf = AlignedBuf::new(len.next_power_of_two());
+                buf.fit(len);
+                buf
+            }
+        }
+    }
+
+    /// Keeps `buf` for reuse, unless that would hold more than [`RING_BYTES`] idle.
+    fn give(&mut self, buf: AlignedBuf) {
+        if self.idle_bytes + buf.capacity() <= RING_BYTES {
+            self.idle_bytes += buf.capacity();
+            self.idle.push(buf);
+        }
+    }
+}
+
+/// Reads lists of extents from a [`DataFile`]: synchronously, or through an io_uring, with
+/// buffers reused from read to read.
+pub struct ExtentReader {
+    ring: Option<io_uring::IoUring>,
+    pool: BufPool,
+}
+
+impl std::fmt::Debug for ExtentReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtentReader")
+            .field("io_uring", &self.ring.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExtentReader {
+    /// A reader issuing one read at a time (`uring` false) or up to [`RING_DEPTH`] at once.
+    pub fn new(uring: bool) -> std::io::Result<Self> {
+        Ok(Self {
+            ring: uring
+                .then(|| io_uring::IoUring::new(RING_DEPTH))
+                .transpose()?,
+            pool: BufPool::default(),
+        })
+    }
+
+    /// Whether reads go through io_uring.
+    pub fn uses_uring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Reads aligned `(offset, len)` extents of `file` and hands each one's bytes to
+    /// `each(i, bytes)` as it arrives: one after the other, or through the ring with up to
+    /// [`RING_DEPTH`] reads and [`RING_BYTES`] in flight (in completion order). Memory stays at
+    /// what is in flight however many extents there are. After an error, `each` is not called
+    /// again; a ring that failed is not used again (it may hold reads it will never report).
+    pub fn read(
+        &mut self,
+        file: &DataFile,
+        extents: &[(u64, usize)],
+        stats: &mut IoStats,
+        mut each: impl FnMut(usize, &[u8]),
+    ) -> std::io::Result<()> {
+        let Some(ring) = self.ring.as_mut() else {
+            for (i, &(offset, len)) in extents.iter().enumerate() {
+                let mut buf = self.pool.take(len);
+                let read = stats.timed(|| file.read_exact_at(buf.bytes_mut(), offset));
+                if read.is_ok() {
+                    stats.record(len, 0);
+                    each(i, buf.bytes());
+                }
+                self.pool.give(buf);
+                read?;
+            }
+            return Ok(());
+        };
+        let result = read_on_ring(ring, &mut self.pool, file, extents, stats, &mut each);
+        if result.is_err() {
+            self.ring = None;
+        }
+        result
+    }
+}
+
+/// [`ExtentReader::read`] through `ring`.
+fn read_on_ring(
+    ring: &mut io_uring::IoUring,
+    pool: &mut BufPool,
+    file: &DataFile,
+    extents: &[(u64, usize)],
+    stats: &mut IoStats,
+    each: &mut impl FnMut(usize, &[u8]),
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = io_uring::types::Fd(file.file.as_raw_fd());
+    let mut in_flight: HashMap<usize, AlignedBuf> = HashMap::new();
+    let mut in_flight_bytes = 0usize;
+    let mut done: Vec<(usize, i32)> = Vec::with_capacity(RING_DEPTH as usize);
+    let mut next = 0;
+    let mut failed: Option<std::io::Error> = None;
+    // Every submitted read is reaped before returning, error or not: the kernel writes into
+    // the buffers until then.
+    while !in_flight.is_empty() || (next < extents.len() && failed.is_none()) {
+        while failed.is_none()
+            && next < extents.len()
+            && in_flight.len() < RING_DEPTH as usize
+            && (in_flight.is_empty() || in_flight_bytes + extents[next].1 <= RING_BYTES)
+        {
+            let (offset, len) = extents[next];
+            let mut buf = pool.take(len);
+            let entry = io_uring::opcode::Read::new(fd, buf.bytes_mut().as_mut_ptr(), len as u32)
+                .offset(offset)
+                .build()
+                .user_data(next as u64);
+            // SAFETY: the buffer's heap memory stays in `in_flight` until its read is reaped
+            // (all are reaped in this loop).
+            if unsafe { ring.submission().push(&entry) }.is_err() {
+                pool.give(buf);
+                break;
+            }
+            in_flight.insert(next, buf);
+            in_flight_bytes += len;
+            next += 1;
+        }
+        if let Err(e) = stats.timed(|| submit_and_wait(ring)) {
+            // The ring can no longer say when the reads in flight end: their buffers must
+            // never be freed.
+            std::mem::forget(in_flight);
+            return Err(e);
+        }
+        done.clear();
+        done.extend(
+            ring.completion()
+                .map(|c| (c.user_data() as usize, c.result())),
+        );
+        for &(i, result) in &done {
+            let Some(mut buf) = in_flight.remove(&i) else {
+                continue;
+            };
+            let (offset, len) = extents[i];
+            in_flight_bytes -= len;
+            // A read may stop short only at the end of the file (zeros after it).
+            let got = result.max(0) as usize;
+            if result < 0 {
+                failed.get_or_insert(std::io::Error::from_raw_os_error(-result));
+            } else if got < len && offset + (got as u64) < file.len {
+                failed.get_or_insert(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("{}: short read at {offset}", file.path.display()),
+                ));
+            } else {
+                buf.bytes_mut()[got..].fill(0);
+                stats.record(len, 0);
+                if failed.is_none() {
+                    each(i, buf.bytes());
+                }
+            }
+            pool.give(buf);
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both readers hand over every extent's bytes, reuse their buffers without leaking one
+    /// read's bytes into the next, and zero what lies past the end of the file.
+    #[test]
+    fn extents_arrive_whole_and_the_slack_past_the_end_is_zero() {
+        let path = std::env::temp_dir().join(format!("sagessd-extents-{}", std::process::id()));
+        let len = 5 * ALIGN_BYTES + 100;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = DataFile::open(&path, true).unwrap();
+        let a = ALIGN_BYTES;
+        // A large read first, so the last (short) one may reuse its buffer.
+        let extents = [
+            (0, 4 * a),
+            (a as u64, a),
+            (5 * a as u64, a),
+            (2 * a as u64, 2 * a),
+        ];
+        for uring in [false, true] {
+            let mut reader = ExtentReader::new(uring).unwrap();
+            let mut stats = IoStats::default();
+            for _ in 0..2 {
+                let mut seen = vec![false; extents.len()];
+                reader
+                    .read(&file, &extents, &mut stats, |i, bytes| {
+                        let (offset, n) = extents[i];
+                        let start = offset as usize;
+                        let inside = n.min(len - start);
+                        assert_eq!(bytes.len(), n, "extent {i}");
+                        assert_eq!(&bytes[..inside], &data[start..start + inside]);
+                        assert!(bytes[inside..].iter().all(|&b| b == 0), "slack of {i}");
+                        seen[i] = true;
+                    })
+                    .unwrap();
+                assert!(seen.iter().all(|&s| s), "uring {uring}: {seen:?}");
+            }
+            assert_eq!(stats.reads, 2 * extents.len() as u64);
+            assert_eq!(stats.bytes_read, 2 * 8 * a as u64);
+        }
+        let _ = std::fs::remove_file(&path);
     }
 }

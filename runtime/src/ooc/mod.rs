@@ -122,6 +122,10 @@ pub struct IoStats {
     pub buffer_hits: u64,
     /// Graph-buffer lookups that had to read.
     pub buffer_misses: u64,
+    /// Wall time spent blocked on storage: in synchronous reads, or waiting for asynchronous
+    /// ones to complete. The rest of a sampler's time is its own work (page faults excepted:
+    /// an mmap sampler's I/O happens inside them and is not counted here).
+    pub io_wait_ns: u64,
 }
 
 impl IoStats {
@@ -137,6 +141,15 @@ impl IoStats {
             _ => 3,
         };
         self.size_histogram[bucket] += 1;
+    }
+
+    /// Runs `wait` (a blocking read or a wait for completions) and counts its wall time as
+    /// I/O wait.
+    pub fn timed<T>(&mut self, wait: impl FnOnce() -> T) -> T {
+        let started = std::time::Instant::now();
+        let result = wait();
+        self.io_wait_ns += started.elapsed().as_nanos() as u64;
+        result
     }
 
     /// The buffer hit ratio, if the sampler has a buffer.
