@@ -206,6 +206,21 @@ fn invalid(field: &'static str, reason: String) -> EmulatorError {
 }
 
 impl HostStackConfig {
+    /// Host time of one synchronous I/O (a `pread` or a passthrough ioctl): the system call
+    /// and submission before it, the completion and the wake-up after it.
+    pub fn sync_io_ns(&self) -> u64 {
+        self.syscall_ns + self.submit_ns + self.complete_ns + self.context_switch_ns
+    }
+
+    /// Host sampling compute for `dst_nodes` destination nodes (over all layers) and
+    /// `sampled_edges` neighbours, when the graph is in host memory: per node its sampling work
+    /// and two cache-missing loads (its index entry, and the line its sampled neighbours
+    /// usually share), per edge its sampling work.
+    pub fn sampling_ns(&self, dst_nodes: u64, sampled_edges: u64) -> u64 {
+        dst_nodes * (self.node_ns + 2 * self.memory_access_ns)
+            + sampled_edges * self.edge_sampled_ns
+    }
+
     /// Checks every field; the error names the first bad one (e.g. `host.submit_ns`).
     pub fn validate(&self) -> Result<(), EmulatorError> {
         for (value, field) in [

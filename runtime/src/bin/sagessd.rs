@@ -827,7 +827,7 @@ fn run_sample_on_device(
 ) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::compare::human_bytes;
     use sagessd_runtime::ooc::{AgnesLayout, BlockSampler, HyperbatchSampler, IoStats};
-    use sagessd_runtime::sampler::Sampler;
+    use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
     let hw = load_hw(a.config.as_ref())?;
     let graph = dataset.graph()?;
     let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
@@ -849,20 +849,31 @@ fn run_sample_on_device(
         human_bytes(buffer_bytes as u64)
     );
     println!(
-        "{:<12} {:>10} {:>12} {:>16} {:>16}",
-        "sampler", "reads", "bytes read", "modelled ms/mb", "NAND pages"
+        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
+        "sampler", "reads", "bytes read", "NAND pages", "device ms/mb", "host ms/mb", "total ms/mb"
     );
     let mut first: Option<(String, Vec<u64>)> = None;
     let mut mismatch = false;
     for name in &a.sampler {
         let t0 = device.now_ns().unwrap_or(0);
         let pages0 = device.device_counters().map_or(0, |c| c.nand_pages_read);
+        // The host's own work, modelled with the [host] costs: each read a synchronous I/O,
+        // and the sampling compute of each subgraph a host sampler built.
+        let mut host_ns = 0u64;
+        let mut took = |g: &SampledSubgraph| {
+            let v = g.view();
+            let dst: u64 = (0..v.layer_count())
+                .map(|l| u64::from(v.layer(l).counts.dst_count))
+                .sum();
+            host_ns += hw.host.sampling_ns(dst, g.edge_count());
+            g.checksum()
+        };
         let (sums, io): (Vec<u64>, IoStats) = match name.as_str() {
             "agnes" => {
                 let mut s = BlockSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
                 let sums = requests
                     .iter()
-                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t).map(|g| g.checksum()))
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t).map(|g| took(&g)))
                     .collect::<Result<_, _>>()?;
                 (sums, s.io_stats().clone())
             }
@@ -873,7 +884,7 @@ fn run_sample_on_device(
                     sums.extend(
                         s.sample_hyperbatch(&a.fanouts, chunk)?
                             .iter()
-                            .map(|g| g.checksum()),
+                            .map(&mut took),
                     );
                 }
                 (sums, s.io_stats().clone())
@@ -889,24 +900,25 @@ fn run_sample_on_device(
                 };
                 let sums = out
                     .into_iter()
-                    .map(|b| {
-                        sagessd_runtime::sampler::SampledSubgraph::from_bytes(b)
-                            .map(|g| g.checksum())
-                    })
+                    .map(|b| SampledSubgraph::from_bytes(b).map(|g| g.checksum()))
                     .collect::<Result<_, _>>()?;
                 (sums, io)
             }
             other => anyhow::bail!("--on-device runs agnes, hyperbatch and isp, not {other:?}"),
         };
-        let modelled_ms = (device.now_ns().unwrap_or(0) - t0) as f64 / 1e6 / requests.len() as f64;
+        host_ns += io.reads * hw.host.sync_io_ns();
+        let per_mb_ms = |ns: u64| ns as f64 / 1e6 / requests.len() as f64;
+        let device_ns = device.now_ns().unwrap_or(0) - t0;
         let pages = device.device_counters().map_or(0, |c| c.nand_pages_read) - pages0;
         println!(
-            "{:<12} {:>10} {:>12} {:>16.3} {:>16}",
+            "{:<12} {:>10} {:>12} {:>12} {:>14.3} {:>12.3} {:>13.3}",
             name,
             io.reads,
             human_bytes(io.bytes_read),
-            modelled_ms,
-            pages
+            pages,
+            per_mb_ms(device_ns),
+            per_mb_ms(host_ns),
+            per_mb_ms(device_ns + host_ns)
         );
         match &first {
             None => first = Some((name.clone(), sums)),
@@ -919,7 +931,7 @@ fn run_sample_on_device(
         }
     }
     println!(
-        "modelled ms/mb: the device's virtual time per minibatch (NVMe, PCIe, NAND, firmware cores); the host's own sampling work for agnes and hyperbatch is not charged here"
+        "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each read or NS command a synchronous I/O, plus the sampling compute of the subgraphs the host builds); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
     );
     if let Some((name, _)) = first.filter(|_| !mismatch) {
         println!(
