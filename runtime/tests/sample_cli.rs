@@ -87,6 +87,10 @@ fn samplers_agree_on_files_and_on_the_device() {
     );
     assert!(hyper[0] > 0.0 && hyper[0] <= agnes[0], "{files}");
     assert!(direct[0] > 0.0, "{files}");
+    // reads, bytes read, bytes used, system calls, ...: io_uring batches the same reads.
+    let uring = row(&files, "uring");
+    assert_eq!(uring[0], direct[0], "{files}");
+    assert!(uring[3] < direct[3], "{files}");
 
     let device = stdout_of(&sagessd(
         &[

@@ -646,7 +646,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         kind => Some(Gatherer::new(kind, &dataset, &a, block_bytes)?),
     };
     println!(
-        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10}",
+        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}",
         "sampler",
         "reads",
         "bytes read",
@@ -654,6 +654,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         "used %",
         "buf hits",
         "reads ≤4K/≤64K/≤1M/>1M",
+        "syscalls",
         "sample s",
         "I/O wait s",
         "compute s"
@@ -732,7 +733,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         let io_wait_s = io.io_wait_ns as f64 / 1e9;
         let h = io.size_histogram;
         println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10.2} {:>10} {:>10}",
+            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10.2} {:>10} {:>10}",
             name,
             io.reads,
             human_bytes(io.bytes_read),
@@ -749,6 +750,12 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             io.hit_ratio()
                 .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
             format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
+            // An mmap sampler reads in page faults, the in-memory one not at all.
+            if matches!(name.as_str(), "mmap" | "memory") {
+                "-".into()
+            } else {
+                io.syscalls.to_string()
+            },
             wall,
             // An mmap sampler's reads happen inside page faults: its wait cannot be told apart.
             if name == "mmap" {

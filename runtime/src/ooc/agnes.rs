@@ -351,7 +351,13 @@ impl std::fmt::Debug for Prefetch {
 const PREFETCH_DEPTH: usize = 8;
 
 impl Prefetch {
-    fn submit(&mut self, file: &DataFile, block: u64, block_bytes: usize) -> std::io::Result<()> {
+    fn submit(
+        &mut self,
+        file: &DataFile,
+        block: u64,
+        block_bytes: usize,
+        io: &mut IoStats,
+    ) -> std::io::Result<()> {
         if self.in_flight.contains_key(&block) || self.arrived.contains_key(&block) {
             return Ok(());
         }
@@ -370,17 +376,24 @@ impl Prefetch {
             .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
         // In flight from here on, whether or not the submit below succeeds.
         self.in_flight.insert(block, buf);
+        io.syscalls += 1;
         self.ring.submit()?;
+        io.record(block_bytes, 0);
         Ok(())
     }
 
     /// Reaps completions until `block` has arrived, and hands it over.
-    fn wait_for(&mut self, block: u64, block_bytes: usize) -> std::io::Result<AlignedBuf> {
+    fn wait_for(
+        &mut self,
+        block: u64,
+        block_bytes: usize,
+        io: &mut IoStats,
+    ) -> std::io::Result<AlignedBuf> {
         loop {
             if let Some(buf) = self.arrived.remove(&block) {
                 return Ok(buf);
             }
-            super::file::submit_and_wait(&mut self.ring)?;
+            super::file::submit_and_wait(&mut self.ring, io)?;
             let done: Vec<(u64, i32)> = self
                 .ring
                 .completion()
@@ -408,10 +421,11 @@ impl Prefetch {
         }
     }
 
-    /// Waits for every read still in flight (their buffers must outlive them).
+    /// Waits for every read still in flight (their buffers must outlive them); after a failed
+    /// pass, or when the sampler goes, so its waits are not counted.
     fn drain(&mut self) {
         while !self.in_flight.is_empty() {
-            if super::file::submit_and_wait(&mut self.ring).is_err() {
+            if super::file::submit_and_wait(&mut self.ring, &mut IoStats::default()).is_err() {
                 // Leak rather than free memory the kernel may still write.
                 for (_, buf) in self.in_flight.drain() {
                     std::mem::forget(buf);
@@ -568,9 +582,8 @@ impl<'d> GraphBuffer<'d> {
                 .as_mut()
                 .filter(|p| p.in_flight.contains_key(&index) || p.arrived.contains_key(&index));
             let buf = match prefetched {
-                Some(p) => self
-                    .io
-                    .timed(|| p.wait_for(index, self.block_bytes))
+                Some(p) => p
+                    .wait_for(index, self.block_bytes, &mut self.io)
                     .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
                 None => self.store.read_block(index, self.block_bytes, &mut self.io),
             }?;
@@ -630,9 +643,8 @@ impl<'d> GraphBuffer<'d> {
         for (block, i, j) in groups {
             if let (Some(p), Store::File(file)) = (self.prefetch.as_mut(), &self.store) {
                 while next_miss < misses.len() && p.in_flight.len() + p.arrived.len() < self.depth {
-                    p.submit(file, misses[next_miss], self.block_bytes)
+                    p.submit(file, misses[next_miss], self.block_bytes, &mut self.io)
                         .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
-                    self.io.record(self.block_bytes, 0);
                     next_miss += 1;
                 }
             }
@@ -975,8 +987,10 @@ mod tests {
             ahead.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
         );
+        // What was read, apart from how (system calls) and how long it took.
         let counts = |io: &IoStats| IoStats {
             io_wait_ns: 0,
+            syscalls: 0,
             ..io.clone()
         };
         assert_eq!(

@@ -15,18 +15,26 @@ pub const RING_DEPTH: u32 = 64;
 /// Bytes in flight at once on an io_uring (one larger read may go alone).
 pub const RING_BYTES: usize = 8 << 20;
 
-/// `submit_and_wait(1)`, retried when a signal interrupts it.
-pub(crate) fn submit_and_wait(ring: &mut io_uring::IoUring) -> std::io::Result<()> {
-    loop {
+/// `submit_and_wait(1)`, retried when a signal interrupts it; its wall time is I/O wait, and
+/// each `io_uring_enter` a system call, in `stats`.
+pub(crate) fn submit_and_wait(
+    ring: &mut io_uring::IoUring,
+    stats: &mut IoStats,
+) -> std::io::Result<()> {
+    let started = std::time::Instant::now();
+    let result = loop {
+        stats.syscalls += 1;
         match ring.submit_and_wait(1) {
-            Ok(_) => return Ok(()),
+            Ok(_) => break Ok(()),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::Interrupted) => {}
             Err(e)
                 if e.raw_os_error() == Some(libc::EBUSY)
                     || e.raw_os_error() == Some(libc::EAGAIN) => {}
-            Err(e) => return Err(e),
+            Err(e) => break Err(e),
         }
-    }
+    };
+    stats.io_wait_ns += started.elapsed().as_nanos() as u64;
+    result
 }
 
 /// A heap buffer aligned to [`ALIGN_BYTES`], as `O_DIRECT` needs.
@@ -144,23 +152,39 @@ impl DataFile {
         let start = offset / a * a;
         let end = (offset + len as u64).div_ceil(a) * a;
         let mut buf = AlignedBuf::new((end - start) as usize);
-        stats.timed(|| self.read_exact_at(buf.bytes_mut(), start))?;
+        self.read_exact_at(buf.bytes_mut(), start, stats)?;
         stats.record((end - start) as usize, 0);
         Ok((buf, (offset - start) as usize))
     }
 
     /// Reads `buf.len()` bytes at `offset` (aligned when direct); what lies past the end of the
     /// file (the alignment slack of a last extent) is zeroed. Callers check beforehand that the
-    /// bytes they want are inside the file.
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    /// bytes they want are inside the file. Its wall time is I/O wait, and each `pread` a
+    /// system call, in `stats`.
+    fn read_exact_at(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        stats: &mut IoStats,
+    ) -> std::io::Result<()> {
+        let started = std::time::Instant::now();
         let mut done = 0;
+        let mut failed = None;
         while done < buf.len() && offset + (done as u64) < self.len {
+            stats.syscalls += 1;
             match self.file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
+        }
+        stats.io_wait_ns += started.elapsed().as_nanos() as u64;
+        if let Some(e) = failed {
+            return Err(e);
         }
         if done < buf.len() && offset + (done as u64) < self.len {
             return Err(std::io::Error::new(
@@ -180,7 +204,7 @@ impl DataFile {
         stats: &mut IoStats,
     ) -> std::io::Result<AlignedBuf> {
         let mut buf = AlignedBuf::new(block_bytes);
-        stats.timed(|| self.read_exact_at(buf.bytes_mut(), index * block_bytes as u64))?;
+        self.read_exact_at(buf.bytes_mut(), index * block_bytes as u64, stats)?;
         stats.record(block_bytes, 0);
         Ok(buf)
     }
@@ -272,7 +296,7 @@ impl ExtentReader {
         let Some(ring) = self.ring.as_mut() else {
             for (i, &(offset, len)) in extents.iter().enumerate() {
                 let mut buf = self.pool.take(len);
-                let read = stats.timed(|| file.read_exact_at(buf.bytes_mut(), offset));
+                let read = file.read_exact_at(buf.bytes_mut(), offset, stats);
                 if read.is_ok() {
                     stats.record(len, 0);
                     each(i, buf.bytes());
@@ -330,7 +354,7 @@ fn read_on_ring(
             in_flight_bytes += len;
             next += 1;
         }
-        if let Err(e) = stats.timed(|| submit_and_wait(ring)) {
+        if let Err(e) = submit_and_wait(ring, stats) {
             // The ring can no longer say when the reads in flight end: their buffers must
             // never be freed.
             std::mem::forget(in_flight);

@@ -126,6 +126,9 @@ pub struct IoStats {
     /// ones to complete. The rest of a sampler's time is its own work (page faults excepted:
     /// an mmap sampler's I/O happens inside them and is not counted here).
     pub io_wait_ns: u64,
+    /// System calls the reads took (`pread`s, `io_uring_enter`s); 0 where reads are not
+    /// system calls (page faults, an in-process device).
+    pub syscalls: u64,
 }
 
 impl IoStats {
