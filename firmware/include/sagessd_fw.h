@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Version of this interface; sagessd_fw_abi_version() must return the same number. */
-#define SAGESSD_FW_ABI_VERSION 1u
+#define SAGESSD_FW_ABI_VERSION 2u
 
 /* ---- Return codes of every function: >= 0 success, < 0 error. ---------------------------- */
 #define SAGESSD_OK              0
@@ -108,7 +108,9 @@ typedef struct sagessd_config {
     uint32_t max_subgraph_nodes;        /* unique nodes per sampled subgraph, <= 2^28 */
     uint32_t max_subgraph_edges;        /* sampled edges per subgraph (all layers), <= 2^28 */
     uint32_t max_transfer_bytes;        /* largest Read/Write (MDTS), a power of two >= 4096 */
-} sagessd_config;                       /* 28 bytes */
+    uint32_t max_feature_bytes;         /* node features one sampling job may return (a DRAM
+                                           buffer per slot); 0: no in-storage feature gather */
+} sagessd_config;                       /* 32 bytes */
 
 /* Flash operations the firmware asks the board to start (`kind` of submit). */
 #define SAGESSD_FLASH_READ    0u   /* read page `address` into dram_page (page_size_bytes) */
@@ -217,7 +219,7 @@ SAGESSD_STATIC_ASSERT(offsetof(sagessd_geometry, dies_per_way) == 8, "sagessd_ge
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_geometry, blocks_per_die) == 12, "sagessd_geometry.blocks_per_die");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_geometry, pages_per_block) == 16, "sagessd_geometry.pages_per_block");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_geometry, page_size_bytes) == 20, "sagessd_geometry.page_size_bytes");
-SAGESSD_STATIC_ASSERT(sizeof(sagessd_config) == 28, "sagessd_config is 28 bytes");
+SAGESSD_STATIC_ASSERT(sizeof(sagessd_config) == 32, "sagessd_config is 32 bytes");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, over_provisioning_percent) == 1, "sagessd_config.over_provisioning_percent");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, isp_slots) == 2, "sagessd_config.isp_slots");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, reserved0) == 3, "sagessd_config.reserved0");
@@ -228,6 +230,7 @@ SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, reserved1) == 14, "sagessd_config
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, max_subgraph_nodes) == 16, "sagessd_config.max_subgraph_nodes");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, max_subgraph_edges) == 20, "sagessd_config.max_subgraph_edges");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, max_transfer_bytes) == 24, "sagessd_config.max_transfer_bytes");
+SAGESSD_STATIC_ASSERT(offsetof(sagessd_config, max_feature_bytes) == 28, "sagessd_config.max_feature_bytes");
 SAGESSD_STATIC_ASSERT(sizeof(sagessd_flash_ops) == 2 * sizeof(void *), "sagessd_flash_ops is 2 pointers");
 SAGESSD_STATIC_ASSERT(offsetof(sagessd_flash_ops, ctx) == sizeof(void *), "sagessd_flash_ops.ctx");
 SAGESSD_STATIC_ASSERT(sizeof(sagessd_completion) == 20, "sagessd_completion is 20 bytes");

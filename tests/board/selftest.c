@@ -144,6 +144,8 @@ static uint32_t get_le32(const uint8_t *p)
 
 static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
+static uint64_t get_le64(const uint8_t *p) { return get_le32(p) | (uint64_t)get_le32(p + 4) << 32; }
+
 static void copy_bytes(uint8_t *dst, const uint8_t *src, uint32_t n)
 {
     while (n--)
@@ -260,6 +262,7 @@ static const sagessd_config config = {
     .max_subgraph_nodes = 16384,
     .max_subgraph_edges = 65536,
     .max_transfer_bytes = MAX_TRANSFER_BYTES,
+    .max_feature_bytes = 32768, /* every node's row fits: in-storage feature gather is on */
 };
 
 static const sagessd_geometry geometry = {
@@ -610,13 +613,24 @@ static void build_graph(void)
     }
 }
 
-/* The namespace image the test writes: indptr from LBA 0, one unwritten LBA, then indices. */
+/* The namespace image the test writes: indptr from LBA 0, one unwritten LBA, then indices, then
+ * the feature rows (FEATURE_ROW_BYTES per node, a power of two, so rows lie back to back). */
 #define INDPTR_SLBA 0u
 #define INDPTR_BYTES ((NODES + 1) * 8u)
 #define INDPTR_LBAS ((INDPTR_BYTES + LBA_BYTES - 1) / LBA_BYTES)
 #define INDICES_SLBA (INDPTR_SLBA + INDPTR_LBAS + 1)
 #define MAX_INDICES_LBAS ((MAX_EDGES * 4u + LBA_BYTES - 1) / LBA_BYTES)
-#define IMAGE_LBAS (INDICES_SLBA + MAX_INDICES_LBAS)
+#define FEATURE_ROW_BYTES 16u
+#define FEATURES_SLBA (INDICES_SLBA + MAX_INDICES_LBAS)
+#define FEATURES_LBAS ((NODES * FEATURE_ROW_BYTES + LBA_BYTES - 1) / LBA_BYTES)
+#define IMAGE_LBAS (FEATURES_SLBA + FEATURES_LBAS)
+_Static_assert(NODES * FEATURE_ROW_BYTES <= 32768u, "max_feature_bytes holds every row");
+
+/* Word w of node v's feature row: mix64(v << 8 | w) truncated to 32 bits. */
+static uint32_t feature_word(uint32_t v, uint32_t w)
+{
+    return (uint32_t)mix64((uint64_t)v << 8 | w);
+}
 
 static uint8_t image[IMAGE_LBAS * LBA_BYTES] __attribute__((aligned(8)));
 /* Big enough for the graph and for the filler region (64 LBAs, below). */
@@ -631,6 +645,10 @@ static void lay_out_image(void)
         put_le64(image + INDPTR_SLBA * LBA_BYTES + 8u * v, indptr[v]);
     for (uint32_t e = 0; e < edge_count; e++)
         put_le32(image + INDICES_SLBA * LBA_BYTES + 4u * e, indices[e]);
+    for (uint32_t v = 0; v < NODES; v++)
+        for (uint32_t w = 0; w < FEATURE_ROW_BYTES / 4; w++)
+            put_le32(image + FEATURES_SLBA * LBA_BYTES + v * FEATURE_ROW_BYTES + 4u * w,
+                     feature_word(v, w));
 }
 
 /* WRITEs (write != 0) or READs LBAs [slba, slba + count) from/into `buffer` (which holds LBA slba
@@ -869,8 +887,9 @@ static void build_batches(void)
 #define NS_CONFIG_MAX (32u + 8u * MAX_TARGETS)
 static uint8_t ns_config[2][NS_CONFIG_MAX] __attribute__((aligned(8)));
 
-/* NS_SUBMIT of minibatch mb from buffer slot `which`; returns its cid. */
-static uint16_t start_ns_submit(const minibatch *mb, uint32_t which)
+/* NS_SUBMIT of minibatch mb from buffer slot `which`, asking for the nodes' features too when
+ * `features` is set; returns its cid. */
+static uint16_t start_ns_submit_with(const minibatch *mb, uint32_t which, int features)
 {
     uint8_t *c = ns_config[which];
     uint32_t size = 32 + 8 * mb->target_count;
@@ -878,6 +897,7 @@ static uint16_t start_ns_submit(const minibatch *mb, uint32_t which)
     copy_bytes(c, (const uint8_t *)"NSCF", 4);
     put_le16(c + 4, 1);
     c[6] = (uint8_t)mb->layer_count;
+    c[7] = features ? 1u : 0u; /* NS_FLAG_FEATURES */
     put_le64(c + 8, mb->seed);
     for (uint32_t l = 0; l < mb->layer_count; l++)
         put_le16(c + 16 + 2 * l, mb->fanouts[l]);
@@ -889,6 +909,11 @@ static uint16_t start_ns_submit(const minibatch *mb, uint32_t which)
     put_le32(sqe + 40, size / 4);               /* CDW10: NDT, dwords */
     put_le32(sqe + 48, (size + 4095) / 4096 - 1); /* CDW12: 4 KiB units, 0-based */
     return start_command(sqe, c, size);
+}
+
+static uint16_t start_ns_submit(const minibatch *mb, uint32_t which)
+{
+    return start_ns_submit_with(mb, which, 0);
 }
 
 static uint32_t ns_submit(const minibatch *mb, uint32_t which)
@@ -959,10 +984,48 @@ static void collect_and_check(uint32_t b, uint32_t tag)
     put_str("\n");
 }
 
+/* Batch b sampled again with its nodes' features: the subgraph is the plain one with the
+ * header's feature_row_bytes set, and after it (8-byte aligned) each node's row, read by the
+ * firmware from the feature region. */
+static void check_features(uint32_t b)
+{
+    const minibatch *mb = &batches[b];
+    uint32_t tag, size;
+    expect_status("NS_SUBMIT with features", wait_command(start_ns_submit_with(mb, 0, 1), &tag), 0);
+    fill_bytes(result, 0xA5, RESULT_BYTES);
+    expect_status("NS_COLLECT with features", ns_collect(tag, RESULT_BYTES, &size), 0);
+    uint32_t plain = reference_subgraph(mb, reference, RESULT_BYTES);
+    uint32_t nodes = get_le32(reference + 8);
+    uint32_t at = (plain + 7u) & ~7u;
+    if (size != at + nodes * FEATURE_ROW_BYTES || get_le32(result + 16) != size)
+        fail_code("the subgraph with features has the wrong size", (int32_t)size);
+    if (get_le32(result + 20) != FEATURE_ROW_BYTES)
+        fail_code("feature_row_bytes", (int32_t)get_le32(result + 20));
+    for (uint32_t i = 0; i < plain; i++) {
+        /* The header differs in its size and feature_row_bytes words only. */
+        int size_word = i >= 16 && i < 24;
+        if (!size_word && result[i] != reference[i])
+            fail_code("the subgraph with features differs from the reference at byte", (int32_t)i);
+    }
+    for (uint32_t n = 0; n < nodes; n++) {
+        uint32_t v = (uint32_t)get_le64(reference + 32 + 16 * mb->layer_count + 8 * n);
+        for (uint32_t w = 0; w < FEATURE_ROW_BYTES / 4; w++)
+            if (get_le32(result + at + n * FEATURE_ROW_BYTES + 4 * w) != feature_word(v, w))
+                fail_code("a feature row differs from the node's; node", (int32_t)v);
+    }
+    put_str("sagessd-selftest features batch ");
+    put_u32(b);
+    put_str(" rows ");
+    put_u32(nodes);
+    put_str(" of ");
+    put_u32(FEATURE_ROW_BYTES);
+    put_str(" bytes equal the stored ones\n");
+}
+
 /* ---------------------------------------------------------------- main ------------------------- */
 
 _Static_assert(sizeof(sagessd_geometry) == 24, "sagessd_geometry is 24 bytes");
-_Static_assert(sizeof(sagessd_config) == 28, "sagessd_config is 28 bytes");
+_Static_assert(sizeof(sagessd_config) == 32, "sagessd_config is 32 bytes");
 _Static_assert(sizeof(sagessd_completion) == 20, "sagessd_completion is 20 bytes");
 _Static_assert(offsetof(sagessd_completion, cqe) == 4, "cqe at offset 4");
 
@@ -1005,6 +1068,7 @@ int main(void)
     lay_out_image();
     transfer_range(1, INDPTR_SLBA, INDPTR_LBAS, image + INDPTR_SLBA * LBA_BYTES);
     transfer_range(1, INDICES_SLBA, indices_lbas(), image + INDICES_SLBA * LBA_BYTES);
+    transfer_range(1, FEATURES_SLBA, FEATURES_LBAS, image + FEATURES_SLBA * LBA_BYTES);
     for (filler_pass = 0; filler_pass < FILLER_PASSES; filler_pass++) {
         fill_filler(filler_pass);
         write_filler(0, FILLER_LBAS);
@@ -1020,11 +1084,16 @@ int main(void)
     put_u32(HUB_DEGREE);
     put_str(" stored, survived garbage collection\n");
 
-    /* Attach it. */
-    static uint8_t descriptor[64] __attribute__((aligned(8)));
+    /* Attach it, with its feature region (a 64-byte extension after the descriptor). */
+    static uint8_t descriptor[128] __attribute__((aligned(8)));
     copy_bytes(descriptor, (const uint8_t *)"GRPH", 4);
     put_le16(descriptor + 4, 1);
     descriptor[6] = 4; /* id width */
+    descriptor[7] = 1; /* GRAPH_FLAG_FEATURES */
+    copy_bytes(descriptor + 64, (const uint8_t *)"FEAT", 4);
+    put_le32(descriptor + 68, FEATURE_ROW_BYTES);
+    put_le64(descriptor + 72, FEATURES_SLBA);
+    put_le64(descriptor + 80, FEATURES_LBAS);
     put_le64(descriptor + 8, NODES);
     put_le64(descriptor + 16, edge_count);
     put_le64(descriptor + 24, INDPTR_SLBA);
@@ -1033,8 +1102,8 @@ int main(void)
     put_le64(descriptor + 48, indices_lbas());
     uint8_t sqe[64];
     sqe_init(sqe, SAGESSD_IO_GRAPH_ATTACH, 0);
-    put_le32(sqe + 40, 64 / 4);
-    expect_status("GRAPH_ATTACH", wait_command(start_command(sqe, descriptor, 64), NULL), 0);
+    put_le32(sqe + 40, 128 / 4);
+    expect_status("GRAPH_ATTACH", wait_command(start_command(sqe, descriptor, 128), NULL), 0);
 
     /* Sample: two jobs in flight, collected in order. */
     build_batches();
@@ -1067,6 +1136,10 @@ int main(void)
 
     if (SELFTEST_SMALL_ARRAY_CHECKS && flash_stats.reads == reads_before_sampling)
         fail("sampling never read flash (the page buffer held the whole graph)");
+
+    /* In-storage feature gather: two batches again, with their nodes' features. */
+    for (uint32_t b = 0; b < 2; b++)
+        check_features(b);
 
     /* Everything still on flash: the graph, and the filler's last pass. */
     check_graph_on_flash("after sampling");

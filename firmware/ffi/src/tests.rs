@@ -155,6 +155,10 @@ fn expected() -> BTreeMap<String, i64> {
         "offsetof(sagessd_config.max_transfer_bytes)",
         offset_of!(SagessdConfig, max_transfer_bytes),
     );
+    layout(
+        "offsetof(sagessd_config.max_feature_bytes)",
+        offset_of!(SagessdConfig, max_feature_bytes),
+    );
     layout("sizeof(sagessd_flash_ops)", size_of::<SagessdFlashOps>());
     layout(
         "offsetof(sagessd_flash_ops.submit)",

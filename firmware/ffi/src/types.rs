@@ -10,7 +10,7 @@ use sagessd_firmware::hal::Geometry;
 use sagessd_firmware::{ConfigError, FirmwareConfig};
 
 /// `SAGESSD_FW_ABI_VERSION`: bumped on every incompatible change of the header.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// `SAGESSD_OK`: success.
 pub const OK: i32 = 0;
@@ -171,10 +171,13 @@ pub struct SagessdConfig {
     pub max_subgraph_edges: u32,
     /// Largest Read/Write transfer (MDTS) in bytes.
     pub max_transfer_bytes: u32,
+    /// Bytes of node features one sampling job may return (a DRAM buffer per slot); 0: no
+    /// in-storage feature gather.
+    pub max_feature_bytes: u32,
 }
 
 const _: () = {
-    assert!(size_of::<SagessdConfig>() == 28);
+    assert!(size_of::<SagessdConfig>() == 32);
     assert!(offset_of!(SagessdConfig, over_provisioning_percent) == 1);
     assert!(offset_of!(SagessdConfig, isp_slots) == 2);
     assert!(offset_of!(SagessdConfig, reserved0) == 3);
@@ -185,6 +188,7 @@ const _: () = {
     assert!(offset_of!(SagessdConfig, max_subgraph_nodes) == 16);
     assert!(offset_of!(SagessdConfig, max_subgraph_edges) == 20);
     assert!(offset_of!(SagessdConfig, max_transfer_bytes) == 24);
+    assert!(offset_of!(SagessdConfig, max_feature_bytes) == 28);
 };
 
 impl SagessdConfig {
@@ -207,8 +211,7 @@ impl SagessdConfig {
             max_transfer_bytes: self.max_transfer_bytes,
             // A board's stock host stack may refuse vendor opcodes: always offer the tunnel.
             tunnel: true,
-            // The C configuration has no feature buffer size yet: no feature gather on boards.
-            max_feature_bytes: 0,
+            max_feature_bytes: self.max_feature_bytes,
         })
     }
 }

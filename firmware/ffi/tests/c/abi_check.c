@@ -98,6 +98,7 @@ int main(void)
     OFFSET(sagessd_config, max_subgraph_nodes);
     OFFSET(sagessd_config, max_subgraph_edges);
     OFFSET(sagessd_config, max_transfer_bytes);
+    OFFSET(sagessd_config, max_feature_bytes);
     SIZE(sagessd_flash_ops);
     OFFSET(sagessd_flash_ops, submit);
     OFFSET(sagessd_flash_ops, ctx);
