@@ -306,6 +306,7 @@ impl Isp {
         let nodes = regions.nodes.sub(0, 8 * job.node_count as usize);
         host.dma_to_host(cmd, layout.nodes_offset(), nodes.bytes(dram))?;
         let mut edge_base = 0usize;
+        let mut end = layout.nodes_offset() + 8 * job.node_count as usize;
         for (l, counts) in job.layers[..usize::from(job.layer_count)]
             .iter()
             .enumerate()
@@ -320,8 +321,13 @@ impl Isp {
                 .sub(4 * edge_base, 4 * counts.edge_count as usize);
             host.dma_to_host(cmd, layout.indices_offset(l), edges.bytes(dram))?;
             edge_base += counts.edge_count as usize;
+            end = layout.indices_offset(l) + 4 * counts.edge_count as usize;
         }
         if job.feature_row_bytes > 0 {
+            // The feature section starts 8-byte aligned: its padding is zeros, not whatever
+            // the host's buffer held.
+            let pad = layout.features_offset().saturating_sub(end).min(8);
+            host.dma_to_host(cmd, end, &[0u8; 8][..pad])?;
             let rows = regions
                 .features
                 .sub(0, job.node_count as usize * job.feature_row_bytes as usize);

@@ -621,10 +621,13 @@ static void build_graph(void)
 #define INDICES_SLBA (INDPTR_SLBA + INDPTR_LBAS + 1)
 #define MAX_INDICES_LBAS ((MAX_EDGES * 4u + LBA_BYTES - 1) / LBA_BYTES)
 #define FEATURE_ROW_BYTES 16u
-#define FEATURES_SLBA (INDICES_SLBA + MAX_INDICES_LBAS)
+/* The firmware wants the feature region to start on a flash page. */
+#define PAGE_LBAS (PAGE_BYTES / LBA_BYTES)
+#define FEATURES_SLBA ((INDICES_SLBA + MAX_INDICES_LBAS + PAGE_LBAS - 1) / PAGE_LBAS * PAGE_LBAS)
 #define FEATURES_LBAS ((NODES * FEATURE_ROW_BYTES + LBA_BYTES - 1) / LBA_BYTES)
 #define IMAGE_LBAS (FEATURES_SLBA + FEATURES_LBAS)
 _Static_assert(NODES * FEATURE_ROW_BYTES <= 32768u, "max_feature_bytes holds every row");
+_Static_assert(FEATURES_SLBA * LBA_BYTES % PAGE_BYTES == 0, "the feature region starts a page");
 
 /* Word w of node v's feature row: mix64(v << 8 | w) truncated to 32 bits. */
 static uint32_t feature_word(uint32_t v, uint32_t w)
@@ -1007,6 +1010,9 @@ static void check_features(uint32_t b)
         if (!size_word && result[i] != reference[i])
             fail_code("the subgraph with features differs from the reference at byte", (int32_t)i);
     }
+    for (uint32_t i = plain; i < at; i++)
+        if (result[i] != 0)
+            fail_code("the padding before the features is not zero at byte", (int32_t)i);
     for (uint32_t n = 0; n < nodes; n++) {
         uint32_t v = (uint32_t)get_le64(reference + 32 + 16 * mb->layer_count + 8 * n);
         for (uint32_t w = 0; w < FEATURE_ROW_BYTES / 4; w++)

@@ -78,7 +78,7 @@ pub struct GraphDescriptorWire {
     pub version: U16,
     /// Bytes per neighbour id in `indices`: 4 or 8.
     pub id_width_bytes: u8,
-    /// Reserved flags, must be 0.
+    /// Flags: [`GRAPH_FLAG_FEATURES`]; every other bit must be 0.
     pub flags: u8,
     /// Number of nodes.
     pub node_count: U64,

@@ -60,8 +60,9 @@ enum Command {
     Bench(BenchCommand),
     /// Sample a dataset from its files on this machine's storage (out of core) with one or
     /// more samplers, and print each one's storage I/O (reads, sizes, bytes read vs used,
-    /// graph-buffer hits) and wall-clock time; every subgraph is checked against the first
-    /// sampler's.
+    /// graph-buffer hits, system calls), wall-clock time split into I/O wait and compute, and
+    /// peak memory; every subgraph is checked against the first sampler's. With --on-device,
+    /// on an emulated SSD in modelled time.
     Sample(SampleArgs),
 }
 
@@ -660,8 +661,8 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         "compute s"
     );
     // The largest set of subgraphs (and their features) alive at once: a minibatch's, or a
-    // hyperbatch's.
-    let mut peak_output_bytes: u64 = 0;
+    // hyperbatch's; and what it was.
+    let mut peak_output: (u64, String) = (0, "nothing".into());
     for (k, name) in a.sampler.iter().enumerate() {
         let started = std::time::Instant::now();
         let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
@@ -671,12 +672,16 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         // features until it returns.
         let mut sink = |subs: Vec<SampledSubgraph>| -> anyhow::Result<()> {
             let mut bytes: u64 = subs.iter().map(|s| s.as_bytes().len() as u64).sum();
+            let mut with = "";
             if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
                 let t = std::time::Instant::now();
                 bytes += g.gather(&subs)?;
                 gather_s += t.elapsed().as_secs_f64();
+                with = " and their features";
             }
-            peak_output_bytes = peak_output_bytes.max(bytes);
+            if bytes > peak_output.0 {
+                peak_output = (bytes, format!("{name}: {} subgraph(s){with}", subs.len()));
+            }
             sums.extend(subs.iter().map(SampledSubgraph::checksum));
             Ok(())
         };
@@ -797,16 +802,12 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         0
     };
     println!(
-        "memory: peak RSS {}; bounded by flags: graph buffer {} + feature cache {}; largest output alive at once (subgraphs + features of one {}) {}",
+        "memory: peak RSS {}; bounded by flags: graph buffer {} + feature cache {}; largest output alive at once {} ({})",
         peak_rss_bytes().map_or("unknown".into(), human_bytes),
         human_bytes(if needs_layout { buffer_bytes as u64 } else { 0 }),
         human_bytes(feature_cache),
-        if a.sampler.iter().any(|s| s == "hyperbatch") {
-            "hyperbatch"
-        } else {
-            "minibatch"
-        },
-        human_bytes(peak_output_bytes),
+        human_bytes(peak_output.0),
+        peak_output.1,
     );
     Ok(if mismatch {
         ExitCode::FAILURE
@@ -864,9 +865,11 @@ fn run_sample_on_device(
     for name in &a.sampler {
         let t0 = device.now_ns().unwrap_or(0);
         let pages0 = device.device_counters().map_or(0, |c| c.nand_pages_read);
-        // The host's own work, modelled with the [host] costs: each read a synchronous I/O,
-        // and the sampling compute of each subgraph a host sampler built.
+        // The host's own work, modelled with the [host] costs: each NVMe command a synchronous
+        // I/O (a block larger than MDTS takes several), and the sampling compute of each
+        // subgraph a host sampler built.
         let mut host_ns = 0u64;
+        let commands0 = device.stats().commands;
         let mut took = |g: &SampledSubgraph| {
             let v = g.view();
             let dst: u64 = (0..v.layer_count())
@@ -913,7 +916,7 @@ fn run_sample_on_device(
             }
             other => anyhow::bail!("--on-device runs agnes, hyperbatch and isp, not {other:?}"),
         };
-        host_ns += io.reads * hw.host.sync_io_ns();
+        host_ns += (device.stats().commands - commands0) * hw.host.sync_io_ns();
         let per_mb_ms = |ns: u64| ns as f64 / 1e6 / requests.len() as f64;
         let device_ns = device.now_ns().unwrap_or(0) - t0;
         let pages = device.device_counters().map_or(0, |c| c.nand_pages_read) - pages0;
@@ -992,17 +995,17 @@ impl Gatherer {
             .iter()
             .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
             .collect();
-        let outs = match self {
+        Ok(match self {
             Self::Agnes(g) => {
                 let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
-                g.gather_many(&lists)?
+                g.gather_many(&lists)?.iter().map(|o| o.len() as u64).sum()
             }
+            // One minibatch's buffer at a time.
             Self::Bgl(g) => nodes
                 .iter()
-                .map(|n| g.gather(n))
-                .collect::<Result<_, _>>()?,
-        };
-        Ok(outs.iter().map(|o| o.len() as u64).sum())
+                .map(|n| g.gather(n).map(|o| o.len() as u64))
+                .sum::<Result<u64, _>>()?,
+        })
     }
 
     fn report(&self, a: &SampleArgs, wall_s: f64) {

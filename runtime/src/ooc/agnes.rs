@@ -19,13 +19,12 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::{Dataset, DatasetError, field_error};
-use crate::graph::CsrGraph;
 use crate::npy::{self, Dtype, NpyWriter};
 use crate::sampler::{
     EdgeRange, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
@@ -78,14 +77,9 @@ pub fn layout_dir(dataset: &Dataset, block_bytes: usize) -> PathBuf {
 }
 
 impl AgnesLayout {
-    /// Writes `graph` (the topology of `dataset`) as a block layout into `dir`.
-    pub fn write(
-        graph: &CsrGraph,
-        dataset_name: &str,
-        source_crc32c: &str,
-        dir: &Path,
-        block_bytes: usize,
-    ) -> Result<Self, DatasetError> {
+    /// Writes the topology of `dataset` as a block layout into `dir`, streaming `indices` from
+    /// its file (only `indptr` and the object offsets are held in memory).
+    fn write(dataset: &Dataset, dir: &Path, block_bytes: usize) -> Result<Self, DatasetError> {
         if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&(block_bytes as u64))
             || !block_bytes.is_multiple_of(super::file::ALIGN_BYTES)
         {
@@ -95,6 +89,8 @@ impl AgnesLayout {
                 format!("{block_bytes} is not a multiple of 4 KiB"),
             ));
         }
+        let csr = super::CsrFiles::open(dataset)
+            .map_err(|e| field_error(dataset.dir(), "indptr", e.to_string()))?;
         fs::create_dir_all(dir).map_err(|source| DatasetError::Io {
             path: dir.to_owned(),
             source,
@@ -103,19 +99,27 @@ impl AgnesLayout {
             let path = path.to_owned();
             move |source| DatasetError::Io { path, source }
         };
+        let mut ids = {
+            let mut file = fs::File::open(&csr.path).map_err(io(&csr.path))?;
+            file.seek(SeekFrom::Start(csr.data_offset))
+                .map_err(io(&csr.path))?;
+            BufReader::with_capacity(1 << 20, file)
+        };
         let blocks_path = dir.join("blocks.bin");
         let mut out = BufWriter::with_capacity(
             1 << 20,
             fs::File::create(&blocks_path).map_err(io(&blocks_path))?,
         );
         let b = block_bytes as u64;
-        let n = graph.node_count();
+        let n = dataset.manifest.node_count;
         let mut offsets = Vec::with_capacity(n as usize);
         let mut at = 0u64;
         let mut split_nodes = 0;
+        let mut element = [0u8; 8];
+        let width = csr.element_bytes as usize;
         for v in 0..n {
-            let neighbours = graph.neighbours(v);
-            let len = 4 * neighbours.len() as u64;
+            let degree = csr.indptr[v as usize + 1] - csr.indptr[v as usize];
+            let len = 4 * degree;
             let room = b - at % b;
             if len > room && !at.is_multiple_of(b) {
                 // Start the object on the next block (pad the rest of this one).
@@ -127,8 +131,19 @@ impl AgnesLayout {
                 split_nodes += 1;
             }
             offsets.push(at);
-            for id in neighbours {
-                out.write_all(&id.to_le_bytes()).map_err(io(&blocks_path))?;
+            for k in 0..degree {
+                ids.read_exact(&mut element[..width])
+                    .map_err(io(&csr.path))?;
+                let id = u64::from_le_bytes(element);
+                if id >= n || id > u64::from(u32::MAX) {
+                    return Err(field_error(
+                        &csr.path,
+                        format!("entry {}", csr.indptr[v as usize] + k),
+                        format!("{id} is not a node id (the layout holds 4-byte ids below {n})"),
+                    ));
+                }
+                out.write_all(&(id as u32).to_le_bytes())
+                    .map_err(io(&blocks_path))?;
             }
             at += len;
         }
@@ -139,8 +154,9 @@ impl AgnesLayout {
         let mut index = NpyWriter::create(&dir.join("index.npy"), Dtype::I64, &[n, 2])?;
         let mut row = Vec::with_capacity(1 << 16);
         for v in 0..n {
+            let degree = csr.indptr[v as usize + 1] - csr.indptr[v as usize];
             row.extend_from_slice(&offsets[v as usize].to_le_bytes());
-            row.extend_from_slice(&graph.degree(v).to_le_bytes());
+            row.extend_from_slice(&degree.to_le_bytes());
             if row.len() >= 1 << 16 {
                 index.write(&row)?;
                 row.clear();
@@ -153,9 +169,9 @@ impl AgnesLayout {
             block_count,
             node_count: n,
             split_nodes,
-            edge_count: graph.edge_count(),
-            dataset: dataset_name.to_owned(),
-            source_crc32c: source_crc32c.to_owned(),
+            edge_count: dataset.manifest.edge_count,
+            dataset: dataset.manifest.name.clone(),
+            source_crc32c: dataset.manifest.indices.crc32c.clone(),
         };
         let path = dir.join("layout.toml");
         let text =
@@ -255,11 +271,7 @@ impl AgnesLayout {
                 _ => {}
             }
         }
-        let graph = dataset.graph()?;
-        Ok((
-            Self::write(&graph, &dataset.manifest.name, source, &dir, block_bytes)?,
-            true,
-        ))
+        Ok((Self::write(dataset, &dir, block_bytes)?, true))
     }
 
     /// Writes the blocks to `device` from LBA `slba` (NVMe Writes), so the samplers can read
@@ -337,6 +349,9 @@ struct Prefetch {
     ring: io_uring::IoUring,
     in_flight: HashMap<u64, AlignedBuf>,
     arrived: HashMap<u64, AlignedBuf>,
+    /// The ring failed with reads in flight (their buffers were leaked): it must not be used
+    /// again, or a stale completion could be taken for a new read of the same block.
+    ring_lost: bool,
 }
 
 impl std::fmt::Debug for Prefetch {
@@ -377,7 +392,15 @@ impl Prefetch {
         // In flight from here on, whether or not the submit below succeeds.
         self.in_flight.insert(block, buf);
         io.syscalls += 1;
-        self.ring.submit()?;
+        match self.ring.submit() {
+            Ok(_) => {}
+            // Still queued: the next io_uring_enter submits it.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::Interrupted
+                    || e.raw_os_error() == Some(libc::EBUSY)
+                    || e.raw_os_error() == Some(libc::EAGAIN) => {}
+            Err(e) => return Err(e),
+        }
         io.record(block_bytes, 0);
         Ok(())
     }
@@ -430,6 +453,7 @@ impl Prefetch {
                 for (_, buf) in self.in_flight.drain() {
                     std::mem::forget(buf);
                 }
+                self.ring_lost = true;
                 return;
             }
             let done: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
@@ -536,6 +560,7 @@ impl<'d> GraphBuffer<'d> {
                 ring,
                 in_flight: HashMap::new(),
                 arrived: HashMap::new(),
+                ring_lost: false,
             });
         let store = match device {
             Some((device, slba)) => {
@@ -609,8 +634,11 @@ impl<'d> GraphBuffer<'d> {
         if result.is_err()
             && let Some(p) = self.prefetch.as_mut()
         {
-            // Nothing read ahead may outlive a failed pass.
+            // Nothing read ahead may outlive a failed pass; a lost ring reads no more.
             p.drain();
+            if p.ring_lost {
+                self.prefetch = None;
+            }
         }
         result
     }
@@ -902,6 +930,22 @@ mod tests {
         // A graph buffer smaller than one block.
         let layout = AgnesLayout::open(&layout_dir).unwrap();
         assert!(BlockSampler::new(&layout, 100).is_err());
+
+        // A neighbour id past the node count: writing the layout names the file and the entry.
+        let indices = dir.join("indices.npy");
+        let good_indices = fs::read(&indices).unwrap();
+        let mut bad_indices = good_indices.clone();
+        let at = bad_indices.len() - 4;
+        bad_indices[at..].copy_from_slice(&1000u32.to_le_bytes());
+        fs::write(&indices, &bad_indices).unwrap();
+        let err = AgnesLayout::write(&dataset, &dir.join("rewritten"), 4096)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("indices.npy") && err.contains("entry"),
+            "{err}"
+        );
+        fs::write(&indices, &good_indices).unwrap();
 
         // An .npy whose shape does not fit 64 bits.
         let huge = dir.join("huge.npy");

@@ -12,7 +12,8 @@ use super::IoStats;
 pub const ALIGN_BYTES: usize = 4096;
 /// Reads in flight at once on an io_uring.
 pub const RING_DEPTH: u32 = 64;
-/// Bytes in flight at once on an io_uring (one larger read may go alone).
+/// Bytes requested in flight at once on an io_uring (one larger read may go alone); the
+/// buffers, rounded up to powers of two, may hold up to twice this.
 pub const RING_BYTES: usize = 8 << 20;
 
 /// `submit_and_wait(1)`, retried when a signal interrupts it; its wall time is I/O wait, and
@@ -293,7 +294,9 @@ impl ExtentReader {
         stats: &mut IoStats,
         mut each: impl FnMut(usize, &[u8]),
     ) -> std::io::Result<()> {
-        let Some(ring) = self.ring.as_mut() else {
+        // Out of the reader while reads are in flight: if `each` panics, the ring goes with the
+        // unwinding (its reads are never matched to a later call's).
+        let Some(mut ring) = self.ring.take() else {
             for (i, &(offset, len)) in extents.iter().enumerate() {
                 let mut buf = self.pool.take(len);
                 let read = file.read_exact_at(buf.bytes_mut(), offset, stats);
@@ -306,15 +309,30 @@ impl ExtentReader {
             }
             return Ok(());
         };
-        let result = read_on_ring(ring, &mut self.pool, file, extents, stats, &mut each);
-        if result.is_err() {
-            self.ring = None;
+        let (result, ring_ok) =
+            read_on_ring(&mut ring, &mut self.pool, file, extents, stats, &mut each);
+        if ring_ok {
+            self.ring = Some(ring);
         }
         result
     }
 }
 
-/// [`ExtentReader::read`] through `ring`.
+/// Buffers of reads in flight: whatever is left in it when it goes (an error that lost track of
+/// the reads, or a panic in a caller's closure) is leaked, never freed, as the kernel may still
+/// write into it.
+struct InFlight(HashMap<usize, AlignedBuf>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for (_, buf) in self.0.drain() {
+            std::mem::forget(buf);
+        }
+    }
+}
+
+/// [`ExtentReader::read`] through `ring`; also says whether the ring is still usable (every
+/// read it was given has been reaped).
 fn read_on_ring(
     ring: &mut io_uring::IoUring,
     pool: &mut BufPool,
@@ -322,21 +340,21 @@ fn read_on_ring(
     extents: &[(u64, usize)],
     stats: &mut IoStats,
     each: &mut impl FnMut(usize, &[u8]),
-) -> std::io::Result<()> {
+) -> (std::io::Result<()>, bool) {
     use std::os::fd::AsRawFd;
     let fd = io_uring::types::Fd(file.file.as_raw_fd());
-    let mut in_flight: HashMap<usize, AlignedBuf> = HashMap::new();
+    let mut in_flight = InFlight(HashMap::new());
     let mut in_flight_bytes = 0usize;
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(RING_DEPTH as usize);
     let mut next = 0;
     let mut failed: Option<std::io::Error> = None;
     // Every submitted read is reaped before returning, error or not: the kernel writes into
     // the buffers until then.
-    while !in_flight.is_empty() || (next < extents.len() && failed.is_none()) {
+    while !in_flight.0.is_empty() || (next < extents.len() && failed.is_none()) {
         while failed.is_none()
             && next < extents.len()
-            && in_flight.len() < RING_DEPTH as usize
-            && (in_flight.is_empty() || in_flight_bytes + extents[next].1 <= RING_BYTES)
+            && in_flight.0.len() < RING_DEPTH as usize
+            && (in_flight.0.is_empty() || in_flight_bytes + extents[next].1 <= RING_BYTES)
         {
             let (offset, len) = extents[next];
             let mut buf = pool.take(len);
@@ -350,15 +368,14 @@ fn read_on_ring(
                 pool.give(buf);
                 break;
             }
-            in_flight.insert(next, buf);
+            in_flight.0.insert(next, buf);
             in_flight_bytes += len;
             next += 1;
         }
         if let Err(e) = submit_and_wait(ring, stats) {
-            // The ring can no longer say when the reads in flight end: their buffers must
-            // never be freed.
-            std::mem::forget(in_flight);
-            return Err(e);
+            // The ring can no longer say when the reads in flight end: their buffers are
+            // leaked with `in_flight`, and the ring is not used again.
+            return (Err(e), false);
         }
         done.clear();
         done.extend(
@@ -366,7 +383,7 @@ fn read_on_ring(
                 .map(|c| (c.user_data() as usize, c.result())),
         );
         for &(i, result) in &done {
-            let Some(mut buf) = in_flight.remove(&i) else {
+            let Some(mut buf) = in_flight.0.remove(&i) else {
                 continue;
             };
             let (offset, len) = extents[i];
@@ -391,8 +408,8 @@ fn read_on_ring(
         }
     }
     match failed {
-        Some(e) => Err(e),
-        None => Ok(()),
+        Some(e) => (Err(e), true),
+        None => (Ok(()), true),
     }
 }
 
@@ -438,6 +455,37 @@ mod tests {
             assert_eq!(stats.reads, 2 * extents.len() as u64);
             assert_eq!(stats.bytes_read, 2 * 8 * a as u64);
         }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A panic in the caller's closure with reads in flight loses the ring (its buffers are
+    /// leaked, not freed), and the reader goes on reading correctly without it.
+    #[test]
+    fn a_panic_in_the_closure_leaves_a_working_reader() {
+        let path = std::env::temp_dir().join(format!("sagessd-panic-{}", std::process::id()));
+        let data: Vec<u8> = (0..64 * ALIGN_BYTES).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = DataFile::open(&path, true).unwrap();
+        let extents: Vec<(u64, usize)> = (0..64)
+            .map(|i| ((i * ALIGN_BYTES) as u64, ALIGN_BYTES))
+            .collect();
+        let mut reader = ExtentReader::new(true).unwrap();
+        let mut stats = IoStats::default();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            reader.read(&file, &extents, &mut stats, |_, _| {
+                panic!("the caller's bug")
+            })
+        }));
+        assert!(panicked.is_err());
+        assert!(!reader.uses_uring(), "the ring went with the panic");
+        let mut seen = 0;
+        reader
+            .read(&file, &extents, &mut stats, |i, bytes| {
+                assert_eq!(bytes, &data[i * ALIGN_BYTES..(i + 1) * ALIGN_BYTES]);
+                seen += 1;
+            })
+            .unwrap();
+        assert_eq!(seen, extents.len());
         let _ = std::fs::remove_file(&path);
     }
 }
