@@ -83,6 +83,11 @@ impl Transport for LocalTransport {
             commands: s.commands_completed,
         })
     }
+
+    fn drop_caches(&mut self) -> bool {
+        self.ssd.drop_caches();
+        true
+    }
 }
 
 /// The driver's view of an emulator completion, with its modelled times.

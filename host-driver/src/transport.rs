@@ -134,6 +134,12 @@ pub trait Transport {
         None
     }
 
+    /// Makes the device forget the pages it caches (its controller page buffer), so that a
+    /// measurement starts cold; only an in-process emulator can. Returns whether it did.
+    fn drop_caches(&mut self) -> bool {
+        false
+    }
+
     /// Convenience for callers with nothing else outstanding on this transport: submits one
     /// command and waits for its completion. A completion for any other command is an error
     /// ([`TransportError::UnexpectedCompletion`]); callers that keep several commands in flight
@@ -171,12 +177,20 @@ impl<T: Transport + ?Sized> Transport for &mut T {
         (**self).reap()
     }
 
+    fn reap_until(&mut self, t_ns: u64) -> Result<Option<Completion>, TransportError> {
+        (**self).reap_until(t_ns)
+    }
+
     fn now_ns(&self) -> Option<u64> {
         (**self).now_ns()
     }
 
     fn device_counters(&self) -> Option<DeviceCounters> {
         (**self).device_counters()
+    }
+
+    fn drop_caches(&mut self) -> bool {
+        (**self).drop_caches()
     }
 }
 
@@ -204,5 +218,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
 
     fn device_counters(&self) -> Option<DeviceCounters> {
         (**self).device_counters()
+    }
+
+    fn drop_caches(&mut self) -> bool {
+        (**self).drop_caches()
     }
 }

@@ -398,7 +398,7 @@ fn loaded_device(
     events(Event::PhaseDone);
     // Sample from a cold device: the pages the load left in the controller's DRAM would
     // otherwise serve the first minibatches without touching NAND.
-    device.transport_mut().ssd_mut().drop_caches();
+    device.transport_mut().drop_caches();
     Ok((device, d))
 }
 

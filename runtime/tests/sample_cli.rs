@@ -112,6 +112,52 @@ fn samplers_agree_on_files_and_on_the_device() {
         "hyperbatches read no more blocks: {device}"
     );
 
+    // The same through NVMe/TCP to an emulator in another process: wall-clock time.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["emulator", "serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the emulator");
+    let mut banner = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().expect("its stdout")),
+        &mut banner,
+    )
+    .expect("its banner");
+    // "serving ... as NVMe/TCP subsystem NQN on ADDR, virtual time"
+    let words: Vec<&str> = banner.split_whitespace().collect();
+    let at = |w: &str| words.iter().position(|x| *x == w).expect(w) + 1;
+    let uri = format!(
+        "tcp://{}/{}",
+        words[at("on")].trim_end_matches(','),
+        words[at("subsystem")]
+    );
+    let remote = sagessd(
+        &[
+            &common[..],
+            &[
+                "--on-device",
+                "--device",
+                &uri,
+                "--sampler",
+                "hyperbatch,isp",
+            ],
+        ]
+        .concat(),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let remote = stdout_of(&remote);
+    assert!(remote.contains("samples identical: yes"), "{remote}");
+    assert!(remote.contains("wall clock"), "{remote}");
+    // Same reads as in process, timed by the wall clock only.
+    assert_eq!(row(&remote, "hyperbatch")[0], row(&device, "hyperbatch")[0]);
+    assert_eq!(
+        row(&remote, "isp").len(),
+        3,
+        "reads, bytes, total: {remote}"
+    );
+
     let bad = sagessd(&[&common[..], &["--sampler", "psychic"]].concat());
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown sampler"));

@@ -3,7 +3,8 @@
 #
 # The whole product inside one VM: sagessd's emulator serves an NVMe/TCP target on loopback, the
 # guest kernel's nvme-tcp host connects to it, nvme-cli identifies it and sends a hand-made
-# NS_SUBMIT, and `sagessd demo` samples through the kernel's generic device /dev/ng0n1.
+# NS_SUBMIT, `sagessd demo` samples through the kernel's generic device /dev/ng0n1, and
+# `sagessd sample --on-device` runs AGNES's block samplers and ISP through it.
 
 NQN=nqn.2026-11.io.sagessd:emulator
 
@@ -63,6 +64,14 @@ tunnel_demo() { # the same through the tunnel window (plain Writes and Reads): s
     [ "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/tunnel)" = "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/demo)" ]
 }
 
+sample_on_device() { # AGNES blocks read through the kernel, and ISP, on one device: same samples
+    sagessd dataset generate --out /tmp/ds --scale 10 --features 0 >/dev/null
+    sagessd sample --dataset /tmp/ds --on-device --device passthru:/dev/ng0n1 \
+        --sampler hyperbatch,agnes,isp --batches 4 --batch-size 64 --graph-buffer 1 \
+        --block-size 16 | tee /tmp/sample
+    grep -q '^samples identical: yes' /tmp/sample
+}
+
 stop_emulator() { # SIGTERM: a clean stop saves the image; fails if the emulator is gone already
     pid=$(cat /tmp/emulator.pid)
     kill "$pid"
@@ -89,5 +98,6 @@ check relisten wait_for 30 serving
 check reconnect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
 check renamespace wait_for 20 namespace_present
 check persisted same_after_restart
+check sample-on-device sample_on_device
 check redisconnect timeout 30 nvme disconnect -n "$NQN"
 check final-stop stop_emulator

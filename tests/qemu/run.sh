@@ -31,7 +31,7 @@ die() { printf 'qemu-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
 scenario="$here/guest.sh"
 expected=(emulator-start listening modprobe connect namespace list id-ctrl
           demo tunnel ns-submit disconnect emulator-stop restart relisten reconnect renamespace
-          persisted redisconnect final-stop)
+          persisted sample-on-device redisconnect final-stop)
 binary=""
 for arg in "$@"; do
     case "$arg" in

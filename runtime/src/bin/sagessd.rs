@@ -115,14 +115,19 @@ struct SampleArgs {
     /// Accesses after which the AGNES cache keeps a node's features.
     #[arg(long, default_value_t = 2)]
     feature_threshold: u32,
-    /// Run on an emulated SSD instead of this machine's files: the CSR and the AGNES layout are
-    /// written to it, and agnes, hyperbatch and isp (in-storage sampling) read it there, in
-    /// modelled time.
+    /// Run on an NVMe device instead of this machine's files (an emulated SSD unless --device
+    /// says otherwise): the CSR and the AGNES layout are written to it, and agnes, hyperbatch
+    /// and isp (in-storage sampling) read it there.
     #[arg(long)]
     on_device: bool,
     /// With --on-device: the hardware description (default: the built-in Cosmos+).
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
+    /// With --on-device: the device, `local:` (an in-process emulated SSD, modelled time), or
+    /// tcp://HOST:PORT/NQN or passthru:/dev/ngXnY (a real or remote device, wall-clock time);
+    /// it is overwritten from LBA 0.
+    #[arg(long, value_name = "URI", default_value = "local:")]
+    device: DeviceUri,
 }
 
 #[derive(Debug, Subcommand)]
@@ -825,7 +830,8 @@ fn peak_rss_bytes() -> Option<u64> {
     (rc == 0).then(|| unsafe { usage.assume_init() }.ru_maxrss as u64 * 1024)
 }
 
-/// `sample --on-device`: the samplers against an emulated SSD, in modelled time.
+/// `sample --on-device`: the samplers against an NVMe device, in modelled time on an emulated
+/// one.
 fn run_sample_on_device(
     a: &SampleArgs,
     dataset: &sagessd_runtime::dataset::Dataset,
@@ -839,22 +845,33 @@ fn run_sample_on_device(
     let hw = load_hw(a.config.as_ref())?;
     let graph = dataset.graph()?;
     let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
-    let transport = sagessd_host_driver::LocalTransport::from_config(&hw)?;
-    let mut device = sagessd_host_driver::Device::open(transport)?;
+    let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
     let desc = sagessd_runtime::load::load_graph(&mut device, &graph, 0)?;
     let lba = u64::from(device.info().block_size_bytes);
     let align = (block_bytes as u64 / lba).max(1);
     let slba = (desc.indices.slba + desc.indices.block_count).next_multiple_of(align);
     layout.write_to_device(&mut device, slba)?;
     drop(graph);
-    device.transport_mut().ssd_mut().drop_caches();
+    let cold = device.transport_mut().drop_caches();
+    // An emulator models time; a real device (or a remote target) is timed by the wall clock,
+    // host and device work together.
+    let modelled = device.now_ns().is_some();
     println!(
-        "on {} ({}): CSR at LBA 0, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}",
-        hw.device.name,
-        hw_source(a.config.as_ref()),
+        "on {}: CSR at LBA 0, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}{}",
+        match a.device.endpoint {
+            sagessd_host_driver::Endpoint::Local => {
+                format!("{} ({})", hw.device.name, hw_source(a.config.as_ref()))
+            }
+            _ => a.device.to_string(),
+        },
         layout.manifest.block_count,
         human_bytes(layout.manifest.block_bytes),
-        human_bytes(buffer_bytes as u64)
+        human_bytes(buffer_bytes as u64),
+        if cold {
+            ""
+        } else {
+            "; the device's caches could not be dropped (it may start warm)"
+        }
     );
     println!(
         "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
@@ -864,7 +881,8 @@ fn run_sample_on_device(
     let mut mismatch = false;
     for name in &a.sampler {
         let t0 = device.now_ns().unwrap_or(0);
-        let pages0 = device.device_counters().map_or(0, |c| c.nand_pages_read);
+        let wall = std::time::Instant::now();
+        let pages0 = device.device_counters().map(|c| c.nand_pages_read);
         // The host's own work, modelled with the [host] costs: each NVMe command a synchronous
         // I/O (a block larger than MDTS takes several), and the sampling compute of each
         // subgraph a host sampler built.
@@ -917,18 +935,30 @@ fn run_sample_on_device(
             other => anyhow::bail!("--on-device runs agnes, hyperbatch and isp, not {other:?}"),
         };
         host_ns += (device.stats().commands - commands0) * hw.host.sync_io_ns();
-        let per_mb_ms = |ns: u64| ns as f64 / 1e6 / requests.len() as f64;
-        let device_ns = device.now_ns().unwrap_or(0) - t0;
-        let pages = device.device_counters().map_or(0, |c| c.nand_pages_read) - pages0;
+        let per_mb_ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6 / requests.len() as f64);
+        let pages = pages0
+            .zip(device.device_counters())
+            .map_or("-".into(), |(p0, c)| (c.nand_pages_read - p0).to_string());
+        let (device_ms, host_ms, total_ms) = if modelled {
+            let device_ns = device.now_ns().unwrap_or(0) - t0;
+            (
+                per_mb_ms(device_ns),
+                per_mb_ms(host_ns),
+                per_mb_ms(device_ns + host_ns),
+            )
+        } else {
+            let wall_ns = wall.elapsed().as_nanos() as u64;
+            ("-".into(), "-".into(), per_mb_ms(wall_ns))
+        };
         println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>14.3} {:>12.3} {:>13.3}",
+            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
             name,
             io.reads,
             human_bytes(io.bytes_read),
             pages,
-            per_mb_ms(device_ns),
-            per_mb_ms(host_ns),
-            per_mb_ms(device_ns + host_ns)
+            device_ms,
+            host_ms,
+            total_ms
         );
         match &first {
             None => first = Some((name.clone(), sums)),
@@ -940,9 +970,15 @@ fn run_sample_on_device(
             }
         }
     }
-    println!(
-        "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each read or NS command a synchronous I/O, plus the sampling compute of the subgraphs the host builds); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
-    );
+    if modelled {
+        println!(
+            "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each NVMe command a synchronous I/O, plus the sampling compute of the subgraphs the host builds); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
+        );
+    } else {
+        println!(
+            "total ms/mb: this machine's wall clock per minibatch, host and device work together"
+        );
+    }
     if let Some((name, _)) = first.filter(|_| !mismatch) {
         println!(
             "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
