@@ -4,9 +4,10 @@
 //! the device).
 
 use proptest::prelude::*;
+use sagessd_abi::subgraph::SubgraphView;
 use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
-use sagessd_runtime::load::load_graph;
+use sagessd_runtime::load::{load_graph, load_graph_with_features};
 use sagessd_runtime::sampler::{IspSampler, ReferenceSampler, Sampler};
 use sagessd_tests::{open, small_config};
 
@@ -82,6 +83,59 @@ proptest! {
                     host.name()
                 );
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// In-storage feature gather on the same random graphs, with rows of any size (strides of
+    /// one to many rows per flash page, and rows spanning pages): the subgraph is the
+    /// reference's, with the header's size and feature_row_bytes set, zero padding, and each
+    /// node's stored row after it, in node order.
+    #[test]
+    fn isp_features_are_the_stored_rows_of_the_reference_nodes(
+        (g, requests, row_words, fill) in graph().prop_flat_map(|g| {
+            let n = g.node_count();
+            (Just(g), proptest::collection::vec(request(n), 1..3), 1u32..=160, any::<u8>())
+        })
+    ) {
+        let mut hw = small_config();
+        hw.firmware.max_feature_bytes = 2 << 20;
+        let row_bytes = 4 * row_words;
+        let n = g.node_count() as usize;
+        let rows: Vec<u8> = (0..n * row_bytes as usize)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(fill))
+            .collect();
+        let mut device = open(&hw);
+        load_graph_with_features(&mut device, &g, &rows, row_bytes, 0).expect("load");
+        device.transport_mut().ssd_mut().drop_caches();
+        let mut reference = ReferenceSampler::new(&g);
+        for (seed, fanouts, targets) in requests {
+            let want = reference.sample(seed, &fanouts, &targets).expect("reference");
+            let want = want.as_bytes();
+            let got = device
+                .sample_with_features(seed, &fanouts, &targets)
+                .expect("isp with features");
+            let view = SubgraphView::parse(&got).expect("a valid subgraph");
+            prop_assert_eq!(view.feature_row_bytes(), row_bytes as usize);
+            let at = want.len().next_multiple_of(8);
+            prop_assert_eq!(got.len(), at + view.nodes().len() * row_bytes as usize);
+            for (i, (a, b)) in got[..want.len()].iter().zip(want).enumerate() {
+                // Only the header's total size and feature_row_bytes differ.
+                prop_assert!(a == b || (16..24).contains(&i), "byte {} differs", i);
+            }
+            prop_assert!(got[want.len()..at].iter().all(|&b| b == 0));
+            let expected: Vec<u8> = view
+                .nodes()
+                .iter()
+                .flat_map(|v| {
+                    let r = row_bytes as usize;
+                    rows[v.get() as usize * r..][..r].iter().copied()
+                })
+                .collect();
+            prop_assert!(view.features() == &expected[..], "features differ");
         }
     }
 }
