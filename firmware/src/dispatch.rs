@@ -961,7 +961,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 Collect::Done(size) => {
                     let start = window.unwrap_or(0).min(size);
                     let len = (*data_len_bytes).min(size - start);
-                    io.backend.work.bytes_copied += *data_len_bytes as u64;
+                    // The subgraph's bytes, and for a tunnel Read the zeros after them.
+                    io.backend.work.bytes_copied +=
+                        if *zero_fill { *data_len_bytes } else { len } as u64;
                     host.note_work(&io.backend.work);
                     let mut to = Window {
                         host: &mut *host,

@@ -578,6 +578,28 @@ fn sampling_covers_hubs_isolated_nodes_and_repeated_targets() {
     assert_eq!(VendorStatus::from_status(s), Some(VendorStatus::UnknownTag));
 }
 
+/// A collect costs the firmware the bytes it moves, not the size of the host's buffer.
+#[test]
+fn a_collect_is_charged_the_subgraph_not_the_buffer() {
+    let mut d = Device::new(small_geometry(), small_config(), 6);
+    let (indptr, indices) = ring_with_hub(600);
+    store_graph(&mut d, indptr, indices);
+    let mut copied = Vec::new();
+    for buffer_bytes in [None, Some(1 << 20)] {
+        let (s, tag) = ns_submit(&mut d, 5, &[4, 2], &[1, 2, 3]);
+        assert!(s.is_success());
+        let (_, need, _) = ns_collect(&mut d, tag, 64);
+        let before = d.fw.work().bytes_copied;
+        let (s, size, _) = ns_collect(&mut d, tag, buffer_bytes.unwrap_or(need as usize));
+        assert!(s.is_success() && size == need, "{s:?}");
+        copied.push(d.fw.work().bytes_copied - before);
+    }
+    assert_eq!(
+        copied[0], copied[1],
+        "a 1 MiB buffer costs what an exact one does"
+    );
+}
+
 #[test]
 fn each_malformed_ns_config_gets_its_status_and_the_device_keeps_serving() {
     let mut d = Device::new(small_geometry(), small_config(), 7);
