@@ -567,6 +567,20 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         a.batch_size > 0 && a.batches > 0,
         "--batches and --batch-size must be ≥ 1"
     );
+    // Bad flags are refused before any work.
+    sagessd_runtime::sampler::validate_request(&a.fanouts, &[0], 1)?;
+    let known: &[&str] = if a.on_device {
+        &["agnes", "hyperbatch", "isp"]
+    } else {
+        &["memory", "mmap", "direct", "uring", "agnes", "hyperbatch"]
+    };
+    if let Some(bad) = a.sampler.iter().find(|s| !known.contains(&s.as_str())) {
+        anyhow::bail!(
+            "unknown sampler {bad:?}{} ({})",
+            if a.on_device { " with --on-device" } else { "" },
+            known.join(", ")
+        );
+    }
     let dataset = Dataset::open(&a.dataset)?;
     let n = dataset.manifest.node_count;
     let requests: Vec<(u64, Vec<u64>)> = match a.order.as_str() {
@@ -733,11 +747,7 @@ fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 }
                 s.io_stats().clone()
             }
-            other => {
-                anyhow::bail!(
-                    "unknown sampler {other:?} (memory, mmap, direct, uring, agnes, hyperbatch)"
-                )
-            }
+            other => anyhow::bail!("unknown sampler {other:?}"),
         };
         let wall = started.elapsed().as_secs_f64() - gather_s;
         let io_wait_s = io.io_wait_ns as f64 / 1e9;
@@ -932,7 +942,7 @@ fn run_sample_on_device(
                     .collect::<Result<_, _>>()?;
                 (sums, io)
             }
-            other => anyhow::bail!("--on-device runs agnes, hyperbatch and isp, not {other:?}"),
+            other => anyhow::bail!("unknown sampler {other:?}"),
         };
         host_ns += (device.stats().commands - commands0) * hw.host.sync_io_ns();
         let per_mb_ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6 / requests.len() as f64);
