@@ -1,0 +1,162 @@
+//! `sagessd bench`: benchmarks timed by this machine's wall clock.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+/// The `bench` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCommand {
+    /// In-memory neighbour sampling throughput (minibatches/s, sampled edges/s) with T
+    /// threads. Speaks the sampler-comparison harness's `--extern` protocol: given
+    /// `--graph-dir` (indptr.npy, indices.npy) and `--seeds` (int64 [W+B, batch]), its last
+    /// stdout line is the JSON the harness reads.
+    Sampler(BenchSamplerArgs),
+}
+
+/// Flags of `bench sampler`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchSamplerArgs {
+    /// Folder with `indptr.npy` (int64) and `indices.npy` (int32 or int64), e.g. a harness
+    /// graph or a sagessd dataset.
+    #[arg(long, value_name = "DIR")]
+    graph_dir: Option<PathBuf>,
+    /// Minibatch seeds, int64 [warmup + batches, batch size] (default: drawn here).
+    #[arg(long, value_name = "FILE")]
+    seeds: Option<PathBuf>,
+    /// Without --graph-dir: R-MAT scale of the graph generated here.
+    #[arg(long, default_value_t = 22)]
+    scale: u32,
+    /// Without --graph-dir: R-MAT edge factor.
+    #[arg(long, default_value_t = 16)]
+    edge_factor: u32,
+    /// Fanouts in hop order.
+    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
+    fanouts: Vec<u16>,
+    /// Sampling threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Untimed minibatches per run.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// Timed minibatches per run.
+    #[arg(long, default_value_t = 200)]
+    batches: usize,
+    /// Runs (the summary reports the median).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Without --seeds: targets per minibatch.
+    #[arg(long, default_value_t = 1000)]
+    batch_size: usize,
+}
+
+/// Runs a `bench` subcommand.
+pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        BenchCommand::Sampler(args) => run_bench_sampler(args),
+    }
+}
+
+/// `bench sampler`.
+fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::bench::{self, BenchConfig};
+    use sagessd_runtime::npy::{self, Dtype};
+    let setup = std::time::Instant::now();
+    let graph = match &a.graph_dir {
+        Some(dir) => load_npy_graph(dir)?,
+        None => sagessd_runtime::rmat::generate(&sagessd_runtime::rmat::RmatParams::graph500(
+            a.scale,
+            a.edge_factor,
+            1,
+        ))?,
+    };
+    let rows = a.warmup + a.batches;
+    let seeds: Vec<Vec<u64>> = match &a.seeds {
+        Some(path) => {
+            let (shape, raw) = npy::read_raw(path, Dtype::I64, 2)?;
+            let width = shape[1] as usize;
+            raw.chunks_exact(8 * width.max(1))
+                .map(|row| {
+                    row.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .collect()
+                })
+                .collect()
+        }
+        None => bench::harness_seeds(&graph, rows, a.batch_size, 0),
+    };
+    let setup_s = setup.elapsed().as_secs_f64();
+    let config = BenchConfig {
+        fanouts: a.fanouts.clone(),
+        threads: a.threads,
+        warmup: a.warmup,
+        batches: a.batches,
+        runs: a.runs,
+    };
+    anyhow::ensure!(
+        a.runs > 0 && a.batches > 0,
+        "--runs and --batches must be ≥ 1"
+    );
+    let runs = bench::run(&graph, &seeds, &config)?;
+    let mut times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let per_batch = |x: u64| x as f64 / a.batches as f64;
+    eprintln!(
+        "in-memory sampler, {} nodes / {} CSR entries, fanouts {:?}, {} thread(s), {} timed minibatches x {} runs (setup {setup_s:.1} s)",
+        graph.node_count(),
+        graph.edge_count(),
+        a.fanouts,
+        a.threads,
+        a.batches,
+        a.runs
+    );
+    eprintln!(
+        "  median: {:.2} minibatches/s, {:.2} M sampled edges/s (WALL CLOCK); {:.0} edges and {:.0} unique nodes per minibatch",
+        a.batches as f64 / median,
+        runs[0].edges as f64 / median / 1e6,
+        per_batch(runs[0].edges),
+        per_batch(runs[0].unique_nodes)
+    );
+    let entries: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"time_s\": {:.6}, \"edges\": {}, \"unique_nodes\": {}}}",
+                r.time_s, r.edges, r.unique_nodes
+            )
+        })
+        .collect();
+    println!(
+        "{{\"runs\": [{}], \"version\": \"{}\", \"impl\": \"sagessd in-memory reference sampler (Rust, {} thread(s))\"}}",
+        entries.join(", "),
+        env!("CARGO_PKG_VERSION"),
+        a.threads
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A CSR graph from `indptr.npy` (int64) and `indices.npy` (int32 or int64) in `dir`.
+fn load_npy_graph(dir: &std::path::Path) -> anyhow::Result<sagessd_runtime::graph::CsrGraph> {
+    use sagessd_runtime::npy::{self, Dtype};
+    let indptr: Vec<u64> = npy::read_i64(&dir.join("indptr.npy"))?
+        .into_iter()
+        .map(|v| v as u64)
+        .collect();
+    let file = dir.join("indices.npy");
+    let indices: Vec<u32> = match npy::read_header(&file)?.dtype {
+        Dtype::I32 => npy::read_raw(&file, Dtype::I32, 1)?
+            .1
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
+            .collect(),
+        _ => npy::read_i64(&file)?
+            .into_iter()
+            .map(|v| u32::try_from(v).with_context(|| format!("{}: id {v}", file.display())))
+            .collect::<anyhow::Result<_>>()?,
+    };
+    sagessd_runtime::graph::CsrGraph::new(indptr, indices)
+        .with_context(|| format!("{}: not a valid CSR graph", dir.display()))
+}

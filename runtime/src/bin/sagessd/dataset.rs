@@ -1,0 +1,190 @@
+//! `sagessd dataset`: generate, import, reorder and describe dataset folders.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+/// The `dataset` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DatasetCommand {
+    /// Generate an R-MAT graph with community-correlated labels and features (and splits) into
+    /// a dataset folder.
+    Generate(DatasetGenerateArgs),
+    /// Import a graph into a dataset folder.
+    #[command(subcommand)]
+    Import(DatasetImportCommand),
+    /// Write a dataset renumbered for locality (degree or BFS order), original ids kept.
+    Reorder(DatasetReorderArgs),
+    /// Print a dataset's manifest summary and degree statistics; `--verify` also checks every
+    /// array against its checksum.
+    Info(DatasetInfoArgs),
+}
+
+/// The formats `dataset import` reads.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DatasetImportCommand {
+    /// A SNAP edge list (text, `#` comments, optionally `.gz`).
+    Snap(SnapImportArgs),
+    /// OGB-style arrays: a folder of .npy files or one .npz (edge_index or indptr/indices,
+    /// node_feat, node_label, train_idx/valid_idx/test_idx).
+    Ogb(SnapImportArgs),
+    /// Cora from the graphdatascience==2.2 wheel (scripts/setup.sh downloads it into
+    /// target/downloads/), or a folder with its two Parquet files.
+    Cora(CoraImportArgs),
+}
+
+/// Flags of `dataset import cora`.
+#[derive(Debug, Args)]
+pub(crate) struct CoraImportArgs {
+    /// The wheel or folder.
+    #[arg(default_value = "target/downloads/graphdatascience-2.2-py3-none-any.whl")]
+    input: PathBuf,
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+/// Flags of `dataset generate`.
+#[derive(Debug, Args)]
+pub(crate) struct DatasetGenerateArgs {
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// R-MAT scale: 2^SCALE nodes.
+    #[arg(long, default_value_t = 16)]
+    scale: u32,
+    /// Edges drawn per node.
+    #[arg(long, default_value_t = 8)]
+    edge_factor: u32,
+    /// Seed of graph, labels, features and splits.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Feature dimension (0: none).
+    #[arg(long, default_value_t = 64)]
+    features: u32,
+    /// Feature element type: f32 or f16.
+    #[arg(long, default_value = "f32")]
+    feature_dtype: String,
+    /// Label classes.
+    #[arg(long, default_value_t = 8)]
+    classes: u32,
+    /// Dataset name (default: rmat-SCALE-EDGE_FACTOR).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+/// Flags of `dataset import snap`.
+#[derive(Debug, Args)]
+pub(crate) struct SnapImportArgs {
+    /// The file (or folder) to import.
+    input: PathBuf,
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Add the reverse of every edge.
+    #[arg(long)]
+    symmetric: bool,
+}
+
+/// Flags of `dataset reorder`.
+#[derive(Debug, Args)]
+pub(crate) struct DatasetReorderArgs {
+    /// The dataset folder.
+    dir: PathBuf,
+    /// Order: degree (decreasing) or bfs (breadth-first from the highest-degree node).
+    #[arg(long, default_value = "bfs")]
+    by: String,
+    /// Dataset folder to write.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+/// Flags of `dataset info`.
+#[derive(Debug, Args)]
+pub(crate) struct DatasetInfoArgs {
+    /// The dataset folder.
+    dir: PathBuf,
+    /// Check every array against its CRC32C (reads everything).
+    #[arg(long)]
+    verify: bool,
+}
+
+/// `dataset generate|import|info`.
+pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::dataset::{Dataset, generate, snap};
+    use sagessd_runtime::npy::Dtype;
+    let wall = std::time::Instant::now();
+    let dataset = match command {
+        DatasetCommand::Generate(a) => {
+            let feature_dtype = match a.feature_dtype.as_str() {
+                "f32" => Dtype::F32,
+                "f16" => Dtype::F16,
+                other => anyhow::bail!("--feature-dtype {other:?}: f32 or f16"),
+            };
+            let params = generate::GenerateParams {
+                name: a
+                    .name
+                    .unwrap_or_else(|| format!("rmat-{}-{}", a.scale, a.edge_factor)),
+                scale: a.scale,
+                edge_factor: a.edge_factor,
+                seed: a.seed,
+                feature_dim: a.features,
+                feature_dtype,
+                classes: a.classes,
+            };
+            generate::generate(&a.out, &params)?
+        }
+        DatasetCommand::Import(DatasetImportCommand::Snap(a)) => {
+            snap::import(&a.input, &a.out, a.symmetric)?
+        }
+        DatasetCommand::Import(DatasetImportCommand::Cora(a)) => {
+            sagessd_runtime::dataset::cora::import(&a.input, &a.out)?
+        }
+        DatasetCommand::Import(DatasetImportCommand::Ogb(a)) => {
+            sagessd_runtime::dataset::ogb::import(&a.input, &a.out, a.symmetric)?
+        }
+        DatasetCommand::Reorder(a) => {
+            use sagessd_runtime::dataset::reorder::{Order, reorder};
+            let by = match a.by.as_str() {
+                "degree" => Order::Degree,
+                "bfs" => Order::Bfs,
+                other => anyhow::bail!("--by {other:?}: degree or bfs"),
+            };
+            reorder(&Dataset::open(&a.dir)?, by, &a.out)?
+        }
+        DatasetCommand::Info(a) => {
+            let d = Dataset::open(&a.dir)?;
+            if a.verify {
+                d.verify()?;
+                println!("checksums: all arrays match their manifest CRC32C");
+            }
+            d
+        }
+    };
+    let m = &dataset.manifest;
+    println!("dataset {} ({})", m.name, dataset.dir().display());
+    println!("  source        {}", m.source);
+    println!(
+        "  nodes         {:>14}\n  CSR entries   {:>14}   ({})",
+        m.node_count,
+        m.edge_count,
+        if m.symmetric { "symmetric" } else { "directed" }
+    );
+    if let Some(c) = m.class_count {
+        println!("  classes       {c:>14}");
+    }
+    for (name, entry) in dataset.arrays() {
+        println!(
+            "  {name:<13} {:<14} {:>6} {:?}  crc32c {}",
+            entry.file, entry.dtype, entry.shape, entry.crc32c
+        );
+    }
+    let stats = dataset.graph()?.degree_stats();
+    println!(
+        "  degrees       mean {:.2}, median {}, max {}, isolated {}",
+        stats.mean, stats.median, stats.max, stats.isolated
+    );
+    eprintln!("(wall-clock time: {:.1} s)", wall.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}

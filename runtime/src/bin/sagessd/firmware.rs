@@ -1,0 +1,163 @@
+//! `sagessd firmware footprint`: what the board firmware needs on a real SSD controller.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use crate::load_hw;
+
+/// The `firmware` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum FirmwareCommand {
+    /// Print the DRAM the firmware needs for a hardware description, region by region, with
+    /// what each region scales with (the static .text/.data/.bss footprint of the board build is
+    /// printed by scripts/footprint.sh).
+    Footprint(FootprintArgs),
+}
+
+/// Flags of `firmware footprint`.
+#[derive(Debug, Args)]
+pub(crate) struct FootprintArgs {
+    /// Hardware description (TOML); default: the built-in Cosmos+ OpenSSD
+    /// (hw-configs/cosmos-plus.toml).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+}
+
+/// Runs a `firmware` subcommand.
+pub(crate) fn run(command: FirmwareCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        FirmwareCommand::Footprint(args) => run_footprint(args),
+    }
+}
+
+/// Bytes as MiB, for tables.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// How the firmware's DRAM arena scales, for `sagessd firmware footprint`.
+const FOOTPRINT_IN_WORDS: &str = "\
+In words: the arena is the sum of five parts.
+* FTL mapping scales with flash capacity: about 8 B per physical page (4 B of l2p per logical
+  page, 4 B of p2l per physical page), plus 9 B per erase block and 16 B per die.
+* The page buffer is page_buffer_pages x (page_size_bytes + 12 B), plus one page for GC.
+* The sampling working set is shared by all jobs: 4 B x next_pow2(2 x max_subgraph_nodes) for
+  the node hash, 8 B x max_subgraph_edges for a layer's entries, and 3 x 8 B x
+  max(2 x max_subgraph_nodes, max_subgraph_edges) for the page-sorted gathers.
+* Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets)
+  and its result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + 1)
+  (4 layers of local indptr) + 4 B x max_subgraph_edges (local indices).
+* The parked Reads and Writes keep the state of each of their flash pages in command_pages:
+  8 B x 64 command slots x 64 pages, 32 KiB whatever the configuration.
+max_fanout sizes nothing: it bounds the work; the subgraph limits bound the memory (a job whose
+sample would exceed them fails with ResultTooLarge). Outside the arena, the board links the
+library's static state (.bss), which scripts/footprint.sh prints.";
+
+/// `firmware footprint`: the DRAM arena, region by region.
+fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
+    use std::fmt::Write as _;
+    type Fw = sagessd_firmware::Firmware<sagessd_emulator::NandArray, Vec<u8>>;
+
+    let hw = load_hw(args.config.as_ref())?;
+    let source = args
+        .config
+        .as_ref()
+        .map_or("built-in hw-configs/cosmos-plus.toml".to_string(), |p| {
+            p.display().to_string()
+        });
+    let geometry = hw.nand.geometry();
+    let config = hw.firmware.to_firmware_config();
+    let regions = Fw::dram_regions(&config, &geometry)
+        .map_err(|e| anyhow::anyhow!("the firmware cannot run this configuration: {e:?}"))?;
+    let f = &hw.firmware;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "Firmware DRAM footprint: {} ({source})",
+        hw.device.name
+    )?;
+    writeln!(
+        out,
+        "flash: {} channels x {} ways x {} dies/way x {} blocks/die x {} pages/block x {} B pages \
+         = {} physical pages ({:.0} MiB raw)",
+        geometry.channels,
+        geometry.ways,
+        geometry.dies_per_way,
+        geometry.blocks_per_die,
+        geometry.pages_per_block,
+        geometry.page_size_bytes,
+        geometry.page_count(),
+        mib(geometry.page_count() * u64::from(geometry.page_size_bytes)),
+    )?;
+    writeln!(
+        out,
+        "firmware: page_buffer_pages {}, isp_slots {}, max_targets {}, max_fanout {}, \
+         max_subgraph_nodes {}, max_subgraph_edges {}, max_transfer_bytes {}, \
+         over_provisioning_percent {}, block_size_bytes {}",
+        f.page_buffer_pages,
+        f.isp_slots,
+        f.max_targets,
+        f.max_fanout,
+        f.max_subgraph_nodes,
+        f.max_subgraph_edges,
+        f.max_transfer_bytes,
+        f.over_provisioning_percent,
+        f.block_size_bytes,
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<18} {:>14} {:>10}  scales with",
+        "region", "bytes", "MiB"
+    )?;
+    // Group subtotals: what a board integrator trades against each other.
+    let group_of = |name: &str| match name {
+        "l2p" | "p2l" | "block_valid" | "block_next_free" | "block_state" | "dies" => 0,
+        "page_buffer_meta" | "page_buffer_data" | "gc_page" => 1,
+        n if n.starts_with("slot") => 3,
+        "command_pages" => 4,
+        _ => 2,
+    };
+    let mut groups = [0u64; 5];
+    for r in regions.iter() {
+        let bytes = r.size_bytes as u64;
+        groups[group_of(r.name)] += bytes;
+        writeln!(
+            out,
+            "{:<18} {:>14} {:>10.2}  {}",
+            r.name,
+            bytes,
+            mib(bytes),
+            r.formula
+        )?;
+    }
+    let total = regions.total_bytes() as u64;
+    let capacity = u64::from(hw.dram.capacity_mib) << 20;
+    writeln!(
+        out,
+        "{:<18} {:>14} {:>10.2}  (regions + alignment padding) = {:.1}% of \
+         dram.capacity_mib = {} MiB",
+        "total",
+        total,
+        mib(total),
+        100.0 * total as f64 / capacity as f64,
+        hw.dram.capacity_mib,
+    )?;
+    writeln!(out)?;
+    let names = [
+        "FTL mapping (l2p, p2l, block tables, dies)",
+        "page buffer (+ GC page)",
+        "sampling working set (node_hash, entries, gather_*)",
+        "pending subgraphs (slotN.*, isp_slots of them)",
+        "parked commands' page states (command_pages)",
+    ];
+    for (name, bytes) in names.iter().zip(groups) {
+        writeln!(out, "  {name:<55} {:>10.2} MiB", mib(bytes))?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{}", FOOTPRINT_IN_WORDS)?;
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}

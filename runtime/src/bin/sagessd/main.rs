@@ -1,0 +1,334 @@
+//! The `sagessd` command-line tool.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sagessd_emulator::HwConfig;
+use sagessd_host_driver::{DeviceUri, Endpoint};
+use sagessd_runtime::compare::{self, CompareConfig, Event};
+use sagessd_runtime::host_io::HostIoMode;
+
+/// mimalloc: the samplers allocate and free multi-MiB buffers every minibatch. glibc's malloc
+/// hands such memory back to the kernel and then faults it in again, zeroed, page by page (a
+/// third of the in-memory sampler's time); mimalloc keeps and reuses it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod bench;
+mod dataset;
+mod device;
+mod emulator;
+mod firmware;
+mod sample;
+
+/// sagessd: GNN neighbour sampling inside an (emulated) computational SSD.
+#[derive(Debug, Parser)]
+#[command(name = "sagessd", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The top-level subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The quick default run of `compare`: generate an R-MAT graph (~1 M edges), load it on an
+    /// emulated Cosmos+ SSD, sample the same minibatches with every host mode (mmap, direct I/O,
+    /// io_uring-style async) and in-storage (ISP) with one worker, and print modelled time per
+    /// minibatch, ISP speedup, NVMe commands, PCIe bytes, flash pages, page-cache hit rate and
+    /// embedded-core utilisation; every subgraph checked byte for byte against the in-memory
+    /// reference (exit status 1 on a mismatch).
+    Demo(DemoArgs),
+    /// Compare the host sampling modes (mmap, direct I/O, io_uring-style async) and in-storage
+    /// sampling (ISP), with one and several host workers contending for one emulated SSD: the
+    /// table of `demo`, by default with 1 and 4 workers.
+    Compare(CompareArgs),
+    /// The board firmware: what it needs on a real SSD controller.
+    #[command(subcommand)]
+    Firmware(firmware::FirmwareCommand),
+    /// The emulated device: its derived limits, its validation against them, the simulator's
+    /// speed.
+    #[command(subcommand)]
+    Device(device::DeviceCommand),
+    /// The emulator as a device other programs reach.
+    #[command(subcommand)]
+    Emulator(emulator::EmulatorCommand),
+    /// Write an NS_config payload to a file and print the NS_SUBMIT command dwords that carry
+    /// it, for sending by hand (`nvme io-passthru --opcode=0x85 ...`).
+    NsConfig(NsConfigArgs),
+    /// Datasets: generate one, import one, describe one.
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCommand),
+    /// Benchmarks measured on this machine's WALL CLOCK (not modelled time).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Sample a dataset from its files on this machine's storage (out of core) with one or
+    /// more samplers, and print each one's storage I/O (reads, sizes, bytes read vs used,
+    /// graph-buffer hits, system calls), wall-clock time split into I/O wait and compute, and
+    /// peak memory; every subgraph is checked against the first sampler's. With --on-device,
+    /// on an emulated SSD in modelled time.
+    Sample(sample::SampleArgs),
+}
+
+/// Flags of `ns-config`.
+#[derive(Debug, Args)]
+struct NsConfigArgs {
+    /// Seed of the sampling function.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fanout per layer, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,10")]
+    fanouts: Vec<u16>,
+    /// Target node ids, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    targets: Vec<u64>,
+    /// Where to write the payload.
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+}
+
+/// The flags `demo` and `compare` share (everything but the worker counts' default).
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// R-MAT scale: the graph has 2^SCALE nodes.
+    #[arg(long, default_value_t = 16)]
+    scale: u32,
+    /// R-MAT edges drawn per node before symmetrisation and deduplication.
+    #[arg(long, default_value_t = 8)]
+    edge_factor: u32,
+    /// Seed of the generated graph.
+    #[arg(long, default_value_t = 1)]
+    graph_seed: u64,
+    /// Number of minibatches each mode samples (shared among its workers).
+    #[arg(long, default_value_t = 8)]
+    batches: u32,
+    /// Target nodes per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: u32,
+    /// Fanout per layer, hop order (first the targets' neighbours), comma-separated; 1 to 4 layers.
+    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
+    fanouts: Vec<u16>,
+    /// Seed of target selection and of the sampling function.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Hardware description (TOML) of the emulated SSD, its optional `[host]` table (the host I/O
+    /// stack) included; default: the built-in Cosmos+ OpenSSD (hw-configs/cosmos-plus.toml).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Modes to run, comma-separated, in this order: mmap (page cache), direct (O_DIRECT reads at
+    /// QD 1), async (io_uring-style batches), isp (in-storage sampling).
+    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
+    mode: Vec<String>,
+    /// Do not draw progress bars.
+    #[arg(long)]
+    quiet: bool,
+    /// Sample in storage on this device instead of comparing modes on an in-process emulated
+    /// SSD: tcp://HOST:PORT/NQN[?digest=1] (NVMe/TCP) or passthru:/dev/ngXnY (Linux NVMe
+    /// passthrough); `local:` is the default comparison. `?tunnel=1` on any of them carries the
+    /// sampling in Writes and Reads to the device's tunnel window.
+    #[arg(long, value_name = "URI")]
+    device: Option<DeviceUri>,
+}
+
+/// Flags of `demo`: the shared ones, with one worker by default.
+#[derive(Debug, Args)]
+struct DemoArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Host worker counts, comma-separated (each mode runs with each count).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    workers: Vec<usize>,
+}
+
+/// Flags of `compare`: the shared ones, with 1 and 4 workers by default.
+#[derive(Debug, Args)]
+struct CompareArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Host worker counts, comma-separated (each mode runs with each count).
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    workers: Vec<usize>,
+}
+
+impl RunArgs {
+    /// The comparison engine's configuration: these flags, with `hw`, `modes` and `workers`.
+    fn compare_config(
+        &self,
+        hw: HwConfig,
+        modes: Vec<HostIoMode>,
+        workers: Vec<usize>,
+    ) -> CompareConfig {
+        CompareConfig {
+            scale: self.scale,
+            edge_factor: self.edge_factor,
+            graph_seed: self.graph_seed,
+            batches: self.batches,
+            batch_size: self.batch_size,
+            fanouts: self.fanouts.clone(),
+            seed: self.seed,
+            hw,
+            modes,
+            workers,
+        }
+    }
+}
+
+/// Runs the comparison engine (`demo` and `compare`): the report on stdout, progress bars and
+/// the wall-clock time on stderr.
+fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
+    if let Some(uri) = args
+        .device
+        .clone()
+        .filter(|u| u.endpoint != Endpoint::Local || u.tunnel)
+    {
+        return run_on_device(args, &uri);
+    }
+    let modes = args
+        .mode
+        .iter()
+        .map(|m| {
+            HostIoMode::from_name(m.trim())
+                .ok_or_else(|| anyhow::anyhow!("unknown mode {m:?} (mmap, direct, async, isp)"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let config = args.compare_config(load_hw(args.config.as_ref())?, modes, workers);
+    let config_arg = args.config.as_ref().map(|p| p.display().to_string());
+
+    let mut bar: Option<ProgressBar> = None;
+    let quiet = args.quiet;
+    let mut on_event = |event: Event<'_>| match event {
+        Event::Phase { name, total, bytes } if !quiet => {
+            let b = if total == 0 {
+                let b = ProgressBar::new_spinner();
+                b.enable_steady_tick(std::time::Duration::from_millis(100));
+                b
+            } else {
+                let b = ProgressBar::new(total);
+                let template = if bytes {
+                    "{msg:40} [{bar:30}] {bytes}/{total_bytes} ({eta})"
+                } else {
+                    "{msg:40} [{bar:30}] {pos}/{len} minibatches ({eta})"
+                };
+                b.set_style(
+                    ProgressStyle::with_template(template)
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                );
+                b
+            };
+            b.set_message(name.to_string());
+            bar = Some(b);
+        }
+        Event::Progress { done } => {
+            if let Some(b) = &bar {
+                b.set_position(done);
+            }
+        }
+        Event::PhaseDone => {
+            if let Some(b) = bar.take() {
+                b.finish_and_clear();
+            }
+        }
+        Event::Phase { .. } => {}
+    };
+    let wall = std::time::Instant::now();
+    let report = compare::run(&config, config_arg.as_deref(), &mut on_event)?;
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{}", report.render())?;
+    stdout.flush()?;
+    drop(stdout);
+    // Wall time is not part of the deterministic report: it goes to stderr, labelled.
+    eprintln!(
+        "(wall-clock time of this run, not modelled: {:.1} s)",
+        wall.elapsed().as_secs_f64()
+    );
+    if let Some(m) = &report.mismatch {
+        eprintln!(
+            "error: {} with {} worker(s) differs from the in-memory reference on minibatch {}; replay with: {}",
+            m.mode.name(),
+            m.workers,
+            m.batch,
+            m.replay
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Parses the command line and runs the subcommand.
+fn main() -> anyhow::Result<ExitCode> {
+    // Die quietly when stdout is a closed pipe (`sagessd ... | head`), like other Unix tools,
+    // instead of panicking on the failed write.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Demo(args) => run_compare(args.run, args.workers),
+        Command::Compare(args) => run_compare(args.run, args.workers),
+        Command::Firmware(command) => firmware::run(command),
+        Command::Device(command) => device::run(command),
+        Command::Emulator(command) => emulator::run(command),
+        Command::NsConfig(args) => run_ns_config(args),
+        Command::Dataset(command) => dataset::run(command),
+        Command::Bench(command) => bench::run(command),
+        Command::Sample(args) => sample::run_sample(args),
+    }
+}
+
+/// `ns-config`: the payload and the dwords of one NS_SUBMIT.
+fn run_ns_config(args: NsConfigArgs) -> anyhow::Result<ExitCode> {
+    let (sqe, payload) =
+        sagessd_host_driver::ns::ns_submit(args.seed, &args.fanouts, &args.targets)?;
+    std::fs::write(&args.output, &payload)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    println!(
+        "opcode=0x{:02x} data-len={} cdw10={} cdw12={} file={}",
+        sqe.opcode,
+        payload.len(),
+        sqe.cdw10.get(),
+        sqe.cdw12.get(),
+        args.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `demo --device URI` on a device behind a real transport: in-storage sampling only.
+fn run_on_device(args: RunArgs, uri: &DeviceUri) -> anyhow::Result<ExitCode> {
+    let hw = load_hw(args.config.as_ref())?;
+    let name = uri.to_string();
+    let mut device = sagessd_host_driver::open_device(uri, &hw)?;
+    let config = args.compare_config(hw, vec![HostIoMode::Isp], vec![1]);
+    let report = compare::run_on_device(&config, &mut device, &name, &mut |_| {})?;
+    print!("{}", report.render());
+    Ok(if report.mismatch.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Loads the hardware description named on the command line, or the built-in Cosmos+.
+fn load_hw(config: Option<&PathBuf>) -> anyhow::Result<HwConfig> {
+    match config {
+        Some(path) => HwConfig::load(path)
+            .with_context(|| format!("loading hardware description {}", path.display())),
+        None => Ok(HwConfig::cosmos_plus()),
+    }
+}
+
+/// Names the hardware description for the tables: the path, or the built-in one.
+fn hw_source(config: Option<&PathBuf>) -> String {
+    config.map_or("built-in hw-configs/cosmos-plus.toml".to_string(), |p| {
+        p.display().to_string()
+    })
+}

@@ -1,0 +1,590 @@
+//! `sagessd sample`: out-of-core samplers on this machine's files, or on an NVMe device, with
+//! their I/O, time and memory.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use sagessd_host_driver::DeviceUri;
+
+use crate::{hw_source, load_hw};
+
+/// Flags of `sample`.
+#[derive(Debug, Args)]
+pub(crate) struct SampleArgs {
+    /// The dataset folder.
+    #[arg(long, value_name = "DIR")]
+    dataset: PathBuf,
+    /// Samplers, comma-separated: memory (in-memory CSR), mmap (the CSR files mapped, page
+    /// cache and readahead; I/O = major page faults), direct (O_DIRECT reads of the CSR
+    /// sectors needed, one at a time), uring (the same reads through io_uring, a hop's reads in
+    /// flight together), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches).
+    #[arg(long, value_delimiter = ',', default_value = "hyperbatch,agnes,direct")]
+    sampler: Vec<String>,
+    /// Minibatches per hyperbatch.
+    #[arg(long, default_value_t = 64)]
+    hyperbatch: usize,
+    /// Hyperbatch: read each block when it is needed instead of ahead through io_uring.
+    #[arg(long)]
+    no_prefetch: bool,
+    /// AGNES block size in KiB (a multiple of 4).
+    #[arg(long, default_value_t = 1024)]
+    block_size: usize,
+    /// Graph buffer of the AGNES samplers, MiB.
+    #[arg(long, default_value_t = 64)]
+    graph_buffer: usize,
+    /// Minibatches.
+    #[arg(long, default_value_t = 128)]
+    batches: u32,
+    /// Targets per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: u32,
+    /// Fanouts in hop order.
+    #[arg(long, value_delimiter = ',', default_value = "10,10,10")]
+    fanouts: Vec<u16>,
+    /// Seed of targets and sampling.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Minibatch targets: random (seeded, from all nodes) or bgl (BGL's proximity-aware order
+    /// of the training nodes).
+    #[arg(long, default_value = "random")]
+    order: String,
+    /// Gather the subgraphs' features after sampling: agnes (access-count-threshold cache,
+    /// block reads), bgl (FIFO cache, row reads), or none.
+    #[arg(long, default_value = "agnes")]
+    features: String,
+    /// Feature cache, MiB.
+    #[arg(long, default_value_t = 64)]
+    feature_cache: usize,
+    /// Accesses after which the AGNES cache keeps a node's features.
+    #[arg(long, default_value_t = 2)]
+    feature_threshold: u32,
+    /// Run on an NVMe device instead of this machine's files (an emulated SSD unless --device
+    /// says otherwise): the CSR and the AGNES layout are written to it, and agnes, hyperbatch
+    /// and isp (in-storage sampling) read it there.
+    #[arg(long)]
+    on_device: bool,
+    /// With --on-device: the hardware description (default: the built-in Cosmos+).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// With --on-device: the device, `local:` (an in-process emulated SSD, modelled time), or
+    /// tcp://HOST:PORT/NQN or passthru:/dev/ngXnY (a real or remote device, wall-clock time);
+    /// it is overwritten from LBA 0.
+    #[arg(long, value_name = "URI", default_value = "local:")]
+    device: DeviceUri,
+}
+
+/// `sample`: out-of-core samplers on real files, with their I/O.
+pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
+    use sagessd_runtime::dataset::Dataset;
+    use sagessd_runtime::ooc::{
+        AgnesLayout, BlockSampler, DirectSampler, HyperbatchSampler, IoStats,
+    };
+    use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
+
+    anyhow::ensure!(
+        a.batch_size > 0 && a.batches > 0,
+        "--batches and --batch-size must be ≥ 1"
+    );
+    // Bad flags are refused before any work.
+    sagessd_runtime::sampler::validate_request(&a.fanouts, &[0], 1)?;
+    let known: &[&str] = if a.on_device {
+        &["agnes", "hyperbatch", "isp"]
+    } else {
+        &["memory", "mmap", "direct", "uring", "agnes", "hyperbatch"]
+    };
+    if let Some(bad) = a.sampler.iter().find(|s| !known.contains(&s.as_str())) {
+        anyhow::bail!(
+            "unknown sampler {bad:?}{} ({})",
+            if a.on_device { " with --on-device" } else { "" },
+            known.join(", ")
+        );
+    }
+    let dataset = Dataset::open(&a.dataset)?;
+    let n = dataset.manifest.node_count;
+    let requests: Vec<(u64, Vec<u64>)> = match a.order.as_str() {
+        "random" => (0..a.batches)
+            .map(|b| {
+                (
+                    minibatch_seed(a.seed, b),
+                    minibatch_targets(a.seed, b, a.batch_size, n),
+                )
+            })
+            .collect(),
+        "bgl" => {
+            let graph = dataset.graph()?;
+            let train = match &dataset.manifest.train {
+                Some(entry) => {
+                    let path = dataset.dir().join(&entry.file);
+                    let ids = sagessd_runtime::npy::read_i64(&path)?;
+                    if let Some(i) = ids.iter().position(|v| !(0..n as i64).contains(v)) {
+                        anyhow::bail!(
+                            "{}: entry {i} ({}) is not a node id",
+                            path.display(),
+                            ids[i]
+                        );
+                    }
+                    ids.into_iter().map(|v| v as u64).collect()
+                }
+                None => (0..n).collect::<Vec<u64>>(),
+            };
+            let order = sagessd_runtime::ooc::features::bgl_order(&graph, &train, 8, a.seed);
+            order
+                .chunks(a.batch_size.max(1) as usize)
+                .take(a.batches as usize)
+                .enumerate()
+                .map(|(b, t)| (minibatch_seed(a.seed, b as u32), t.to_vec()))
+                .collect()
+        }
+        other => anyhow::bail!("--order {other:?}: random or bgl"),
+    };
+    let block_bytes = a.block_size * 1024;
+    let buffer_bytes = a.graph_buffer << 20;
+    if a.on_device {
+        return run_sample_on_device(&a, &dataset, &requests, block_bytes, buffer_bytes);
+    }
+    let needs_layout = a.sampler.iter().any(|s| s == "agnes" || s == "hyperbatch");
+    let layout = if needs_layout {
+        let (layout, written) = AgnesLayout::for_dataset(&dataset, block_bytes)?;
+        let bytes = layout.manifest.block_count * layout.manifest.block_bytes;
+        println!(
+            "AGNES layout {} ({}): {} blocks of {} = {}, {} split nodes; graph buffer {} ({:.1}x smaller)",
+            layout.dir().display(),
+            if written { "written now" } else { "existing" },
+            layout.manifest.block_count,
+            human_bytes(layout.manifest.block_bytes),
+            human_bytes(bytes),
+            layout.manifest.split_nodes,
+            human_bytes(buffer_bytes as u64),
+            bytes as f64 / buffer_bytes as f64
+        );
+        Some(layout)
+    } else {
+        None
+    };
+    println!(
+        "dataset {}: {} nodes, {} CSR entries; {} minibatches of {} targets, fanouts {:?}",
+        dataset.manifest.name, n, dataset.manifest.edge_count, a.batches, a.batch_size, a.fanouts
+    );
+    let graph = a
+        .sampler
+        .iter()
+        .any(|s| s == "memory")
+        .then(|| dataset.graph())
+        .transpose()?;
+    // Subgraphs are checked by checksum and dropped as they come, so memory stays bounded by
+    // the buffers and caches, not by the number of minibatches.
+    let mut agreement = Agreement::default();
+    let mut gatherer = match a.features.as_str() {
+        "none" => None,
+        _ if dataset.manifest.features.is_none() => {
+            println!("features: the dataset has none");
+            None
+        }
+        kind => Some(Gatherer::new(kind, &dataset, &a, block_bytes)?),
+    };
+    println!(
+        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}",
+        "sampler",
+        "reads",
+        "bytes read",
+        "bytes used",
+        "used %",
+        "buf hits",
+        "reads ≤4K/≤64K/≤1M/>1M",
+        "syscalls",
+        "sample s",
+        "I/O wait s",
+        "compute s"
+    );
+    // The largest set of subgraphs (and their features) alive at once: a minibatch's, or a
+    // hyperbatch's; and what it was.
+    let mut peak_output: (u64, String) = (0, "nothing".into());
+    for (k, name) in a.sampler.iter().enumerate() {
+        let started = std::time::Instant::now();
+        let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
+        let mut gather_s = 0.0;
+        // The first sampler's subgraphs also get their features gathered. Each call takes one
+        // minibatch's or one hyperbatch's subgraphs, which are alive together with their
+        // features until it returns.
+        let mut sink = |subs: Vec<SampledSubgraph>| -> anyhow::Result<()> {
+            let mut bytes: u64 = subs.iter().map(|s| s.as_bytes().len() as u64).sum();
+            let mut with = "";
+            if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
+                let t = std::time::Instant::now();
+                bytes += g.gather(&subs)?;
+                gather_s += t.elapsed().as_secs_f64();
+                with = " and their features";
+            }
+            if bytes > peak_output.0 {
+                peak_output = (bytes, format!("{name}: {} subgraph(s){with}", subs.len()));
+            }
+            sums.extend(subs.iter().map(SampledSubgraph::checksum));
+            Ok(())
+        };
+        // A per-minibatch sampler over every request.
+        let mut each_minibatch = |s: &mut dyn Sampler| -> anyhow::Result<()> {
+            for (seed, t) in &requests {
+                sink(vec![s.sample(*seed, &a.fanouts, t)?])?;
+            }
+            Ok(())
+        };
+        let the_layout = || layout.as_ref().ok_or_else(|| anyhow::anyhow!("no layout"));
+        let io: IoStats = match name.as_str() {
+            "memory" => {
+                let g = graph.as_ref().ok_or_else(|| anyhow::anyhow!("no graph"))?;
+                let mut s = ReferenceSampler::new(g);
+                each_minibatch(&mut s)?;
+                IoStats::default()
+            }
+            "mmap" => {
+                let mut s = sagessd_runtime::ooc::MmapSampler::open(&dataset)?;
+                each_minibatch(&mut s)?;
+                s.io_stats().clone()
+            }
+            "direct" | "uring" => {
+                let mut s = DirectSampler::open(&dataset, name == "uring")?;
+                each_minibatch(&mut s)?;
+                s.io_stats().clone()
+            }
+            "agnes" => {
+                let mut s = BlockSampler::new(the_layout()?, buffer_bytes)?;
+                each_minibatch(&mut s)?;
+                s.io_stats().clone()
+            }
+            "hyperbatch" => {
+                let mut s = HyperbatchSampler::new(the_layout()?, buffer_bytes, !a.no_prefetch)?;
+                for chunk in requests.chunks(a.hyperbatch.max(1)) {
+                    sink(s.sample_hyperbatch(&a.fanouts, chunk)?)?;
+                }
+                s.io_stats().clone()
+            }
+            other => anyhow::bail!("unknown sampler {other:?}"),
+        };
+        let wall = started.elapsed().as_secs_f64() - gather_s;
+        let io_wait_s = io.io_wait_ns as f64 / 1e9;
+        let h = io.size_histogram;
+        println!(
+            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10.2} {:>10} {:>10}",
+            name,
+            io.reads,
+            human_bytes(io.bytes_read),
+            human_bytes(io.bytes_used),
+            // mmap reads through the page cache: what it used may not have been read now.
+            if io.bytes_read >= io.bytes_used && io.bytes_read > 0 {
+                format!(
+                    "{:.2}%",
+                    100.0 * io.bytes_used as f64 / io.bytes_read as f64
+                )
+            } else {
+                "-".into()
+            },
+            io.hit_ratio()
+                .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
+            format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
+            // An mmap sampler reads in page faults, the in-memory one not at all.
+            if matches!(name.as_str(), "mmap" | "memory") {
+                "-".into()
+            } else {
+                io.syscalls.to_string()
+            },
+            wall,
+            // An mmap sampler's reads happen inside page faults: its wait cannot be told apart.
+            if name == "mmap" {
+                "-".into()
+            } else {
+                format!("{:.2}", io_wait_s)
+            },
+            if name == "mmap" {
+                "-".into()
+            } else {
+                format!("{:.2}", (wall - io_wait_s).max(0.0))
+            },
+        );
+        if k == 0
+            && let Some(g) = &gatherer
+        {
+            g.report(&a, gather_s);
+        }
+        agreement.check(name, sums);
+    }
+    let exit = agreement.report();
+    let feature_cache = if gatherer.is_some() {
+        (a.feature_cache as u64) << 20
+    } else {
+        0
+    };
+    println!(
+        "memory: peak RSS {}; bounded by flags: graph buffer {} + feature cache {}; largest output alive at once {} ({})",
+        peak_rss_bytes().map_or("unknown".into(), human_bytes),
+        human_bytes(if needs_layout { buffer_bytes as u64 } else { 0 }),
+        human_bytes(feature_cache),
+        human_bytes(peak_output.0),
+        peak_output.1,
+    );
+    Ok(exit)
+}
+
+/// This process's peak resident set size so far.
+fn peak_rss_bytes() -> Option<u64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the pointer it is given.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // SAFETY: filled by the successful call (and zeroed before it).
+    (rc == 0).then(|| unsafe { usage.assume_init() }.ru_maxrss as u64 * 1024)
+}
+
+/// `sample --on-device`: the samplers against an NVMe device, in modelled time on an emulated
+/// one.
+fn run_sample_on_device(
+    a: &SampleArgs,
+    dataset: &sagessd_runtime::dataset::Dataset,
+    requests: &[(u64, Vec<u64>)],
+    block_bytes: usize,
+    buffer_bytes: usize,
+) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::compare::human_bytes;
+    use sagessd_runtime::ooc::{AgnesLayout, BlockSampler, HyperbatchSampler, IoStats};
+    use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
+    let hw = load_hw(a.config.as_ref())?;
+    let graph = dataset.graph()?;
+    let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
+    let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
+    let desc = sagessd_runtime::load::load_graph(&mut device, &graph, 0)?;
+    let lba = u64::from(device.info().block_size_bytes);
+    let align = (block_bytes as u64 / lba).max(1);
+    let slba = (desc.indices.slba + desc.indices.block_count).next_multiple_of(align);
+    layout.write_to_device(&mut device, slba)?;
+    drop(graph);
+    let cold = device.transport_mut().drop_caches();
+    // An emulator models time; a real device (or a remote target) is timed by the wall clock,
+    // host and device work together.
+    let modelled = device.now_ns().is_some();
+    println!(
+        "on {}: CSR at LBA 0, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}{}",
+        match a.device.endpoint {
+            sagessd_host_driver::Endpoint::Local => {
+                format!("{} ({})", hw.device.name, hw_source(a.config.as_ref()))
+            }
+            _ => a.device.to_string(),
+        },
+        layout.manifest.block_count,
+        human_bytes(layout.manifest.block_bytes),
+        human_bytes(buffer_bytes as u64),
+        if cold {
+            ""
+        } else {
+            "; the device's caches could not be dropped (it may start warm)"
+        }
+    );
+    println!(
+        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
+        "sampler", "reads", "bytes read", "NAND pages", "device ms/mb", "host ms/mb", "total ms/mb"
+    );
+    let mut agreement = Agreement::default();
+    for name in &a.sampler {
+        let t0 = device.now_ns().unwrap_or(0);
+        let wall = std::time::Instant::now();
+        let pages0 = device.device_counters().map(|c| c.nand_pages_read);
+        // The host's own work, modelled with the [host] costs: each NVMe command a synchronous
+        // I/O (a block larger than MDTS takes several), and the sampling compute of each
+        // subgraph a host sampler built.
+        let mut host_ns = 0u64;
+        let commands0 = device.stats().commands;
+        let mut took = |g: &SampledSubgraph| {
+            let v = g.view();
+            let dst: u64 = (0..v.layer_count())
+                .map(|l| u64::from(v.layer(l).counts.dst_count))
+                .sum();
+            host_ns += hw.host.sampling_ns(dst, g.edge_count());
+            g.checksum()
+        };
+        let (sums, io): (Vec<u64>, IoStats) = match name.as_str() {
+            "agnes" => {
+                let mut s = BlockSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
+                let sums = requests
+                    .iter()
+                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t).map(|g| took(&g)))
+                    .collect::<Result<_, _>>()?;
+                (sums, s.io_stats().clone())
+            }
+            "hyperbatch" => {
+                let mut s = HyperbatchSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
+                let mut sums = Vec::new();
+                for chunk in requests.chunks(a.hyperbatch.max(1)) {
+                    sums.extend(
+                        s.sample_hyperbatch(&a.fanouts, chunk)?
+                            .iter()
+                            .map(&mut took),
+                    );
+                }
+                (sums, s.io_stats().clone())
+            }
+            "isp" => {
+                let before = device.stats();
+                let out = device.sample_many(&a.fanouts, requests, 4)?;
+                let d = device.stats().since(&before);
+                let io = IoStats {
+                    reads: d.ns_submits + d.ns_collects,
+                    bytes_read: d.c2h_bytes,
+                    ..IoStats::default()
+                };
+                let sums = out
+                    .into_iter()
+                    .map(|b| SampledSubgraph::from_bytes(b).map(|g| g.checksum()))
+                    .collect::<Result<_, _>>()?;
+                (sums, io)
+            }
+            other => anyhow::bail!("unknown sampler {other:?}"),
+        };
+        host_ns += (device.stats().commands - commands0) * hw.host.sync_io_ns();
+        let per_mb_ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6 / requests.len() as f64);
+        let pages = pages0
+            .zip(device.device_counters())
+            .map_or("-".into(), |(p0, c)| (c.nand_pages_read - p0).to_string());
+        let (device_ms, host_ms, total_ms) = if modelled {
+            let device_ns = device.now_ns().unwrap_or(0) - t0;
+            (
+                per_mb_ms(device_ns),
+                per_mb_ms(host_ns),
+                per_mb_ms(device_ns + host_ns),
+            )
+        } else {
+            let wall_ns = wall.elapsed().as_nanos() as u64;
+            ("-".into(), "-".into(), per_mb_ms(wall_ns))
+        };
+        println!(
+            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
+            name,
+            io.reads,
+            human_bytes(io.bytes_read),
+            pages,
+            device_ms,
+            host_ms,
+            total_ms
+        );
+        agreement.check(name, sums);
+    }
+    if modelled {
+        println!(
+            "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each NVMe command a synchronous I/O, plus the sampling compute of the subgraphs the host builds); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
+        );
+    } else {
+        println!(
+            "total ms/mb: this machine's wall clock per minibatch, host and device work together"
+        );
+    }
+    Ok(agreement.report())
+}
+
+/// Whether every sampler produced the first one's subgraphs (by checksum, minibatch by
+/// minibatch).
+#[derive(Default)]
+struct Agreement {
+    first: Option<(String, Vec<u64>)>,
+    mismatch: bool,
+}
+
+impl Agreement {
+    /// Compares `name`'s checksums with the first sampler's (or keeps them, if it is first).
+    fn check(&mut self, name: &str, sums: Vec<u64>) {
+        match &self.first {
+            None => self.first = Some((name.to_owned(), sums)),
+            Some((reference, expected)) => {
+                if let Some(b) = (0..expected.len()).find(|&b| expected.get(b) != sums.get(b)) {
+                    eprintln!("error: {name} differs from {reference} on minibatch {b}");
+                    self.mismatch = true;
+                }
+            }
+        }
+    }
+
+    /// Prints the verdict when all agreed; the exit status either way.
+    fn report(&self) -> ExitCode {
+        match &self.first {
+            Some((name, _)) if !self.mismatch => {
+                println!(
+                    "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
+                );
+                ExitCode::SUCCESS
+            }
+            Some(_) => ExitCode::FAILURE,
+            None => ExitCode::SUCCESS,
+        }
+    }
+}
+
+/// The feature half of `sample`: each subgraph's node features gathered from storage into one
+/// buffer per minibatch, with AGNES's or BGL's cache.
+enum Gatherer {
+    Agnes(sagessd_runtime::ooc::features::ThresholdCache),
+    Bgl(sagessd_runtime::ooc::features::FifoCache),
+}
+
+impl Gatherer {
+    fn new(
+        kind: &str,
+        dataset: &sagessd_runtime::dataset::Dataset,
+        a: &SampleArgs,
+        block_bytes: usize,
+    ) -> anyhow::Result<Self> {
+        use sagessd_runtime::ooc::features::{FeatureFile, FifoCache, ThresholdCache};
+        let file = FeatureFile::open(dataset)?;
+        let cache_bytes = a.feature_cache << 20;
+        Ok(match kind {
+            "agnes" => Self::Agnes(ThresholdCache::new(
+                file,
+                cache_bytes,
+                a.feature_threshold,
+                block_bytes,
+            )),
+            "bgl" => Self::Bgl(FifoCache::new(file, cache_bytes)),
+            other => anyhow::bail!("--features {other:?}: agnes, bgl or none"),
+        })
+    }
+
+    /// Gathers the features of `subs` (a minibatch, or a hyperbatch's minibatches): AGNES
+    /// reads a hyperbatch's misses together, each feature block once; BGL gathers minibatch by
+    /// minibatch. Returns the bytes gathered.
+    fn gather(
+        &mut self,
+        subs: &[sagessd_runtime::sampler::SampledSubgraph],
+    ) -> anyhow::Result<u64> {
+        let nodes: Vec<Vec<u64>> = subs
+            .iter()
+            .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
+            .collect();
+        Ok(match self {
+            Self::Agnes(g) => {
+                let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
+                g.gather_many(&lists)?.iter().map(|o| o.len() as u64).sum()
+            }
+            // One minibatch's buffer at a time.
+            Self::Bgl(g) => nodes
+                .iter()
+                .map(|n| g.gather(n).map(|o| o.len() as u64))
+                .sum::<Result<u64, _>>()?,
+        })
+    }
+
+    fn report(&self, a: &SampleArgs, wall_s: f64) {
+        use sagessd_runtime::compare::human_bytes;
+        let stats = match self {
+            Self::Agnes(g) => &g.stats,
+            Self::Bgl(g) => &g.stats,
+        };
+        println!(
+            "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
+            a.features,
+            human_bytes((a.feature_cache as u64) << 20),
+            stats.rows,
+            100.0 * stats.hit_ratio(),
+            stats.io.reads,
+            human_bytes(stats.io.bytes_read),
+            human_bytes(stats.io.bytes_used),
+            wall_s,
+            stats.io.io_wait_ns as f64 / 1e9
+        );
+    }
+}
