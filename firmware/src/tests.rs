@@ -598,6 +598,10 @@ fn a_collect_is_charged_the_subgraph_not_the_buffer() {
         copied[0], copied[1],
         "a 1 MiB buffer costs what an exact one does"
     );
+    let (s, tag) = ns_submit(&mut d, 5, &[4, 2], &[1, 2, 3]);
+    assert!(s.is_success());
+    let (_, need, _) = ns_collect(&mut d, tag, 64);
+    assert_eq!(copied[0], u64::from(need), "the subgraph's bytes");
 }
 
 #[test]

@@ -21,6 +21,56 @@ fn stdout_of(out: &Output) -> String {
     stdout
 }
 
+/// A child process killed (and reaped) however the test ends.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sagessd args`, killed if it runs longer than `limit`.
+fn run_within(args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = Server(
+        Command::new(env!("CARGO_BIN_EXE_sagessd"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running sagessd"),
+    );
+    // Pipes drained as it runs, so a full pipe cannot stall it.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.0.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("waiting") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sagessd {args:?} ran past {limit:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("its stdout"),
+        stderr: stderr.join().expect("its stderr"),
+    }
+}
+
 /// The numbers on the row of `sampler` in a report table (units and `-` skipped).
 fn row(stdout: &str, sampler: &str) -> Vec<f64> {
     let line = stdout
@@ -113,26 +163,29 @@ fn samplers_agree_on_files_and_on_the_device() {
     );
 
     // The same through NVMe/TCP to an emulator in another process: wall-clock time.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sagessd"))
-        .args(["emulator", "serve", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting the emulator");
-    let mut banner = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(server.stdout.take().expect("its stdout")),
-        &mut banner,
-    )
-    .expect("its banner");
-    // "serving ... as NVMe/TCP subsystem NQN on ADDR, virtual time"
-    let words: Vec<&str> = banner.split_whitespace().collect();
-    let at = |w: &str| words.iter().position(|x| *x == w).expect(w) + 1;
-    let uri = format!(
-        "tcp://{}/{}",
-        words[at("on")].trim_end_matches(','),
-        words[at("subsystem")]
+    let mut server = Server(
+        Command::new(env!("CARGO_BIN_EXE_sagessd"))
+            .args(["emulator", "serve", "--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting the emulator"),
     );
-    let remote = sagessd(
+    let stdout = server.0.stdout.take().expect("its stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut banner = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut banner);
+        let _ = tx.send(banner);
+    });
+    let banner = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the emulator's banner within 30 s");
+    // "serving NAME (SOURCE) as NVMe/TCP subsystem NQN on ADDR, virtual time"
+    let (head, tail) = banner.rsplit_once(" on ").expect("an address");
+    let nqn = head.rsplit(' ').next().expect("a subsystem NQN");
+    let addr = tail.split(',').next().expect("an address");
+    let uri = format!("tcp://{addr}/{nqn}");
+    let remote = run_within(
         &[
             &common[..],
             &[
@@ -144,9 +197,9 @@ fn samplers_agree_on_files_and_on_the_device() {
             ],
         ]
         .concat(),
+        std::time::Duration::from_secs(120),
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let remote = stdout_of(&remote);
     assert!(remote.contains("samples identical: yes"), "{remote}");
     assert!(remote.contains("wall clock"), "{remote}");

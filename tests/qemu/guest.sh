@@ -66,7 +66,7 @@ tunnel_demo() { # the same through the tunnel window (plain Writes and Reads): s
 
 sample_on_device() { # AGNES blocks read through the kernel, and ISP, on one device: same samples
     sagessd dataset generate --out /tmp/ds --scale 10 --features 0 >/dev/null
-    sagessd sample --dataset /tmp/ds --on-device --device passthru:/dev/ng0n1 \
+    timeout 120 sagessd sample --dataset /tmp/ds --on-device --device passthru:/dev/ng0n1 \
         --sampler hyperbatch,agnes,isp --batches 4 --batch-size 64 --graph-buffer 1 \
         --block-size 16 | tee /tmp/sample
     grep -q '^samples identical: yes' /tmp/sample

@@ -90,23 +90,28 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    /// In-storage feature gather on the same random graphs, with rows of any size (strides of
-    /// one to many rows per flash page, and rows spanning pages): the subgraph is the
-    /// reference's, with the header's size and feature_row_bytes set, zero padding, and each
-    /// node's stored row after it, in node order.
+    /// In-storage feature gather on the same random graphs, with rows of any size (4 bytes up
+    /// to a whole flash page, strides of many rows per page down to one) and every node's row
+    /// its own: the subgraph is the reference's, with the header's size and feature_row_bytes
+    /// set, zero padding, and each node's stored row after it, in node order.
     #[test]
     fn isp_features_are_the_stored_rows_of_the_reference_nodes(
         (g, requests, row_words, fill) in graph().prop_flat_map(|g| {
             let n = g.node_count();
-            (Just(g), proptest::collection::vec(request(n), 1..3), 1u32..=160, any::<u8>())
+            (Just(g), proptest::collection::vec(request(n), 1..3), 1u32..=512, any::<u64>())
         })
     ) {
         let mut hw = small_config();
-        hw.firmware.max_feature_bytes = 2 << 20;
+        hw.firmware.max_feature_bytes = 4 << 20;
+        assert!(4 * 512 <= hw.nand.page_size_bytes, "the largest row fits a page");
         let row_bytes = 4 * row_words;
         let n = g.node_count() as usize;
-        let rows: Vec<u8> = (0..n * row_bytes as usize)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(fill))
+        // Word w of node v's row: a hash of (v, w, fill), so no two rows are alike.
+        let rows: Vec<u8> = (0..n * row_words as usize)
+            .flat_map(|i| {
+                let h = (i as u64 ^ fill).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                ((h >> 32) as u32).to_le_bytes()
+            })
             .collect();
         let mut device = open(&hw);
         load_graph_with_features(&mut device, &g, &rows, row_bytes, 0).expect("load");

@@ -89,8 +89,13 @@ impl AgnesLayout {
                 format!("{block_bytes} is not a multiple of 4 KiB"),
             ));
         }
-        let csr = super::CsrFiles::open(dataset)
-            .map_err(|e| field_error(dataset.dir(), "indptr", e.to_string()))?;
+        let csr = super::CsrFiles::open(dataset).map_err(|e| match e {
+            // Its messages name the file at fault.
+            crate::sampler::SamplerError::GraphCorrupt(why) => {
+                field_error(dataset.dir(), "CSR files", why)
+            }
+            other => field_error(dataset.dir(), "CSR files", other.to_string()),
+        })?;
         fs::create_dir_all(dir).map_err(|source| DatasetError::Io {
             path: dir.to_owned(),
             source,
@@ -123,7 +128,7 @@ impl AgnesLayout {
             let room = b - at % b;
             if len > room && !at.is_multiple_of(b) {
                 // Start the object on the next block (pad the rest of this one).
-                out.write_all(&vec![0u8; room as usize])
+                std::io::copy(&mut std::io::repeat(0).take(room), &mut out)
                     .map_err(io(&blocks_path))?;
                 at += room;
             }
@@ -136,10 +141,16 @@ impl AgnesLayout {
                     .map_err(io(&csr.path))?;
                 let id = u64::from_le_bytes(element);
                 if id >= n || id > u64::from(u32::MAX) {
+                    // As the file's signed type reads it.
+                    let shown = if width == 4 {
+                        i64::from(id as u32 as i32)
+                    } else {
+                        id as i64
+                    };
                     return Err(field_error(
                         &csr.path,
                         format!("entry {}", csr.indptr[v as usize] + k),
-                        format!("{id} is not a node id (the layout holds 4-byte ids below {n})"),
+                        format!("{shown} is not a node id (the layout holds 4-byte ids below {n})"),
                     ));
                 }
                 out.write_all(&(id as u32).to_le_bytes())
@@ -148,7 +159,7 @@ impl AgnesLayout {
             at += len;
         }
         let block_count = at.div_ceil(b).max(1);
-        out.write_all(&vec![0u8; (block_count * b - at) as usize])
+        std::io::copy(&mut std::io::repeat(0).take(block_count * b - at), &mut out)
             .map_err(io(&blocks_path))?;
         out.flush().map_err(io(&blocks_path))?;
         let mut index = NpyWriter::create(&dir.join("index.npy"), Dtype::I64, &[n, 2])?;

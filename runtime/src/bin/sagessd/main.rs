@@ -70,7 +70,8 @@ enum Command {
     /// more samplers, and print each one's storage I/O (reads, sizes, bytes read vs used,
     /// graph-buffer hits, system calls), wall-clock time split into I/O wait and compute, and
     /// peak memory; every subgraph is checked against the first sampler's. With --on-device,
-    /// on an emulated SSD in modelled time.
+    /// on an NVMe device: the in-process emulator in modelled time, or any other by the wall
+    /// clock.
     Sample(sample::SampleArgs),
 }
 
