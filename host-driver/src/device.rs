@@ -672,8 +672,40 @@ impl<T: Transport> Device<T> {
                 .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
                 .collect();
         }
+        self.run_jobs_or_abandon(fanouts, requests, depth, false)
+    }
+
+    /// [`Self::sample_many`] with each job also gathering its nodes' features
+    /// ([`Self::sample_with_features`]); not through the tunnel.
+    pub fn sample_many_with_features(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        depth: usize,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
+        if self.attached.and_then(|g| g.features).is_none() {
+            return Err(DriverError::InvalidArgument(
+                "the attached graph has no feature region".into(),
+            ));
+        }
+        if self.use_tunnel {
+            return Err(DriverError::InvalidArgument(
+                "feature gather goes through vendor commands, not the tunnel".into(),
+            ));
+        }
+        self.run_jobs_or_abandon(fanouts, requests, depth.max(1), true)
+    }
+
+    /// [`Self::run_jobs`], discarding the device's jobs if it fails.
+    fn run_jobs_or_abandon(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        depth: usize,
+        features: bool,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
         let mut stages = BTreeMap::new();
-        let result = self.run_jobs(fanouts, requests, depth, &mut stages);
+        let result = self.run_jobs(fanouts, requests, depth, features, &mut stages);
         if result.is_err() {
             self.abandon_jobs(stages);
         }
@@ -686,6 +718,7 @@ impl<T: Transport> Device<T> {
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
         mut depth: usize,
+        features: bool,
         stages: &mut BTreeMap<u16, (usize, JobStage)>,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
@@ -698,7 +731,10 @@ impl<T: Transport> Device<T> {
                 && let Some(i) = waiting.pop_front()
             {
                 let (seed, targets) = &requests[i];
-                let (submit, config) = ns::ns_submit(*seed, fanouts, targets)?;
+                let (submit, mut config) = ns::ns_submit(*seed, fanouts, targets)?;
+                if features {
+                    sagessd_abi::ns_config::request_features(&mut config);
+                }
                 let cid = self.submit(IO_QUEUE, submit, config)?;
                 stages.insert(cid, (i, JobStage::Submitting));
             }

@@ -77,6 +77,26 @@ impl SampledSubgraph {
         Ok(Self { bytes })
     }
 
+    /// Splits a subgraph that carries a feature section (in-storage feature gather) into the
+    /// plain subgraph, byte for byte what a sampler without features produces, and its
+    /// feature rows (in node order).
+    pub fn split_features(mut bytes: Vec<u8>) -> Result<(Self, Vec<u8>), SamplerError> {
+        let (features, counts, seed) = {
+            let view = SubgraphView::parse(&bytes).map_err(SamplerError::Subgraph)?;
+            let counts: Vec<LayerCounts> = (0..view.layer_count())
+                .map(|l| view.layer(l).counts)
+                .collect();
+            (view.features().to_vec(), counts, view.seed())
+        };
+        let inconsistent = || SamplerError::Subgraph(SubgraphError::Inconsistent("layout"));
+        let layout = SubgraphLayout::new(&counts).ok_or_else(inconsistent)?;
+        bytes.truncate(layout.total_size_bytes());
+        layout
+            .write_head(seed, &mut bytes)
+            .ok_or_else(inconsistent)?;
+        Ok((Self::from_bytes(bytes)?, features))
+    }
+
     /// The subgraph's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes

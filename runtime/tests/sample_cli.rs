@@ -194,6 +194,9 @@ fn samplers_agree_on_files_and_on_the_device() {
                 &uri,
                 "--sampler",
                 "hyperbatch,isp",
+                // The served emulator's firmware has no feature buffer.
+                "--features",
+                "none",
             ],
         ]
         .concat(),
@@ -210,6 +213,8 @@ fn samplers_agree_on_files_and_on_the_device() {
         3,
         "reads, bytes, total: {remote}"
     );
+    // In process, the features came along: the host's gathers and the device's agree.
+    assert!(device.contains("feature bytes:"), "{device}");
 
     let bad = sagessd(&[&common[..], &["--sampler", "psychic"]].concat());
     assert!(!bad.status.success());

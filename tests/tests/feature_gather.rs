@@ -7,7 +7,7 @@ use sagessd_abi::subgraph::SubgraphView;
 use sagessd_host_driver::DriverError;
 use sagessd_runtime::load::{load_graph, load_graph_with_features};
 use sagessd_runtime::rmat::{RmatParams, generate};
-use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
+use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 use sagessd_tests::{open, small_config};
 
 #[test]
@@ -41,10 +41,15 @@ fn the_device_gathers_the_same_features_as_the_host() {
             .collect();
         assert_eq!(view.features(), &expected[..]);
         // The sampling itself is unchanged.
-        let plain = reference
+        let reference_subgraph = reference
             .sample(seed, &[5, 3], &targets)
             .expect("reference");
-        let plain = plain.view();
+        // Split apart, they are the plain subgraph and the rows, byte for byte.
+        let (split, split_rows) =
+            SampledSubgraph::split_features(got.clone()).expect("split features");
+        assert_eq!(split, reference_subgraph);
+        assert_eq!(split_rows, expected);
+        let plain = reference_subgraph.view();
         assert_eq!(view.nodes(), plain.nodes());
         for l in 0..2 {
             assert_eq!(view.layer(l).indices, plain.layer(l).indices);

@@ -509,6 +509,26 @@ pub trait BlockDevice {
     fn lba_bytes(&self) -> u64;
 }
 
+/// A device several readers share in turn (a block sampler and a feature gatherer): each read
+/// borrows it for that read only.
+pub struct SharedDevice<'a, D>(pub &'a std::cell::RefCell<D>);
+
+impl<D> std::fmt::Debug for SharedDevice<'_, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedDevice")
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for SharedDevice<'_, D> {
+    fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
+        self.0.borrow_mut().read_lbas(slba, block_count)
+    }
+
+    fn lba_bytes(&self) -> u64 {
+        self.0.borrow().lba_bytes()
+    }
+}
+
 impl<T: sagessd_host_driver::Transport> BlockDevice for sagessd_host_driver::Device<T> {
     fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
         Ok(self.read(slba, block_count)?)

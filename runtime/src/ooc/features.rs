@@ -20,23 +20,69 @@ use crate::rng::SplitMix64;
 use crate::sampler::SamplerError;
 
 use super::IoStats;
+use super::agnes::BlockDevice;
 use super::file::{ALIGN_BYTES, AlignedBuf, DataFile};
 
 /// Most feature values per node accepted (a row of 1 MiB as float32).
 const MAX_FEATURE_DIM: u64 = 1 << 18;
 
-/// Where the rows are: `features.npy` on storage.
+/// Where the rows are: `features.npy` on storage, or a feature region on an NVMe device.
 #[derive(Debug)]
-pub struct FeatureFile {
-    file: DataFile,
-    data_offset: u64,
+pub struct FeatureFile<'d> {
+    store: RowStore<'d>,
     /// Bytes of one node's row.
     pub row_bytes: usize,
     /// Node count.
     pub rows: u64,
 }
 
-impl FeatureFile {
+/// The storage behind a [`FeatureFile`].
+enum RowStore<'d> {
+    /// Rows packed back to back after the `.npy` header.
+    File { file: DataFile, data_offset: u64 },
+    /// Rows at a power-of-two stride from LBA `slba` (the layout the firmware gathers from:
+    /// [`sagessd_runtime::load::load_graph_with_features`](crate::load::load_graph_with_features)).
+    Device {
+        device: &'d mut dyn BlockDevice,
+        slba: u64,
+    },
+}
+
+impl std::fmt::Debug for RowStore<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File { file, .. } => f.debug_tuple("File").field(file).finish(),
+            Self::Device { slba, .. } => f.debug_struct("Device").field("slba", slba).finish(),
+        }
+    }
+}
+
+/// Rows read in one I/O: `count` rows from the first one read, `stride` bytes apart.
+struct Rows {
+    bytes: RowBytes,
+    at: usize,
+    stride: usize,
+    row_bytes: usize,
+}
+
+/// The buffer a read filled.
+enum RowBytes {
+    Aligned(AlignedBuf),
+    Plain(Vec<u8>),
+}
+
+impl Rows {
+    /// Row `k` of the read.
+    fn row(&self, k: usize) -> &[u8] {
+        let bytes = match &self.bytes {
+            RowBytes::Aligned(b) => b.bytes(),
+            RowBytes::Plain(v) => v.as_slice(),
+        };
+        &bytes[self.at + k * self.stride..][..self.row_bytes]
+    }
+}
+
+impl FeatureFile<'static> {
     /// Opens `dataset`'s features (O_DIRECT when allowed).
     pub fn open(dataset: &Dataset) -> Result<Self, SamplerError> {
         let entry =
@@ -68,26 +114,90 @@ impl FeatureFile {
             return Err(bad("shorter than its header says".into()));
         }
         Ok(Self {
-            file: super::direct::open_data(&path)?,
-            data_offset: h.data_offset,
+            store: RowStore::File {
+                file: super::direct::open_data(&path)?,
+                data_offset: h.data_offset,
+            },
             row_bytes,
             rows,
         })
     }
+}
 
-    /// Reads rows `first..first + count` (one I/O): the buffer read, and where the rows start
-    /// in it.
+impl<'d> FeatureFile<'d> {
+    /// The feature region `region` (`rows` rows) of a graph on `device`, as
+    /// [`crate::load::load_graph_with_features`] wrote it.
+    pub fn on_device(
+        device: &'d mut dyn BlockDevice,
+        region: &sagessd_abi::graph::FeatureRegion,
+        rows: u64,
+    ) -> Result<Self, SamplerError> {
+        let stride = region.stride_bytes();
+        let need = rows
+            .checked_mul(stride)
+            .ok_or_else(|| SamplerError::InvalidRequest("feature region too large".into()))?;
+        if region.range.block_count.saturating_mul(device.lba_bytes()) < need {
+            return Err(SamplerError::InvalidRequest(format!(
+                "a feature region of {} LBAs holds no {rows} rows of stride {stride}",
+                region.range.block_count
+            )));
+        }
+        Ok(Self {
+            store: RowStore::Device {
+                device,
+                slba: region.range.slba,
+            },
+            row_bytes: region.row_bytes as usize,
+            rows,
+        })
+    }
+
+    /// Bytes from one row's start to the next's in the store.
+    fn stride_bytes(&self) -> usize {
+        match &self.store {
+            RowStore::File { .. } => self.row_bytes,
+            RowStore::Device { .. } => self.row_bytes.next_power_of_two(),
+        }
+    }
+
+    /// Reads rows `first..first + count` (one I/O).
     fn read_rows(
-        &self,
+        &mut self,
         first: u64,
         count: u64,
         io: &mut IoStats,
-    ) -> Result<(AlignedBuf, usize), SamplerError> {
-        let start = self.data_offset + first * self.row_bytes as u64;
-        let len = count as usize * self.row_bytes;
-        self.file
-            .read_covering(start, len, io)
-            .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))
+    ) -> Result<Rows, SamplerError> {
+        let stride = self.stride_bytes();
+        let row_bytes = self.row_bytes;
+        let len = (count.max(1) as usize - 1) * stride + row_bytes;
+        match &mut self.store {
+            RowStore::File { file, data_offset } => {
+                let start = *data_offset + first * stride as u64;
+                let (buf, at) = file
+                    .read_covering(start, len, io)
+                    .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+                Ok(Rows {
+                    bytes: RowBytes::Aligned(buf),
+                    at,
+                    stride,
+                    row_bytes,
+                })
+            }
+            RowStore::Device { device, slba } => {
+                let lba = device.lba_bytes();
+                let start = first * stride as u64;
+                let (first_lba, end_lba) = (start / lba, (start + len as u64).div_ceil(lba));
+                let bytes =
+                    io.timed(|| device.read_lbas(*slba + first_lba, end_lba - first_lba))?;
+                io.record(bytes.len(), 0);
+                Ok(Rows {
+                    bytes: RowBytes::Plain(bytes),
+                    at: (start - first_lba * lba) as usize,
+                    stride,
+                    row_bytes,
+                })
+            }
+        }
     }
 }
 
@@ -170,8 +280,8 @@ impl GatherStats {
 
 /// AGNES's access-count-threshold cache and block-wise reads.
 #[derive(Debug)]
-pub struct ThresholdCache {
-    features: FeatureFile,
+pub struct ThresholdCache<'d> {
+    features: FeatureFile<'d>,
     threshold: u32,
     block_rows: u64,
     counts: Vec<u32>,
@@ -180,18 +290,18 @@ pub struct ThresholdCache {
     pub stats: GatherStats,
 }
 
-impl ThresholdCache {
+impl<'d> ThresholdCache<'d> {
     /// A gatherer over `features` with a cache of `cache_bytes`, caching a node after
     /// `threshold` accesses, reading misses in blocks of `block_bytes`.
     pub fn new(
-        features: FeatureFile,
+        features: FeatureFile<'d>,
         cache_bytes: usize,
         threshold: u32,
         block_bytes: usize,
     ) -> Self {
         let row = features.row_bytes.max(1);
         Self {
-            block_rows: (block_bytes / row).max(1) as u64,
+            block_rows: (block_bytes / features.stride_bytes().max(1)).max(1) as u64,
             counts: vec![0; features.rows as usize],
             threshold: threshold.max(1),
             cached: RowSlab::new(row, cache_bytes / row),
@@ -235,11 +345,10 @@ impl ThresholdCache {
             let block = missing[k].0 / self.block_rows;
             let first = block * self.block_rows;
             let count = self.block_rows.min(self.features.rows - first);
-            let (buf, at) = self.features.read_rows(first, count, &mut self.stats.io)?;
-            let bytes = &buf.bytes()[at..];
+            let rows = self.features.read_rows(first, count, &mut self.stats.io)?;
             while k < missing.len() && missing[k].0 / self.block_rows == block {
                 let (v, b, i) = missing[k];
-                let r = &bytes[(v - first) as usize * row..][..row];
+                let r = rows.row((v - first) as usize);
                 outs[b][i * row..(i + 1) * row].copy_from_slice(r);
                 self.stats.io.bytes_used += row as u64;
                 if self.counts[v as usize] >= self.threshold {
@@ -254,17 +363,17 @@ impl ThresholdCache {
 
 /// BGL's FIFO feature cache and row reads.
 #[derive(Debug)]
-pub struct FifoCache {
-    features: FeatureFile,
+pub struct FifoCache<'d> {
+    features: FeatureFile<'d>,
     cached: RowSlab,
     order: VecDeque<u64>,
     /// What it did.
     pub stats: GatherStats,
 }
 
-impl FifoCache {
+impl<'d> FifoCache<'d> {
     /// A gatherer over `features` with a FIFO cache of `cache_bytes`.
-    pub fn new(features: FeatureFile, cache_bytes: usize) -> Self {
+    pub fn new(features: FeatureFile<'d>, cache_bytes: usize) -> Self {
         let row = features.row_bytes.max(1);
         Self {
             cached: RowSlab::new(row, cache_bytes / row),
@@ -296,7 +405,7 @@ impl FifoCache {
         }
         missing.sort_unstable();
         // Rows in the same or adjacent sectors are one read.
-        let sector_rows = (ALIGN_BYTES / row.max(1)).max(1) as u64;
+        let sector_rows = (ALIGN_BYTES / self.features.stride_bytes().max(1)).max(1) as u64;
         let mut k = 0;
         while k < missing.len() {
             let first = missing[k].0;
@@ -306,12 +415,11 @@ impl FifoCache {
                 last = missing[j].0;
                 j += 1;
             }
-            let (buf, at) = self
+            let rows = self
                 .features
                 .read_rows(first, last - first + 1, &mut self.stats.io)?;
-            let bytes = &buf.bytes()[at..];
             for &(v, i) in &missing[k..j] {
-                let r = &bytes[(v - first) as usize * row..][..row];
+                let r = rows.row((v - first) as usize);
                 out[i * row..(i + 1) * row].copy_from_slice(r);
                 self.stats.io.bytes_used += row as u64;
                 self.insert(v, r);

@@ -22,7 +22,7 @@ pub mod features;
 pub mod file;
 pub mod mmap;
 
-pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};
+pub use agnes::{AgnesLayout, BlockDevice, BlockSampler, HyperbatchSampler, SharedDevice};
 pub use direct::DirectSampler;
 pub use mmap::MmapSampler;
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 use sagessd_host_driver::DeviceUri;
 
@@ -202,7 +203,11 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             println!("features: the dataset has none");
             None
         }
-        kind => Some(Gatherer::new(kind, &dataset, &a, block_bytes)?),
+        _ => Some(Gatherer::new(
+            sagessd_runtime::ooc::features::FeatureFile::open(&dataset)?,
+            &a,
+            block_bytes,
+        )?),
     };
     println!(
         "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}",
@@ -233,7 +238,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             let mut with = "";
             if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
                 let t = std::time::Instant::now();
-                bytes += g.gather(&subs)?;
+                bytes += g.gather(&subs)?.0;
                 gather_s += t.elapsed().as_secs_f64();
                 with = " and their features";
             }
@@ -356,7 +361,8 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 /// `sample --on-device`: the samplers against an NVMe device, in modelled time on an emulated
-/// one.
+/// one. With features, the device holds them too: the host samplers gather them from there with
+/// the `--features` cache, and ISP gathers them in storage.
 fn run_sample_on_device(
     a: &SampleArgs,
     samplers: &[String],
@@ -366,31 +372,74 @@ fn run_sample_on_device(
     buffer_bytes: usize,
 ) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::compare::human_bytes;
-    use sagessd_runtime::ooc::{AgnesLayout, BlockSampler, HyperbatchSampler, IoStats};
-    use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
-    let hw = load_hw(a.config.as_ref())?;
+    use sagessd_runtime::ooc::features::FeatureFile;
+    use sagessd_runtime::ooc::{
+        AgnesLayout, BlockSampler, HyperbatchSampler, IoStats, SharedDevice,
+    };
+    use sagessd_runtime::sampler::{FNV_OFFSET, SampledSubgraph, Sampler, fnv1a};
+    let mut hw = load_hw(a.config.as_ref())?;
+    let features = match a.features.as_str() {
+        "none" => None,
+        _ if dataset.manifest.features.is_none() => {
+            println!("features: the dataset has none");
+            None
+        }
+        _ => Some(feature_rows(dataset)?),
+    };
+    let n = dataset.manifest.node_count;
+    if let Some((_, row_bytes)) = &features
+        && hw.firmware.max_feature_bytes == 0
+    {
+        // The emulated firmware's per-slot feature buffer: room for the largest subgraph.
+        let rows = n.min(u64::from(hw.firmware.max_subgraph_nodes));
+        hw.firmware.max_feature_bytes =
+            u32::try_from(rows * u64::from(*row_bytes)).unwrap_or(u32::MAX);
+    }
     let graph = dataset.graph()?;
     let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
     let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
-    let desc = sagessd_runtime::load::load_graph(&mut device, &graph, 0)?;
+    let desc = match &features {
+        Some((rows, row_bytes)) => sagessd_runtime::load::load_graph_with_features(
+            &mut device,
+            &graph,
+            rows,
+            *row_bytes,
+            0,
+        )?,
+        None => sagessd_runtime::load::load_graph(&mut device, &graph, 0)?,
+    };
+    drop(graph);
+    drop(features);
     let lba = u64::from(device.info().block_size_bytes);
     let align = (block_bytes as u64 / lba).max(1);
-    let slba = (desc.indices.slba + desc.indices.block_count).next_multiple_of(align);
+    let end = desc
+        .features
+        .map_or(desc.indices.slba + desc.indices.block_count, |f| {
+            f.range.slba + f.range.block_count
+        });
+    let slba = end.next_multiple_of(align);
     layout.write_to_device(&mut device, slba)?;
-    drop(graph);
     // Each sampler starts with the device's caches dropped, where the transport can.
     let cold = device.transport_mut().drop_caches();
     // An emulator models time; a real device (or a remote target) is timed by the wall clock,
     // host and device work together.
     let modelled = device.now_ns().is_some();
     println!(
-        "on {}: CSR at LBA 0, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}{}",
+        "on {}: CSR at LBA 0{}, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}{}",
         match a.device.endpoint {
             sagessd_host_driver::Endpoint::Local => {
                 format!("{} ({})", hw.device.name, hw_source(a.config.as_ref()))
             }
             _ => format!("{} (model {:?})", a.device, device.info().model),
         },
+        desc.features.map_or(String::new(), |f| format!(
+            ", features at LBA {} ({} bytes a row; {} cache {}; in storage, a {} buffer per job)",
+            f.range.slba,
+            f.row_bytes,
+            a.features,
+            human_bytes((a.feature_cache as u64) << 20),
+            human_bytes(u64::from(hw.firmware.max_feature_bytes)),
+        )),
         layout.manifest.block_count,
         human_bytes(layout.manifest.block_bytes),
         human_bytes(buffer_bytes as u64),
@@ -401,74 +450,123 @@ fn run_sample_on_device(
         }
     );
     println!(
-        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
-        "sampler", "reads", "bytes read", "NAND pages", "device ms/mb", "host ms/mb", "total ms/mb"
+        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}",
+        "sampler",
+        "reads",
+        "bytes read",
+        "NAND pages",
+        "feature bytes",
+        "feat reads",
+        "device ms/mb",
+        "host ms/mb",
+        "total ms/mb"
     );
+    let device = std::cell::RefCell::new(device);
+    let region = desc.features;
     let mut agreement = Agreement::default();
     for name in samplers {
-        device.transport_mut().drop_caches();
-        let t0 = device.now_ns().unwrap_or(0);
+        device.borrow_mut().transport_mut().drop_caches();
+        let t0 = device.borrow().now_ns().unwrap_or(0);
         let wall = std::time::Instant::now();
-        let pages0 = device.device_counters().map(|c| c.nand_pages_read);
+        let pages0 = device.borrow().device_counters().map(|c| c.nand_pages_read);
+        let commands0 = device.borrow().stats().commands;
         // The host's own work, modelled with the [host] costs: each NVMe command a synchronous
         // I/O (a block larger than MDTS takes several), and the sampling compute of each
         // subgraph a host sampler built.
         let mut host_ns = 0u64;
-        let commands0 = device.stats().commands;
-        let mut took = |g: &SampledSubgraph| {
-            let v = g.view();
-            let dst: u64 = (0..v.layer_count())
-                .map(|l| u64::from(v.layer(l).counts.dst_count))
-                .sum();
-            host_ns += hw.host.sampling_ns(dst, g.edge_count());
-            g.checksum()
+        let mut feature_bytes = 0u64;
+        // Each minibatch's checksum: its subgraph's, folded with its features' when gathered.
+        let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
+        let mut fold = |sub: &SampledSubgraph, rows: Option<u64>| {
+            sums.push(rows.map_or(sub.checksum(), |r| fnv1a(sub.checksum(), &r.to_le_bytes())));
         };
-        let (sums, io): (Vec<u64>, IoStats) = match name.as_str() {
+        let mut host_built =
+            |subs: &[SampledSubgraph], gatherer: &mut Option<Gatherer<'_>>| -> anyhow::Result<()> {
+                let rows = match gatherer {
+                    Some(g) => {
+                        let (bytes, sums) = g.gather(subs)?;
+                        feature_bytes += bytes;
+                        sums.into_iter().map(Some).collect()
+                    }
+                    None => vec![None; subs.len()],
+                };
+                for (sub, r) in subs.iter().zip(rows) {
+                    let v = sub.view();
+                    let dst: u64 = (0..v.layer_count())
+                        .map(|l| u64::from(v.layer(l).counts.dst_count))
+                        .sum();
+                    host_ns += hw.host.sampling_ns(dst, sub.edge_count());
+                    fold(sub, r);
+                }
+                Ok(())
+            };
+        let mut block_device = SharedDevice(&device);
+        let mut feature_device = SharedDevice(&device);
+        let mut gatherer = region
+            .map(|r| -> anyhow::Result<Gatherer<'_>> {
+                Gatherer::new(
+                    FeatureFile::on_device(&mut feature_device, &r, n)?,
+                    a,
+                    block_bytes,
+                )
+            })
+            .transpose()?;
+        let io: IoStats = match name.as_str() {
             "agnes" => {
-                let mut s = BlockSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
-                let sums = requests
-                    .iter()
-                    .map(|(seed, t)| s.sample(*seed, &a.fanouts, t).map(|g| took(&g)))
-                    .collect::<Result<_, _>>()?;
-                (sums, s.io_stats().clone())
+                let mut s =
+                    BlockSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
+                for (seed, t) in requests {
+                    host_built(&[s.sample(*seed, &a.fanouts, t)?], &mut gatherer)?;
+                }
+                s.io_stats().clone()
             }
             "hyperbatch" => {
-                let mut s = HyperbatchSampler::on_device(&layout, buffer_bytes, &mut device, slba)?;
-                let mut sums = Vec::new();
+                let mut s =
+                    HyperbatchSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
-                    sums.extend(
-                        s.sample_hyperbatch(&a.fanouts, chunk)?
-                            .iter()
-                            .map(&mut took),
-                    );
+                    host_built(&s.sample_hyperbatch(&a.fanouts, chunk)?, &mut gatherer)?;
                 }
-                (sums, s.io_stats().clone())
+                s.io_stats().clone()
             }
             "isp" => {
-                let before = device.stats();
-                let out = device.sample_many(&a.fanouts, requests, 4)?;
-                let d = device.stats().since(&before);
-                // Its NVMe commands (NS_SUBMIT/NS_COLLECT, or Writes and Reads through the tunnel).
-                let io = IoStats {
-                    reads: d.commands,
-                    bytes_read: d.c2h_bytes,
-                    ..IoStats::default()
+                let mut d = device.borrow_mut();
+                let before = d.stats();
+                let out = if region.is_some() {
+                    d.sample_many_with_features(&a.fanouts, requests, 4)
+                        .context(
+                            "in-storage feature gather: has the device's firmware a feature buffer ([firmware] max_feature_bytes in its hardware description, sagessd_config.max_feature_bytes on a board)? --features none samples without features",
+                        )?
+                } else {
+                    d.sample_many(&a.fanouts, requests, 4)?
                 };
-                let sums = out
-                    .into_iter()
-                    .map(|b| SampledSubgraph::from_bytes(b).map(|g| g.checksum()))
-                    .collect::<Result<_, _>>()?;
-                (sums, io)
+                let delta = d.stats().since(&before);
+                drop(d);
+                for bytes in out {
+                    if region.is_some() {
+                        let (sub, rows) = SampledSubgraph::split_features(bytes)?;
+                        feature_bytes += rows.len() as u64;
+                        fold(&sub, Some(fnv1a(FNV_OFFSET, &rows)));
+                    } else {
+                        fold(&SampledSubgraph::from_bytes(bytes)?, None);
+                    }
+                }
+                // Its NVMe commands (NS_SUBMIT/NS_COLLECT, or Writes and Reads through the tunnel).
+                IoStats {
+                    reads: delta.commands,
+                    bytes_read: delta.c2h_bytes,
+                    ..IoStats::default()
+                }
             }
             other => anyhow::bail!("unknown sampler {other:?}"),
         };
-        host_ns += (device.stats().commands - commands0) * hw.host.sync_io_ns();
+        let d = device.borrow();
+        host_ns += (d.stats().commands - commands0) * hw.host.sync_io_ns();
         let per_mb_ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6 / requests.len() as f64);
         let pages = pages0
-            .zip(device.device_counters())
+            .zip(d.device_counters())
             .map_or("-".into(), |(p0, c)| (c.nand_pages_read - p0).to_string());
         let (device_ms, host_ms, total_ms) = if modelled {
-            let device_ns = device.now_ns().unwrap_or(0) - t0;
+            let device_ns = d.now_ns().unwrap_or(0) - t0;
             (
                 per_mb_ms(device_ns),
                 per_mb_ms(host_ns),
@@ -478,12 +576,23 @@ fn run_sample_on_device(
             let wall_ns = wall.elapsed().as_nanos() as u64;
             ("-".into(), "-".into(), per_mb_ms(wall_ns))
         };
+        // The host's feature reads (ISP's come within its own commands).
+        let feature_reads = gatherer
+            .as_ref()
+            .filter(|_| name != "isp")
+            .map_or("-".into(), |g| g.stats().io.reads.to_string());
         println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>12} {:>13}",
+            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}",
             name,
             io.reads,
             human_bytes(io.bytes_read),
             pages,
+            if region.is_some() {
+                human_bytes(feature_bytes)
+            } else {
+                "-".into()
+            },
+            feature_reads,
             device_ms,
             host_ms,
             total_ms
@@ -492,14 +601,43 @@ fn run_sample_on_device(
     }
     if modelled {
         println!(
-            "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each NVMe command a synchronous I/O, plus the sampling compute of the subgraphs the host builds); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
+            "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each NVMe command a synchronous I/O, plus the sampling compute of the subgraphs the host builds; copying feature rows is not charged); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
         );
     } else {
         println!(
             "total ms/mb: this machine's wall clock per minibatch, host and device work together (an emulator behind the URI times nothing real unless served with --pace)"
         );
     }
+    if region.is_some() {
+        println!(
+            "feature bytes: the rows gathered for the subgraphs' nodes (host samplers read them through their cache; ISP's come back with the subgraph); samples are compared with their features"
+        );
+    }
     Ok(agreement.report())
+}
+
+/// The dataset's feature rows as stored (f32 or f16, row after row) and the bytes of one row.
+fn feature_rows(dataset: &sagessd_runtime::dataset::Dataset) -> anyhow::Result<(Vec<u8>, u32)> {
+    use sagessd_runtime::npy;
+    let entry = dataset
+        .manifest
+        .features
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the dataset has no features"))?;
+    let path = dataset.dir().join(&entry.file);
+    let header = npy::read_header(&path)?;
+    let (shape, rows) = npy::read_raw(&path, header.dtype, 2)?;
+    let row_bytes = rows.len() as u64 / shape[0].max(1);
+    anyhow::ensure!(
+        shape[0] == dataset.manifest.node_count && row_bytes > 0,
+        "{}: {} rows for {} nodes",
+        path.display(),
+        shape[0],
+        dataset.manifest.node_count
+    );
+    let row_bytes = u32::try_from(row_bytes)
+        .map_err(|_| anyhow::anyhow!("{}: rows of {row_bytes} bytes", path.display()))?;
+    Ok((rows, row_bytes))
 }
 
 /// Whether every sampler produced the first one's subgraphs (by checksum, minibatch by
@@ -548,67 +686,80 @@ impl Agreement {
 
 /// The feature half of `sample`: each subgraph's node features gathered from storage into one
 /// buffer per minibatch, with AGNES's or BGL's cache.
-enum Gatherer {
+enum Gatherer<'d> {
     /// AGNES: access-count-threshold cache, block reads, a hyperbatch's misses read together.
-    Agnes(sagessd_runtime::ooc::features::ThresholdCache),
+    Agnes(sagessd_runtime::ooc::features::ThresholdCache<'d>),
     /// BGL: FIFO cache, row reads.
-    Bgl(sagessd_runtime::ooc::features::FifoCache),
+    Bgl(sagessd_runtime::ooc::features::FifoCache<'d>),
 }
 
-impl Gatherer {
-    /// The gatherer `--features` names, with the cache and block size the flags give.
+impl<'d> Gatherer<'d> {
+    /// The gatherer `--features` names over `rows`, with the cache and block size the flags
+    /// give.
     fn new(
-        kind: &str,
-        dataset: &sagessd_runtime::dataset::Dataset,
+        rows: sagessd_runtime::ooc::features::FeatureFile<'d>,
         a: &SampleArgs,
         block_bytes: usize,
     ) -> anyhow::Result<Self> {
-        use sagessd_runtime::ooc::features::{FeatureFile, FifoCache, ThresholdCache};
-        let file = FeatureFile::open(dataset)?;
+        use sagessd_runtime::ooc::features::{FifoCache, ThresholdCache};
         let cache_bytes = a.feature_cache << 20;
-        Ok(match kind {
+        Ok(match a.features.as_str() {
             "agnes" => Self::Agnes(ThresholdCache::new(
-                file,
+                rows,
                 cache_bytes,
                 a.feature_threshold,
                 block_bytes,
             )),
-            "bgl" => Self::Bgl(FifoCache::new(file, cache_bytes)),
+            "bgl" => Self::Bgl(FifoCache::new(rows, cache_bytes)),
             other => anyhow::bail!("--features {other:?}: agnes, bgl or none"),
         })
     }
 
     /// Gathers the features of `subs` (a minibatch, or a hyperbatch's minibatches): AGNES
     /// reads a hyperbatch's misses together, each feature block once; BGL gathers minibatch by
-    /// minibatch. Returns the bytes gathered.
+    /// minibatch. Returns the bytes gathered and each minibatch's rows' FNV-1a checksum.
     fn gather(
         &mut self,
         subs: &[sagessd_runtime::sampler::SampledSubgraph],
-    ) -> anyhow::Result<u64> {
+    ) -> anyhow::Result<(u64, Vec<u64>)> {
+        use sagessd_runtime::sampler::{FNV_OFFSET, fnv1a};
         let nodes: Vec<Vec<u64>> = subs
             .iter()
             .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
             .collect();
-        Ok(match self {
+        let mut bytes = 0;
+        let mut sums = Vec::with_capacity(subs.len());
+        let mut take = |rows: &[u8]| {
+            bytes += rows.len() as u64;
+            sums.push(fnv1a(FNV_OFFSET, rows));
+        };
+        match self {
             Self::Agnes(g) => {
                 let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
-                g.gather_many(&lists)?.iter().map(|o| o.len() as u64).sum()
+                g.gather_many(&lists)?.iter().for_each(|o| take(o));
             }
             // One minibatch's buffer at a time.
-            Self::Bgl(g) => nodes
-                .iter()
-                .map(|n| g.gather(n).map(|o| o.len() as u64))
-                .sum::<Result<u64, _>>()?,
-        })
+            Self::Bgl(g) => {
+                for n in &nodes {
+                    take(&g.gather(n)?);
+                }
+            }
+        }
+        Ok((bytes, sums))
+    }
+
+    /// What the gathering did.
+    fn stats(&self) -> &sagessd_runtime::ooc::features::GatherStats {
+        match self {
+            Self::Agnes(g) => &g.stats,
+            Self::Bgl(g) => &g.stats,
+        }
     }
 
     /// Prints what the gathering did (rows, cache hits, I/O) and its time.
     fn report(&self, a: &SampleArgs, wall_s: f64) {
         use sagessd_runtime::compare::human_bytes;
-        let stats = match self {
-            Self::Agnes(g) => &g.stats,
-            Self::Bgl(g) => &g.stats,
-        };
+        let stats = self.stats();
         println!(
             "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
             a.features,
