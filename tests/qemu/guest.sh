@@ -10,6 +10,7 @@ NQN=nqn.2026-11.io.sagessd:emulator
 
 start_emulator() { # in the background; check runs it in a subshell, hence the PID file
     sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" --image /tmp/flash.img \
+        --feature-buffer 1024 \
         >>/tmp/emulator.log 2>&1 &
     echo $! >/tmp/emulator.pid
 }
@@ -64,12 +65,14 @@ tunnel_demo() { # the same through the tunnel window (plain Writes and Reads): s
     [ "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/tunnel)" = "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/demo)" ]
 }
 
-sample_on_device() { # AGNES blocks read through the kernel, and ISP, on one device: same samples
-    sagessd dataset generate --out /tmp/ds --scale 10 --features 0 >/dev/null
+sample_on_device() { # AGNES blocks and feature rows read through the kernel, and ISP gathering
+    # the same rows in storage, on one device: same subgraphs, same features
+    sagessd dataset generate --out /tmp/ds --scale 10 --features 16 >/dev/null
     timeout 120 sagessd sample --dataset /tmp/ds --on-device --device passthru:/dev/ng0n1 \
         --sampler hyperbatch,agnes,isp --batches 4 --batch-size 64 --graph-buffer 1 \
         --block-size 16 | tee /tmp/sample
     grep -q '^samples identical: yes' /tmp/sample
+    grep -q '^feature bytes:' /tmp/sample
 }
 
 stop_emulator() { # SIGTERM: a clean stop saves the image; fails if the emulator is gone already

@@ -37,6 +37,10 @@ pub(crate) struct ServeArgs {
     /// Without it the device starts empty and is lost at exit.
     #[arg(long, value_name = "PATH")]
     image: Option<PathBuf>,
+    /// The firmware's per-job buffer for in-storage feature gather, in KiB (instead of the
+    /// description's `[firmware] max_feature_bytes`; 0 turns the gather off).
+    #[arg(long, value_name = "KIB")]
+    feature_buffer: Option<u32>,
 }
 
 /// Runs an `emulator` subcommand.
@@ -48,7 +52,12 @@ pub(crate) fn run(command: EmulatorCommand) -> anyhow::Result<ExitCode> {
 
 /// `emulator serve`: the NVMe/TCP target until SIGINT or SIGTERM.
 fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let hw = load_hw(args.config.as_ref())?;
+    let mut hw = load_hw(args.config.as_ref())?;
+    if let Some(kib) = args.feature_buffer {
+        hw.firmware.max_feature_bytes = kib
+            .checked_mul(1024)
+            .ok_or_else(|| anyhow::anyhow!("--feature-buffer {kib} KiB: at most 4 GiB"))?;
+    }
     // Block the stop signals before any thread starts (threads inherit the mask), then wait for
     // one here: a clean stop lets every accepted command finish.
     let signals = stop_signals();

@@ -433,12 +433,18 @@ fn run_sample_on_device(
             _ => format!("{} (model {:?})", a.device, device.info().model),
         },
         desc.features.map_or(String::new(), |f| format!(
-            ", features at LBA {} ({} bytes a row; {} cache {}; in storage, a {} buffer per job)",
+            ", features at LBA {} ({} bytes a row; {} cache {}{})",
             f.range.slba,
             f.row_bytes,
             a.features,
             human_bytes((a.feature_cache as u64) << 20),
-            human_bytes(u64::from(hw.firmware.max_feature_bytes)),
+            match a.device.endpoint {
+                sagessd_host_driver::Endpoint::Local => format!(
+                    "; in storage, a {} buffer per job",
+                    human_bytes(u64::from(hw.firmware.max_feature_bytes))
+                ),
+                _ => String::new(),
+            },
         )),
         layout.manifest.block_count,
         human_bytes(layout.manifest.block_bytes),
