@@ -7,7 +7,7 @@
 //! * [`load`]: writing a CSR graph onto a device through NVMe WRITEs and `GRAPH_ATTACH`;
 //! * [`sampler`]: the [`sampler::Sampler`] trait with its one output type, the in-memory
 //!   reference (the oracle) and the raw in-storage sampler;
-//! * [`bench`]: the in-memory sampler benchmark (`sagessd bench sampler`), harness-compatible;
+//! * [`bench`](mod@bench): the in-memory sampler benchmark (`sagessd bench sampler`), harness-compatible;
 //! * [`compare`]: the experiment behind `sagessd demo` and `sagessd compare` (host modes and
 //!   ISP on the same emulated device, several workers, checked against the reference);
 //! * [`dataset`]: dataset folders (manifest + `.npy` arrays), generated or imported; [`npy`]:

@@ -82,7 +82,7 @@ pub struct Manifest {
     pub valid: Option<ArrayEntry>,
     /// Test node ids.
     pub test: Option<ArrayEntry>,
-    /// For imported graphs: the original id of each node (int64 [n]).
+    /// For imported graphs: the original id of each node (int64, `[n]`).
     pub node_ids: Option<ArrayEntry>,
 }
 

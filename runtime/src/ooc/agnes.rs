@@ -32,6 +32,7 @@ use crate::sampler::{
 
 use super::IoStats;
 use super::file::{AlignedBuf, DataFile};
+use super::store::{BlockDevice, Span, Store};
 
 /// Default block size: 1 MiB, as in AGNES.
 pub const DEFAULT_BLOCK_BYTES: usize = 1 << 20;
@@ -339,13 +340,14 @@ impl AgnesLayout {
     }
 }
 
-/// The bounded LRU graph buffer: whole blocks, read on a miss.
+/// The bounded LRU graph buffer: whole blocks, read on a miss from the layout's file, or from
+/// a device the layout was written to ([`AgnesLayout::write_to_device`]).
 #[derive(Debug)]
 struct GraphBuffer<'d> {
     store: Store<'d>,
     block_bytes: usize,
     capacity_blocks: usize,
-    blocks: HashMap<u64, (AlignedBuf, u64)>,
+    blocks: HashMap<u64, (Span, u64)>,
     clock: u64,
     io: IoStats,
     /// Reads ahead through io_uring, when the sampler knows its blocks in advance.
@@ -482,86 +484,6 @@ impl Drop for Prefetch {
     }
 }
 
-/// Where a graph buffer reads its blocks: the layout's file, or a device the layout was written
-/// to ([`AgnesLayout::write_to_device`]).
-enum Store<'d> {
-    File(DataFile),
-    Device {
-        device: &'d mut dyn BlockDevice,
-        slba: u64,
-    },
-}
-
-impl std::fmt::Debug for Store<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::File(file) => f.debug_tuple("File").field(file).finish(),
-            Self::Device { slba, .. } => f.debug_struct("Device").field("slba", slba).finish(),
-        }
-    }
-}
-
-/// A device the sampler reads blocks from with NVMe Reads (any transport).
-pub trait BlockDevice {
-    /// Reads `block_count` LBAs from `slba`.
-    fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError>;
-    /// Bytes per LBA.
-    fn lba_bytes(&self) -> u64;
-}
-
-/// A device several readers share in turn (a block sampler and a feature gatherer): each read
-/// borrows it for that read only.
-pub struct SharedDevice<'a, D>(pub &'a std::cell::RefCell<D>);
-
-impl<D> std::fmt::Debug for SharedDevice<'_, D> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SharedDevice")
-    }
-}
-
-impl<D: BlockDevice> BlockDevice for SharedDevice<'_, D> {
-    fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
-        self.0.borrow_mut().read_lbas(slba, block_count)
-    }
-
-    fn lba_bytes(&self) -> u64 {
-        self.0.borrow().lba_bytes()
-    }
-}
-
-impl<T: sagessd_host_driver::Transport> BlockDevice for sagessd_host_driver::Device<T> {
-    fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
-        Ok(self.read(slba, block_count)?)
-    }
-
-    fn lba_bytes(&self) -> u64 {
-        u64::from(self.info().block_size_bytes)
-    }
-}
-
-impl Store<'_> {
-    fn read_block(
-        &mut self,
-        index: u64,
-        block_bytes: usize,
-        io: &mut IoStats,
-    ) -> Result<AlignedBuf, SamplerError> {
-        match self {
-            Self::File(file) => file
-                .read_block(index, block_bytes, io)
-                .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
-            Self::Device { device, slba } => {
-                let per_block = block_bytes as u64 / device.lba_bytes();
-                let bytes = io.timed(|| device.read_lbas(*slba + index * per_block, per_block))?;
-                io.record(block_bytes, 0);
-                let mut buf = AlignedBuf::new(block_bytes);
-                buf.bytes_mut().copy_from_slice(&bytes[..block_bytes]);
-                Ok(buf)
-            }
-        }
-    }
-}
-
 impl<'d> GraphBuffer<'d> {
     fn new(
         layout: &AgnesLayout,
@@ -602,7 +524,10 @@ impl<'d> GraphBuffer<'d> {
                 }
                 Store::Device { device, slba }
             }
-            None => Store::File(super::direct::open_data(&layout.dir.join("blocks.bin"))?),
+            None => Store::File {
+                file: super::direct::open_data(&layout.dir.join("blocks.bin"))?,
+                offset: 0,
+            },
         };
         Ok(Self {
             prefetch,
@@ -640,8 +565,13 @@ impl<'d> GraphBuffer<'d> {
             let buf = match prefetched {
                 Some(p) => p
                     .wait_for(index, self.block_bytes, &mut self.io)
+                    .map(Span::aligned)
                     .map_err(|e| SamplerError::GraphCorrupt(e.to_string())),
-                None => self.store.read_block(index, self.block_bytes, &mut self.io),
+                None => self.store.read(
+                    index * self.block_bytes as u64,
+                    self.block_bytes,
+                    &mut self.io,
+                ),
             }?;
             self.blocks.insert(index, (buf, 0));
         }
@@ -700,7 +630,7 @@ impl<'d> GraphBuffer<'d> {
             .collect();
         let mut next_miss = 0;
         for (block, i, j) in groups {
-            if let (Some(p), Store::File(file)) = (self.prefetch.as_mut(), &self.store) {
+            if let (Some(p), Store::File { file, .. }) = (self.prefetch.as_mut(), &self.store) {
                 while next_miss < misses.len() && p.in_flight.len() + p.arrived.len() < self.depth {
                     p.submit(file, misses[next_miss], self.block_bytes, &mut self.io)
                         .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;

@@ -20,65 +20,35 @@ use crate::rng::SplitMix64;
 use crate::sampler::SamplerError;
 
 use super::IoStats;
-use super::agnes::BlockDevice;
-use super::file::{ALIGN_BYTES, AlignedBuf, DataFile};
+use super::file::ALIGN_BYTES;
+use super::store::{BlockDevice, Span, Store};
 
 /// Most feature values per node accepted (a row of 1 MiB as float32).
 const MAX_FEATURE_DIM: u64 = 1 << 18;
 
-/// Where the rows are: `features.npy` on storage, or a feature region on an NVMe device.
+/// Where the rows are: `features.npy` on storage (rows back to back after its header), or a
+/// feature region on an NVMe device (rows at a power-of-two stride, the layout the firmware
+/// gathers from: [`crate::load::load_graph_with_features`]).
 #[derive(Debug)]
 pub struct FeatureFile<'d> {
-    store: RowStore<'d>,
+    store: Store<'d>,
     /// Bytes of one node's row.
     pub row_bytes: usize,
     /// Node count.
     pub rows: u64,
 }
 
-/// The storage behind a [`FeatureFile`].
-enum RowStore<'d> {
-    /// Rows packed back to back after the `.npy` header.
-    File { file: DataFile, data_offset: u64 },
-    /// Rows at a power-of-two stride from LBA `slba` (the layout the firmware gathers from:
-    /// [`sagessd_runtime::load::load_graph_with_features`](crate::load::load_graph_with_features)).
-    Device {
-        device: &'d mut dyn BlockDevice,
-        slba: u64,
-    },
-}
-
-impl std::fmt::Debug for RowStore<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::File { file, .. } => f.debug_tuple("File").field(file).finish(),
-            Self::Device { slba, .. } => f.debug_struct("Device").field("slba", slba).finish(),
-        }
-    }
-}
-
-/// Rows read in one I/O: `count` rows from the first one read, `stride` bytes apart.
+/// Rows read in one I/O: from the first one read, `stride` bytes apart.
 struct Rows {
-    bytes: RowBytes,
-    at: usize,
+    span: Span,
     stride: usize,
     row_bytes: usize,
-}
-
-/// The buffer a read filled.
-enum RowBytes {
-    Aligned(AlignedBuf),
-    Plain(Vec<u8>),
 }
 
 impl Rows {
     /// Row `k` of the read.
     fn row(&self, k: usize) -> &[u8] {
-        let bytes = match &self.bytes {
-            RowBytes::Aligned(b) => b.bytes(),
-            RowBytes::Plain(v) => v.as_slice(),
-        };
-        &bytes[self.at + k * self.stride..][..self.row_bytes]
+        &self.span.bytes()[k * self.stride..][..self.row_bytes]
     }
 }
 
@@ -114,9 +84,9 @@ impl FeatureFile<'static> {
             return Err(bad("shorter than its header says".into()));
         }
         Ok(Self {
-            store: RowStore::File {
+            store: Store::File {
                 file: super::direct::open_data(&path)?,
-                data_offset: h.data_offset,
+                offset: h.data_offset,
             },
             row_bytes,
             rows,
@@ -143,7 +113,7 @@ impl<'d> FeatureFile<'d> {
             )));
         }
         Ok(Self {
-            store: RowStore::Device {
+            store: Store::Device {
                 device,
                 slba: region.range.slba,
             },
@@ -155,8 +125,8 @@ impl<'d> FeatureFile<'d> {
     /// Bytes from one row's start to the next's in the store.
     fn stride_bytes(&self) -> usize {
         match &self.store {
-            RowStore::File { .. } => self.row_bytes,
-            RowStore::Device { .. } => self.row_bytes.next_power_of_two(),
+            Store::File { .. } => self.row_bytes,
+            Store::Device { .. } => self.row_bytes.next_power_of_two(),
         }
     }
 
@@ -168,36 +138,12 @@ impl<'d> FeatureFile<'d> {
         io: &mut IoStats,
     ) -> Result<Rows, SamplerError> {
         let stride = self.stride_bytes();
-        let row_bytes = self.row_bytes;
-        let len = (count.max(1) as usize - 1) * stride + row_bytes;
-        match &mut self.store {
-            RowStore::File { file, data_offset } => {
-                let start = *data_offset + first * stride as u64;
-                let (buf, at) = file
-                    .read_covering(start, len, io)
-                    .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
-                Ok(Rows {
-                    bytes: RowBytes::Aligned(buf),
-                    at,
-                    stride,
-                    row_bytes,
-                })
-            }
-            RowStore::Device { device, slba } => {
-                let lba = device.lba_bytes();
-                let start = first * stride as u64;
-                let (first_lba, end_lba) = (start / lba, (start + len as u64).div_ceil(lba));
-                let bytes =
-                    io.timed(|| device.read_lbas(*slba + first_lba, end_lba - first_lba))?;
-                io.record(bytes.len(), 0);
-                Ok(Rows {
-                    bytes: RowBytes::Plain(bytes),
-                    at: (start - first_lba * lba) as usize,
-                    stride,
-                    row_bytes,
-                })
-            }
-        }
+        let len = (count.max(1) as usize - 1) * stride + self.row_bytes;
+        Ok(Rows {
+            span: self.store.read(first * stride as u64, len, io)?,
+            stride,
+            row_bytes: self.row_bytes,
+        })
     }
 }
 

@@ -196,19 +196,6 @@ impl DataFile {
         buf[done..].fill(0);
         Ok(())
     }
-
-    /// Reads whole block `index` of `block_bytes` (a multiple of [`ALIGN_BYTES`]): one I/O.
-    pub fn read_block(
-        &self,
-        index: u64,
-        block_bytes: usize,
-        stats: &mut IoStats,
-    ) -> std::io::Result<AlignedBuf> {
-        let mut buf = AlignedBuf::new(block_bytes);
-        self.read_exact_at(buf.bytes_mut(), index * block_bytes as u64, stats)?;
-        stats.record(block_bytes, 0);
-        Ok(buf)
-    }
 }
 
 /// Aligned buffers kept between reads, so a sampler's many small reads do not allocate (and

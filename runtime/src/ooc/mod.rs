@@ -12,6 +12,8 @@
 //!
 //! * [`features`]: feature gathering with AGNES's access-count-threshold cache or BGL's FIFO
 //!   cache and proximity-aware order.
+//! * [`store`]: where the AGNES readers and the gatherers read: a file, or a region of an NVMe
+//!   device ([`BlockDevice`]).
 //!
 //! All of them produce the same bytes as the in-memory reference for the same request: they
 //! drive the same [`SubgraphBuilder`](crate::sampler::SubgraphBuilder).
@@ -21,10 +23,12 @@ pub mod direct;
 pub mod features;
 pub mod file;
 pub mod mmap;
+pub mod store;
 
-pub use agnes::{AgnesLayout, BlockDevice, BlockSampler, HyperbatchSampler, SharedDevice};
+pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};
 pub use direct::DirectSampler;
 pub use mmap::MmapSampler;
+pub use store::{BlockDevice, SharedDevice};
 
 /// A dataset's CSR as the file-backed samplers use it: `indptr` in memory (checked), and where
 /// `indices`' elements lie in its file (checked against the file's length).
