@@ -346,6 +346,8 @@ impl AgnesLayout {
 struct GraphBuffer<'d> {
     store: Store<'d>,
     block_bytes: usize,
+    /// Blocks in the layout.
+    block_count: u64,
     capacity_blocks: usize,
     blocks: HashMap<u64, (Span, u64)>,
     clock: u64,
@@ -533,6 +535,7 @@ impl<'d> GraphBuffer<'d> {
             prefetch,
             store,
             block_bytes,
+            block_count: layout.manifest.block_count,
             capacity_blocks: (capacity - depth).max(1),
             depth,
             blocks: HashMap::new(),
@@ -584,14 +587,10 @@ impl<'d> GraphBuffer<'d> {
         Ok(entry.0.bytes())
     }
 
-    /// Resolves `wanted` (position, destination slot) pairs block by block: each block is
-    /// looked up once.
-    fn resolve(
-        &mut self,
-        wanted: &mut [(u64, usize)],
-        out: &mut [u64],
-    ) -> Result<(), SamplerError> {
-        let result = self.resolve_blocks(wanted, out);
+    /// Reads the neighbour ids at `positions` (4-byte units of the block stream) into `out`,
+    /// block by block: each block the positions fall in is looked up once, in ascending order.
+    fn resolve(&mut self, positions: &[u64], out: &mut [u32]) -> Result<(), SamplerError> {
+        let result = self.resolve_blocks(positions, out);
         if result.is_err()
             && let Some(p) = self.prefetch.as_mut()
         {
@@ -604,25 +603,40 @@ impl<'d> GraphBuffer<'d> {
         result
     }
 
-    fn resolve_blocks(
-        &mut self,
-        wanted: &mut [(u64, usize)],
-        out: &mut [u64],
-    ) -> Result<(), SamplerError> {
+    fn resolve_blocks(&mut self, positions: &[u64], out: &mut [u32]) -> Result<(), SamplerError> {
         let per_block = (self.block_bytes / 4) as u64;
-        wanted.sort_unstable();
-        // The blocks this call will look up, in order, and those not in the buffer now.
-        let mut groups: Vec<(u64, usize, usize)> = Vec::new();
-        let mut i = 0;
-        while i < wanted.len() {
-            let block = wanted[i].0 / per_block;
-            let mut j = i;
-            while j < wanted.len() && wanted[j].0 / per_block == block {
-                j += 1;
-            }
-            groups.push((block, i, j));
-            i = j;
+        let corrupt = || SamplerError::GraphCorrupt("a position past the layout's blocks".into());
+        if u32::try_from(positions.len()).is_err() {
+            return Err(SamplerError::InvalidRequest(format!(
+                "{} positions in one hop (at most 2^32)",
+                positions.len()
+            )));
         }
+        // A counting sort of the positions' slots by block (4 bytes a position): `first[b]`
+        // is where block b's slots start in `order`, `end[b]` where they end.
+        let mut first = vec![0u32; self.block_count as usize + 1];
+        for &p in positions {
+            *first
+                .get_mut((p / per_block) as usize)
+                .ok_or_else(corrupt)? += 1;
+        }
+        let mut start = 0;
+        for c in &mut first {
+            (*c, start) = (start, start + *c);
+        }
+        let mut end = first.clone();
+        let mut order = vec![0u32; positions.len()];
+        for (slot, &p) in positions.iter().enumerate() {
+            let e = &mut end[(p / per_block) as usize];
+            order[*e as usize] = slot as u32;
+            *e += 1;
+        }
+        // The blocks this call will look up, in order, and those not in the buffer now.
+        let groups: Vec<(u64, usize, usize)> = (0..first.len())
+            .filter(|&b| end[b] > first[b])
+            .map(|b| (b as u64, first[b] as usize, end[b] as usize))
+            .collect();
+        drop((first, end));
         let misses: Vec<u64> = groups
             .iter()
             .map(|g| g.0)
@@ -638,16 +652,20 @@ impl<'d> GraphBuffer<'d> {
                 }
             }
             let bytes = self.block(block)?;
-            for &(p, slot) in &wanted[i..j] {
-                let at = (p % per_block) as usize * 4;
-                out[slot] = u64::from(u32::from_le_bytes(
-                    bytes[at..at + 4].try_into().unwrap_or([0; 4]),
-                ));
+            for &slot in &order[i..j] {
+                let at = (positions[slot as usize] % per_block) as usize * 4;
+                out[slot as usize] =
+                    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
             }
             self.io.bytes_used += 4 * (j - i) as u64;
         }
         Ok(())
     }
+}
+
+/// Neighbour ids as the message-flow-graph builder takes them.
+fn widen(ids: &[u32]) -> Vec<u64> {
+    ids.iter().map(|&v| u64::from(v)).collect()
 }
 
 /// Per-minibatch block sampler: every hop looks up each block its positions fall in.
@@ -704,10 +722,9 @@ impl Sampler for BlockSampler<'_> {
         while let Some(dst) = b.destinations() {
             let ranges: Vec<EdgeRange> = dst.iter().map(|&v| self.layout.range(v)).collect();
             let positions = b.set_ranges(&ranges)?;
-            let mut wanted: Vec<(u64, usize)> = positions.iter().copied().zip(0..).collect();
-            let mut neighbours = vec![0u64; positions.len()];
-            self.buffer.resolve(&mut wanted, &mut neighbours)?;
-            b.set_neighbours(&neighbours)?;
+            let mut neighbours = vec![0u32; positions.len()];
+            self.buffer.resolve(&positions, &mut neighbours)?;
+            b.set_neighbours(&widen(&neighbours))?;
         }
         let s = b.finish()?;
         self.stats.add_subgraph(&s);
@@ -776,21 +793,22 @@ impl<'l> HyperbatchSampler<'l> {
             .map(|(seed, targets)| SubgraphBuilder::new(n, *seed, fanouts, targets))
             .collect::<Result<Vec<_>, _>>()?;
         for _ in 0..fanouts.len() {
-            // The bucket matrix, flattened: every (position, minibatch slot) of the hop.
-            let mut wanted: Vec<(u64, usize)> = Vec::new();
+            // The bucket matrix, flattened: every minibatch's positions of the hop, one after
+            // the other (`spans` says whose are where), bucketed by block in `resolve`.
+            let mut positions: Vec<u64> = Vec::new();
             let mut spans = Vec::with_capacity(builders.len());
             for b in &mut builders {
                 let dst = b.destinations().unwrap_or(&[]);
                 let ranges: Vec<EdgeRange> = dst.iter().map(|&v| self.layout.range(v)).collect();
-                let positions = b.set_ranges(&ranges)?;
-                let base = wanted.len();
-                wanted.extend(positions.iter().copied().zip(base..));
-                spans.push(base..base + positions.len());
+                let base = positions.len();
+                positions.extend(b.set_ranges(&ranges)?);
+                spans.push(base..positions.len());
             }
-            let mut neighbours = vec![0u64; wanted.len()];
-            self.buffer.resolve(&mut wanted, &mut neighbours)?;
+            let mut neighbours = vec![0u32; positions.len()];
+            self.buffer.resolve(&positions, &mut neighbours)?;
+            drop(positions);
             for (b, span) in builders.iter_mut().zip(spans) {
-                b.set_neighbours(&neighbours[span])?;
+                b.set_neighbours(&widen(&neighbours[span]))?;
             }
         }
         let out = builders
