@@ -12,10 +12,10 @@
 //!  DIR/agnes-<block KiB>/index.npy     int64 [n, 2]: object offset, degree
 //! ```
 //!
-//! [`BlockSampler`] reads, per minibatch and hop, each block its sampled positions fall in,
-//! through a bounded LRU graph buffer. [`HyperbatchSampler`] samples H minibatches together:
-//! per hop, a block × minibatch bucket matrix of every sampled position, then each block is
-//! looked up once for all the minibatches that need it.
+//! [`AgnesSampler`] reads the blocks through a bounded LRU graph buffer. Per minibatch, every
+//! hop looks up each block its sampled positions fall in; per hyperbatch of H minibatches, a
+//! hop's sampled positions are bucketed by block (the block × minibatch bucket matrix) and each
+//! block is looked up once for all the minibatches that need it.
 
 use std::collections::HashMap;
 use std::fs;
@@ -287,7 +287,7 @@ impl AgnesLayout {
     }
 
     /// Writes the blocks to `device` from LBA `slba` (NVMe Writes), so the samplers can read
-    /// them there ([`BlockSampler::on_device`], [`HyperbatchSampler::on_device`]). Returns the
+    /// them there ([`AgnesSampler::on_device`]). Returns the
     /// first LBA after them.
     pub fn write_to_device<T: sagessd_host_driver::Transport>(
         &self,
@@ -668,83 +668,17 @@ fn widen(ids: &[u32]) -> Vec<u64> {
     ids.iter().map(|&v| u64::from(v)).collect()
 }
 
-/// Per-minibatch block sampler: every hop looks up each block its positions fall in.
+/// AGNES's sampler over the block layout: a hyperbatch of H minibatches shares, per hop, one
+/// pass over the blocks its sampled positions fall in ([`Self::sample_hyperbatch`]); one
+/// minibatch alone ([`Sampler::sample`]) is AGNES's per-minibatch block sampling.
 #[derive(Debug)]
-pub struct BlockSampler<'l> {
+pub struct AgnesSampler<'l> {
     layout: &'l AgnesLayout,
     buffer: GraphBuffer<'l>,
     stats: SamplerStats,
 }
 
-impl<'l> BlockSampler<'l> {
-    /// A sampler over `layout` with a graph buffer of `buffer_bytes`.
-    pub fn new(layout: &'l AgnesLayout, buffer_bytes: usize) -> Result<Self, SamplerError> {
-        Ok(Self {
-            layout,
-            buffer: GraphBuffer::new(layout, buffer_bytes, false, None)?,
-            stats: SamplerStats::default(),
-        })
-    }
-
-    /// A sampler reading the layout from `device`, where [`AgnesLayout::write_to_device`]
-    /// put it at `slba`.
-    pub fn on_device(
-        layout: &'l AgnesLayout,
-        buffer_bytes: usize,
-        device: &'l mut dyn BlockDevice,
-        slba: u64,
-    ) -> Result<Self, SamplerError> {
-        Ok(Self {
-            layout,
-            buffer: GraphBuffer::new(layout, buffer_bytes, false, Some((device, slba)))?,
-            stats: SamplerStats::default(),
-        })
-    }
-
-    /// The storage I/O so far.
-    pub fn io_stats(&self) -> &IoStats {
-        &self.buffer.io
-    }
-}
-
-impl Sampler for BlockSampler<'_> {
-    fn name(&self) -> &'static str {
-        "AGNES blocks, per minibatch"
-    }
-
-    fn sample(
-        &mut self,
-        seed: u64,
-        fanouts: &[u16],
-        targets: &[u64],
-    ) -> Result<SampledSubgraph, SamplerError> {
-        let mut b = SubgraphBuilder::new(self.layout.node_count(), seed, fanouts, targets)?;
-        while let Some(dst) = b.destinations() {
-            let ranges: Vec<EdgeRange> = dst.iter().map(|&v| self.layout.range(v)).collect();
-            let positions = b.set_ranges(&ranges)?;
-            let mut neighbours = vec![0u32; positions.len()];
-            self.buffer.resolve(&positions, &mut neighbours)?;
-            b.set_neighbours(&widen(&neighbours))?;
-        }
-        let s = b.finish()?;
-        self.stats.add_subgraph(&s);
-        Ok(s)
-    }
-
-    fn stats(&self) -> SamplerStats {
-        self.stats
-    }
-}
-
-/// AGNES hyperbatch sampler: H minibatches per hop share one pass over the blocks.
-#[derive(Debug)]
-pub struct HyperbatchSampler<'l> {
-    layout: &'l AgnesLayout,
-    buffer: GraphBuffer<'l>,
-    stats: SamplerStats,
-}
-
-impl<'l> HyperbatchSampler<'l> {
+impl<'l> AgnesSampler<'l> {
     /// A sampler over `layout` with a graph buffer of `buffer_bytes`; `prefetch`: read each
     /// hop's blocks ahead through io_uring, overlapping the reads with sampling.
     pub fn new(
@@ -822,9 +756,9 @@ impl<'l> HyperbatchSampler<'l> {
     }
 }
 
-impl Sampler for HyperbatchSampler<'_> {
+impl Sampler for AgnesSampler<'_> {
     fn name(&self) -> &'static str {
-        "AGNES hyperbatch"
+        "AGNES blocks"
     }
 
     fn sample(
@@ -908,7 +842,7 @@ mod tests {
         fs::write(&index, &good_index).unwrap();
         // A graph buffer smaller than one block.
         let layout = AgnesLayout::open(&layout_dir).unwrap();
-        assert!(BlockSampler::new(&layout, 100).is_err());
+        assert!(AgnesSampler::new(&layout, 100, false).is_err());
 
         // A neighbour id past the node count: writing the layout names the file and the entry.
         let indices = dir.join("indices.npy");
@@ -993,19 +927,19 @@ mod tests {
         let mut direct = DirectSampler::open(&dataset, false).unwrap();
         let mut uring = DirectSampler::open(&dataset, true).unwrap();
         let mut mapped = crate::ooc::MmapSampler::open(&dataset).unwrap();
-        let mut blocks = BlockSampler::new(&layout, buffer).unwrap();
+        let mut blocks = AgnesSampler::new(&layout, buffer, false).unwrap();
         for ((s, t), e) in requests.iter().zip(&expected) {
             assert_eq!(&direct.sample(*s, &fanouts, t).unwrap(), e);
             assert_eq!(&uring.sample(*s, &fanouts, t).unwrap(), e);
             assert_eq!(&mapped.sample(*s, &fanouts, t).unwrap(), e);
             assert_eq!(&blocks.sample(*s, &fanouts, t).unwrap(), e);
         }
-        let mut hyper = HyperbatchSampler::new(&layout, buffer, false).unwrap();
+        let mut hyper = AgnesSampler::new(&layout, buffer, false).unwrap();
         assert_eq!(
             hyper.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
         );
-        let mut ahead = HyperbatchSampler::new(&layout, buffer, true).unwrap();
+        let mut ahead = AgnesSampler::new(&layout, buffer, true).unwrap();
         assert_eq!(
             ahead.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
@@ -1032,7 +966,7 @@ mod tests {
         let before = device.now_ns().unwrap();
         {
             let mut on_device =
-                HyperbatchSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
+                AgnesSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
             assert_eq!(
                 on_device.sample_hyperbatch(&fanouts, &requests).unwrap(),
                 expected
@@ -1041,7 +975,7 @@ mod tests {
         }
         {
             let mut per_batch =
-                BlockSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
+                AgnesSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
             for ((s, t), e) in requests.iter().zip(&expected) {
                 assert_eq!(&per_batch.sample(*s, &fanouts, t).unwrap(), e);
             }

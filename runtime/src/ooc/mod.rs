@@ -25,7 +25,7 @@ pub mod file;
 pub mod mmap;
 pub mod store;
 
-pub use agnes::{AgnesLayout, BlockSampler, HyperbatchSampler};
+pub use agnes::{AgnesLayout, AgnesSampler};
 pub use direct::DirectSampler;
 pub use mmap::MmapSampler;
 pub use store::{BlockDevice, SharedDevice};

@@ -86,9 +86,7 @@ pub(crate) struct SampleArgs {
 pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
     use sagessd_runtime::dataset::Dataset;
-    use sagessd_runtime::ooc::{
-        AgnesLayout, BlockSampler, DirectSampler, HyperbatchSampler, IoStats,
-    };
+    use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, DirectSampler, IoStats};
     use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 
     anyhow::ensure!(
@@ -274,12 +272,12 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 s.io_stats().clone()
             }
             "agnes" => {
-                let mut s = BlockSampler::new(the_layout()?, buffer_bytes)?;
+                let mut s = AgnesSampler::new(the_layout()?, buffer_bytes, false)?;
                 each_minibatch(&mut s)?;
                 s.io_stats().clone()
             }
             "hyperbatch" => {
-                let mut s = HyperbatchSampler::new(the_layout()?, buffer_bytes, !a.no_prefetch)?;
+                let mut s = AgnesSampler::new(the_layout()?, buffer_bytes, !a.no_prefetch)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
                     sink(s.sample_hyperbatch(&a.fanouts, chunk)?)?;
                 }
@@ -373,9 +371,7 @@ fn run_sample_on_device(
 ) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::compare::human_bytes;
     use sagessd_runtime::ooc::features::FeatureFile;
-    use sagessd_runtime::ooc::{
-        AgnesLayout, BlockSampler, HyperbatchSampler, IoStats, SharedDevice,
-    };
+    use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, IoStats, SharedDevice};
     use sagessd_runtime::sampler::{FNV_OFFSET, SampledSubgraph, Sampler, fnv1a};
     let mut hw = load_hw(a.config.as_ref())?;
     let features = match a.features.as_str() {
@@ -520,7 +516,7 @@ fn run_sample_on_device(
         let io: IoStats = match name.as_str() {
             "agnes" => {
                 let mut s =
-                    BlockSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
+                    AgnesSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
                 for (seed, t) in requests {
                     host_built(&[s.sample(*seed, &a.fanouts, t)?], &mut gatherer)?;
                 }
@@ -528,7 +524,7 @@ fn run_sample_on_device(
             }
             "hyperbatch" => {
                 let mut s =
-                    HyperbatchSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
+                    AgnesSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
                 for chunk in requests.chunks(a.hyperbatch.max(1)) {
                     host_built(&s.sample_hyperbatch(&a.fanouts, chunk)?, &mut gatherer)?;
                 }
