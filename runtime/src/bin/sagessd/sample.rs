@@ -386,8 +386,14 @@ fn run_sample_on_device(
     if let Some((_, row_bytes)) = &features
         && hw.firmware.max_feature_bytes == 0
     {
-        // The emulated firmware's per-slot feature buffer: room for the largest subgraph.
-        let rows = n.min(u64::from(hw.firmware.max_subgraph_nodes));
+        // The emulated firmware's per-slot feature buffer: room for the largest subgraph this
+        // run can sample (its targets and every sampled neighbour, at most).
+        let most_nodes = a.fanouts.iter().fold(u64::from(a.batch_size), |k, &f| {
+            k.saturating_mul(1 + u64::from(f))
+        });
+        let rows = n
+            .min(u64::from(hw.firmware.max_subgraph_nodes))
+            .min(most_nodes);
         hw.firmware.max_feature_bytes =
             u32::try_from(rows * u64::from(*row_bytes)).unwrap_or(u32::MAX);
     }
