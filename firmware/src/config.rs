@@ -21,7 +21,7 @@ pub struct FirmwareConfig {
     pub block_size_log2: u8,
     /// Share of the usable flash kept back from the namespace for garbage collection, in percent.
     pub over_provisioning_percent: u8,
-    /// DRAM page-buffer slots (flash pages cached), a multiple of [`PAGE_BUFFER_WAYS`], 16..=32768.
+    /// DRAM page-buffer slots (flash pages cached), a multiple of `PAGE_BUFFER_WAYS`, 16..=32768.
     pub page_buffer_pages: u32,
     /// Sampling jobs that may be submitted and not yet collected, 1..=[`MAX_ISP_SLOTS`].
     pub isp_slots: u8,
@@ -70,7 +70,7 @@ pub enum ConfigError {
     BlockSize,
     /// `over_provisioning_percent` is 50 or more.
     OverProvisioning,
-    /// `page_buffer_pages` is outside 16..=32768 or not a multiple of [`PAGE_BUFFER_WAYS`].
+    /// `page_buffer_pages` is outside 16..=32768 or not a multiple of `PAGE_BUFFER_WAYS`.
     PageBufferPages,
     /// `isp_slots` is 0 or above [`MAX_ISP_SLOTS`].
     IspSlots,
@@ -84,7 +84,7 @@ pub enum ConfigError {
     MaxSubgraphEdges,
     /// `max_transfer_bytes` is not a power of two ≥ 4 KiB, or a transfer that size starting
     /// mid-page (`max_transfer_bytes / page_size_bytes + 1` pages) would not stay below
-    /// [`MAX_PAGES_PER_COMMAND`] pages.
+    /// `MAX_PAGES_PER_COMMAND` pages.
     MaxTransfer,
     /// The flash is too small to hold a namespace after reserves and over-provisioning.
     TooLittleFlash,

@@ -281,7 +281,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
 const _: () = assert!(SLOT_REGION_NAMES.len() == crate::config::MAX_ISP_SLOTS);
 
 /// Every region of the DRAM arena for one configuration, in arena order: the footprint report
-/// of [`crate::Firmware::dram_regions`], read off the same [`DramLayout`] the firmware boots with.
+/// of [`crate::Firmware::dram_regions`], read off the same `DramLayout` the firmware boots with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DramRegions {
     regions: [DramRegion; MAX_REGIONS],

@@ -4,7 +4,7 @@
 //! NVMe command handed to [`Firmware::submit`], and flash completions collected by
 //! [`Firmware::poll`]. It talks to NAND only through the [`hal::Flash`] trait and to the host only
 //! through [`host::HostInterface`], so the same code runs in the emulator, over the in-memory
-//! [`fake::MemFlash`] in tests, and on an OpenSSD-class board.
+//! `fake::MemFlash` in tests, and on an OpenSSD-class board.
 //!
 //! ```plain
 //!  submit(SQE) ─► dispatch ─┬─ admin (Identify, logs, features) / Flush / Dataset Management
