@@ -130,6 +130,7 @@ fn samplers_agree_on_files_and_on_the_device() {
     assert!(files.contains("samples identical: yes"), "{files}");
     assert!(files.contains("features (agnes"), "{files}");
     assert!(files.contains("memory: peak RSS"), "{files}");
+    assert!(files.contains("  per hop: reads"), "{files}");
     let (hyper, agnes, direct) = (
         row(&files, "hyperbatch"),
         row(&files, "agnes"),

@@ -726,7 +726,8 @@ impl<'l> AgnesSampler<'l> {
             .iter()
             .map(|(seed, targets)| SubgraphBuilder::new(n, *seed, fanouts, targets))
             .collect::<Result<Vec<_>, _>>()?;
-        for _ in 0..fanouts.len() {
+        for hop in 0..fanouts.len() {
+            let before = self.buffer.io.clone();
             // The bucket matrix, flattened: every minibatch's positions of the hop, one after
             // the other (`spans` says whose are where), bucketed by block in `resolve`.
             let mut positions: Vec<u64> = Vec::new();
@@ -740,6 +741,7 @@ impl<'l> AgnesSampler<'l> {
             }
             let mut neighbours = vec![0u32; positions.len()];
             self.buffer.resolve(&positions, &mut neighbours)?;
+            self.buffer.io.charge_hop(hop, &before);
             drop(positions);
             for (b, span) in builders.iter_mut().zip(spans) {
                 b.set_neighbours(&widen(&neighbours[span]))?;
@@ -948,6 +950,7 @@ mod tests {
         let counts = |io: &IoStats| IoStats {
             io_wait_ns: 0,
             syscalls: 0,
+            hops: io.hops.map(|h| crate::ooc::HopIo { io_wait_ns: 0, ..h }),
             ..io.clone()
         };
         assert_eq!(
@@ -989,6 +992,18 @@ mod tests {
             counts(direct.io_stats()),
             "the same reads, in flight together"
         );
+        // Every read is some hop's.
+        for io in [
+            direct.io_stats(),
+            uring.io_stats(),
+            hyper.io_stats(),
+            blocks.io_stats(),
+        ] {
+            let per_hop = io.hops.iter().map(|h| (h.reads, h.bytes_read));
+            let (reads, bytes) = per_hop.fold((0, 0), |(r, b), (hr, hb)| (r + hr, b + hb));
+            assert_eq!((reads, bytes), (io.reads, io.bytes_read), "{io:?}");
+            assert!(io.hops[0].reads > 0 && io.hops[2..].iter().all(|h| h.reads == 0));
+        }
         assert!(
             hyper.io_stats().reads <= blocks.io_stats().reads,
             "hyperbatch {} reads, per minibatch {}",

@@ -23,6 +23,8 @@ pub struct DirectSampler {
     indices: DataFile,
     reader: ExtentReader,
     io: IoStats,
+    /// The hop the next `neighbours_at` call serves (reset per minibatch).
+    hop: usize,
     stats: SamplerStats,
 }
 
@@ -46,6 +48,7 @@ impl DirectSampler {
             reader: ExtentReader::new(uring)
                 .map_err(|e| SamplerError::GraphCorrupt(format!("io_uring: {e}")))?,
             io: IoStats::default(),
+            hop: 0,
             stats: SamplerStats::default(),
         })
     }
@@ -71,6 +74,7 @@ impl NeighbourSource for DirectSampler {
     }
 
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
+        let before = self.io.clone();
         let sector = ALIGN_BYTES as u64;
         let element = self.csr.element_bytes;
         let offset = self.csr.data_offset;
@@ -113,6 +117,8 @@ impl NeighbourSource for DirectSampler {
             });
         result.map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
         self.io.bytes_used += positions.len() as u64 * element;
+        self.io.charge_hop(self.hop, &before);
+        self.hop += 1;
         Ok(out)
     }
 }
@@ -132,6 +138,7 @@ impl Sampler for DirectSampler {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
+        self.hop = 0;
         let s = build_subgraph(self, seed, fanouts, targets)?;
         self.stats.add_subgraph(&s);
         Ok(s)

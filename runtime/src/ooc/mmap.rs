@@ -22,6 +22,8 @@ pub struct MmapSampler {
     data_offset: usize,
     element_bytes: usize,
     io: IoStats,
+    /// The hop the next `neighbours_at` call serves (reset per minibatch).
+    hop: usize,
     stats: SamplerStats,
 }
 
@@ -79,6 +81,7 @@ impl MmapSampler {
             element_bytes: csr.element_bytes as usize,
             csr,
             io: IoStats::default(),
+            hop: 0,
             stats: SamplerStats::default(),
         })
     }
@@ -111,6 +114,7 @@ impl NeighbourSource for MmapSampler {
     }
 
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
+        let before = self.io.clone();
         let faults = major_faults();
         let (offset, element) = (self.data_offset, self.element_bytes);
         let bytes = self.bytes();
@@ -130,6 +134,8 @@ impl NeighbourSource for MmapSampler {
             self.io.record(4096, 0);
         }
         self.io.bytes_used += (positions.len() * element) as u64;
+        self.io.charge_hop(self.hop, &before);
+        self.hop += 1;
         Ok(out)
     }
 }
@@ -145,6 +151,7 @@ impl Sampler for MmapSampler {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
+        self.hop = 0;
         let s = build_subgraph(self, seed, fanouts, targets)?;
         self.stats.add_subgraph(&s);
         Ok(s)

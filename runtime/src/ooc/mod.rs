@@ -133,6 +133,19 @@ pub struct IoStats {
     /// System calls the reads took (`pread`s, `io_uring_enter`s); 0 where reads are not
     /// system calls (page faults, an in-process device).
     pub syscalls: u64,
+    /// Each hop's share (hop order, summed over minibatches).
+    pub hops: [HopIo; sagessd_abi::ns_config::MAX_LAYERS],
+}
+
+/// One hop's share of a sampler's storage I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HopIo {
+    /// Reads issued.
+    pub reads: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Wall time blocked on them.
+    pub io_wait_ns: u64,
 }
 
 impl IoStats {
@@ -157,6 +170,20 @@ impl IoStats {
         let result = wait();
         self.io_wait_ns += started.elapsed().as_nanos() as u64;
         result
+    }
+
+    /// Adds what was read since `before` (an earlier copy of these statistics) to hop `hop`.
+    pub(crate) fn charge_hop(&mut self, hop: usize, before: &IoStats) {
+        let (reads, bytes_read, io_wait_ns) = (
+            self.reads - before.reads,
+            self.bytes_read - before.bytes_read,
+            self.io_wait_ns - before.io_wait_ns,
+        );
+        if let Some(h) = self.hops.get_mut(hop) {
+            h.reads += reads;
+            h.bytes_read += bytes_read;
+            h.io_wait_ns += io_wait_ns;
+        }
     }
 
     /// The buffer hit ratio, if the sampler has a buffer.

@@ -325,6 +325,25 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 format!("{:.2}", (wall - io_wait_s).max(0.0))
             },
         );
+        if name != "memory" {
+            let hops = &io.hops[..a.fanouts.len()];
+            let each = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String| {
+                hops.iter().map(f).collect::<Vec<_>>().join(" / ")
+            };
+            println!(
+                "  per hop: reads {}, read {}{}",
+                each(&|h| h.reads.to_string()),
+                each(&|h| human_bytes(h.bytes_read)),
+                if name == "mmap" {
+                    String::new()
+                } else {
+                    format!(
+                        ", I/O wait s {}",
+                        each(&|h| format!("{:.2}", h.io_wait_ns as f64 / 1e9))
+                    )
+                }
+            );
+        }
         if k == 0
             && let Some(g) = &gatherer
         {
