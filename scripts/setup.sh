@@ -1,33 +1,59 @@
 #!/usr/bin/env bash
 # Installs everything sagessd needs on a fresh Debian 12 machine with rustup (the project's
-# machine kind). Idempotent: a second run installs nothing.
+# machine kind): apt packages, Rust targets, libtorch (from the PyPI torch wheel) and the Cora
+# wheel. Idempotent: a second run installs nothing. Each step says what it installs and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+# --- 1. Rust targets -------------------------------------------------------------------------
 # Bare-metal targets the firmware must keep building for: the Cosmos+ OpenSSD's Cortex-A9, and a
 # Cortex-M as a second, stricter no_std target (no 64-bit atomics).
 rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 
-# The board toolchain and the emulated Cortex-A9 of the firmware's bare-metal self-test.
-# qemu-utils is named too: installing qemu-system-arm would otherwise remove a newer qemu-utils.
-# Board toolchain and its QEMU (tests/board); x86 QEMU, busybox, nvme-cli, kmod and cpio for the
-# Linux guest (tests/qemu). qemu-utils is named with the QEMU system packages so that installing
-# them never removes it.
-packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 qemu-utils
+# --- 2. apt packages -------------------------------------------------------------------------
+#   gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm   the board self-test (tests/board)
+#   qemu-system-x86, busybox-static, nvme-cli, kmod, cpio          the Linux guest (tests/qemu)
+#   qemu-utils                                                     see below
+# A fresh machine of this kind ships qemu-utils 10.0.2 from bookworm-backports (not in its apt
+# sources), which Breaks the 7.2 qemu-system-common the QEMU system packages need; apt keeps the
+# installed, newer qemu-utils unless told to take the release's own and allowed to downgrade.
+codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86
           busybox-static nvme-cli kmod cpio)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
 # tests/qemu downloads (never installs) the Debian kernel package: apt must know it.
 apt-cache show linux-image-amd64 >/dev/null 2>&1 || $sudo apt-get update
 if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${packages[@]}"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends \
+        --allow-downgrades "${packages[@]}" "qemu-utils/$codename"
 fi
 
+# --- 3. libtorch, for training (runtime/train) -----------------------------------------------
+# tch 0.26.0 builds against exactly torch 2.13.0. PyPI's wheel is a CUDA build; libtorch_cpu.so
+# needs only the CUDA runtime and CUPTI from it (found through its RUNPATH), so the wheel goes in
+# without its 2.7 GB of dependencies, plus those two. `import torch` does not work in this venv
+# (no cuDNN) and nothing here needs it. .venv-torch/libtorch points at the libtorch folder
+# inside the wheel; .cargo/config.toml hands that path to torch-sys as LIBTORCH, and the crates
+# that link libtorch embed an rpath to its lib/ (their build.rs).
+venv=.venv-torch
+if [ ! -e "$venv/libtorch/lib/libtorch_cpu.so" ]; then
+    python3 -m venv "$venv"
+    # (the wheels cuda-toolkit[cudart,cupti]==13.0.3 names, without its resolver's complaints
+    # about the torch dependencies left out on purpose)
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps torch==2.13.0 \
+        nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    ln -sfn "${site#"$PWD/$venv/"}/torch" "$venv/libtorch"
+fi
+
+# --- 4. Cora -----------------------------------------------------------------------------------
 # Cora ships inside the graphdatascience 2.2 wheel (read by `sagessd dataset import cora`):
 # fetched once, never installed.
 wheel=target/downloads/graphdatascience-2.2-py3-none-any.whl

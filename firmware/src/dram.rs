@@ -32,34 +32,38 @@ impl Region {
         &mut dram[self.start..self.start + self.len]
     }
 
-    /// Word `i` of a region of `u32`s.
+    /// Word `i` of a region of `u32`s. Every accessor indexes the region's own bytes, so a
+    /// word past its end is a panic (a firmware bug), never a read of the next region.
     pub fn u32(&self, dram: &[u8], i: usize) -> u32 {
-        let o = self.start + 4 * i;
-        u32::from_le_bytes([dram[o], dram[o + 1], dram[o + 2], dram[o + 3]])
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&self.bytes(dram)[4 * i..4 * i + 4]);
+        u32::from_le_bytes(b)
     }
 
     /// Sets word `i` of a region of `u32`s.
     pub fn set_u32(&self, dram: &mut [u8], i: usize, v: u32) {
-        let o = self.start + 4 * i;
-        dram[o..o + 4].copy_from_slice(&v.to_le_bytes());
+        self.bytes_mut(dram)[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
 
     /// Word `i` of a region of `u64`s.
     pub fn u64(&self, dram: &[u8], i: usize) -> u64 {
-        let o = self.start + 8 * i;
         let mut b = [0u8; 8];
-        b.copy_from_slice(&dram[o..o + 8]);
+        b.copy_from_slice(&self.bytes(dram)[8 * i..8 * i + 8]);
         u64::from_le_bytes(b)
     }
 
     /// Sets word `i` of a region of `u64`s.
     pub fn set_u64(&self, dram: &mut [u8], i: usize, v: u64) {
-        let o = self.start + 8 * i;
-        dram[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        self.bytes_mut(dram)[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
     }
 
-    /// The sub-region `offset..offset + len` of this region.
+    /// The sub-region `offset..offset + len` of this region; it must lie inside it.
     pub fn sub(&self, offset: usize, len: usize) -> Region {
+        assert!(
+            offset <= self.len && len <= self.len - offset,
+            "sub-region {offset}+{len} past a region of {} bytes",
+            self.len
+        );
         Region {
             start: self.start + offset,
             len,
@@ -400,6 +404,40 @@ mod tests {
     use crate::{ConfigError, Firmware, FirmwareConfig};
 
     type Fw = Firmware<MemFlash, std::vec::Vec<u8>>;
+
+    /// Two neighbouring regions, the second filled with a marker.
+    fn neighbours() -> (super::Region, std::vec::Vec<u8>) {
+        let first = super::Region { start: 0, len: 8 };
+        let mut dram = std::vec![0u8; 16];
+        dram[8..].fill(0xAA);
+        (first, dram)
+    }
+
+    #[test]
+    fn region_words_stay_inside_the_region() {
+        let (first, mut dram) = neighbours();
+        first.set_u32(&mut dram, 0, 1);
+        first.set_u32(&mut dram, 1, 7);
+        assert_eq!(first.u64(&dram, 0), 7 << 32 | 1);
+        first.set_u64(&mut dram, 0, 3);
+        assert_eq!((first.u32(&dram, 0), first.u32(&dram, 1)), (3, 0));
+        assert_eq!(first.sub(4, 4), super::Region { start: 4, len: 4 });
+        let past_the_end: [fn(super::Region, &mut [u8]); 6] = [
+            |r, d| r.set_u32(d, 2, 1),
+            |r, d| r.set_u64(d, 1, 1),
+            |r, d| _ = r.u32(d, 2),
+            |r, _| _ = r.sub(4, 5),
+            |r, _| _ = r.sub(9, 0),
+            |r, _| _ = r.sub(usize::MAX, 2),
+        ];
+        for bad in past_the_end {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                bad(first, &mut dram)
+            }));
+            assert!(caught.is_err(), "an access past the region was allowed");
+            assert!(dram[8..].iter().all(|&b| b == 0xAA), "the next region was written");
+        }
+    }
 
     #[test]
     fn regions_add_up_to_the_arena_size() {

@@ -108,6 +108,17 @@ impl Job {
         SubgraphLayout::new(&self.layers[..usize::from(self.layer_count)])?
             .with_features(self.feature_row_bytes)
     }
+
+    /// Bytes of the job's feature section, if they fit in `u32` (checked on every target, so
+    /// the 32-bit board refuses exactly what the host does).
+    fn feature_bytes(&self) -> Option<u32> {
+        feature_section_bytes(self.node_count, self.feature_row_bytes)
+    }
+}
+
+/// Bytes of `node_count` feature rows of `row_bytes` each, if they fit in `u32`.
+fn feature_section_bytes(node_count: u32, row_bytes: u32) -> Option<u32> {
+    node_count.checked_mul(row_bytes)
 }
 
 /// Which gather is running.
@@ -328,9 +339,8 @@ impl Isp {
             // the host's buffer held.
             let pad = layout.features_offset().saturating_sub(end).min(8);
             host.dma_to_host(cmd, end, &[0u8; 8][..pad])?;
-            let rows = regions
-                .features
-                .sub(0, job.node_count as usize * job.feature_row_bytes as usize);
+            let bytes = job.feature_bytes().ok_or(DmaError)?;
+            let rows = regions.features.sub(0, bytes as usize);
             host.dma_to_host(cmd, layout.features_offset(), rows.bytes(dram))?;
         }
         Ok(layout.total_size_bytes())
@@ -572,8 +582,9 @@ impl Isp {
             if run.gather == Gather::Features {
                 // A whole row: rows never straddle a page (checked at GRAPH_ATTACH).
                 let from = backend.slot(slot).start + offset;
-                let to = self.regions[run.slot].features.start + item as usize * width;
-                dram.copy_within(from..from + width, to);
+                // In bounds: the section (node count × width) fit the region before the gather.
+                let to = self.regions[run.slot].features.sub(item as usize * width, width);
+                dram.copy_within(from..from + width, to.start);
                 backend.work.bytes_copied += width as u64;
             } else {
                 let mut b = [0u8; 8];
@@ -683,11 +694,13 @@ impl Isp {
             edge_count: run.layer_edges,
         };
         if run.layer + 1 == usize::from(job.layer_count) {
-            let feature_bytes = job.node_count as usize * job.feature_row_bytes as usize;
+            let fits = job
+                .feature_bytes()
+                .is_some_and(|b| b as usize <= self.max_feature_bytes);
             self.run = None;
             if job.feature_row_bytes == 0 {
                 self.finish(dram, &mut backend.work, run.slot, None);
-            } else if feature_bytes > self.max_feature_bytes {
+            } else if !fits {
                 let too_large = Some(VendorStatus::ResultTooLarge.into());
                 self.finish(dram, &mut backend.work, run.slot, too_large);
             } else {
@@ -771,5 +784,24 @@ impl Isp {
             }
             h = (h + 1) & self.hash_mask;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::feature_section_bytes;
+
+    #[test]
+    fn a_feature_section_past_u32_is_refused_on_every_target() {
+        // 262,145 nodes of 16 KiB rows: 2^32 + 16 KiB, which `usize` arithmetic on the 32-bit
+        // board wraps to 16 KiB, a size that passes any buffer check.
+        let (nodes, row_bytes) = (262_145u32, 16u32 << 10);
+        assert_eq!(nodes.wrapping_mul(row_bytes), 16 << 10);
+        assert_eq!(feature_section_bytes(nodes, row_bytes), None);
+        assert_eq!(
+            feature_section_bytes(nodes - 2, row_bytes),
+            Some(u32::MAX - (16 << 10) + 1)
+        );
+        assert_eq!(feature_section_bytes(u32::MAX, 1), Some(u32::MAX));
     }
 }

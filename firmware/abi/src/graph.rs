@@ -60,9 +60,10 @@ pub struct FeatureRegion {
 
 impl FeatureRegion {
     /// Distance between consecutive rows: `row_bytes` rounded up to a power of two, so that
-    /// rows never straddle a flash page once the region starts on a page boundary.
+    /// rows never straddle a flash page once the region starts on a page boundary. Computed in
+    /// `u64`, where it cannot overflow for any `row_bytes` a host sends.
     pub fn stride_bytes(&self) -> u64 {
-        u64::from(self.row_bytes.next_power_of_two())
+        u64::from(self.row_bytes).next_power_of_two()
     }
 }
 
@@ -256,11 +257,10 @@ impl GraphDescriptor {
             && fits(&d.indices, indices_bytes)
             && (d.indices.block_count == 0 || !d.indptr.overlaps(&d.indices))
             && d.features.is_none_or(|f| {
-                let rows = d.node_count.checked_mul(f.stride_bytes());
                 f.row_bytes > 0
                     && f.row_bytes % 4 == 0
                     && f.row_bytes <= MAX_FEATURE_ROW_BYTES
-                    && fits(&f.range, rows)
+                    && fits(&f.range, d.node_count.checked_mul(f.stride_bytes()))
                     && !f.range.overlaps(&d.indptr)
                     && (d.indices.block_count == 0 || !f.range.overlaps(&d.indices))
             });
@@ -337,6 +337,20 @@ mod tests {
         assert_eq!(patched(72, &[1]), Err(VendorStatus::BadDescriptor)); // overlaps indices
         assert_eq!(patched(72, &[16]), Err(VendorStatus::BadDescriptor)); // past the namespace
         assert_eq!(patched(100, &[1]), Err(VendorStatus::ReservedField));
+        // Rows past the largest size, up to ones whose power-of-two stride does not fit in a
+        // u32: refused, never an overflow (a panic with overflow checks).
+        for row_bytes in [MAX_FEATURE_ROW_BYTES + 4, (1 << 31) + 4, u32::MAX - 3] {
+            assert_eq!(
+                patched(68, &row_bytes.to_le_bytes()),
+                Err(VendorStatus::BadDescriptor),
+                "row_bytes {row_bytes}"
+            );
+        }
+        let huge = FeatureRegion {
+            row_bytes: u32::MAX,
+            ..with.features.unwrap()
+        };
+        assert_eq!(huge.stride_bytes(), 1 << 32);
         assert_eq!(
             GraphDescriptor::parse(&out[..100], 4096, 16),
             Err(VendorStatus::Truncated)
