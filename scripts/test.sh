@@ -15,6 +15,6 @@ firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
 tests/board/run.sh
 # A stock Linux kernel in QEMU drives the emulator over NVMe/TCP and samples through passthrough.
-cargo build --release -p sagessd-runtime --bin sagessd
+cargo build --release -p sagessd
 tests/qemu/run.sh target/release/sagessd
 cargo test --workspace

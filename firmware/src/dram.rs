@@ -431,11 +431,13 @@ mod tests {
             |r, _| _ = r.sub(usize::MAX, 2),
         ];
         for bad in past_the_end {
-            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                bad(first, &mut dram)
-            }));
+            let caught =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bad(first, &mut dram)));
             assert!(caught.is_err(), "an access past the region was allowed");
-            assert!(dram[8..].iter().all(|&b| b == 0xAA), "the next region was written");
+            assert!(
+                dram[8..].iter().all(|&b| b == 0xAA),
+                "the next region was written"
+            );
         }
     }
 

@@ -583,7 +583,9 @@ impl Isp {
                 // A whole row: rows never straddle a page (checked at GRAPH_ATTACH).
                 let from = backend.slot(slot).start + offset;
                 // In bounds: the section (node count × width) fit the region before the gather.
-                let to = self.regions[run.slot].features.sub(item as usize * width, width);
+                let to = self.regions[run.slot]
+                    .features
+                    .sub(item as usize * width, width);
                 dram.copy_within(from..from + width, to.start);
                 backend.work.bytes_copied += width as u64;
             } else {

@@ -947,7 +947,7 @@ pub(crate) fn check(sq_id: u16, opcode: u8, c: Completion) -> Result<Completion,
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "local"))]
 mod tests {
     use super::*;
     use crate::LocalTransport;

@@ -18,6 +18,7 @@
 
 mod device;
 mod error;
+#[cfg(feature = "local")]
 mod local;
 pub mod ns;
 mod passthru;
@@ -30,8 +31,11 @@ pub use device::{
     FALLBACK_MAX_TRANSFER_BYTES, IO_QUEUE, NAMESPACE_ID, subgraph_size_bound,
 };
 pub use error::{DriverError, describe_status, opcode_name};
+#[cfg(feature = "local")]
 pub use local::LocalTransport;
 pub use passthru::PassthruTransport;
 pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Completion, DeviceCounters, Transport, TransportError};
-pub use uri::{DeviceUri, Endpoint, open_device};
+#[cfg(feature = "local")]
+pub use uri::open_device;
+pub use uri::{DeviceUri, Endpoint, open_remote_device};

@@ -13,10 +13,13 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "local")]
 use sagessd_emulator::HwConfig;
 
+#[cfg(feature = "local")]
+use crate::LocalTransport;
 use crate::transport::Transport;
-use crate::{Device, DriverError, LocalTransport, PassthruTransport, TcpOptions, TcpTransport};
+use crate::{Device, DriverError, PassthruTransport, TcpOptions, TcpTransport};
 
 /// Where a device is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,12 +138,28 @@ impl std::str::FromStr for DeviceUri {
 
 /// Opens the device a URI names (`hw` describes the device for `local:`): its transport, the
 /// namespace, and the tunnel if asked for.
+#[cfg(feature = "local")]
 pub fn open_device(
     uri: &DeviceUri,
     hw: &HwConfig,
 ) -> Result<Device<Box<dyn Transport + Send>>, DriverError> {
+    match &uri.endpoint {
+        Endpoint::Local => with_tunnel(Box::new(LocalTransport::from_config(hw)?), uri),
+        _ => open_remote_device(uri),
+    }
+}
+
+/// Opens a real or remote device (NVMe/TCP, Linux passthrough) a URI names; `local:` needs
+/// [`open_device`] (feature `local`) and is an error here.
+pub fn open_remote_device(
+    uri: &DeviceUri,
+) -> Result<Device<Box<dyn Transport + Send>>, DriverError> {
     let transport: Box<dyn Transport + Send> = match &uri.endpoint {
-        Endpoint::Local => Box::new(LocalTransport::from_config(hw)?),
+        Endpoint::Local => {
+            return Err(DriverError::InvalidArgument(
+                "local: is the in-process emulator, which this open does not build (open_device, feature local)".into(),
+            ));
+        }
         Endpoint::Tcp { addr, nqn, digests } => {
             let options = TcpOptions {
                 digests: *digests,
@@ -150,6 +169,14 @@ pub fn open_device(
         }
         Endpoint::Passthru { path, uring } => Box::new(PassthruTransport::open(path, *uring)?),
     };
+    with_tunnel(transport, uri)
+}
+
+/// The device behind `transport`, identified, with the tunnel the URI asks for.
+fn with_tunnel(
+    transport: Box<dyn Transport + Send>,
+    uri: &DeviceUri,
+) -> Result<Device<Box<dyn Transport + Send>>, DriverError> {
     let mut device = Device::open(transport)?;
     device.set_tunnel(uri.tunnel)?;
     Ok(device)

@@ -1,5 +1,11 @@
-//! sagessd host runtime: graphs, their on-device layout, and the neighbour samplers.
+//! sagessd data plane: datasets, their on-disk and on-device layouts, the neighbour samplers,
+//! feature gathering and the modelled host. No libtorch: training (`sagessd-train`) and the
+//! pipeline (`sagessd-pipeline`) build on top of it.
 //!
+//! * [`registry`]: the samplers and feature caches by name, and opening them;
+//! * [`minibatch`]: the minibatch order (random, BGL) of a node pool, epoch by epoch;
+//! * [`agreement`]: the check that every sampler produced the same minibatches;
+//! * [`placement`]: a dataset written onto an NVMe device for on-device runs;
 //! * [`graph`]: an in-memory CSR graph with validation and degree statistics;
 //! * [`rmat`]: a seeded R-MAT generator (Graph500 parameters) producing symmetric simple graphs;
 //! * [`host_io`]: host sampling over the modelled host I/O stack (mmap, direct I/O, io_uring,
@@ -15,14 +21,18 @@
 //! * [`ooc`]: out-of-core sampling on real files (direct I/O, AGNES blocks and hyperbatches);
 //! * [`rng`]: the deterministic generator behind every seeded choice.
 
+pub mod agreement;
 pub mod bench;
 pub mod compare;
 pub mod dataset;
 pub mod graph;
 pub mod host_io;
 pub mod load;
+pub mod minibatch;
 pub mod npy;
 pub mod ooc;
+pub mod placement;
+pub mod registry;
 pub mod rmat;
 pub mod rng;
 pub mod sampler;

@@ -201,8 +201,9 @@ impl SamplerStats {
     }
 }
 
-/// A neighbour sampler: one minibatch in, one message-flow graph out.
-pub trait Sampler {
+/// A neighbour sampler: one minibatch in, one message-flow graph out. `Send`, so that each
+/// pipeline worker can own one.
+pub trait Sampler: Send {
     /// A short name for reports.
     fn name(&self) -> &'static str;
 
@@ -215,8 +216,49 @@ pub trait Sampler {
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError>;
 
+    /// Samples several (seed, targets) minibatches with the same fanouts, in order. Samplers
+    /// that share work across minibatches override it (an AGNES hyperbatch reads each block
+    /// once for all of them); the result is the same as one [`Self::sample`] each.
+    fn sample_many(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+    ) -> Result<Vec<SampledSubgraph>, SamplerError> {
+        requests
+            .iter()
+            .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
+            .collect()
+    }
+
     /// What this sampler did so far.
     fn stats(&self) -> SamplerStats;
+}
+
+impl<S: Sampler + ?Sized> Sampler for Box<S> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn sample(
+        &mut self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        (**self).sample(seed, fanouts, targets)
+    }
+
+    fn sample_many(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+    ) -> Result<Vec<SampledSubgraph>, SamplerError> {
+        (**self).sample_many(fanouts, requests)
+    }
+
+    fn stats(&self) -> SamplerStats {
+        (**self).stats()
+    }
 }
 
 /// Checks a request the way the device does (layer count, fanouts, targets, node range), so
@@ -588,7 +630,7 @@ impl<T: Transport> IspSampler<T> {
     }
 }
 
-impl<T: Transport> Sampler for IspSampler<T> {
+impl<T: Transport + Send> Sampler for IspSampler<T> {
     fn name(&self) -> &'static str {
         "ISP"
     }

@@ -49,7 +49,7 @@ if [ -z "$binary" ]; then
     case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
     binary="$target_dir/release/sagessd"
 fi
-[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd-runtime)"
+[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd)"
 
 export PATH="$PATH:/usr/sbin:/sbin" # nvme, modprobe and depmod for non-root users
 for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout; do

@@ -20,6 +20,7 @@
 pub mod cora;
 pub mod generate;
 pub mod ogb;
+mod read;
 pub mod reorder;
 pub mod snap;
 
@@ -30,6 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::{CsrGraph, GraphError};
 use crate::npy::{self, Dtype, NpyError, NpyWriter};
+
+pub use read::{FeatureRows, Split};
 
 /// Name of the manifest file in a dataset folder.
 pub const MANIFEST: &str = "manifest.toml";

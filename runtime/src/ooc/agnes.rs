@@ -774,6 +774,14 @@ impl Sampler for AgnesSampler<'_> {
             .ok_or_else(|| SamplerError::InvalidRequest("empty hyperbatch".into()))
     }
 
+    fn sample_many(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+    ) -> Result<Vec<SampledSubgraph>, SamplerError> {
+        self.sample_hyperbatch(fanouts, requests)
+    }
+
     fn stats(&self) -> SamplerStats {
         self.stats
     }

@@ -9,15 +9,16 @@ use super::IoStats;
 use super::file::{AlignedBuf, DataFile};
 use crate::sampler::SamplerError;
 
-/// A device the readers reach with NVMe Reads (any transport).
-pub trait BlockDevice {
+/// A device the readers reach with NVMe Reads (any transport). `Send`, so that samplers and
+/// gatherers over a device can run as pipeline workers.
+pub trait BlockDevice: Send {
     /// Reads `block_count` LBAs from `slba`.
     fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError>;
     /// Bytes per LBA.
     fn lba_bytes(&self) -> u64;
 }
 
-impl<T: Transport> BlockDevice for Device<T> {
+impl<T: Transport + Send> BlockDevice for Device<T> {
     fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
         Ok(self.read(slba, block_count)?)
     }
@@ -27,9 +28,9 @@ impl<T: Transport> BlockDevice for Device<T> {
     }
 }
 
-/// A device several readers share in turn (a block sampler and a feature gatherer): each read
-/// borrows it for that read only.
-pub struct SharedDevice<'a, D>(pub &'a std::cell::RefCell<D>);
+/// A device several readers share in turn (block samplers and feature gatherers, on one thread
+/// or several): each read holds it for that read only.
+pub struct SharedDevice<'a, D>(pub &'a std::sync::Mutex<D>);
 
 impl<D> std::fmt::Debug for SharedDevice<'_, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -37,13 +38,22 @@ impl<D> std::fmt::Debug for SharedDevice<'_, D> {
     }
 }
 
+impl<D: BlockDevice> SharedDevice<'_, D> {
+    /// The device, held; an error if a reader panicked while holding it.
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, D>, SamplerError> {
+        self.0.lock().map_err(|_| {
+            SamplerError::GraphCorrupt("a reader of the shared device panicked".into())
+        })
+    }
+}
+
 impl<D: BlockDevice> BlockDevice for SharedDevice<'_, D> {
     fn read_lbas(&mut self, slba: u64, block_count: u64) -> Result<Vec<u8>, SamplerError> {
-        self.0.borrow_mut().read_lbas(slba, block_count)
+        self.lock()?.read_lbas(slba, block_count)
     }
 
     fn lba_bytes(&self) -> u64 {
-        self.0.borrow().lba_bytes()
+        self.lock().map_or(1, |d| d.lba_bytes())
     }
 }
 

@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use sagessd_host_driver::DeviceUri;
+use sagessd_runtime::agreement::{Agreement, Verdict};
+use sagessd_runtime::minibatch::Order;
+use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer, SamplerKind};
 
 use crate::{hw_source, load_hw};
 
@@ -22,8 +25,8 @@ pub(crate) struct SampleArgs {
     /// flight together), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches);
     /// with --on-device: agnes, hyperbatch and isp (in-storage sampling). Default:
     /// hyperbatch,agnes,direct, or with --on-device hyperbatch,agnes,isp.
-    #[arg(long, value_delimiter = ',')]
-    sampler: Option<Vec<String>>,
+    #[arg(long, value_delimiter = ',', value_enum)]
+    sampler: Option<Vec<SamplerKind>>,
     /// Minibatches per hyperbatch.
     #[arg(long, default_value_t = 64)]
     hyperbatch: usize,
@@ -50,12 +53,12 @@ pub(crate) struct SampleArgs {
     seed: u64,
     /// Minibatch targets: random (seeded, from all nodes) or bgl (BGL's proximity-aware order
     /// of the training nodes).
-    #[arg(long, default_value = "random")]
-    order: String,
+    #[arg(long, value_enum, default_value_t = Order::Random)]
+    order: Order,
     /// Gather the subgraphs' features after sampling: agnes (access-count-threshold cache,
     /// block reads), bgl (FIFO cache, row reads), or none.
-    #[arg(long, default_value = "agnes")]
-    features: String,
+    #[arg(long, value_enum, default_value_t = FeatureCache::Agnes)]
+    features: FeatureCache,
     /// Feature cache, MiB.
     #[arg(long, default_value_t = 64)]
     feature_cache: usize,
@@ -85,9 +88,10 @@ pub(crate) struct SampleArgs {
 /// `sample`: out-of-core samplers on real files, with their I/O.
 pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
-    use sagessd_runtime::dataset::Dataset;
-    use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, DirectSampler, IoStats};
-    use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
+    use sagessd_runtime::dataset::{Dataset, Split};
+    use sagessd_runtime::ooc::AgnesLayout;
+    use sagessd_runtime::registry::FileSource;
+    use sagessd_runtime::sampler::SampledSubgraph;
 
     anyhow::ensure!(
         a.batch_size > 0 && a.batches > 0,
@@ -95,29 +99,35 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     );
     // Bad flags are refused before any work.
     sagessd_runtime::sampler::validate_request(&a.fanouts, &[0], 1)?;
-    let (known, default): (&[&str], &str) = if a.on_device {
-        (&["agnes", "hyperbatch", "isp"], "hyperbatch,agnes,isp")
-    } else {
-        (
-            &["memory", "mmap", "direct", "uring", "agnes", "hyperbatch"],
-            "hyperbatch,agnes,direct",
-        )
+    use SamplerKind::*;
+    let samplers: Vec<SamplerKind> = a.sampler.clone().unwrap_or_else(|| {
+        if a.on_device {
+            vec![Hyperbatch, Agnes, Isp]
+        } else {
+            vec![Hyperbatch, Agnes, Direct]
+        }
+    });
+    let allowed = |k: &SamplerKind| {
+        if a.on_device {
+            k.on_device()
+        } else {
+            k.on_files()
+        }
     };
-    let samplers: Vec<String> = a
-        .sampler
-        .clone()
-        .unwrap_or_else(|| default.split(',').map(str::to_owned).collect());
-    if let Some(bad) = samplers.iter().find(|s| !known.contains(&s.as_str())) {
+    if let Some(bad) = samplers.iter().find(|k| !allowed(k)) {
         anyhow::bail!(
-            "unknown sampler {bad:?}{} ({})",
-            if a.on_device { " with --on-device" } else { "" },
-            known.join(", ")
+            "sampler {bad} {}",
+            if a.on_device {
+                "does not run on a device (agnes, hyperbatch, isp do)"
+            } else {
+                "needs a device: add --on-device"
+            }
         );
     }
     let dataset = Dataset::open(&a.dataset)?;
     let n = dataset.manifest.node_count;
-    let requests: Vec<(u64, Vec<u64>)> = match a.order.as_str() {
-        "random" => (0..a.batches)
+    let requests: Vec<(u64, Vec<u64>)> = match a.order {
+        Order::Random => (0..a.batches)
             .map(|b| {
                 (
                     minibatch_seed(a.seed, b),
@@ -125,32 +135,25 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 )
             })
             .collect(),
-        "bgl" => {
+        Order::Bgl => {
             let graph = dataset.graph()?;
-            let train = match &dataset.manifest.train {
-                Some(entry) => {
-                    let path = dataset.dir().join(&entry.file);
-                    let ids = sagessd_runtime::npy::read_i64(&path)?;
-                    if let Some(i) = ids.iter().position(|v| !(0..n as i64).contains(v)) {
-                        anyhow::bail!(
-                            "{}: entry {i} ({}) is not a node id",
-                            path.display(),
-                            ids[i]
-                        );
-                    }
-                    ids.into_iter().map(|v| v as u64).collect()
-                }
-                None => (0..n).collect::<Vec<u64>>(),
+            let train = match dataset.split(Split::Train)? {
+                Some(ids) => ids,
+                None => (0..n).collect(),
             };
-            let order = sagessd_runtime::ooc::features::bgl_order(&graph, &train, 8, a.seed);
-            order
-                .chunks(a.batch_size.max(1) as usize)
-                .take(a.batches as usize)
-                .enumerate()
-                .map(|(b, t)| (minibatch_seed(a.seed, b as u32), t.to_vec()))
-                .collect()
+            let mut requests = sagessd_runtime::minibatch::epoch_requests(
+                Order::Bgl,
+                &train,
+                a.batch_size as usize,
+                a.seed,
+                0,
+                0,
+                Some(&graph),
+            )
+            .map_err(anyhow::Error::msg)?;
+            requests.truncate(a.batches as usize);
+            requests
         }
-        other => anyhow::bail!("--order {other:?}: random or bgl"),
     };
     let block_bytes = a.block_size * 1024;
     let buffer_bytes = a.graph_buffer << 20;
@@ -164,7 +167,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             buffer_bytes,
         );
     }
-    let needs_layout = samplers.iter().any(|s| s == "agnes" || s == "hyperbatch");
+    let needs_layout = samplers.iter().any(|k| k.needs_layout());
     let layout = if needs_layout {
         let (layout, written) = AgnesLayout::for_dataset(&dataset, block_bytes)?;
         let bytes = layout.manifest.block_count * layout.manifest.block_bytes;
@@ -188,24 +191,23 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         dataset.manifest.name, n, dataset.manifest.edge_count, a.batches, a.batch_size, a.fanouts
     );
     let graph = samplers
-        .iter()
-        .any(|s| s == "memory")
+        .contains(&Memory)
         .then(|| dataset.graph())
         .transpose()?;
     // Subgraphs are checked by checksum and dropped as they come, so memory stays bounded by
     // the buffers and caches, not by the number of minibatches.
     let mut agreement = Agreement::default();
-    let mut gatherer = match a.features.as_str() {
-        "none" => None,
+    let mut gatherer = match a.features {
+        FeatureCache::None => None,
         _ if dataset.manifest.features.is_none() => {
             println!("features: the dataset has none");
             None
         }
-        _ => Some(Gatherer::new(
+        kind => FeatureGatherer::new(
+            kind,
             sagessd_runtime::ooc::features::FeatureFile::open(&dataset)?,
-            &a,
-            block_bytes,
-        )?),
+            cache_settings(&a, block_bytes),
+        ),
     };
     println!(
         "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}",
@@ -224,19 +226,29 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     // The largest set of subgraphs (and their features) alive at once: a minibatch's, or a
     // hyperbatch's; and what it was.
     let mut peak_output: (u64, String) = (0, "nothing".into());
-    for (k, name) in samplers.iter().enumerate() {
+    let source = FileSource {
+        dataset: &dataset,
+        graph: graph.as_ref(),
+        layout: layout.as_ref(),
+        buffer_bytes,
+        prefetch: !a.no_prefetch,
+    };
+    for (k, &kind) in samplers.iter().enumerate() {
+        let name = kind.name();
         let started = std::time::Instant::now();
         let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
         let mut gather_s = 0.0;
-        // The first sampler's subgraphs also get their features gathered. Each call takes one
-        // minibatch's or one hyperbatch's subgraphs, which are alive together with their
-        // features until it returns.
-        let mut sink = |subs: Vec<SampledSubgraph>| -> anyhow::Result<()> {
+        let mut sampler = source.open(kind)?;
+        // Each group is one minibatch, or one hyperbatch; its subgraphs are alive together
+        // (with their features, for the first sampler, which also gathers them) until the
+        // next group, and are checked by checksum and dropped.
+        for group in requests.chunks(kind.group_size(a.hyperbatch)) {
+            let subs: Vec<SampledSubgraph> = sampler.sample_many(&a.fanouts, group)?;
             let mut bytes: u64 = subs.iter().map(|s| s.as_bytes().len() as u64).sum();
             let mut with = "";
             if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
                 let t = std::time::Instant::now();
-                bytes += g.gather(&subs)?.0;
+                bytes += g.gather(&subs)?.iter().map(|r| r.len() as u64).sum::<u64>();
                 gather_s += t.elapsed().as_secs_f64();
                 with = " and their features";
             }
@@ -244,47 +256,9 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 peak_output = (bytes, format!("{name}: {} subgraph(s){with}", subs.len()));
             }
             sums.extend(subs.iter().map(SampledSubgraph::checksum));
-            Ok(())
-        };
-        // A per-minibatch sampler over every request.
-        let mut each_minibatch = |s: &mut dyn Sampler| -> anyhow::Result<()> {
-            for (seed, t) in &requests {
-                sink(vec![s.sample(*seed, &a.fanouts, t)?])?;
-            }
-            Ok(())
-        };
-        let the_layout = || layout.as_ref().ok_or_else(|| anyhow::anyhow!("no layout"));
-        let io: IoStats = match name.as_str() {
-            "memory" => {
-                let g = graph.as_ref().ok_or_else(|| anyhow::anyhow!("no graph"))?;
-                let mut s = ReferenceSampler::new(g);
-                each_minibatch(&mut s)?;
-                IoStats::default()
-            }
-            "mmap" => {
-                let mut s = sagessd_runtime::ooc::MmapSampler::open(&dataset)?;
-                each_minibatch(&mut s)?;
-                s.io_stats().clone()
-            }
-            "direct" | "uring" => {
-                let mut s = DirectSampler::open(&dataset, name == "uring")?;
-                each_minibatch(&mut s)?;
-                s.io_stats().clone()
-            }
-            "agnes" => {
-                let mut s = AgnesSampler::new(the_layout()?, buffer_bytes, false)?;
-                each_minibatch(&mut s)?;
-                s.io_stats().clone()
-            }
-            "hyperbatch" => {
-                let mut s = AgnesSampler::new(the_layout()?, buffer_bytes, !a.no_prefetch)?;
-                for chunk in requests.chunks(a.hyperbatch.max(1)) {
-                    sink(s.sample_hyperbatch(&a.fanouts, chunk)?)?;
-                }
-                s.io_stats().clone()
-            }
-            other => anyhow::bail!("unknown sampler {other:?}"),
-        };
+        }
+        let io = sampler.io();
+        drop(sampler);
         let wall = started.elapsed().as_secs_f64() - gather_s;
         let io_wait_s = io.io_wait_ns as f64 / 1e9;
         let h = io.size_histogram;
@@ -307,25 +281,25 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
             format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
             // An mmap sampler reads in page faults, the in-memory one not at all.
-            if matches!(name.as_str(), "mmap" | "memory") {
+            if kind.faults_in() || kind == Memory {
                 "-".into()
             } else {
                 io.syscalls.to_string()
             },
             wall,
             // An mmap sampler's reads happen inside page faults: its wait cannot be told apart.
-            if name == "mmap" {
+            if kind.faults_in() {
                 "-".into()
             } else {
                 format!("{:.2}", io_wait_s)
             },
-            if name == "mmap" {
+            if kind.faults_in() {
                 "-".into()
             } else {
                 format!("{:.2}", (wall - io_wait_s).max(0.0))
             },
         );
-        if name != "memory" {
+        if kind != Memory {
             let hops = &io.hops[..a.fanouts.len()];
             let each = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String| {
                 hops.iter().map(f).collect::<Vec<_>>().join(" / ")
@@ -334,7 +308,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 "  per hop: reads {}, read {}{}",
                 each(&|h| h.reads.to_string()),
                 each(&|h| human_bytes(h.bytes_read)),
-                if name == "mmap" {
+                if kind.faults_in() {
                     String::new()
                 } else {
                     format!(
@@ -347,11 +321,11 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         if k == 0
             && let Some(g) = &gatherer
         {
-            g.report(&a, gather_s);
+            report_gather(g, &a, gather_s);
         }
         agreement.check(name, sums);
     }
-    let exit = agreement.report();
+    let exit = report_agreement(&agreement);
     let feature_cache = if gatherer.is_some() {
         (a.feature_cache as u64) << 20
     } else {
@@ -382,7 +356,7 @@ fn peak_rss_bytes() -> Option<u64> {
 /// the `--features` cache, and ISP gathers them in storage.
 fn run_sample_on_device(
     a: &SampleArgs,
-    samplers: &[String],
+    samplers: &[SamplerKind],
     dataset: &sagessd_runtime::dataset::Dataset,
     requests: &[(u64, Vec<u64>)],
     block_bytes: usize,
@@ -391,55 +365,39 @@ fn run_sample_on_device(
     use sagessd_runtime::compare::human_bytes;
     use sagessd_runtime::ooc::features::FeatureFile;
     use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, IoStats, SharedDevice};
-    use sagessd_runtime::sampler::{FNV_OFFSET, SampledSubgraph, Sampler, fnv1a};
+    use sagessd_runtime::registry::minibatch_checksum;
+    use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
     let mut hw = load_hw(a.config.as_ref())?;
-    let features = match a.features.as_str() {
-        "none" => None,
-        _ if dataset.manifest.features.is_none() => {
-            println!("features: the dataset has none");
-            None
+    let features = match a.features {
+        FeatureCache::None => None,
+        _ => {
+            let rows = dataset.feature_rows()?;
+            if rows.is_none() {
+                println!("features: the dataset has none");
+            }
+            rows
         }
-        _ => Some(feature_rows(dataset)?),
     };
     let n = dataset.manifest.node_count;
-    if let Some((_, row_bytes)) = &features
+    if let Some(rows) = &features
         && hw.firmware.max_feature_bytes == 0
     {
-        // The emulated firmware's per-slot feature buffer: room for the largest subgraph this
-        // run can sample (its targets and every sampled neighbour, at most).
-        let most_nodes = a.fanouts.iter().fold(u64::from(a.batch_size), |k, &f| {
-            k.saturating_mul(1 + u64::from(f))
-        });
-        let rows = n
-            .min(u64::from(hw.firmware.max_subgraph_nodes))
-            .min(most_nodes);
-        hw.firmware.max_feature_bytes =
-            u32::try_from(rows * u64::from(*row_bytes)).unwrap_or(u32::MAX);
+        hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
+            n,
+            hw.firmware.max_subgraph_nodes,
+            u64::from(a.batch_size),
+            &a.fanouts,
+            rows.row_bytes() as u64,
+        );
     }
     let graph = dataset.graph()?;
     let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
     let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
-    let desc = match &features {
-        Some((rows, row_bytes)) => sagessd_runtime::load::load_graph_with_features(
-            &mut device,
-            &graph,
-            rows,
-            *row_bytes,
-            0,
-        )?,
-        None => sagessd_runtime::load::load_graph(&mut device, &graph, 0)?,
-    };
+    let placed = sagessd_runtime::placement::place(&mut device, &graph, features.as_ref(), &layout)
+        .map_err(|e| anyhow::anyhow!(e))?;
     drop(graph);
     drop(features);
-    let lba = u64::from(device.info().block_size_bytes);
-    let align = (block_bytes as u64 / lba).max(1);
-    let end = desc
-        .features
-        .map_or(desc.indices.slba + desc.indices.block_count, |f| {
-            f.range.slba + f.range.block_count
-        });
-    let slba = end.next_multiple_of(align);
-    layout.write_to_device(&mut device, slba)?;
+    let (desc, slba) = (placed.graph, placed.layout_slba);
     // Each sampler starts with the device's caches dropped, where the transport can.
     let cold = device.transport_mut().drop_caches();
     // An emulator models time; a real device (or a remote target) is timed by the wall clock,
@@ -488,15 +446,21 @@ fn run_sample_on_device(
         "host ms/mb",
         "total ms/mb"
     );
-    let device = std::cell::RefCell::new(device);
+    let device = std::sync::Mutex::new(device);
+    let held = || {
+        device
+            .lock()
+            .map_err(|_| anyhow::anyhow!("a reader of the device panicked"))
+    };
     let region = desc.features;
     let mut agreement = Agreement::default();
-    for name in samplers {
-        device.borrow_mut().transport_mut().drop_caches();
-        let t0 = device.borrow().now_ns().unwrap_or(0);
+    for &kind in samplers {
+        let name = kind.name();
+        held()?.transport_mut().drop_caches();
+        let t0 = held()?.now_ns().unwrap_or(0);
         let wall = std::time::Instant::now();
-        let pages0 = device.borrow().device_counters().map(|c| c.nand_pages_read);
-        let commands0 = device.borrow().stats().commands;
+        let pages0 = held()?.device_counters().map(|c| c.nand_pages_read);
+        let commands0 = held()?.stats().commands;
         // The host's own work, modelled with the [host] costs: each NVMe command a synchronous
         // I/O (a block larger than MDTS takes several), and the sampling compute of each
         // subgraph a host sampler built.
@@ -504,59 +468,45 @@ fn run_sample_on_device(
         let mut feature_bytes = 0u64;
         // Each minibatch's checksum: its subgraph's, folded with its features' when gathered.
         let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
-        let mut fold = |sub: &SampledSubgraph, rows: Option<u64>| {
-            sums.push(rows.map_or(sub.checksum(), |r| fnv1a(sub.checksum(), &r.to_le_bytes())));
-        };
-        let mut host_built =
-            |subs: &[SampledSubgraph], gatherer: &mut Option<Gatherer<'_>>| -> anyhow::Result<()> {
-                let rows = match gatherer {
-                    Some(g) => {
-                        let (bytes, sums) = g.gather(subs)?;
-                        feature_bytes += bytes;
-                        sums.into_iter().map(Some).collect()
-                    }
-                    None => vec![None; subs.len()],
-                };
-                for (sub, r) in subs.iter().zip(rows) {
-                    let v = sub.view();
-                    let dst: u64 = (0..v.layer_count())
-                        .map(|l| u64::from(v.layer(l).counts.dst_count))
-                        .sum();
-                    host_ns += hw.host.sampling_ns(dst, sub.edge_count());
-                    fold(sub, r);
-                }
-                Ok(())
+        let mut host_built = |subs: &[SampledSubgraph],
+                              gatherer: &mut Option<FeatureGatherer<'_>>|
+         -> anyhow::Result<()> {
+            let rows = match gatherer {
+                Some(g) => g.gather(subs)?.into_iter().map(Some).collect(),
+                None => vec![None; subs.len()],
             };
+            for (sub, r) in subs.iter().zip(rows) {
+                let v = sub.view();
+                let dst: u64 = (0..v.layer_count())
+                    .map(|l| u64::from(v.layer(l).counts.dst_count))
+                    .sum();
+                host_ns += hw.host.sampling_ns(dst, sub.edge_count());
+                feature_bytes += r.as_ref().map_or(0, |r| r.len() as u64);
+                sums.push(minibatch_checksum(sub, r.as_deref()));
+            }
+            Ok(())
+        };
         let mut block_device = SharedDevice(&device);
         let mut feature_device = SharedDevice(&device);
-        let mut gatherer = region
-            .map(|r| -> anyhow::Result<Gatherer<'_>> {
-                Gatherer::new(
-                    FeatureFile::on_device(&mut feature_device, &r, n)?,
-                    a,
-                    block_bytes,
-                )
-            })
-            .transpose()?;
-        let io: IoStats = match name.as_str() {
-            "agnes" => {
+        let mut gatherer = match region {
+            Some(r) => FeatureGatherer::new(
+                a.features,
+                FeatureFile::on_device(&mut feature_device, &r, n)?,
+                cache_settings(a, block_bytes),
+            ),
+            None => None,
+        };
+        let io: IoStats = match kind {
+            SamplerKind::Agnes | SamplerKind::Hyperbatch => {
                 let mut s =
                     AgnesSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
-                for (seed, t) in requests {
-                    host_built(&[s.sample(*seed, &a.fanouts, t)?], &mut gatherer)?;
+                for group in requests.chunks(kind.group_size(a.hyperbatch)) {
+                    host_built(&s.sample_many(&a.fanouts, group)?, &mut gatherer)?;
                 }
                 s.io_stats().clone()
             }
-            "hyperbatch" => {
-                let mut s =
-                    AgnesSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
-                for chunk in requests.chunks(a.hyperbatch.max(1)) {
-                    host_built(&s.sample_hyperbatch(&a.fanouts, chunk)?, &mut gatherer)?;
-                }
-                s.io_stats().clone()
-            }
-            "isp" => {
-                let mut d = device.borrow_mut();
+            SamplerKind::Isp => {
+                let mut d = held()?;
                 let before = d.stats();
                 let out = if region.is_some() {
                     d.sample_many_with_features(&a.fanouts, requests, 4)
@@ -572,9 +522,9 @@ fn run_sample_on_device(
                     if region.is_some() {
                         let (sub, rows) = SampledSubgraph::split_features(bytes)?;
                         feature_bytes += rows.len() as u64;
-                        fold(&sub, Some(fnv1a(FNV_OFFSET, &rows)));
+                        sums.push(minibatch_checksum(&sub, Some(&rows)));
                     } else {
-                        fold(&SampledSubgraph::from_bytes(bytes)?, None);
+                        sums.push(SampledSubgraph::from_bytes(bytes)?.checksum());
                     }
                 }
                 // Its NVMe commands (NS_SUBMIT/NS_COLLECT, or Writes and Reads through the tunnel).
@@ -584,9 +534,9 @@ fn run_sample_on_device(
                     ..IoStats::default()
                 }
             }
-            other => anyhow::bail!("unknown sampler {other:?}"),
+            other => anyhow::bail!("sampler {other} does not run on a device"),
         };
-        let d = device.borrow();
+        let d = held()?;
         host_ns += (d.stats().commands - commands0) * hw.host.sync_io_ns();
         let per_mb_ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6 / requests.len() as f64);
         let pages = pages0
@@ -606,7 +556,7 @@ fn run_sample_on_device(
         // The host's feature reads (ISP's come within its own commands).
         let feature_reads = gatherer
             .as_ref()
-            .filter(|_| name != "isp")
+            .filter(|_| kind != SamplerKind::Isp)
             .map_or("-".into(), |g| g.stats().io.reads.to_string());
         println!(
             "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}",
@@ -640,164 +590,55 @@ fn run_sample_on_device(
             "feature bytes: the rows gathered for the subgraphs' nodes (host samplers read them through their cache; ISP's come back with the subgraph); samples are compared with their features"
         );
     }
-    Ok(agreement.report())
+    Ok(report_agreement(&agreement))
 }
 
-/// The dataset's feature rows as stored (f32 or f16, row after row) and the bytes of one row.
-fn feature_rows(dataset: &sagessd_runtime::dataset::Dataset) -> anyhow::Result<(Vec<u8>, u32)> {
-    use sagessd_runtime::npy;
-    let entry = dataset
-        .manifest
-        .features
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("the dataset has no features"))?;
-    let path = dataset.dir().join(&entry.file);
-    let header = npy::read_header(&path)?;
-    let (shape, rows) = npy::read_raw(&path, header.dtype, 2)?;
-    let row_bytes = rows.len() as u64 / shape[0].max(1);
-    anyhow::ensure!(
-        shape[0] == dataset.manifest.node_count && row_bytes > 0,
-        "{}: {} rows for {} nodes",
-        path.display(),
-        shape[0],
-        dataset.manifest.node_count
+/// The feature caches' settings the flags give.
+fn cache_settings(a: &SampleArgs, block_bytes: usize) -> CacheSettings {
+    CacheSettings {
+        cache_bytes: a.feature_cache << 20,
+        threshold: a.feature_threshold,
+        block_bytes,
+    }
+}
+
+/// Prints the agreement's verdict; the exit status (failure on any mismatch).
+fn report_agreement(agreement: &Agreement) -> ExitCode {
+    match agreement.verdict() {
+        Verdict::Agreed(name) => {
+            println!(
+                "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
+            );
+            ExitCode::SUCCESS
+        }
+        Verdict::Alone(_) => {
+            println!("samples identical: one sampler, nothing compared");
+            ExitCode::SUCCESS
+        }
+        Verdict::Nothing => ExitCode::SUCCESS,
+        Verdict::Differed(mismatches) => {
+            for m in mismatches {
+                eprintln!("error: {m}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints what the gathering did (rows, cache hits, I/O) and its time.
+fn report_gather(g: &FeatureGatherer<'_>, a: &SampleArgs, wall_s: f64) {
+    use sagessd_runtime::compare::human_bytes;
+    let stats = g.stats();
+    println!(
+        "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
+        a.features,
+        human_bytes((a.feature_cache as u64) << 20),
+        stats.rows,
+        100.0 * stats.hit_ratio(),
+        stats.io.reads,
+        human_bytes(stats.io.bytes_read),
+        human_bytes(stats.io.bytes_used),
+        wall_s,
+        stats.io.io_wait_ns as f64 / 1e9
     );
-    let row_bytes = u32::try_from(row_bytes)
-        .map_err(|_| anyhow::anyhow!("{}: rows of {row_bytes} bytes", path.display()))?;
-    Ok((rows, row_bytes))
-}
-
-/// Whether every sampler produced the first one's subgraphs (by checksum, minibatch by
-/// minibatch).
-#[derive(Default)]
-struct Agreement {
-    first: Option<(String, Vec<u64>)>,
-    compared: bool,
-    mismatch: bool,
-}
-
-impl Agreement {
-    /// Compares `name`'s checksums with the first sampler's (or keeps them, if it is first).
-    fn check(&mut self, name: &str, sums: Vec<u64>) {
-        match &self.first {
-            None => self.first = Some((name.to_owned(), sums)),
-            Some((reference, expected)) => {
-                let longest = expected.len().max(sums.len());
-                if let Some(b) = (0..longest).find(|&b| expected.get(b) != sums.get(b)) {
-                    eprintln!("error: {name} differs from {reference} on minibatch {b}");
-                    self.mismatch = true;
-                }
-                self.compared = true;
-            }
-        }
-    }
-
-    /// Prints the verdict when all agreed; the exit status either way.
-    fn report(&self) -> ExitCode {
-        match &self.first {
-            Some((name, _)) if !self.mismatch && self.compared => {
-                println!(
-                    "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
-                );
-                ExitCode::SUCCESS
-            }
-            Some(_) if !self.mismatch => {
-                println!("samples identical: one sampler, nothing compared");
-                ExitCode::SUCCESS
-            }
-            Some(_) => ExitCode::FAILURE,
-            None => ExitCode::SUCCESS,
-        }
-    }
-}
-
-/// The feature half of `sample`: each subgraph's node features gathered from storage into one
-/// buffer per minibatch, with AGNES's or BGL's cache.
-enum Gatherer<'d> {
-    /// AGNES: access-count-threshold cache, block reads, a hyperbatch's misses read together.
-    Agnes(sagessd_runtime::ooc::features::ThresholdCache<'d>),
-    /// BGL: FIFO cache, row reads.
-    Bgl(sagessd_runtime::ooc::features::FifoCache<'d>),
-}
-
-impl<'d> Gatherer<'d> {
-    /// The gatherer `--features` names over `rows`, with the cache and block size the flags
-    /// give.
-    fn new(
-        rows: sagessd_runtime::ooc::features::FeatureFile<'d>,
-        a: &SampleArgs,
-        block_bytes: usize,
-    ) -> anyhow::Result<Self> {
-        use sagessd_runtime::ooc::features::{FifoCache, ThresholdCache};
-        let cache_bytes = a.feature_cache << 20;
-        Ok(match a.features.as_str() {
-            "agnes" => Self::Agnes(ThresholdCache::new(
-                rows,
-                cache_bytes,
-                a.feature_threshold,
-                block_bytes,
-            )),
-            "bgl" => Self::Bgl(FifoCache::new(rows, cache_bytes)),
-            other => anyhow::bail!("--features {other:?}: agnes, bgl or none"),
-        })
-    }
-
-    /// Gathers the features of `subs` (a minibatch, or a hyperbatch's minibatches): AGNES
-    /// reads a hyperbatch's misses together, each feature block once; BGL gathers minibatch by
-    /// minibatch. Returns the bytes gathered and each minibatch's rows' FNV-1a checksum.
-    fn gather(
-        &mut self,
-        subs: &[sagessd_runtime::sampler::SampledSubgraph],
-    ) -> anyhow::Result<(u64, Vec<u64>)> {
-        use sagessd_runtime::sampler::{FNV_OFFSET, fnv1a};
-        let nodes: Vec<Vec<u64>> = subs
-            .iter()
-            .map(|s| s.view().nodes().iter().map(|v| v.get()).collect())
-            .collect();
-        let mut bytes = 0;
-        let mut sums = Vec::with_capacity(subs.len());
-        let mut take = |rows: &[u8]| {
-            bytes += rows.len() as u64;
-            sums.push(fnv1a(FNV_OFFSET, rows));
-        };
-        match self {
-            Self::Agnes(g) => {
-                let lists: Vec<&[u64]> = nodes.iter().map(Vec::as_slice).collect();
-                g.gather_many(&lists)?.iter().for_each(|o| take(o));
-            }
-            // One minibatch's buffer at a time.
-            Self::Bgl(g) => {
-                for n in &nodes {
-                    take(&g.gather(n)?);
-                }
-            }
-        }
-        Ok((bytes, sums))
-    }
-
-    /// What the gathering did.
-    fn stats(&self) -> &sagessd_runtime::ooc::features::GatherStats {
-        match self {
-            Self::Agnes(g) => &g.stats,
-            Self::Bgl(g) => &g.stats,
-        }
-    }
-
-    /// Prints what the gathering did (rows, cache hits, I/O) and its time.
-    fn report(&self, a: &SampleArgs, wall_s: f64) {
-        use sagessd_runtime::compare::human_bytes;
-        let stats = self.stats();
-        println!(
-            "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
-            a.features,
-            human_bytes((a.feature_cache as u64) << 20),
-            stats.rows,
-            100.0 * stats.hit_ratio(),
-            stats.io.reads,
-            human_bytes(stats.io.bytes_read),
-            human_bytes(stats.io.bytes_used),
-            wall_s,
-            stats.io.io_wait_ns as f64 / 1e9
-        );
-    }
 }

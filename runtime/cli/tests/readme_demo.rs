@@ -5,7 +5,7 @@ use std::process::Command;
 
 #[test]
 fn the_readme_shows_the_demo_as_it_prints() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
         .expect("reading README.md");
     let after = readme
         .split_once("`sagessd demo` prints:\n\n```\n")

@@ -24,6 +24,8 @@ mod device;
 mod emulator;
 mod firmware;
 mod sample;
+#[cfg(feature = "train")]
+mod train;
 
 /// sagessd: GNN neighbour sampling inside an (emulated) computational SSD.
 #[derive(Debug, Parser)]
@@ -73,6 +75,12 @@ enum Command {
     /// on an NVMe device: the in-process emulator in modelled time, or any other by the wall
     /// clock.
     Sample(sample::SampleArgs),
+    /// Train a GNN (GraphSAGE, GCN, GAT; libtorch on the CPU or CUDA) on minibatches from any
+    /// sampler, on files or on an NVMe device, through the producer/consumer pipeline; per
+    /// epoch: loss, accuracy, wall-clock stage times, trainer idle, and on the in-process
+    /// emulator the modelled epoch.
+    #[cfg(feature = "train")]
+    Train(Box<train::TrainArgs>),
 }
 
 /// Flags of `ns-config`.
@@ -283,6 +291,8 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Dataset(command) => dataset::run(command),
         Command::Bench(command) => bench::run(command),
         Command::Sample(args) => sample::run_sample(args),
+        #[cfg(feature = "train")]
+        Command::Train(args) => train::run_train(*args),
     }
 }
 

@@ -219,6 +219,9 @@ fn samplers_agree_on_files_and_on_the_device() {
 
     let bad = sagessd(&[&common[..], &["--sampler", "psychic"]].concat());
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown sampler"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid value 'psychic'"));
+    let bad = sagessd(&[&common[..], &["--sampler", "isp"]].concat());
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("sampler isp needs a device"));
     let _ = std::fs::remove_dir_all(Path::new(d));
 }

@@ -1,0 +1,659 @@
+//! `sagessd train`: a GNN trained on minibatches from any sampler, on files or on an NVMe
+//! device, through the producer/consumer pipeline.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use sagessd_host_driver::{DeviceUri, Endpoint};
+use sagessd_pipeline::{
+    DeviceSampler, DeviceStage, FileStages, Minibatch, PipelineConfig, PipelineError, RunReport,
+    SharedNvme, Workers,
+};
+use sagessd_runtime::dataset::{Dataset, Split};
+use sagessd_runtime::minibatch::{Order, Request};
+use sagessd_runtime::npy::Dtype;
+use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
+use sagessd_runtime::registry::{
+    CacheSettings, FeatureCache, FeatureGatherer, FileSource, SamplerKind,
+};
+use sagessd_train::{
+    DeviceChoice, EpochRecord, Evaluation, Feed, FitConfig, ModelKind, NodeData, TrainConfig,
+    Trainer,
+};
+
+use crate::{hw_source, load_hw};
+
+/// Where the model trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Compute {
+    /// The CPU.
+    Cpu,
+    /// The first CUDA device (an error where there is none).
+    Cuda,
+    /// CUDA when libtorch sees a device, else the CPU.
+    Auto,
+}
+
+/// How the validation and test splits are evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Eval {
+    /// Full neighbourhoods for graphs of at most 200,000 nodes, else sampled.
+    Auto,
+    /// Minibatches sampled with the training fanouts, through the same pipeline.
+    Sampled,
+    /// Every neighbour, the whole graph at once (needs it in memory).
+    Full,
+}
+
+/// Flags of `train`.
+#[derive(Debug, Args)]
+pub(crate) struct TrainArgs {
+    /// The dataset folder (features, labels and a train split needed).
+    #[arg(long, value_name = "DIR")]
+    dataset: PathBuf,
+    /// The GNN.
+    #[arg(long, value_enum, default_value_t = Model::Sage)]
+    model: Model,
+    /// Width of the hidden layers.
+    #[arg(long, default_value_t = 64)]
+    hidden: i64,
+    /// GAT: attention heads (dividing --hidden).
+    #[arg(long, default_value_t = 4)]
+    heads: i64,
+    /// Fanouts in hop order from the targets; their count is the number of GNN layers.
+    #[arg(long, value_delimiter = ',', default_value = "10,10")]
+    fanouts: Vec<u16>,
+    /// GNN layers (must equal the fanouts' count when both are given; alone: fanout 10 each).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Targets per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: usize,
+    /// Epochs.
+    #[arg(long, default_value_t = 5)]
+    epochs: u32,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    lr: f64,
+    /// Adam's L2 weight decay.
+    #[arg(long, default_value_t = 5e-4)]
+    weight_decay: f64,
+    /// Dropout probability.
+    #[arg(long, default_value_t = 0.5)]
+    dropout: f64,
+    /// The sampler (on a device: agnes, hyperbatch or isp).
+    #[arg(long, value_enum, default_value_t = SamplerKind::Memory)]
+    sampler: SamplerKind,
+    /// Minibatches per hyperbatch (--sampler hyperbatch).
+    #[arg(long, default_value_t = 8)]
+    hyperbatch: usize,
+    /// AGNES block size in KiB (a multiple of 4).
+    #[arg(long, default_value_t = 1024)]
+    block_size: usize,
+    /// Graph buffer of the AGNES samplers, MiB.
+    #[arg(long, default_value_t = 64)]
+    graph_buffer: usize,
+    /// Host feature cache: agnes (access-count threshold, block reads) or bgl (FIFO, row
+    /// reads). ISP on a device gathers in storage instead.
+    #[arg(long, value_enum, default_value_t = FeatureCache::Agnes)]
+    features: FeatureCache,
+    /// Feature cache, MiB.
+    #[arg(long, default_value_t = 64)]
+    feature_cache: usize,
+    /// Accesses after which the AGNES cache keeps a node's features.
+    #[arg(long, default_value_t = 2)]
+    feature_threshold: u32,
+    /// Minibatch order of the training nodes.
+    #[arg(long, value_enum, default_value_t = Order::Random)]
+    order: Order,
+    /// Sampling and gather workers: auto (profile the stages, BGL-style) or a number of each.
+    #[arg(long, default_value = "auto")]
+    workers: String,
+    /// Groups (minibatches, or hyperbatches) alive in the pipeline at once.
+    #[arg(long, default_value_t = 4)]
+    queue_depth: usize,
+    /// Seed of the weights, the order and sampling.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where the model trains.
+    #[arg(long, value_enum, default_value_t = Compute::Auto)]
+    compute: Compute,
+    /// libtorch's CPU threads (fixed, so CPU runs are deterministic).
+    #[arg(long, default_value_t = 1)]
+    threads: i32,
+    /// How the validation and test splits are evaluated.
+    #[arg(long, value_enum, default_value_t = Eval::Auto)]
+    eval: Eval,
+    /// Sample on an NVMe device (an emulated SSD unless --device says otherwise): the dataset
+    /// is written to it; agnes and hyperbatch read it there, isp samples and gathers in storage.
+    #[arg(long)]
+    on_device: bool,
+    /// With --on-device: the hardware description (default: the built-in Cosmos+).
+    #[arg(long, value_name = "PATH", requires = "on_device")]
+    config: Option<PathBuf>,
+    /// With --on-device: `local:` (an in-process emulated SSD, modelled time) or
+    /// tcp://HOST:PORT/NQN or passthru:/dev/ngXnY (wall-clock time); overwritten from LBA 0.
+    #[arg(
+        long,
+        value_name = "URI",
+        default_value = "local:",
+        requires = "on_device"
+    )]
+    device: DeviceUri,
+    /// Also write each epoch (and the test accuracy) as JSON lines to FILE.
+    #[arg(long, value_name = "FILE")]
+    metrics_out: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The GNN, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Model {
+    /// GraphSAGE, mean aggregator.
+    Sage,
+    /// GCN.
+    Gcn,
+    /// GAT, multi-head attention.
+    Gat,
+}
+
+impl Model {
+    fn kind(self) -> ModelKind {
+        match self {
+            Self::Sage => ModelKind::Sage,
+            Self::Gcn => ModelKind::Gcn,
+            Self::Gat => ModelKind::Gat,
+        }
+    }
+}
+
+/// `train`.
+pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
+    let fanouts = match (a.layers, a.fanouts.len()) {
+        (Some(l), n) if l != n && a.fanouts != [10, 10] => {
+            anyhow::bail!("--layers {l} but {n} fanouts")
+        }
+        (Some(l), _) => vec![10; l],
+        (None, _) => a.fanouts.clone(),
+    };
+    sagessd_runtime::sampler::validate_request(&fanouts, &[0], 1)?;
+    anyhow::ensure!(
+        a.batch_size > 0 && a.epochs > 0,
+        "--batch-size and --epochs must be ≥ 1"
+    );
+    let workers = parse_workers(&a.workers)?;
+    if a.on_device {
+        anyhow::ensure!(
+            a.sampler.on_device(),
+            "sampler {} does not run on a device (agnes, hyperbatch, isp do)",
+            a.sampler
+        );
+    } else {
+        anyhow::ensure!(
+            a.sampler.on_files(),
+            "sampler {} needs a device: add --on-device",
+            a.sampler
+        );
+    }
+    tch::set_num_threads(a.threads.max(1));
+    let compute = sagessd_train::select_device(match a.compute {
+        Compute::Cpu => DeviceChoice::Cpu,
+        Compute::Cuda => DeviceChoice::Cuda,
+        Compute::Auto => DeviceChoice::Auto,
+    })?;
+
+    let dataset = Dataset::open(&a.dataset)?;
+    let m = &dataset.manifest;
+    let path = a.dataset.display();
+    let labels = dataset
+        .labels()?
+        .with_context(|| format!("{path}: no labels"))?;
+    let classes = i64::from(m.class_count.unwrap_or(0));
+    let train = dataset
+        .split(Split::Train)?
+        .with_context(|| format!("{path}: no train split"))?;
+    let valid = dataset.split(Split::Valid)?.unwrap_or_default();
+    let test = dataset.split(Split::Test)?.unwrap_or_default();
+    let rows = dataset
+        .feature_rows()?
+        .with_context(|| format!("{path}: no features"))?;
+    let dtype = match rows.dtype {
+        Dtype::F32 => sagessd_train::FeatureDtype::F32,
+        Dtype::F16 => sagessd_train::FeatureDtype::F16,
+        other => anyhow::bail!(
+            "{path}: features of dtype {} (f32 or f16 train)",
+            other.descr()
+        ),
+    };
+    let evaluation = match a.eval {
+        Eval::Sampled => Evaluation::Sampled,
+        Eval::Full => Evaluation::Full,
+        Eval::Auto if m.node_count <= 200_000 => Evaluation::Full,
+        Eval::Auto => Evaluation::Sampled,
+    };
+    let graph = (a.order.needs_graph()
+        || evaluation == Evaluation::Full
+        || a.sampler == SamplerKind::Memory
+        || a.on_device)
+        .then(|| dataset.graph())
+        .transpose()?;
+    let block_bytes = a.block_size * 1024;
+    let layout = (a.sampler.needs_layout())
+        .then(|| AgnesLayout::for_dataset(&dataset, block_bytes).map(|(l, _)| l))
+        .transpose()?;
+    let config = PipelineConfig {
+        workers,
+        queue_depth: a.queue_depth.max(1),
+        group_size: a.sampler.group_size(a.hyperbatch),
+        profile_groups: 4,
+        max_workers: std::thread::available_parallelism()
+            .map_or(1, |n| n.get().saturating_sub(1).max(1)),
+    };
+    let settings = CacheSettings {
+        cache_bytes: a.feature_cache << 20,
+        threshold: a.feature_threshold,
+        block_bytes,
+    };
+    let cache = if a.features == FeatureCache::None {
+        anyhow::bail!("training needs features: --features agnes or bgl");
+    } else {
+        a.features
+    };
+
+    let mut trainer = Trainer::new(&TrainConfig {
+        model: a.model.kind(),
+        in_dim: rows.dim as i64,
+        hidden: a.hidden,
+        classes,
+        layers: fanouts.len(),
+        heads: a.heads,
+        dropout: a.dropout,
+        lr: a.lr,
+        weight_decay: a.weight_decay,
+        seed: a.seed,
+        device: compute,
+    })?;
+    let data = NodeData {
+        labels: &labels,
+        train: &train,
+        valid: &valid,
+        test: &test,
+        dtype,
+        dim: rows.dim,
+        graph: graph.as_ref(),
+        features: (evaluation == Evaluation::Full).then_some(rows.bytes.as_slice()),
+    };
+    let fit = FitConfig {
+        epochs: a.epochs,
+        batch_size: a.batch_size,
+        order: a.order,
+        seed: a.seed,
+        layers: fanouts.len(),
+        evaluation,
+    };
+    println!(
+        "train: {} on {} ({} nodes, {} CSR entries, {} classes, {} {} features), {} train / {} valid / {} test nodes; fanouts {:?}, batch {}, {} epochs, lr {}, seed {}; on {}",
+        a.model.kind().name(),
+        m.name,
+        m.node_count,
+        m.edge_count,
+        classes,
+        rows.dim,
+        rows.dtype.descr(),
+        train.len(),
+        valid.len(),
+        test.len(),
+        fanouts,
+        a.batch_size,
+        a.epochs,
+        a.lr,
+        a.seed,
+        match compute {
+            tch::Device::Cpu => format!("the CPU ({} libtorch threads)", a.threads.max(1)),
+            d => format!("{d:?}"),
+        },
+    );
+    let mut metrics = a
+        .metrics_out
+        .as_ref()
+        .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
+        .transpose()?
+        .map(std::io::BufWriter::new);
+    let bar = progress(a.quiet);
+    let mut on_step = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let mut write_err: Option<std::io::Error> = None;
+    let mut on_epoch = |r: &EpochRecord| {
+        bar.reset();
+        bar.suspend(|| println!("{}", epoch_line(r, a.epochs)));
+        if let Some(w) = metrics.as_mut()
+            && let Err(e) = writeln!(w, "{}", epoch_json(r))
+        {
+            write_err = Some(e);
+        }
+    };
+    let outcome = if a.on_device {
+        let mut hw = load_hw(a.config.as_ref())?;
+        if hw.firmware.max_feature_bytes == 0 {
+            hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
+                m.node_count,
+                hw.firmware.max_subgraph_nodes,
+                a.batch_size as u64,
+                &fanouts,
+                rows.row_bytes() as u64,
+            );
+        }
+        let graph = graph.as_ref().context("the graph")?;
+        let layout = match layout {
+            Some(l) => l,
+            None => AgnesLayout::for_dataset(&dataset, block_bytes)?.0,
+        };
+        let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
+        let placed = sagessd_runtime::placement::place(&mut device, graph, Some(&rows), &layout)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        device.transport_mut().drop_caches();
+        let modelled = device.now_ns().is_some();
+        println!(
+            "on {}: the dataset written from LBA 0 (CSR, features, AGNES layout at LBA {}); {}",
+            match a.device.endpoint {
+                Endpoint::Local => format!("{} ({})", hw.device.name, hw_source(a.config.as_ref())),
+                _ => a.device.to_string(),
+            },
+            placed.layout_slba,
+            if modelled {
+                "modelled epochs from the device model"
+            } else {
+                "wall-clock time only"
+            }
+        );
+        let device: SharedNvme = Mutex::new(device);
+        let mut blocks = SharedDevice(&device);
+        let mut feature_device = SharedDevice(&device);
+        let sampler = match a.sampler {
+            SamplerKind::Isp => DeviceSampler::Isp { features: true },
+            _ => DeviceSampler::Blocks {
+                sampler: Box::new(AgnesSampler::on_device(
+                    &layout,
+                    a.graph_buffer << 20,
+                    &mut blocks,
+                    placed.layout_slba,
+                )?),
+                gatherer: FeatureGatherer::new(
+                    cache,
+                    sagessd_runtime::ooc::features::FeatureFile::on_device(
+                        &mut feature_device,
+                        placed
+                            .graph
+                            .features
+                            .as_ref()
+                            .context("no feature region")?,
+                        m.node_count,
+                    )?,
+                    settings,
+                )
+                .map(Box::new),
+            },
+        };
+        let stage = DeviceStage {
+            device: &device,
+            sampler,
+            fanouts: fanouts.clone(),
+            host: modelled.then(|| hw.host.clone()),
+            isp_depth: 4,
+            host_ns: 0,
+        };
+        let mut feed = DeviceFeed {
+            stage: Some(stage),
+            config: PipelineConfig {
+                workers: Workers::Fixed {
+                    sample: 1,
+                    gather: 0,
+                },
+                ..config
+            },
+        };
+        sagessd_train::fit(
+            &mut trainer,
+            &mut feed,
+            &data,
+            &fit,
+            &mut on_step,
+            &mut on_epoch,
+        )?
+    } else {
+        let stages = FileStages {
+            source: FileSource {
+                dataset: &dataset,
+                graph: graph.as_ref(),
+                layout: layout.as_ref(),
+                buffer_bytes: a.graph_buffer << 20,
+                prefetch: true,
+            },
+            kind: a.sampler,
+            cache,
+            settings,
+        };
+        let mut feed = FileFeed {
+            stages,
+            fanouts: fanouts.clone(),
+            config,
+        };
+        sagessd_train::fit(
+            &mut trainer,
+            &mut feed,
+            &data,
+            &fit,
+            &mut on_step,
+            &mut on_epoch,
+        )?
+    };
+    bar.finish_and_clear();
+    if let Some(e) = write_err {
+        return Err(e).context("writing --metrics-out");
+    }
+    match outcome.test_accuracy {
+        Some(acc) => println!(
+            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)",
+            outcome.selected_epoch + 1,
+            eval_name(evaluation)
+        ),
+        None => println!("test accuracy: the dataset has no test split"),
+    }
+    if let Some(w) = metrics.as_mut() {
+        writeln!(
+            w,
+            "{{\"test_accuracy\":{},\"selected_epoch\":{}}}",
+            outcome
+                .test_accuracy
+                .map_or("null".into(), |v| v.to_string()),
+            outcome.selected_epoch
+        )?;
+        w.flush()?;
+    }
+    println!(
+        "times: wall clock, except 'modelled' (the producers' device-model time and the trainer's measured steps on one timeline); idle = the trainer waiting for input"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn eval_name(e: Evaluation) -> &'static str {
+    match e {
+        Evaluation::Sampled => "sampled",
+        Evaluation::Full => "full-neighbourhood",
+    }
+}
+
+/// `auto`, or one number for both stages' workers.
+fn parse_workers(s: &str) -> anyhow::Result<Workers> {
+    if s == "auto" {
+        return Ok(Workers::Auto);
+    }
+    let n: usize = s
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .with_context(|| format!("--workers {s:?}: auto or a number ≥ 1"))?;
+    Ok(Workers::Fixed {
+        sample: n,
+        gather: n,
+    })
+}
+
+/// A run on this machine's files: a sampler and a gatherer per worker.
+struct FileFeed<'a> {
+    stages: FileStages<'a>,
+    fanouts: Vec<u16>,
+    config: PipelineConfig,
+}
+
+impl Feed for FileFeed<'_> {
+    fn run(
+        &mut self,
+        requests: &[Request],
+        consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
+    ) -> Result<RunReport, PipelineError> {
+        let stages = self.stages;
+        let fanouts = self.fanouts.clone();
+        let mut new_sampler = |_w: usize| stages.sampler(&fanouts);
+        let mut new_gatherer = |_w: usize| {
+            stages
+                .gatherer()?
+                .ok_or_else(|| PipelineError::Config("no feature cache".into()))
+        };
+        sagessd_pipeline::run(
+            requests,
+            &self.config,
+            &mut new_sampler,
+            Some(&mut new_gatherer),
+            consume,
+        )
+    }
+
+    fn modelled_now_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A run on a device: its one producer, kept across epochs (its caches and clock go on).
+struct DeviceFeed<'a> {
+    stage: Option<DeviceStage<'a>>,
+    config: PipelineConfig,
+}
+
+impl Feed for DeviceFeed<'_> {
+    fn run(
+        &mut self,
+        requests: &[Request],
+        consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
+    ) -> Result<RunReport, PipelineError> {
+        let stage = self
+            .stage
+            .as_mut()
+            .ok_or_else(|| PipelineError::Config("the device's producer is gone".into()))?;
+        let mut once = Some(Borrowed(stage));
+        let mut new_sampler =
+            |_w: usize| -> Result<Box<dyn sagessd_pipeline::SampleStage + '_>, PipelineError> {
+                match once.take() {
+                    Some(s) => Ok(Box::new(s)),
+                    None => Err(PipelineError::Config(
+                        "one producer drives the device".into(),
+                    )),
+                }
+            };
+        sagessd_pipeline::run(requests, &self.config, &mut new_sampler, None, consume)
+    }
+
+    fn modelled_now_ns(&self) -> Option<u64> {
+        self.stage.as_ref().and_then(DeviceStage::modelled_now_ns)
+    }
+}
+
+/// The device's producer lent to one pipeline run.
+struct Borrowed<'s, 'a>(&'s mut DeviceStage<'a>);
+
+impl sagessd_pipeline::SampleStage for Borrowed<'_, '_> {
+    fn sample(
+        &mut self,
+        group: &[Request],
+    ) -> Result<sagessd_pipeline::SampledGroup, sagessd_runtime::sampler::SamplerError> {
+        self.0.sample(group)
+    }
+}
+
+/// One epoch's line.
+fn epoch_line(r: &EpochRecord, epochs: u32) -> String {
+    let s = &r.stages;
+    format!(
+        "epoch {}/{epochs}: loss {:.4}, train acc {:.4}, val acc {}, {:.2} s (sample {:.2} s, gather {:.2} s, copy {:.2} s, step {:.2} s, wait {:.2} s), trainer idle {:.1}%, workers {}+{}{}",
+        r.epoch + 1,
+        r.loss,
+        r.train_accuracy,
+        r.valid_accuracy.map_or("-".into(), |v| format!("{v:.4}")),
+        r.wall_s,
+        s.sample_s,
+        s.gather_s,
+        s.copy_s,
+        s.step_s,
+        s.wait_s,
+        100.0 * r.idle_fraction,
+        r.workers.0,
+        r.workers.1,
+        r.modelled.map_or(String::new(), |m| format!(
+            "; modelled epoch {:.4} s, trainer idle {:.1}% (modelled)",
+            m.epoch_s,
+            100.0 * m.idle_fraction
+        )),
+    )
+}
+
+/// One epoch as a JSON object.
+fn epoch_json(r: &EpochRecord) -> String {
+    let s = &r.stages;
+    let opt = |v: Option<f64>| v.map_or("null".into(), |v| v.to_string());
+    format!(
+        "{{\"epoch\":{},\"loss\":{},\"train_accuracy\":{},\"valid_accuracy\":{},\"wall_s\":{},\"sample_s\":{},\"gather_s\":{},\"copy_s\":{},\"step_s\":{},\"wait_s\":{},\"idle_fraction\":{},\"sample_workers\":{},\"gather_workers\":{},\"modelled_epoch_s\":{},\"modelled_idle_fraction\":{},\"losses\":[{}]}}",
+        r.epoch,
+        r.loss,
+        r.train_accuracy,
+        opt(r.valid_accuracy),
+        r.wall_s,
+        s.sample_s,
+        s.gather_s,
+        s.copy_s,
+        s.step_s,
+        s.wait_s,
+        r.idle_fraction,
+        r.workers.0,
+        r.workers.1,
+        opt(r.modelled.map(|m| m.epoch_s)),
+        opt(r.modelled.map(|m| m.idle_fraction)),
+        r.losses
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+}
+
+/// A progress bar over an epoch's minibatches (hidden with --quiet).
+fn progress(quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix}[{bar:40}] {pos}/{len} minibatches {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}

@@ -1,0 +1,188 @@
+//! The stages of the registry's samplers and feature caches: on this machine's files (a
+//! sampler and a gatherer per worker, each with its own file handles and cache), or on an NVMe
+//! device (one producer that samples and gathers, so that an emulated device's clock is one
+//! deterministic timeline).
+
+use std::sync::Mutex;
+
+use sagessd_emulator::host_stack::HostStackConfig;
+use sagessd_host_driver::{Device, Transport};
+use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::ooc::AgnesSampler;
+use sagessd_runtime::ooc::features::FeatureFile;
+use sagessd_runtime::registry::{
+    CacheSettings, FeatureCache, FeatureGatherer, FileSource, SamplerKind,
+};
+use sagessd_runtime::sampler::{SampledSubgraph, Sampler, SamplerError};
+
+use crate::error::PipelineError;
+use crate::stage::{GatherStage, HostSampling, SampleStage, Sampled, SampledGroup};
+
+/// Makes the stages of a run on files: `kind` over `source`, features with `cache`.
+#[derive(Clone, Copy, Debug)]
+pub struct FileStages<'a> {
+    /// What the samplers read.
+    pub source: FileSource<'a>,
+    /// The sampler.
+    pub kind: SamplerKind,
+    /// The feature cache (`None`: no gather stage).
+    pub cache: FeatureCache,
+    /// Its settings.
+    pub settings: CacheSettings,
+}
+
+impl<'a> FileStages<'a> {
+    /// A sampling stage for one worker.
+    pub fn sampler(&self, fanouts: &[u16]) -> Result<Box<dyn SampleStage + 'a>, PipelineError> {
+        let s = self.source.open(self.kind).map_err(setup("sample"))?;
+        Ok(Box::new(HostSampling::new(s, fanouts)))
+    }
+
+    /// A gather stage for one worker (its own file handle and cache); `None` without features.
+    pub fn gatherer(&self) -> Result<Option<Box<dyn GatherStage + 'a>>, PipelineError> {
+        if self.cache == FeatureCache::None {
+            return Ok(None);
+        }
+        let rows = FeatureFile::open(self.source.dataset).map_err(setup("gather"))?;
+        Ok(FeatureGatherer::new(self.cache, rows, self.settings)
+            .map(|g| Box::new(g) as Box<dyn GatherStage + 'a>))
+    }
+}
+
+fn setup(stage: &'static str) -> impl Fn(SamplerError) -> PipelineError {
+    move |source| PipelineError::Setup { stage, source }
+}
+
+/// The device every on-device stage shares.
+pub type SharedNvme = Mutex<Device<Box<dyn Transport + Send>>>;
+
+/// How an on-device producer samples.
+#[derive(Debug)]
+pub enum DeviceSampler<'a> {
+    /// AGNES blocks (per minibatch, or hyperbatches) read from the device, features gathered
+    /// from its feature region through a host cache.
+    Blocks {
+        /// The sampler over the layout on the device.
+        sampler: Box<AgnesSampler<'a>>,
+        /// The gatherer over the device's feature region, when the run has features.
+        gatherer: Option<Box<FeatureGatherer<'a>>>,
+    },
+    /// In-storage sampling, with in-storage feature gather when `features` is set.
+    Isp {
+        /// Ask for the subgraphs' feature rows too.
+        features: bool,
+    },
+}
+
+/// The one producer of an on-device run: samples (and gathers) on the device, and keeps the
+/// modelled clock: the device's virtual time plus the host's modelled costs (a synchronous I/O
+/// per NVMe command, the sampling compute of each subgraph the host builds; the costs
+/// `sagessd sample --on-device` charges).
+pub struct DeviceStage<'a> {
+    /// The device.
+    pub device: &'a SharedNvme,
+    /// How it samples.
+    pub sampler: DeviceSampler<'a>,
+    /// The run's fanouts.
+    pub fanouts: Vec<u16>,
+    /// The host's costs (`None`: the device does not model time).
+    pub host: Option<HostStackConfig>,
+    /// Jobs in flight for in-storage sampling.
+    pub isp_depth: usize,
+    /// The host's modelled time so far, ns.
+    pub host_ns: u64,
+}
+
+impl std::fmt::Debug for DeviceStage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceStage")
+            .field("sampler", &self.sampler)
+            .field("host_ns", &self.host_ns)
+            .finish()
+    }
+}
+
+impl DeviceStage<'_> {
+    fn device(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, Device<Box<dyn Transport + Send>>>, SamplerError> {
+        self.device
+            .lock()
+            .map_err(|_| SamplerError::GraphCorrupt("a user of the device panicked".into()))
+    }
+
+    /// The modelled clock: the device's plus the host's costs, if the device models time.
+    pub fn modelled_now_ns(&self) -> Option<u64> {
+        let now = self.device().ok()?.now_ns()?;
+        self.host.as_ref().map(|_| now + self.host_ns)
+    }
+}
+
+impl SampleStage for DeviceStage<'_> {
+    fn sample(&mut self, group: &[Request]) -> Result<SampledGroup, SamplerError> {
+        let commands0 = self.device()?.stats().commands;
+        let fanouts = self.fanouts.clone();
+        let mut host_built_ns = 0u64;
+        let minibatches = match &mut self.sampler {
+            DeviceSampler::Blocks { sampler, gatherer } => {
+                let subs = sampler.sample_many(&fanouts, group)?;
+                let rows = match gatherer {
+                    Some(g) => g.gather(&subs)?.into_iter().map(Some).collect(),
+                    None => vec![None; subs.len()],
+                };
+                if let Some(h) = &self.host {
+                    host_built_ns = subs.iter().map(|s| host_sampling_ns(h, s)).sum();
+                }
+                subs.into_iter()
+                    .zip(rows)
+                    .map(|(subgraph, features)| Sampled { subgraph, features })
+                    .collect()
+            }
+            DeviceSampler::Isp { features } => {
+                let features = *features;
+                let depth = self.isp_depth.max(1);
+                let out = {
+                    let mut d = self.device()?;
+                    if features {
+                        d.sample_many_with_features(&fanouts, group, depth)?
+                    } else {
+                        d.sample_many(&fanouts, group, depth)?
+                    }
+                };
+                out.into_iter()
+                    .map(|bytes| {
+                        Ok(if features {
+                            let (subgraph, rows) = SampledSubgraph::split_features(bytes)?;
+                            Sampled {
+                                subgraph,
+                                features: Some(rows),
+                            }
+                        } else {
+                            Sampled {
+                                subgraph: SampledSubgraph::from_bytes(bytes)?,
+                                features: None,
+                            }
+                        })
+                    })
+                    .collect::<Result<Vec<_>, SamplerError>>()?
+            }
+        };
+        if let Some(h) = &self.host {
+            let commands = self.device()?.stats().commands - commands0;
+            self.host_ns += host_built_ns + commands * h.sync_io_ns();
+        }
+        Ok(SampledGroup {
+            minibatches,
+            modelled_ready_ns: self.modelled_now_ns(),
+        })
+    }
+}
+
+/// The host's modelled sampling compute for a subgraph it built.
+fn host_sampling_ns(h: &HostStackConfig, s: &SampledSubgraph) -> u64 {
+    let v = s.view();
+    let dst: u64 = (0..v.layer_count())
+        .map(|l| u64::from(v.layer(l).counts.dst_count))
+        .sum();
+    h.sampling_ns(dst, s.edge_count())
+}

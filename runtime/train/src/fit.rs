@@ -1,0 +1,371 @@
+//! The training loop: epochs of minibatches from the pipeline, a [`Trainer`] step per
+//! minibatch, evaluation on the validation and test splits, and per epoch the stage times (wall
+//! clock) and, where the producers model time, the modelled epoch on one virtual timeline.
+
+use std::time::Instant;
+
+use sagessd_pipeline::{Minibatch, PipelineError, RunReport, Timeline};
+use sagessd_runtime::graph::CsrGraph;
+use sagessd_runtime::minibatch::{Order, Request, epoch_requests};
+
+use crate::error::TrainError;
+use crate::features::FeatureDtype;
+use crate::mfg::Mfg;
+use crate::trainer::{StepOutcome, Trainer};
+
+/// Runs minibatches through a pipeline: the caller's samplers, gatherers and workers.
+pub trait Feed {
+    /// Prepares `requests` and hands each to `consume`, in order.
+    fn run(
+        &mut self,
+        requests: &[Request],
+        consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
+    ) -> Result<RunReport, PipelineError>;
+
+    /// The producers' modelled clock now, if they model time.
+    fn modelled_now_ns(&self) -> Option<u64>;
+}
+
+/// The node data training reads (besides the minibatches).
+#[derive(Clone, Copy, Debug)]
+pub struct NodeData<'a> {
+    /// Every node's label (`-1`: unlabelled).
+    pub labels: &'a [i64],
+    /// Training nodes.
+    pub train: &'a [u64],
+    /// Validation nodes.
+    pub valid: &'a [u64],
+    /// Test nodes.
+    pub test: &'a [u64],
+    /// The features' element type.
+    pub dtype: FeatureDtype,
+    /// Values per feature row.
+    pub dim: usize,
+    /// The graph in memory, for BGL's order and full-neighbourhood evaluation.
+    pub graph: Option<&'a CsrGraph>,
+    /// Every node's feature row, for full-neighbourhood evaluation.
+    pub features: Option<&'a [u8]>,
+}
+
+/// How evaluation samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evaluation {
+    /// Minibatches sampled with the training fanouts, through the same pipeline.
+    Sampled,
+    /// Every neighbour, on the whole graph at once (small graphs).
+    Full,
+}
+
+/// The loop's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct FitConfig {
+    /// Epochs.
+    pub epochs: u32,
+    /// Targets per minibatch.
+    pub batch_size: usize,
+    /// Minibatch order of the training nodes.
+    pub order: Order,
+    /// Seed of the order and of sampling.
+    pub seed: u64,
+    /// GNN layers (the fanouts' count).
+    pub layers: usize,
+    /// How the splits are evaluated.
+    pub evaluation: Evaluation,
+}
+
+/// Wall-clock seconds per stage over an epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageSeconds {
+    /// Sampling, summed over its workers.
+    pub sample_s: f64,
+    /// Feature gather, summed over its workers.
+    pub gather_s: f64,
+    /// Building the minibatch's tensors and copying them to the training device.
+    pub copy_s: f64,
+    /// Forward, backward and optimizer step.
+    pub step_s: f64,
+    /// The trainer waiting for input.
+    pub wait_s: f64,
+}
+
+/// The modelled epoch, where the producers model time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelledEpoch {
+    /// From the producers' clock at the epoch's start to the last step's end, seconds.
+    pub epoch_s: f64,
+    /// The trainer's idle share of it.
+    pub idle_fraction: f64,
+}
+
+/// One epoch, as reported.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochRecord {
+    /// Epoch number, from 0.
+    pub epoch: u32,
+    /// Each step's loss, in order.
+    pub losses: Vec<f64>,
+    /// Mean training loss over the targets.
+    pub loss: f64,
+    /// Training accuracy (with dropout, as trained).
+    pub train_accuracy: f64,
+    /// Validation accuracy, if the dataset has a validation split.
+    pub valid_accuracy: Option<f64>,
+    /// Wall-clock time of the epoch's training pass, seconds.
+    pub wall_s: f64,
+    /// Its stages.
+    pub stages: StageSeconds,
+    /// The trainer's share of the pass spent waiting for input (wall clock).
+    pub idle_fraction: f64,
+    /// Sampling and gather workers.
+    pub workers: (usize, usize),
+    /// The modelled epoch.
+    pub modelled: Option<ModelledEpoch>,
+}
+
+/// What a run of [`fit`] came to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitOutcome {
+    /// Every epoch.
+    pub epochs: Vec<EpochRecord>,
+    /// Test accuracy of the model of the epoch with the best validation accuracy (the last
+    /// epoch's without a validation split), if the dataset has a test split.
+    pub test_accuracy: Option<f64>,
+    /// That epoch.
+    pub selected_epoch: u32,
+}
+
+/// Why training stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    /// The pipeline (a producer) failed.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// The model or a minibatch's tensors failed.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    /// The settings or the data cannot train.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Seed offset of evaluation minibatches, so that they never repeat a training minibatch's.
+const EVAL_SEED: u64 = 0x0e0a_1000_0000_0000;
+
+/// Trains `trainer` for `config.epochs` epochs on minibatches of `data.train` from `feed`,
+/// calling `on_step(done, total)` after each step and `on_epoch` after each epoch.
+pub fn fit(
+    trainer: &mut Trainer,
+    feed: &mut dyn Feed,
+    data: &NodeData<'_>,
+    config: &FitConfig,
+    on_step: &mut dyn FnMut(usize, usize),
+    on_epoch: &mut dyn FnMut(&EpochRecord),
+) -> Result<FitOutcome, FitError> {
+    if data.train.is_empty() {
+        return Err(FitError::Invalid("no training nodes".into()));
+    }
+    let mut epochs = Vec::new();
+    // Model selection: the test split is scored whenever validation improves.
+    let mut best: Option<(f64, u32, Option<f64>)> = None;
+    let per_epoch = data.train.len().div_ceil(config.batch_size.max(1));
+    for epoch in 0..config.epochs {
+        let first = u32::try_from(per_epoch as u64 * u64::from(epoch))
+            .map_err(|_| FitError::Invalid("too many minibatches".into()))?;
+        let requests = epoch_requests(
+            config.order,
+            data.train,
+            config.batch_size,
+            config.seed,
+            epoch,
+            first,
+            data.graph,
+        )
+        .map_err(FitError::Invalid)?;
+        let start_ns = feed.modelled_now_ns();
+        let mut timeline = start_ns.map(Timeline::starting_at);
+        let mut losses = Vec::with_capacity(requests.len());
+        let mut total = StepOutcome {
+            loss: 0.0,
+            correct: 0,
+            count: 0,
+        };
+        let (mut copy_ns, mut step_ns) = (0u64, 0u64);
+        let mut failure: Option<TrainError> = None;
+        let started = Instant::now();
+        let report = {
+            let mut consume = |m: Minibatch| -> Result<(), PipelineError> {
+                let index = m.index;
+                let t = Instant::now();
+                let step = to_mfg(&m, data, trainer.device()).and_then(|mfg| {
+                    let copied = t.elapsed();
+                    let out = trainer.train_step(&mfg)?;
+                    Ok((copied, out))
+                });
+                let (copied, out) = match step {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let message = e.to_string();
+                        failure = Some(e);
+                        return Err(PipelineError::Consumer { index, message });
+                    }
+                };
+                let took = t.elapsed();
+                copy_ns += copied.as_nanos() as u64;
+                step_ns += (took - copied).as_nanos() as u64;
+                if let (Some(tl), Some(ready)) = (timeline.as_mut(), m.modelled_ready_ns) {
+                    tl.step(ready, took.as_nanos() as u64);
+                }
+                losses.push(out.loss);
+                total.loss += out.loss * out.count as f64;
+                total.correct += out.correct;
+                total.count += out.count;
+                on_step(losses.len(), requests.len());
+                Ok(())
+            };
+            feed.run(&requests, &mut consume)
+        };
+        let report = match (report, failure) {
+            (_, Some(e)) => return Err(e.into()),
+            (r, None) => r?,
+        };
+        let wall_s = started.elapsed().as_secs_f64();
+        let valid_accuracy = match data.valid {
+            [] => None,
+            nodes => Some(evaluate(trainer, feed, data, config, nodes, 1)?),
+        };
+        let record = EpochRecord {
+            epoch,
+            loss: total.loss / total.count.max(1) as f64,
+            losses,
+            train_accuracy: total.accuracy(),
+            valid_accuracy,
+            wall_s,
+            stages: StageSeconds {
+                sample_s: report.sample.busy_ns as f64 / 1e9,
+                gather_s: report.gather.busy_ns as f64 / 1e9,
+                copy_s: copy_ns as f64 / 1e9,
+                step_s: step_ns as f64 / 1e9,
+                wait_s: report.wait_ns as f64 / 1e9,
+            },
+            idle_fraction: report.wait_ns as f64 / (report.wall_ns.max(1)) as f64,
+            workers: (report.sample_workers, report.gather_workers),
+            modelled: timeline.zip(start_ns).map(|(t, s)| ModelledEpoch {
+                epoch_s: (t.end_ns - s) as f64 / 1e9,
+                idle_fraction: t.idle_fraction(),
+            }),
+        };
+        let improved = match (best, record.valid_accuracy) {
+            (None, _) | (_, None) => true,
+            (Some((b, _, _)), Some(v)) => v > b,
+        };
+        if improved {
+            let test = match data.test {
+                [] => None,
+                nodes => Some(evaluate(trainer, feed, data, config, nodes, 2)?),
+            };
+            best = Some((record.valid_accuracy.unwrap_or(0.0), epoch, test));
+        }
+        on_epoch(&record);
+        epochs.push(record);
+    }
+    let (_, selected_epoch, test_accuracy) = best.unwrap_or((0.0, 0, None));
+    Ok(FitOutcome {
+        epochs,
+        test_accuracy,
+        selected_epoch,
+    })
+}
+
+/// The accuracy on `nodes`: sampled minibatches through the feed, or the whole graph at once.
+fn evaluate(
+    trainer: &Trainer,
+    feed: &mut dyn Feed,
+    data: &NodeData<'_>,
+    config: &FitConfig,
+    nodes: &[u64],
+    split: u64,
+) -> Result<f64, FitError> {
+    let mut total = StepOutcome {
+        loss: 0.0,
+        correct: 0,
+        count: 0,
+    };
+    match config.evaluation {
+        Evaluation::Full => {
+            let (graph, features) = data.graph.zip(data.features).ok_or_else(|| {
+                FitError::Invalid(
+                    "full-neighbourhood evaluation needs the graph and its features in memory"
+                        .into(),
+                )
+            })?;
+            let indices: Vec<u64> = graph.indices().iter().map(|&v| u64::from(v)).collect();
+            let mfg = Mfg::full_graph(
+                graph.indptr(),
+                &indices,
+                config.layers,
+                features,
+                data.dtype,
+                data.dim,
+                data.labels,
+                trainer.device(),
+            )?;
+            let rows: Vec<i64> = nodes.iter().map(|&v| v as i64).collect();
+            let rows = tch::Tensor::from_slice(&rows).to_device(trainer.device());
+            total = trainer.evaluate(&mfg, Some(&rows))?;
+        }
+        Evaluation::Sampled => {
+            let requests = epoch_requests(
+                Order::Random,
+                nodes,
+                config.batch_size,
+                config.seed ^ EVAL_SEED ^ split,
+                0,
+                0,
+                None,
+            )
+            .map_err(FitError::Invalid)?;
+            let mut failure = None;
+            let report = feed.run(&requests, &mut |m| {
+                let out =
+                    to_mfg(&m, data, trainer.device()).and_then(|mfg| trainer.evaluate(&mfg, None));
+                match out {
+                    Ok(o) => {
+                        total.correct += o.correct;
+                        total.count += o.count;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        failure = Some(e);
+                        Err(PipelineError::Consumer {
+                            index: m.index,
+                            message,
+                        })
+                    }
+                }
+            });
+            if let Some(e) = failure {
+                return Err(e.into());
+            }
+            report?;
+        }
+    }
+    Ok(total.accuracy())
+}
+
+/// A pipeline minibatch's tensors on `device`, with its targets' labels.
+fn to_mfg(m: &Minibatch, data: &NodeData<'_>, device: tch::Device) -> Result<Mfg, TrainError> {
+    let view = m.subgraph.view();
+    let features = m.features.as_deref().ok_or(TrainError::Spec(
+        "a minibatch came without features (training needs them)",
+    ))?;
+    let targets = view.layer(0).counts.dst_count as usize;
+    let labels: Vec<i64> = view.nodes()[..targets]
+        .iter()
+        .map(|v| data.labels.get(v.get() as usize).copied().unwrap_or(-1))
+        .collect();
+    if labels.iter().any(|&l| l < 0) {
+        return Err(TrainError::Spec("a minibatch target has no label"));
+    }
+    Mfg::from_subgraph(&view, features, data.dtype, data.dim, &labels, device)
+}
