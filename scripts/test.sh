@@ -15,6 +15,8 @@ firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
 tests/board/run.sh
 # A stock Linux kernel in QEMU drives the emulator over NVMe/TCP and samples through passthrough.
-cargo build --release -p sagessd
+# The guest's binary is built without libtorch (feature `train` off): the build a board or a
+# guest without libtorch gets, and an initramfs of megabytes rather than of libtorch's 440 MB.
+cargo build --release -p sagessd --no-default-features
 tests/qemu/run.sh target/release/sagessd
 cargo test --workspace

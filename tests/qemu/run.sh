@@ -49,7 +49,7 @@ if [ -z "$binary" ]; then
     case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
     binary="$target_dir/release/sagessd"
 fi
-[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd)"
+[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd --no-default-features)"
 
 export PATH="$PATH:/usr/sbin:/sbin" # nvme, modprobe and depmod for non-root users
 for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout; do
@@ -105,6 +105,9 @@ for applet in $("$stage/bin/busybox" --list); do
 done
 cp "$(command -v nvme)" "$stage/sbin/nvme"
 copy_libs "$stage/sbin/nvme"
+case "$(ldd "$binary" 2>&1)" in
+    *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd --no-default-features" ;;
+esac
 strip --strip-debug -o "$stage/bin/sagessd" "$binary" # the debug info is most of a release build
 copy_libs "$stage/bin/sagessd"
 

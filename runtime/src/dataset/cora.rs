@@ -7,7 +7,8 @@
 //! * `cora_rels.parquet.gzip`: `sourceNodeId`, `targetNodeId` (int64): 5,429 citations.
 //!
 //! Nodes are numbered in file order (original ids kept in `node_ids.npy`), features become
-//! float32, and citations are symmetrised (Planetoid's 5,278 undirected edges, 10,556 CSR
+//! float32 rows normalised to sum 1 (as DGL's and PyG's Planetoid loaders give them; an
+//! all-zero row stays zero), and citations are symmetrised (Planetoid's 5,278 undirected edges, 10,556 CSR
 //! entries). The split is 20 nodes per class for training, then 500 for validation and 1,000 for
 //! test, drawn with a fixed seed (the public Planetoid split cannot be rebuilt from this source).
 //! Input may be the wheel or a folder holding the two files.
@@ -135,7 +136,8 @@ pub fn import(input: &Path, dir: &Path) -> Result<Dataset, DatasetError> {
                 "a different length",
             ));
         }
-        features.extend(values);
+        let sum: f32 = values.iter().sum();
+        features.extend(values.iter().map(|v| if sum > 0.0 { v / sum } else { 0.0 }));
     }
     let n = ids.len() as u64;
     let (rels_path, bytes) = member(input, RELS)?;
