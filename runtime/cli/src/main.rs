@@ -24,6 +24,7 @@ mod device;
 mod emulator;
 mod firmware;
 mod sample;
+mod storage;
 #[cfg(feature = "train")]
 mod train;
 

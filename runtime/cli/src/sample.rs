@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use sagessd_host_driver::DeviceUri;
+
 use sagessd_runtime::agreement::{Agreement, Verdict};
 use sagessd_runtime::minibatch::Order;
-use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer, SamplerKind};
+use sagessd_runtime::registry::{FeatureCache, FeatureGatherer, SamplerKind};
 
 use crate::{hw_source, load_hw};
 
@@ -33,12 +33,6 @@ pub(crate) struct SampleArgs {
     /// Hyperbatch: read each block when it is needed instead of ahead through io_uring.
     #[arg(long)]
     no_prefetch: bool,
-    /// AGNES block size in KiB (a multiple of 4).
-    #[arg(long, default_value_t = 1024)]
-    block_size: usize,
-    /// Graph buffer of the AGNES samplers, MiB.
-    #[arg(long, default_value_t = 64)]
-    graph_buffer: usize,
     /// Minibatches.
     #[arg(long, default_value_t = 128)]
     batches: u32,
@@ -55,34 +49,10 @@ pub(crate) struct SampleArgs {
     /// of the training nodes).
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
-    /// Gather the subgraphs' features after sampling: agnes (access-count-threshold cache,
-    /// block reads), bgl (FIFO cache, row reads), or none.
-    #[arg(long, value_enum, default_value_t = FeatureCache::Agnes)]
-    features: FeatureCache,
-    /// Feature cache, MiB.
-    #[arg(long, default_value_t = 64)]
-    feature_cache: usize,
-    /// Accesses after which the AGNES cache keeps a node's features.
-    #[arg(long, default_value_t = 2)]
-    feature_threshold: u32,
-    /// Run on an NVMe device instead of this machine's files (an emulated SSD unless --device
-    /// says otherwise): the CSR and the AGNES layout are written to it, and agnes, hyperbatch
-    /// and isp (in-storage sampling) read it there.
-    #[arg(long)]
-    on_device: bool,
-    /// With --on-device: the hardware description (default: the built-in Cosmos+).
-    #[arg(long, value_name = "PATH", requires = "on_device")]
-    config: Option<PathBuf>,
-    /// With --on-device: the device, `local:` (an in-process emulated SSD, modelled time), or
-    /// tcp://HOST:PORT/NQN or passthru:/dev/ngXnY (a real or remote device, wall-clock time);
-    /// it is overwritten from LBA 0.
-    #[arg(
-        long,
-        value_name = "URI",
-        default_value = "local:",
-        requires = "on_device"
-    )]
-    device: DeviceUri,
+    #[command(flatten)]
+    target: crate::storage::TargetArgs,
+    #[command(flatten)]
+    cache: crate::storage::CacheArgs,
 }
 
 /// `sample`: out-of-core samplers on real files, with their I/O.
@@ -101,14 +71,14 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     sagessd_runtime::sampler::validate_request(&a.fanouts, &[0], 1)?;
     use SamplerKind::*;
     let samplers: Vec<SamplerKind> = a.sampler.clone().unwrap_or_else(|| {
-        if a.on_device {
+        if a.target.on_device {
             vec![Hyperbatch, Agnes, Isp]
         } else {
             vec![Hyperbatch, Agnes, Direct]
         }
     });
     let allowed = |k: &SamplerKind| {
-        if a.on_device {
+        if a.target.on_device {
             k.on_device()
         } else {
             k.on_files()
@@ -117,7 +87,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     if let Some(bad) = samplers.iter().find(|k| !allowed(k)) {
         anyhow::bail!(
             "sampler {bad} {}",
-            if a.on_device {
+            if a.target.on_device {
                 "does not run on a device (agnes, hyperbatch, isp do)"
             } else {
                 "needs a device: add --on-device"
@@ -155,9 +125,9 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             requests
         }
     };
-    let block_bytes = a.block_size * 1024;
-    let buffer_bytes = a.graph_buffer << 20;
-    if a.on_device {
+    let block_bytes = a.cache.block_bytes();
+    let buffer_bytes = a.cache.buffer_bytes();
+    if a.target.on_device {
         return run_sample_on_device(
             &a,
             &samplers,
@@ -197,7 +167,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     // Subgraphs are checked by checksum and dropped as they come, so memory stays bounded by
     // the buffers and caches, not by the number of minibatches.
     let mut agreement = Agreement::default();
-    let mut gatherer = match a.features {
+    let mut gatherer = match a.cache.features {
         FeatureCache::None => None,
         _ if dataset.manifest.features.is_none() => {
             println!("features: the dataset has none");
@@ -206,7 +176,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         kind => FeatureGatherer::new(
             kind,
             sagessd_runtime::ooc::features::FeatureFile::open(&dataset)?,
-            cache_settings(&a, block_bytes),
+            a.cache.settings(),
         ),
     };
     println!(
@@ -327,7 +297,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     }
     let exit = report_agreement(&agreement);
     let feature_cache = if gatherer.is_some() {
-        (a.feature_cache as u64) << 20
+        (a.cache.feature_cache as u64) << 20
     } else {
         0
     };
@@ -367,8 +337,8 @@ fn run_sample_on_device(
     use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, IoStats, SharedDevice};
     use sagessd_runtime::registry::minibatch_checksum;
     use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
-    let mut hw = load_hw(a.config.as_ref())?;
-    let features = match a.features {
+    let mut hw = load_hw(a.target.config.as_ref())?;
+    let features = match a.cache.features {
         FeatureCache::None => None,
         _ => {
             let rows = dataset.feature_rows()?;
@@ -392,7 +362,7 @@ fn run_sample_on_device(
     }
     let graph = dataset.graph()?;
     let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
-    let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
+    let mut device = sagessd_host_driver::open_device(&a.target.device, &hw)?;
     let placed = sagessd_runtime::placement::place(&mut device, &graph, features.as_ref(), &layout)
         .map_err(|e| anyhow::anyhow!(e))?;
     drop(graph);
@@ -405,19 +375,23 @@ fn run_sample_on_device(
     let modelled = device.now_ns().is_some();
     println!(
         "on {}: CSR at LBA 0{}, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}{}",
-        match a.device.endpoint {
+        match a.target.device.endpoint {
             sagessd_host_driver::Endpoint::Local => {
-                format!("{} ({})", hw.device.name, hw_source(a.config.as_ref()))
+                format!(
+                    "{} ({})",
+                    hw.device.name,
+                    hw_source(a.target.config.as_ref())
+                )
             }
-            _ => format!("{} (model {:?})", a.device, device.info().model),
+            _ => format!("{} (model {:?})", a.target.device, device.info().model),
         },
         desc.features.map_or(String::new(), |f| format!(
             ", features at LBA {} ({} bytes a row; {} cache {}{})",
             f.range.slba,
             f.row_bytes,
-            a.features,
-            human_bytes((a.feature_cache as u64) << 20),
-            match a.device.endpoint {
+            a.cache.features,
+            human_bytes((a.cache.feature_cache as u64) << 20),
+            match a.target.device.endpoint {
                 sagessd_host_driver::Endpoint::Local => format!(
                     "; in storage, a {} buffer per job",
                     human_bytes(u64::from(hw.firmware.max_feature_bytes))
@@ -490,9 +464,9 @@ fn run_sample_on_device(
         let mut feature_device = SharedDevice(&device);
         let mut gatherer = match region {
             Some(r) => FeatureGatherer::new(
-                a.features,
+                a.cache.features,
                 FeatureFile::on_device(&mut feature_device, &r, n)?,
-                cache_settings(a, block_bytes),
+                a.cache.settings(),
             ),
             None => None,
         };
@@ -593,15 +567,6 @@ fn run_sample_on_device(
     Ok(report_agreement(&agreement))
 }
 
-/// The feature caches' settings the flags give.
-fn cache_settings(a: &SampleArgs, block_bytes: usize) -> CacheSettings {
-    CacheSettings {
-        cache_bytes: a.feature_cache << 20,
-        threshold: a.feature_threshold,
-        block_bytes,
-    }
-}
-
 /// Prints the agreement's verdict; the exit status (failure on any mismatch).
 fn report_agreement(agreement: &Agreement) -> ExitCode {
     match agreement.verdict() {
@@ -631,8 +596,8 @@ fn report_gather(g: &FeatureGatherer<'_>, a: &SampleArgs, wall_s: f64) {
     let stats = g.stats();
     println!(
         "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
-        a.features,
-        human_bytes((a.feature_cache as u64) << 20),
+        a.cache.features,
+        human_bytes((a.cache.feature_cache as u64) << 20),
         stats.rows,
         100.0 * stats.hit_ratio(),
         stats.io.reads,

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use sagessd_host_driver::{DeviceUri, Endpoint};
+use sagessd_host_driver::Endpoint;
 use sagessd_pipeline::{
     DeviceSampler, DeviceStage, FileStages, Minibatch, PipelineConfig, PipelineError, RunReport,
     SharedNvme, Workers,
@@ -18,9 +18,7 @@ use sagessd_runtime::dataset::{Dataset, Split};
 use sagessd_runtime::minibatch::{Order, Request};
 use sagessd_runtime::npy::Dtype;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
-use sagessd_runtime::registry::{
-    CacheSettings, FeatureCache, FeatureGatherer, FileSource, SamplerKind,
-};
+use sagessd_runtime::registry::{FeatureCache, FeatureGatherer, FileSource, SamplerKind};
 use sagessd_train::{
     DeviceChoice, EpochRecord, Evaluation, Feed, FitConfig, ModelKind, NodeData, TrainConfig,
     Trainer,
@@ -65,9 +63,10 @@ pub(crate) struct TrainArgs {
     /// GAT: attention heads (dividing --hidden).
     #[arg(long, default_value_t = 4)]
     heads: i64,
-    /// Fanouts in hop order from the targets; their count is the number of GNN layers.
-    #[arg(long, value_delimiter = ',', default_value = "10,10")]
-    fanouts: Vec<u16>,
+    /// Fanouts in hop order from the targets; their count is the number of GNN layers
+    /// (default: 10 per layer, two layers).
+    #[arg(long, value_delimiter = ',')]
+    fanouts: Option<Vec<u16>>,
     /// GNN layers (must equal the fanouts' count when both are given; alone: fanout 10 each).
     #[arg(long)]
     layers: Option<usize>,
@@ -92,26 +91,11 @@ pub(crate) struct TrainArgs {
     /// Minibatches per hyperbatch (--sampler hyperbatch).
     #[arg(long, default_value_t = 8)]
     hyperbatch: usize,
-    /// AGNES block size in KiB (a multiple of 4).
-    #[arg(long, default_value_t = 1024)]
-    block_size: usize,
-    /// Graph buffer of the AGNES samplers, MiB.
-    #[arg(long, default_value_t = 64)]
-    graph_buffer: usize,
-    /// Host feature cache: agnes (access-count threshold, block reads) or bgl (FIFO, row
-    /// reads). ISP on a device gathers in storage instead.
-    #[arg(long, value_enum, default_value_t = FeatureCache::Agnes)]
-    features: FeatureCache,
-    /// Feature cache, MiB.
-    #[arg(long, default_value_t = 64)]
-    feature_cache: usize,
-    /// Accesses after which the AGNES cache keeps a node's features.
-    #[arg(long, default_value_t = 2)]
-    feature_threshold: u32,
     /// Minibatch order of the training nodes.
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
-    /// Sampling and gather workers: auto (profile the stages, BGL-style) or a number of each.
+    /// Sampling and gather workers: auto (profile the stages, BGL-style), or N (N sampling
+    /// and N gather workers). On a device, one producer drives it (its clock is one timeline).
     #[arg(long, default_value = "auto")]
     workers: String,
     /// Groups (minibatches, or hyperbatches) alive in the pipeline at once.
@@ -129,28 +113,16 @@ pub(crate) struct TrainArgs {
     /// How the validation and test splits are evaluated.
     #[arg(long, value_enum, default_value_t = Eval::Auto)]
     eval: Eval,
-    /// Sample on an NVMe device (an emulated SSD unless --device says otherwise): the dataset
-    /// is written to it; agnes and hyperbatch read it there, isp samples and gathers in storage.
-    #[arg(long)]
-    on_device: bool,
-    /// With --on-device: the hardware description (default: the built-in Cosmos+).
-    #[arg(long, value_name = "PATH", requires = "on_device")]
-    config: Option<PathBuf>,
-    /// With --on-device: `local:` (an in-process emulated SSD, modelled time) or
-    /// tcp://HOST:PORT/NQN or passthru:/dev/ngXnY (wall-clock time); overwritten from LBA 0.
-    #[arg(
-        long,
-        value_name = "URI",
-        default_value = "local:",
-        requires = "on_device"
-    )]
-    device: DeviceUri,
     /// Also write each epoch (and the test accuracy) as JSON lines to FILE.
     #[arg(long, value_name = "FILE")]
     metrics_out: Option<PathBuf>,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    target: crate::storage::TargetArgs,
+    #[command(flatten)]
+    cache: crate::storage::CacheArgs,
 }
 
 /// The GNN, on the command line.
@@ -176,12 +148,12 @@ impl Model {
 
 /// `train`.
 pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
-    let fanouts = match (a.layers, a.fanouts.len()) {
-        (Some(l), n) if l != n && a.fanouts != [10, 10] => {
-            anyhow::bail!("--layers {l} but {n} fanouts")
-        }
-        (Some(l), _) => vec![10; l],
-        (None, _) => a.fanouts.clone(),
+    let fanouts = match (a.layers, a.fanouts.clone()) {
+        (None, None) => vec![10; 2],
+        (None, Some(f)) => f,
+        (Some(l), None) => vec![10; l],
+        (Some(l), Some(f)) if f.len() == l => f,
+        (Some(l), Some(f)) => anyhow::bail!("--layers {l} but {} fanouts", f.len()),
     };
     sagessd_runtime::sampler::validate_request(&fanouts, &[0], 1)?;
     anyhow::ensure!(
@@ -189,7 +161,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         "--batch-size and --epochs must be ≥ 1"
     );
     let workers = parse_workers(&a.workers)?;
-    if a.on_device {
+    if a.target.on_device {
         anyhow::ensure!(
             a.sampler.on_device(),
             "sampler {} does not run on a device (agnes, hyperbatch, isp do)",
@@ -241,10 +213,10 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let graph = (a.order.needs_graph()
         || evaluation == Evaluation::Full
         || a.sampler == SamplerKind::Memory
-        || a.on_device)
+        || a.target.on_device)
         .then(|| dataset.graph())
         .transpose()?;
-    let block_bytes = a.block_size * 1024;
+    let block_bytes = a.cache.block_bytes();
     let layout = (a.sampler.needs_layout())
         .then(|| AgnesLayout::for_dataset(&dataset, block_bytes).map(|(l, _)| l))
         .transpose()?;
@@ -256,15 +228,11 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         max_workers: std::thread::available_parallelism()
             .map_or(1, |n| n.get().saturating_sub(1).max(1)),
     };
-    let settings = CacheSettings {
-        cache_bytes: a.feature_cache << 20,
-        threshold: a.feature_threshold,
-        block_bytes,
-    };
-    let cache = if a.features == FeatureCache::None {
+    let settings = a.cache.settings();
+    let cache = if a.cache.features == FeatureCache::None {
         anyhow::bail!("training needs features: --features agnes or bgl");
     } else {
-        a.features
+        a.cache.features
     };
 
     let mut trainer = Trainer::new(&TrainConfig {
@@ -341,8 +309,8 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             write_err = Some(e);
         }
     };
-    let outcome = if a.on_device {
-        let mut hw = load_hw(a.config.as_ref())?;
+    let outcome = if a.target.on_device {
+        let mut hw = load_hw(a.target.config.as_ref())?;
         if hw.firmware.max_feature_bytes == 0 {
             hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
                 m.node_count,
@@ -357,16 +325,20 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             Some(l) => l,
             None => AgnesLayout::for_dataset(&dataset, block_bytes)?.0,
         };
-        let mut device = sagessd_host_driver::open_device(&a.device, &hw)?;
+        let mut device = sagessd_host_driver::open_device(&a.target.device, &hw)?;
         let placed = sagessd_runtime::placement::place(&mut device, graph, Some(&rows), &layout)
             .map_err(|e| anyhow::anyhow!(e))?;
         device.transport_mut().drop_caches();
         let modelled = device.now_ns().is_some();
         println!(
             "on {}: the dataset written from LBA 0 (CSR, features, AGNES layout at LBA {}); {}",
-            match a.device.endpoint {
-                Endpoint::Local => format!("{} ({})", hw.device.name, hw_source(a.config.as_ref())),
-                _ => a.device.to_string(),
+            match a.target.device.endpoint {
+                Endpoint::Local => format!(
+                    "{} ({})",
+                    hw.device.name,
+                    hw_source(a.target.config.as_ref())
+                ),
+                _ => a.target.device.to_string(),
             },
             placed.layout_slba,
             if modelled {
@@ -383,7 +355,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             _ => DeviceSampler::Blocks {
                 sampler: Box::new(AgnesSampler::on_device(
                     &layout,
-                    a.graph_buffer << 20,
+                    a.cache.buffer_bytes(),
                     &mut blocks,
                     placed.layout_slba,
                 )?),
@@ -435,7 +407,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
                 dataset: &dataset,
                 graph: graph.as_ref(),
                 layout: layout.as_ref(),
-                buffer_bytes: a.graph_buffer << 20,
+                buffer_bytes: a.cache.buffer_bytes(),
                 prefetch: true,
             },
             kind: a.sampler,

@@ -267,6 +267,10 @@ fn bad_flags_are_clear_errors() {
     err(&["--workers", "0"], "auto or a number");
     err(&["--fanouts", "0"], "fanout 0");
     err(&["--features", "none"], "training needs features");
+    err(
+        &["--layers", "3", "--fanouts", "5,5"],
+        "--layers 3 but 2 fanouts",
+    );
     // CUDA where libtorch sees none: an error that says so, never a silent CPU run.
     let out = sagessd(&[
         "train",
