@@ -14,9 +14,10 @@ cargo clippy -p sagessd-firmware-ffi --target armv7a-none-eabi -- -D warnings
 firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
 tests/board/run.sh
-# A stock Linux kernel in QEMU drives the emulator over NVMe/TCP and samples through passthrough.
-# The guest's binary is built without libtorch (feature `train` off): the build a board or a
-# guest without libtorch gets, and an initramfs of megabytes rather than of libtorch's 440 MB.
-cargo build --release -p sagessd --no-default-features
-tests/qemu/run.sh target/release/sagessd
 cargo test --workspace
+# A stock Linux kernel in QEMU drives the emulator over NVMe/TCP, samples through passthrough
+# and trains on ISP-fed minibatches. The guest's sagessd is built without libtorch (feature
+# `train` off: the build a board or a guest without libtorch gets, and an initramfs of megabytes);
+# the training build is the one `cargo test` just made, its libtorch shared with the guest.
+cargo build --release -p sagessd --no-default-features
+tests/qemu/run.sh --train target/debug/sagessd target/release/sagessd

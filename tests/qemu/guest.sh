@@ -75,6 +75,21 @@ sample_on_device() { # AGNES blocks and feature rows read through the kernel, an
     grep -q '^feature bytes:' /tmp/sample
 }
 
+train_on_device() { # a GNN trained on ISP-fed minibatches (in-storage sampling and feature
+    # gather) through /dev/ng0n1, with libtorch from the host over 9p; reports its losses
+    modprobe virtio_pci
+    modprobe 9pnet_virtio
+    modprobe 9p
+    site=$(cat /etc/torch-site)
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose torchsite "$site"
+    . /etc/train-flags.sh
+    # shellcheck disable=SC2046 # the flags are words
+    train_env timeout 300 sagessd-train train --dataset /tmp/ds --on-device --device passthru:/dev/ng0n1 \
+        --sampler isp $(train_flags) --metrics-out /tmp/train.jsonl | tee /tmp/train
+    grep -q '^test accuracy ' /tmp/train
+    e2e train-losses "$(losses_of /tmp/train.jsonl)"
+}
+
 stop_emulator() { # SIGTERM: a clean stop saves the image; fails if the emulator is gone already
     pid=$(cat /tmp/emulator.pid)
     kill "$pid"
@@ -102,5 +117,8 @@ check reconnect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
 check renamespace wait_for 20 namespace_present
 check persisted same_after_restart
 check sample-on-device sample_on_device
+if [ -x /bin/sagessd-train ]; then
+    check train-on-device train_on_device
+fi
 check redisconnect timeout 30 nvme disconnect -n "$NQN"
 check final-stop stop_emulator

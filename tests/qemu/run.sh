@@ -4,10 +4,16 @@
 # modules and the sagessd binary, and runs a guest scenario over loopback (the guest has no other
 # network).
 #
-#   tests/qemu/run.sh [--smoke] [SAGESSD_BINARY]
+#   tests/qemu/run.sh [--smoke] [--train TRAIN_BINARY] [SAGESSD_BINARY]
 #
-#   SAGESSD_BINARY  the host build of sagessd to test (default ${CARGO_TARGET_DIR:-target}/release/sagessd);
-#                   this script does not build it
+#   SAGESSD_BINARY  the host build of sagessd to test, without libtorch (default
+#                   ${CARGO_TARGET_DIR:-target}/release/sagessd); this script does not build it
+#   --train B       a build of sagessd with `train` (linking libtorch): the guest also trains a
+#                   GNN fed by in-storage sampling through /dev/ng0n1, and its loss curve must
+#                   match B's in-process run here (bit for bit but for the float rounding of a
+#                   few steps, which the guest's emulated CPU changes). libtorch (440 MB) is not copied into the
+#                   initramfs: its folder is shared read-only over virtio-9p and mounted in the
+#                   guest at the path the binary's rpath names
 #   --smoke         test the scaffolding itself: the kernel's own NVMe/TCP target (nvmet-tcp over
 #                   null_blk) instead of `sagessd emulator serve` (tests/qemu/smoke.sh instead of
 #                   tests/qemu/guest.sh)
@@ -22,9 +28,16 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="$root/target/qemu"
-qemu_timeout=240 # seconds; --smoke boots and runs its scenario in 5-7 s
+qemu_timeout=240 # seconds; --smoke boots and runs its scenario in 5-7 s (600 with --train)
 
 say() { printf 'qemu-e2e: %s\n' "$*"; }
+# The training run's flags, the same in the guest (tests/qemu/guest.sh) and here.
+train_flags() { echo --epochs 2 --batch-size 64 --fanouts 5,5 --hidden 16 --compute cpu --quiet; }
+# The guest's emulated CPU has other vector units than this one, and libtorch picks its kernels
+# by them, which changes float rounding: both runs take ATen's portable kernels and MKL's
+# reproducible code path, so that the same minibatches give the same losses bit for bit.
+train_env() { ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE MKL_ENABLE_INSTRUCTIONS=SSE4_2 DNNL_MAX_CPU_ISA=SSE41 "$@"; }
+losses_of() { sed -n 's/.*"losses":\[\([^]]*\)\].*/\1/p' "$1" | tr '\n' ';'; }
 die() { printf 'qemu-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
 
 # Arguments, and the checks each scenario must report ok (in /init's `<name> ok` lines).
@@ -33,14 +46,22 @@ expected=(emulator-start listening modprobe connect namespace list id-ctrl
           demo tunnel ns-submit disconnect emulator-stop restart relisten reconnect renamespace
           persisted sample-on-device redisconnect final-stop)
 binary=""
+train_binary=""
+next_is_train=""
 for arg in "$@"; do
+    if [ -n "$next_is_train" ]; then
+        train_binary="$arg"
+        next_is_train=""
+        continue
+    fi
     case "$arg" in
+    --train) next_is_train=1 ;;
     --smoke)
         scenario="$here/smoke.sh"
         expected=(sagessd-runs target-up listening modprobe connect namespace list id-ctrl
                   passthru-read disconnect)
         ;;
-    -*) die "unknown option $arg (usage: tests/qemu/run.sh [--smoke] [SAGESSD_BINARY])" ;;
+    -*) die "unknown option $arg (usage: tests/qemu/run.sh [--smoke] [--train TRAIN_BINARY] [SAGESSD_BINARY])" ;;
     *) binary="$arg" ;;
     esac
 done
@@ -50,6 +71,13 @@ if [ -z "$binary" ]; then
     binary="$target_dir/release/sagessd"
 fi
 [ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd --no-default-features)"
+[ -z "$next_is_train" ] || die "--train needs a binary"
+if [ -n "$train_binary" ]; then
+    [ -x "$train_binary" ] || die "$train_binary is not an executable"
+    [ "$scenario" = "$here/guest.sh" ] || die "--train goes with the guest scenario, not --smoke"
+    expected+=(train-on-device)
+    qemu_timeout=600
+fi
 
 export PATH="$PATH:/usr/sbin:/sbin" # nvme, modprobe and depmod for non-root users
 for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout; do
@@ -85,7 +113,8 @@ stage="$out/initramfs"
 rm -rf "$stage"
 mkdir -p "$stage"/{bin,sbin,etc/nvme,proc,sys,dev,tmp,lib/modules/"$kver"}
 
-copy_libs() { # executable: copies the shared libraries it loads to the same paths in the stage
+copy_libs() { # executable [skip-prefix]: copies the shared libraries it loads to the same paths
+    # in the stage, except those under skip-prefix (shared over 9p instead)
     local deps lib
     if ! deps=$(ldd "$1" 2>&1); then
         case "$deps" in *"not a dynamic executable"*) return 0 ;; esac
@@ -93,6 +122,7 @@ copy_libs() { # executable: copies the shared libraries it loads to the same pat
     fi
     case "$deps" in *"not found"*) die "$1 needs libraries this machine lacks: $deps" ;; esac
     for lib in $(grep -o '/[^ ]*' <<<"$deps"); do # "statically linked" lists none
+        case "$lib" in "${2:-/nonexistent/}"*) continue ;; esac
         mkdir -p "$stage$(dirname "$lib")"
         cp -L "$lib" "$stage$lib"
     done
@@ -111,8 +141,29 @@ esac
 strip --strip-debug -o "$stage/bin/sagessd" "$binary" # the debug info is most of a release build
 copy_libs "$stage/bin/sagessd"
 
+# The training build: libtorch's folder (where the rpath points, a link into the torch wheel)
+# and the wheel's site-packages behind it (torch/ and the CUDA runtime it loads, nvidia/) stay
+# on the host; the guest mounts site-packages over 9p at its real path and gets the link.
+virtfs=()
+modules=(nvme-tcp nvmet-tcp null_blk)
+if [ -n "$train_binary" ]; then
+    torch_lib=$(ldd "$train_binary" | awk '$1 == "libtorch_cpu.so" { print $3 }')
+    [ -n "$torch_lib" ] || die "$train_binary does not link libtorch_cpu.so"
+    torch_link=$(dirname "$(dirname "$torch_lib")")     # e.g. .venv-torch/libtorch
+    torch_real=$(readlink -f "$torch_link")              # .../site-packages/torch
+    site=$(dirname "$torch_real")
+    [ -d "$site/nvidia" ] || die "$site has no nvidia/ (the CUDA runtime libtorch loads)"
+    strip --strip-debug -o "$stage/bin/sagessd-train" "$train_binary"
+    copy_libs "$stage/bin/sagessd-train" "$torch_link/"
+    mkdir -p "$stage$site" "$stage$(dirname "$torch_link")"
+    ln -s "$torch_real" "$stage$torch_link"
+    echo "$site" >"$stage/etc/torch-site"
+    virtfs=(-virtfs "local,path=$site,mount_tag=torchsite,security_model=none,readonly=on")
+    modules+=(9p 9pnet_virtio virtio_pci)
+fi
+
 # nvme-tcp for the scenarios, nvmet-tcp and null_blk for --smoke's kernel target.
-for module in nvme-tcp nvmet-tcp null_blk; do
+for module in "${modules[@]}"; do
     modprobe -d "$kroot" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" { print $2 }'
 done | sort -u | while read -r ko; do
     rel="${ko#"$kroot"/lib/modules/"$kver"/}"
@@ -129,6 +180,7 @@ echo "$hostid" >"$stage/etc/nvme/hostid"
 
 install -m 755 "$here/init" "$stage/init"
 install -m 644 "$scenario" "$stage/scenario.sh"
+declare -f train_flags train_env losses_of >"$stage/etc/train-flags.sh"
 initrd="$out/initramfs.cpio.gz"
 (cd "$stage" && find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) >"$initrd"
 rm -rf "$stage"
@@ -139,7 +191,7 @@ log="$out/console.log"
 boot=$(date +%s.%N)
 say "booting $vmlinuz (TCG, ${qemu_timeout} s timeout)"
 set +e
-timeout "$qemu_timeout" qemu-system-x86_64 -accel tcg -m 1024 -smp 2 \
+timeout "$qemu_timeout" qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 "${virtfs[@]}" \
     -nographic -monitor none -serial stdio -nic none -no-reboot \
     -kernel "$vmlinuz" -initrd "$initrd" -append "console=ttyS0 panic=-1 quiet" \
     </dev/null 2>"$out/qemu-stderr" | tr -d '\r' >"$log"
@@ -165,6 +217,36 @@ if [ "$scenario" = "$here/guest.sh" ]; then
     say "checksum: guest ${guest_sum:-none}, host in-process ${host_sum:-none}"
     [ -n "$host_sum" ] && [ "$guest_sum" = "$host_sum" ] ||
         failures+=("guest checksum ${guest_sum:-none} differs from the host's ${host_sum:-none}")
+fi
+if [ -n "$train_binary" ]; then
+    # The guest trained on ISP-fed minibatches through the kernel; the same run in-process here
+    # (same generated dataset, same flags, an in-process emulated device) must give the same
+    # losses, step by step, within float rounding.
+    guest_losses=$(sed -n 's/^train-losses //p' <<<"$results")
+    rm -rf "$out/train-ds"
+    "$binary" dataset generate --out "$out/train-ds" --scale 10 --features 16 >/dev/null 2>&1
+    train_env "$train_binary" train --dataset "$out/train-ds" --on-device --sampler isp $(train_flags) \
+        --metrics-out "$out/train.jsonl" >/dev/null
+    host_losses=$(losses_of "$out/train.jsonl")
+    # Bit for bit they agree but for the last bit of a few steps: the emulated CPU makes
+    # libtorch (its kernels are picked by the CPU's vector units; train_env narrows that) round
+    # a few sums differently. Different minibatches would differ in the first digits.
+    verdict=$(awk -v g="$guest_losses" -v h="$host_losses" 'BEGIN {
+        n = split(g, a, /[,;]/); m = split(h, b, /[,;]/); same = 0; worst = 0; steps = 0
+        if (n != m) { print "different step counts " n " and " m; exit }
+        for (i = 1; i <= n; i++) {
+            if (a[i] == "") continue
+            steps++
+            if (a[i] == b[i]) { same++; continue }
+            d = (a[i] - b[i]) / b[i]; if (d < 0) d = -d; if (d > worst) worst = d
+        }
+        printf "%d of %d steps bit-identical, largest relative difference %.1e", same, steps, worst
+        if (steps == 0 || worst > 1e-5) print " (too large)"; else print ""
+    }')
+    say "train losses, guest vs host in-process: $verdict"
+    case "$verdict" in
+        *"too large"*|different*) failures+=("the guest's loss curve differs from the host's: $verdict") ;;
+    esac
 fi
 if [ ${#failures[@]} -gt 0 ]; then
     say "last lines of $log:"
