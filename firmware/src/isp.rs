@@ -112,13 +112,16 @@ impl Job {
     /// Bytes of the job's feature section, if they fit in `u32` (checked on every target, so
     /// the 32-bit board refuses exactly what the host does).
     fn feature_bytes(&self) -> Option<u32> {
-        feature_section_bytes(self.node_count, self.feature_row_bytes)
+        self.node_count.checked_mul(self.feature_row_bytes)
     }
 }
 
-/// Bytes of `node_count` feature rows of `row_bytes` each, if they fit in `u32`.
-fn feature_section_bytes(node_count: u32, row_bytes: u32) -> Option<u32> {
-    node_count.checked_mul(row_bytes)
+/// Whether `node_count` feature rows of `row_bytes` each fit a buffer of `buffer_bytes`: the
+/// product in `u32`, so that no target's `usize` can wrap it into a small size.
+fn feature_section_fits(node_count: u32, row_bytes: u32, buffer_bytes: usize) -> bool {
+    node_count
+        .checked_mul(row_bytes)
+        .is_some_and(|b| b as usize <= buffer_bytes)
 }
 
 /// Which gather is running.
@@ -696,9 +699,11 @@ impl Isp {
             edge_count: run.layer_edges,
         };
         if run.layer + 1 == usize::from(job.layer_count) {
-            let fits = job
-                .feature_bytes()
-                .is_some_and(|b| b as usize <= self.max_feature_bytes);
+            let fits = feature_section_fits(
+                job.node_count,
+                job.feature_row_bytes,
+                self.max_feature_bytes,
+            );
             self.run = None;
             if job.feature_row_bytes == 0 {
                 self.finish(dram, &mut backend.work, run.slot, None);
@@ -791,19 +796,18 @@ impl Isp {
 
 #[cfg(test)]
 mod tests {
-    use super::feature_section_bytes;
+    use super::feature_section_fits;
 
     #[test]
     fn a_feature_section_past_u32_is_refused_on_every_target() {
         // 262,145 nodes of 16 KiB rows: 2^32 + 16 KiB, which `usize` arithmetic on the 32-bit
-        // board wraps to 16 KiB, a size that passes any buffer check.
+        // board wraps to 16 KiB, a size that passes a check against a 1 MiB buffer.
         let (nodes, row_bytes) = (262_145u32, 16u32 << 10);
         assert_eq!(nodes.wrapping_mul(row_bytes), 16 << 10);
-        assert_eq!(feature_section_bytes(nodes, row_bytes), None);
-        assert_eq!(
-            feature_section_bytes(nodes - 2, row_bytes),
-            Some(u32::MAX - (16 << 10) + 1)
-        );
-        assert_eq!(feature_section_bytes(u32::MAX, 1), Some(u32::MAX));
+        assert!(!feature_section_fits(nodes, row_bytes, 1 << 20));
+        assert!(!feature_section_fits(nodes, row_bytes, usize::MAX));
+        assert!(feature_section_fits(64, row_bytes, 1 << 20));
+        assert!(!feature_section_fits(65, row_bytes, 1 << 20));
+        assert!(feature_section_fits(u32::MAX, 1, u32::MAX as usize));
     }
 }

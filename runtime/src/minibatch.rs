@@ -66,11 +66,17 @@ pub fn epoch_requests(
             bgl_order(graph, pool, BGL_SEQUENCES, epoch_seed)
         }
     };
-    Ok(nodes
+    nodes
         .chunks(batch_size)
         .enumerate()
-        .map(|(i, t)| (minibatch_seed(seed, first_index + i as u32), t.to_vec()))
-        .collect())
+        .map(|(i, t)| {
+            let index = u32::try_from(i)
+                .ok()
+                .and_then(|i| first_index.checked_add(i))
+                .ok_or("more minibatches than 32-bit indices")?;
+            Ok((minibatch_seed(seed, index), t.to_vec()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

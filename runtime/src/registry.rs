@@ -7,6 +7,9 @@ use crate::ooc::features::{FeatureFile, FifoCache, GatherStats, ThresholdCache};
 use crate::ooc::{AgnesLayout, AgnesSampler, DirectSampler, IoStats, MmapSampler};
 use crate::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, SamplerError, fnv1a};
 
+/// In-storage sampling jobs a host keeps in flight (one NS_SUBMIT each, collected in order).
+pub const ISP_JOBS_IN_FLIGHT: usize = 4;
+
 /// A neighbour sampler, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -56,12 +59,12 @@ impl SamplerKind {
         matches!(self, Self::Agnes | Self::Hyperbatch)
     }
 
-    /// Minibatches it samples together: a hyperbatch's, or one.
+    /// Minibatches it samples together: a hyperbatch's, ISP's jobs in flight, or one.
     pub fn group_size(self, hyperbatch: usize) -> usize {
-        if self == Self::Hyperbatch {
-            hyperbatch.max(1)
-        } else {
-            1
+        match self {
+            Self::Hyperbatch => hyperbatch.max(1),
+            Self::Isp => ISP_JOBS_IN_FLIGHT,
+            _ => 1,
         }
     }
 

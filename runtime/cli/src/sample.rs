@@ -460,8 +460,8 @@ fn run_sample_on_device(
             }
             Ok(())
         };
-        let mut block_device = SharedDevice(&device);
-        let mut feature_device = SharedDevice(&device);
+        let mut block_device = SharedDevice::new(&device)?;
+        let mut feature_device = SharedDevice::new(&device)?;
         let mut gatherer = match region {
             Some(r) => FeatureGatherer::new(
                 a.cache.features,

@@ -5,14 +5,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_host_driver::Endpoint;
 use sagessd_pipeline::{
-    DeviceSampler, DeviceStage, FileStages, Minibatch, PipelineConfig, PipelineError, RunReport,
-    SharedNvme, Workers,
+    DeviceSampler, DeviceStage, FileStages, Minibatch, Pipeline, PipelineConfig, PipelineError,
+    RunReport, SampleStage, SharedNvme, Workers, modelled_clock_ns,
 };
 use sagessd_runtime::dataset::{Dataset, Split};
 use sagessd_runtime::minibatch::{Order, Request};
@@ -161,6 +162,11 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         "--batch-size and --epochs must be ≥ 1"
     );
     let workers = parse_workers(&a.workers)?;
+    anyhow::ensure!(
+        !a.target.on_device || matches!(workers, Workers::Auto | Workers::Fixed { sample: 1, .. }),
+        "--workers {} with --on-device: one producer drives the device (its clock is one timeline)",
+        a.workers
+    );
     if a.target.on_device {
         anyhow::ensure!(
             a.sampler.on_device(),
@@ -193,10 +199,10 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{path}: no train split"))?;
     let valid = dataset.split(Split::Valid)?.unwrap_or_default();
     let test = dataset.split(Split::Test)?.unwrap_or_default();
-    let rows = dataset
-        .feature_rows()?
+    let (dim, feature_dtype) = dataset
+        .feature_shape()?
         .with_context(|| format!("{path}: no features"))?;
-    let dtype = match rows.dtype {
+    let dtype = match feature_dtype {
         Dtype::F32 => sagessd_train::FeatureDtype::F32,
         Dtype::F16 => sagessd_train::FeatureDtype::F16,
         other => anyhow::bail!(
@@ -210,6 +216,13 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         Eval::Auto if m.node_count <= 200_000 => Evaluation::Full,
         Eval::Auto => Evaluation::Sampled,
     };
+    // The rows themselves are read into memory only where they are needed whole: for
+    // full-neighbourhood evaluation, or to write them onto a device. Samplers on files gather
+    // them from storage.
+    let rows = (evaluation == Evaluation::Full || a.target.on_device)
+        .then(|| dataset.feature_rows())
+        .transpose()?
+        .flatten();
     let graph = (a.order.needs_graph()
         || evaluation == Evaluation::Full
         || a.sampler == SamplerKind::Memory
@@ -237,7 +250,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
 
     let mut trainer = Trainer::new(&TrainConfig {
         model: a.model.kind(),
-        in_dim: rows.dim as i64,
+        in_dim: dim as i64,
         hidden: a.hidden,
         classes,
         layers: fanouts.len(),
@@ -254,9 +267,12 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         valid: &valid,
         test: &test,
         dtype,
-        dim: rows.dim,
+        dim,
         graph: graph.as_ref(),
-        features: (evaluation == Evaluation::Full).then_some(rows.bytes.as_slice()),
+        features: rows
+            .as_ref()
+            .filter(|_| evaluation == Evaluation::Full)
+            .map(|r| r.bytes.as_slice()),
     };
     let fit = FitConfig {
         epochs: a.epochs,
@@ -265,6 +281,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         layers: fanouts.len(),
         evaluation,
+        queue_minibatches: config.queue_depth * config.group_size,
     };
     println!(
         "train: {} on {} ({} nodes, {} CSR entries, {} classes, {} {} features), {} train / {} valid / {} test nodes; fanouts {:?}, batch {}, {} epochs, lr {}, seed {}; on {}",
@@ -273,8 +290,8 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         m.node_count,
         m.edge_count,
         classes,
-        rows.dim,
-        rows.dtype.descr(),
+        dim,
+        feature_dtype.descr(),
         train.len(),
         valid.len(),
         test.len(),
@@ -317,7 +334,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
                 hw.firmware.max_subgraph_nodes,
                 a.batch_size as u64,
                 &fanouts,
-                rows.row_bytes() as u64,
+                (dim * feature_dtype.size_bytes()) as u64,
             );
         }
         let graph = graph.as_ref().context("the graph")?;
@@ -326,7 +343,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             None => AgnesLayout::for_dataset(&dataset, block_bytes)?.0,
         };
         let mut device = sagessd_host_driver::open_device(&a.target.device, &hw)?;
-        let placed = sagessd_runtime::placement::place(&mut device, graph, Some(&rows), &layout)
+        let placed = sagessd_runtime::placement::place(&mut device, graph, rows.as_ref(), &layout)
             .map_err(|e| anyhow::anyhow!(e))?;
         device.transport_mut().drop_caches();
         let modelled = device.now_ns().is_some();
@@ -348,8 +365,8 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             }
         );
         let device: SharedNvme = Mutex::new(device);
-        let mut blocks = SharedDevice(&device);
-        let mut feature_device = SharedDevice(&device);
+        let mut blocks = SharedDevice::new(&device)?;
+        let mut feature_device = SharedDevice::new(&device)?;
         let sampler = match a.sampler {
             SamplerKind::Isp => DeviceSampler::Isp { features: true },
             _ => DeviceSampler::Blocks {
@@ -375,23 +392,35 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
                 .map(Box::new),
             },
         };
-        let stage = DeviceStage {
+        let host_ns = AtomicU64::new(0);
+        let mut stage = Some(DeviceStage {
             device: &device,
             sampler,
             fanouts: fanouts.clone(),
             host: modelled.then(|| hw.host.clone()),
-            isp_depth: 4,
-            host_ns: 0,
-        };
-        let mut feed = DeviceFeed {
-            stage: Some(stage),
-            config: PipelineConfig {
+            isp_depth: a.sampler.group_size(a.hyperbatch),
+            host_ns: &host_ns,
+        });
+        // One producer drives the device: its clock is one deterministic timeline.
+        let pipeline = Pipeline::new(
+            PipelineConfig {
                 workers: Workers::Fixed {
                     sample: 1,
                     gather: 0,
                 },
                 ..config
             },
+            Box::new(move |_| {
+                let s = stage.take().ok_or_else(|| {
+                    PipelineError::Config("one producer drives the device".into())
+                })?;
+                Ok(Box::new(s) as Box<dyn SampleStage>)
+            }),
+            None,
+        )?;
+        let mut feed = PipelineFeed {
+            pipeline,
+            clock: modelled.then_some((&device, &host_ns)),
         };
         sagessd_train::fit(
             &mut trainer,
@@ -414,10 +443,19 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             cache,
             settings,
         };
-        let mut feed = FileFeed {
-            stages,
-            fanouts: fanouts.clone(),
+        let fanouts = fanouts.clone();
+        let pipeline = Pipeline::new(
             config,
+            Box::new(move |_| stages.sampler(&fanouts)),
+            Some(Box::new(move |_| {
+                stages
+                    .gatherer()?
+                    .ok_or_else(|| PipelineError::Config("no feature cache".into()))
+            })),
+        )?;
+        let mut feed = PipelineFeed {
+            pipeline,
+            clock: None,
         };
         sagessd_train::fit(
             &mut trainer,
@@ -480,84 +518,25 @@ fn parse_workers(s: &str) -> anyhow::Result<Workers> {
     })
 }
 
-/// A run on this machine's files: a sampler and a gatherer per worker.
-struct FileFeed<'a> {
-    stages: FileStages<'a>,
-    fanouts: Vec<u16>,
-    config: PipelineConfig,
+/// Training's feed: one pipeline for the whole run (its workers, caches and profile kept
+/// across epochs and evaluations), and on an emulated device the modelled clock.
+struct PipelineFeed<'a> {
+    pipeline: Pipeline<'a>,
+    clock: Option<(&'a SharedNvme, &'a AtomicU64)>,
 }
 
-impl Feed for FileFeed<'_> {
+impl Feed for PipelineFeed<'_> {
     fn run(
         &mut self,
         requests: &[Request],
         consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
     ) -> Result<RunReport, PipelineError> {
-        let stages = self.stages;
-        let fanouts = self.fanouts.clone();
-        let mut new_sampler = |_w: usize| stages.sampler(&fanouts);
-        let mut new_gatherer = |_w: usize| {
-            stages
-                .gatherer()?
-                .ok_or_else(|| PipelineError::Config("no feature cache".into()))
-        };
-        sagessd_pipeline::run(
-            requests,
-            &self.config,
-            &mut new_sampler,
-            Some(&mut new_gatherer),
-            consume,
-        )
+        self.pipeline.run(requests, consume)
     }
 
     fn modelled_now_ns(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// A run on a device: its one producer, kept across epochs (its caches and clock go on).
-struct DeviceFeed<'a> {
-    stage: Option<DeviceStage<'a>>,
-    config: PipelineConfig,
-}
-
-impl Feed for DeviceFeed<'_> {
-    fn run(
-        &mut self,
-        requests: &[Request],
-        consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
-    ) -> Result<RunReport, PipelineError> {
-        let stage = self
-            .stage
-            .as_mut()
-            .ok_or_else(|| PipelineError::Config("the device's producer is gone".into()))?;
-        let mut once = Some(Borrowed(stage));
-        let mut new_sampler =
-            |_w: usize| -> Result<Box<dyn sagessd_pipeline::SampleStage + '_>, PipelineError> {
-                match once.take() {
-                    Some(s) => Ok(Box::new(s)),
-                    None => Err(PipelineError::Config(
-                        "one producer drives the device".into(),
-                    )),
-                }
-            };
-        sagessd_pipeline::run(requests, &self.config, &mut new_sampler, None, consume)
-    }
-
-    fn modelled_now_ns(&self) -> Option<u64> {
-        self.stage.as_ref().and_then(DeviceStage::modelled_now_ns)
-    }
-}
-
-/// The device's producer lent to one pipeline run.
-struct Borrowed<'s, 'a>(&'s mut DeviceStage<'a>);
-
-impl sagessd_pipeline::SampleStage for Borrowed<'_, '_> {
-    fn sample(
-        &mut self,
-        group: &[Request],
-    ) -> Result<sagessd_pipeline::SampledGroup, sagessd_runtime::sampler::SamplerError> {
-        self.0.sample(group)
+        self.clock
+            .and_then(|(device, host_ns)| modelled_clock_ns(device, host_ns))
     }
 }
 
@@ -590,11 +569,19 @@ fn epoch_line(r: &EpochRecord, epochs: u32) -> String {
 /// One epoch as a JSON object.
 fn epoch_json(r: &EpochRecord) -> String {
     let s = &r.stages;
-    let opt = |v: Option<f64>| v.map_or("null".into(), |v| v.to_string());
+    // JSON has no NaN or infinity: a diverged loss is null.
+    let num = |v: f64| {
+        if v.is_finite() {
+            v.to_string()
+        } else {
+            "null".into()
+        }
+    };
+    let opt = |v: Option<f64>| v.map_or("null".into(), num);
     format!(
         "{{\"epoch\":{},\"loss\":{},\"train_accuracy\":{},\"valid_accuracy\":{},\"wall_s\":{},\"sample_s\":{},\"gather_s\":{},\"copy_s\":{},\"step_s\":{},\"wait_s\":{},\"idle_fraction\":{},\"sample_workers\":{},\"gather_workers\":{},\"modelled_epoch_s\":{},\"modelled_idle_fraction\":{},\"losses\":[{}]}}",
         r.epoch,
-        r.loss,
+        num(r.loss),
         r.train_accuracy,
         opt(r.valid_accuracy),
         r.wall_s,

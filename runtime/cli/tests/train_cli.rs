@@ -282,7 +282,13 @@ fn bad_flags_are_clear_errors() {
         "--epochs",
         "1",
     ]);
-    if !out.status.success() {
+    if out.status.success() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("on Cuda(0)"),
+            "--compute cuda trained elsewhere: {stdout}"
+        );
+    } else {
         assert!(String::from_utf8_lossy(&out.stderr).contains("CUDA"));
     }
     let _ = std::fs::remove_dir_all(&dir);

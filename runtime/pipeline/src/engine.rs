@@ -12,11 +12,12 @@
 //! the group, so at most `queue_depth` groups are alive at once (being sampled, queued,
 //! gathered or waiting for their turn), however slow the consumer is. Groups are claimed in
 //! index order, so the next group the consumer needs is always claimed by then: no deadlock.
-//! The first error (a worker's, a panic, or the consumer's) ends the run with that error: the
-//! consumer stops, its channels close, and every worker sees a closed channel and exits.
+//! An error (a worker's, a panic, or the consumer's) ends the run in its place in minibatch
+//! order: everything before it is consumed, then the run returns it; a stop flag and the closed
+//! channels make every worker stop at its next step.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -54,7 +55,8 @@ pub struct PipelineConfig {
     pub group_size: usize,
     /// With [`Workers::Auto`]: groups run one after the other to profile the stages.
     pub profile_groups: usize,
-    /// With [`Workers::Auto`]: producer workers (sampling + gather) at most.
+    /// With [`Workers::Auto`]: producer workers (sampling + gather) at most, each stage keeping
+    /// at least one.
     pub max_workers: usize,
 }
 
@@ -82,7 +84,7 @@ pub struct RunReport {
     pub sample: StageClock,
     /// Feature gather: busy time summed over its workers.
     pub gather: StageClock,
-    /// The consumer: time inside its calls.
+    /// The consumer: time inside its calls, per minibatch.
     pub consume: StageClock,
     /// The consumer's time waiting for its next minibatch.
     pub wait_ns: u64,
@@ -96,8 +98,8 @@ pub struct RunReport {
     pub peak_groups_alive: usize,
 }
 
-/// Makes one stage object per worker (called on the caller's thread, as workers are added).
-pub type StageFactory<'f, T> = &'f mut dyn FnMut(usize) -> Result<T, PipelineError>;
+/// Makes worker `w`'s stage (called on the caller's thread, as workers are added).
+pub type StageFactory<'a, T> = Box<dyn FnMut(usize) -> Result<T, PipelineError> + 'a>;
 
 /// A group moving through the pipeline.
 struct Group {
@@ -107,101 +109,190 @@ struct Group {
     gathered: Option<Vec<Vec<u8>>>,
 }
 
-/// Runs `requests` through the pipeline: `new_sampler(w)` and `new_gatherer(w)` make worker
-/// `w`'s stages (`new_gatherer` is `None` when nothing is gathered on the host), `consume`
-/// takes every minibatch in index order. Returns the stages' totals, or the first error.
+/// The pipeline: its workers' stages, made on the first run and kept for the next ones (their
+/// caches and file handles stay warm across epochs), and the profile `Workers::Auto` chose
+/// them from.
+pub struct Pipeline<'a> {
+    config: PipelineConfig,
+    new_sampler: StageFactory<'a, Box<dyn SampleStage + 'a>>,
+    new_gatherer: Option<StageFactory<'a, Box<dyn GatherStage + 'a>>>,
+    samplers: Vec<Box<dyn SampleStage + 'a>>,
+    gatherers: Vec<Box<dyn GatherStage + 'a>>,
+    /// Set once the worker counts are decided.
+    workers: Option<(usize, usize)>,
+    profile: Option<Profile>,
+}
+
+impl std::fmt::Debug for Pipeline<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("config", &self.config)
+            .field("workers", &self.workers)
+            .field("profile", &self.profile)
+            .finish()
+    }
+}
+
+impl<'a> Pipeline<'a> {
+    /// A pipeline whose workers' stages `new_sampler(w)` and `new_gatherer(w)` make
+    /// (`new_gatherer` is `None` when nothing is gathered on the host).
+    pub fn new(
+        config: PipelineConfig,
+        new_sampler: StageFactory<'a, Box<dyn SampleStage + 'a>>,
+        new_gatherer: Option<StageFactory<'a, Box<dyn GatherStage + 'a>>>,
+    ) -> Result<Self, PipelineError> {
+        if config.queue_depth == 0 {
+            return Err(PipelineError::Config(
+                "the queue depth must be at least 1".into(),
+            ));
+        }
+        if let Workers::Fixed { sample, gather } = config.workers
+            && (sample == 0 || (gather == 0 && new_gatherer.is_some()))
+        {
+            return Err(PipelineError::Config(
+                "every stage needs at least one worker".into(),
+            ));
+        }
+        Ok(Self {
+            config,
+            new_sampler,
+            new_gatherer,
+            samplers: Vec::new(),
+            gatherers: Vec::new(),
+            workers: None,
+            profile: None,
+        })
+    }
+
+    /// The profile the worker counts were chosen from (`Workers::Auto`, after the first run).
+    pub fn profile(&self) -> Option<&Profile> {
+        self.profile.as_ref()
+    }
+
+    /// Runs `requests` through the pipeline: `consume` takes every minibatch in index order.
+    /// Returns the stages' totals, or the first error in minibatch order.
+    pub fn run(
+        &mut self,
+        requests: &[Request],
+        consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
+    ) -> Result<RunReport, PipelineError> {
+        let started = Instant::now();
+        let group_size = self.config.group_size.max(1);
+        let groups: Vec<&[Request]> = requests.chunks(group_size).collect();
+        let mut report = RunReport::default();
+        self.add_workers(1, usize::from(self.new_gatherer.is_some()))?;
+        let profiled = match self.workers {
+            Some(_) => 0,
+            None => self.decide_workers(&groups, group_size, consume, &mut report)?,
+        };
+        let (sample_workers, gather_workers) = self.workers.unwrap_or((1, 0));
+        self.add_workers(sample_workers, gather_workers)?;
+        report.sample_workers = sample_workers;
+        report.gather_workers = gather_workers;
+        report.profile = self.profile;
+        run_parallel(
+            &groups[profiled..],
+            profiled,
+            group_size,
+            self.config.queue_depth,
+            &mut self.samplers[..sample_workers],
+            &mut self.gatherers[..gather_workers],
+            consume,
+            &mut report,
+        )?;
+        report.wall_ns = started.elapsed().as_nanos() as u64;
+        Ok(report)
+    }
+
+    /// Makes stages until there are `sample` samplers and `gather` gatherers.
+    fn add_workers(&mut self, sample: usize, gather: usize) -> Result<(), PipelineError> {
+        while self.samplers.len() < sample {
+            let w = self.samplers.len();
+            self.samplers.push((self.new_sampler)(w)?);
+        }
+        if let Some(f) = self.new_gatherer.as_mut() {
+            while self.gatherers.len() < gather {
+                let w = self.gatherers.len();
+                self.gatherers.push(f(w)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fixed counts, or (`Workers::Auto`) the first groups run one after the other on the
+    /// caller's thread, each stage timed, and counts chosen from that; returns the groups run.
+    fn decide_workers(
+        &mut self,
+        groups: &[&[Request]],
+        group_size: usize,
+        consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
+        report: &mut RunReport,
+    ) -> Result<usize, PipelineError> {
+        let has_gather = !self.gatherers.is_empty();
+        if let Workers::Fixed { sample, gather } = self.config.workers {
+            self.workers = Some((sample, if has_gather { gather } else { 0 }));
+            return Ok(0);
+        }
+        let k = self.config.profile_groups.max(1).min(groups.len());
+        let mut profile = Profile::default();
+        for (g, group) in groups.iter().enumerate().take(k) {
+            let first = g * group_size;
+            let t = Instant::now();
+            let sampled = sample_group(self.samplers[0].as_mut(), group, first)?;
+            profile.sample.add(t.elapsed(), group.len());
+            let t = Instant::now();
+            let gathered = match self.gatherers.first_mut() {
+                Some(ga) => Some(gather_group(ga.as_mut(), &sampled, first)?),
+                None => None,
+            };
+            profile.gather.add(t.elapsed(), group.len());
+            // One group at a time: the consumer waited for all of it.
+            report.wait_ns += profile.sample.busy_ns + profile.gather.busy_ns
+                - report.sample.busy_ns
+                - report.gather.busy_ns;
+            report.sample = profile.sample;
+            report.gather = profile.gather;
+            let group = Group {
+                index: g,
+                first,
+                sampled,
+                gathered,
+            };
+            let items = group.sampled.minibatches.len();
+            profile
+                .consume
+                .add(consume_group(group, consume, report)?, items);
+        }
+        report.consume = profile.consume;
+        report.peak_groups_alive = 1;
+        self.workers = Some(profile.choose(self.config.max_workers.max(1), has_gather));
+        self.profile = Some(profile);
+        Ok(k)
+    }
+}
+
+/// Runs `requests` through a pipeline made for this one run (see [`Pipeline`]).
 pub fn run<'a>(
     requests: &[Request],
     config: &PipelineConfig,
-    new_sampler: StageFactory<'_, Box<dyn SampleStage + 'a>>,
-    mut new_gatherer: Option<StageFactory<'_, Box<dyn GatherStage + 'a>>>,
+    new_sampler: StageFactory<'a, Box<dyn SampleStage + 'a>>,
+    new_gatherer: Option<StageFactory<'a, Box<dyn GatherStage + 'a>>>,
     consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
 ) -> Result<RunReport, PipelineError> {
-    let started = Instant::now();
-    let group_size = config.group_size.max(1);
-    if config.queue_depth == 0 {
-        return Err(PipelineError::Config(
-            "the queue depth must be at least 1".into(),
-        ));
-    }
-    let groups: Vec<&[Request]> = requests.chunks(group_size).collect();
-    let mut report = RunReport::default();
-    let mut samplers = vec![new_sampler(0)?];
-    let mut gatherers = match new_gatherer.as_mut() {
-        Some(f) => vec![f(0)?],
-        None => Vec::new(),
-    };
-    // Profiling: the first groups run one after the other on the caller's thread.
-    let (sample_workers, gather_workers, first_parallel) = match config.workers {
-        Workers::Fixed { sample, gather } => {
-            if sample == 0 || (gather == 0 && !gatherers.is_empty()) {
-                return Err(PipelineError::Config(
-                    "every stage needs at least one worker".into(),
-                ));
-            }
-            (sample, if gatherers.is_empty() { 0 } else { gather }, 0)
-        }
-        Workers::Auto => {
-            let k = config.profile_groups.max(1).min(groups.len());
-            let mut profile = Profile::default();
-            for (g, group) in groups.iter().enumerate().take(k) {
-                let first = g * group_size;
-                let t = Instant::now();
-                let sampled = sample_group(samplers[0].as_mut(), group, first)?;
-                profile.sample.add(t.elapsed(), group.len());
-                let t = Instant::now();
-                let gathered = match gatherers.first_mut() {
-                    Some(ga) => Some(gather_group(ga.as_mut(), &sampled, first)?),
-                    None => None,
-                };
-                profile.gather.add(t.elapsed(), group.len());
-                let group = Group {
-                    index: g,
-                    first,
-                    sampled,
-                    gathered,
-                };
-                profile
-                    .consume
-                    .add(consume_group(group, consume, &mut report)?, 1);
-            }
-            report.sample.merge(&profile.sample);
-            report.gather.merge(&profile.gather);
-            let (s, ga) = profile.choose(config.max_workers.max(1), !gatherers.is_empty());
-            report.profile = Some(profile);
-            (s, ga, k)
-        }
-    };
-    while samplers.len() < sample_workers {
-        samplers.push(new_sampler(samplers.len())?);
-    }
-    if let Some(f) = new_gatherer.as_mut() {
-        while gatherers.len() < gather_workers {
-            gatherers.push(f(gatherers.len())?);
-        }
-    }
-    report.sample_workers = sample_workers;
-    report.gather_workers = gather_workers;
-    if first_parallel > 0 {
-        // Profiling ran one group at a time.
-        report.peak_groups_alive = 1;
-    }
-    run_parallel(
-        &groups[first_parallel..],
-        first_parallel,
-        group_size,
-        config.queue_depth,
-        samplers,
-        gatherers,
-        consume,
-        &mut report,
-    )?;
-    report.wall_ns = started.elapsed().as_nanos() as u64;
-    Ok(report)
+    Pipeline::new(*config, new_sampler, new_gatherer)?.run(requests, consume)
 }
 
-/// What a worker sends towards the consumer.
-type Delivery = Result<Group, PipelineError>;
+/// What a worker sends towards the consumer: a group's index and the group, or why it failed.
+type Delivery = (usize, Result<Group, PipelineError>);
+
+/// Sets the stop flag when the consumer leaves, however it leaves.
+struct StopOnDrop<'s>(&'s AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
 
 /// The groups after profiling, on the workers.
 #[allow(clippy::too_many_arguments)]
@@ -210,8 +301,8 @@ fn run_parallel<'a>(
     base: usize,
     group_size: usize,
     depth: usize,
-    samplers: Vec<Box<dyn SampleStage + 'a>>,
-    gatherers: Vec<Box<dyn GatherStage + 'a>>,
+    samplers: &mut [Box<dyn SampleStage + 'a>],
+    gatherers: &mut [Box<dyn GatherStage + 'a>],
     consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
     report: &mut RunReport,
 ) -> Result<(), PipelineError> {
@@ -221,8 +312,10 @@ fn run_parallel<'a>(
     let next = AtomicUsize::new(0);
     let alive = AtomicUsize::new(0);
     let peak = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
     let clocks = std::sync::Mutex::new((StageClock::default(), StageClock::default()));
     let result = std::thread::scope(|scope| {
+        let _stop_on_exit = StopOnDrop(&stop);
         let (credit_tx, credit_rx) = bounded::<()>(depth);
         for _ in 0..depth {
             let _ = credit_tx.send(());
@@ -230,13 +323,15 @@ fn run_parallel<'a>(
         let (done_tx, done_rx) = bounded::<Delivery>(depth);
         let (sampled_tx, sampled_rx) = bounded::<Group>(depth);
         let has_gather = !gatherers.is_empty();
-        for mut sampler in samplers {
+        for sampler in samplers.iter_mut() {
             let (credit_rx, done_tx) = (credit_rx.clone(), done_tx.clone());
             let sampled_tx = sampled_tx.clone();
-            let (next, alive, peak, clocks) = (&next, &alive, &peak, &clocks);
+            let (next, alive, peak, clocks, stop) = (&next, &alive, &peak, &clocks, &stop);
             scope.spawn(move || {
                 let mut clock = StageClock::default();
-                while credit_rx.recv().is_ok() {
+                let mut gathered = StageClock::default();
+                // Credits still buffered after the consumer left are not work: the stop flag.
+                while credit_rx.recv().is_ok() && !stop.load(Ordering::SeqCst) {
                     let g = next.fetch_add(1, Ordering::SeqCst);
                     let Some(group) = groups.get(g) else { break };
                     let now = alive.fetch_add(1, Ordering::SeqCst) + 1;
@@ -244,16 +339,30 @@ fn run_parallel<'a>(
                     let first = (base + g) * group_size;
                     let t = Instant::now();
                     let sampled = sample_group(sampler.as_mut(), group, first);
-                    clock.add(t.elapsed(), group.len());
-                    let out = sampled.map(|sampled| Group {
-                        index: base + g,
-                        first,
-                        sampled,
-                        gathered: None,
-                    });
-                    let sent = match out {
-                        Ok(group) if has_gather => sampled_tx.send(group).is_ok(),
-                        other => done_tx.send(other).is_ok(),
+                    let took = t.elapsed();
+                    // A stage that gathers as it samples (on a device) reports that share.
+                    let gather_ns = sampled.as_ref().map_or(0, |s| s.gather_ns);
+                    let gather = std::time::Duration::from_nanos(gather_ns);
+                    clock.add(took.saturating_sub(gather), group.len());
+                    if gather_ns > 0 {
+                        gathered.add(gather, group.len());
+                    }
+                    let index = base + g;
+                    let sent = match sampled {
+                        Ok(sampled) => {
+                            let group = Group {
+                                index,
+                                first,
+                                sampled,
+                                gathered: None,
+                            };
+                            if has_gather {
+                                sampled_tx.send(group).is_ok()
+                            } else {
+                                done_tx.send((index, Ok(group))).is_ok()
+                            }
+                        }
+                        Err(e) => done_tx.send((index, Err(e))).is_ok(),
                     };
                     if !sent {
                         break;
@@ -261,24 +370,29 @@ fn run_parallel<'a>(
                 }
                 if let Ok(mut c) = clocks.lock() {
                     c.0.merge(&clock);
+                    c.1.merge(&gathered);
                 }
             });
         }
         drop(sampled_tx);
-        for mut gatherer in gatherers {
+        for gatherer in gatherers.iter_mut() {
             let (sampled_rx, done_tx) = (sampled_rx.clone(), done_tx.clone());
-            let clocks = &clocks;
+            let (clocks, stop) = (&clocks, &stop);
             scope.spawn(move || {
                 let mut clock = StageClock::default();
                 for mut group in sampled_rx.iter() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
                     let t = Instant::now();
                     let gathered = gather_group(gatherer.as_mut(), &group.sampled, group.first);
                     clock.add(t.elapsed(), group.sampled.minibatches.len());
+                    let index = group.index;
                     let out = gathered.map(|rows| {
                         group.gathered = Some(rows);
                         group
                     });
-                    if done_tx.send(out).is_err() {
+                    if done_tx.send((index, out)).is_err() {
                         break;
                     }
                 }
@@ -298,8 +412,9 @@ fn run_parallel<'a>(
             consume,
             report,
         )
-        // Returning drops the credit sender and the consumer's receiver: every worker still
-        // running finds its channel closed and exits before the scope joins it.
+        // Returning sets the stop flag and drops the credit sender and the consumer's
+        // receiver: every worker still running stops at its next step, before the scope
+        // joins it.
     });
     let (sample, gather) = clocks.into_inner().unwrap_or_default();
     report.sample.merge(&sample);
@@ -308,7 +423,8 @@ fn run_parallel<'a>(
     result
 }
 
-/// The consumer's side: groups in index order, a credit back after each.
+/// The consumer's side: groups in index order (an error in its place in that order), a credit
+/// back after each.
 fn consume_in_order(
     count: usize,
     base: usize,
@@ -318,20 +434,19 @@ fn consume_in_order(
     consume: &mut dyn FnMut(Minibatch) -> Result<(), PipelineError>,
     report: &mut RunReport,
 ) -> Result<(), PipelineError> {
-    let mut waiting: BTreeMap<usize, Group> = BTreeMap::new();
+    let mut waiting: BTreeMap<usize, Result<Group, PipelineError>> = BTreeMap::new();
     for want in base..base + count {
         let group = loop {
             if let Some(g) = waiting.remove(&want) {
-                break g;
+                break g?;
             }
             let t = Instant::now();
             let got = done_rx.recv();
             report.wait_ns += t.elapsed().as_nanos() as u64;
             match got {
-                Ok(Ok(g)) => {
-                    waiting.insert(g.index, g);
+                Ok((index, delivery)) => {
+                    waiting.insert(index, delivery);
                 }
-                Ok(Err(e)) => return Err(e),
                 Err(_) => {
                     return Err(PipelineError::Config(format!(
                         "every worker stopped before group {want}"
@@ -339,8 +454,9 @@ fn consume_in_order(
                 }
             }
         };
+        let items = group.sampled.minibatches.len();
         let took = consume_group(group, consume, report)?;
-        report.consume.add(took, 1);
+        report.consume.add(took, items);
         alive.fetch_sub(1, Ordering::SeqCst);
         let _ = credit_tx.send(());
     }

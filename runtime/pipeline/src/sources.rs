@@ -4,6 +4,7 @@
 //! deterministic timeline).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sagessd_emulator::host_stack::HostStackConfig;
 use sagessd_host_driver::{Device, Transport};
@@ -89,15 +90,23 @@ pub struct DeviceStage<'a> {
     pub host: Option<HostStackConfig>,
     /// Jobs in flight for in-storage sampling.
     pub isp_depth: usize,
-    /// The host's modelled time so far, ns.
-    pub host_ns: u64,
+    /// The host's modelled time so far, ns (shared with whoever reads the modelled clock:
+    /// [`modelled_clock_ns`]).
+    pub host_ns: &'a AtomicU64,
+}
+
+/// The modelled clock of an on-device run: the device's virtual time plus the host's modelled
+/// costs so far; `None` if the device does not model time.
+pub fn modelled_clock_ns(device: &SharedNvme, host_ns: &AtomicU64) -> Option<u64> {
+    let now = device.lock().ok()?.now_ns()?;
+    Some(now + host_ns.load(Ordering::SeqCst))
 }
 
 impl std::fmt::Debug for DeviceStage<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceStage")
             .field("sampler", &self.sampler)
-            .field("host_ns", &self.host_ns)
+            .field("host_ns", &self.host_ns.load(Ordering::SeqCst))
             .finish()
     }
 }
@@ -111,10 +120,11 @@ impl DeviceStage<'_> {
             .map_err(|_| SamplerError::GraphCorrupt("a user of the device panicked".into()))
     }
 
-    /// The modelled clock: the device's plus the host's costs, if the device models time.
+    /// The modelled clock (see [`modelled_clock_ns`]), if the run models the host's costs.
     pub fn modelled_now_ns(&self) -> Option<u64> {
-        let now = self.device().ok()?.now_ns()?;
-        self.host.as_ref().map(|_| now + self.host_ns)
+        self.host
+            .as_ref()
+            .and_then(|_| modelled_clock_ns(self.device, self.host_ns))
     }
 }
 
@@ -123,13 +133,16 @@ impl SampleStage for DeviceStage<'_> {
         let commands0 = self.device()?.stats().commands;
         let fanouts = self.fanouts.clone();
         let mut host_built_ns = 0u64;
+        let mut gather_ns = 0u64;
         let minibatches = match &mut self.sampler {
             DeviceSampler::Blocks { sampler, gatherer } => {
                 let subs = sampler.sample_many(&fanouts, group)?;
+                let t = std::time::Instant::now();
                 let rows = match gatherer {
                     Some(g) => g.gather(&subs)?.into_iter().map(Some).collect(),
                     None => vec![None; subs.len()],
                 };
+                gather_ns = t.elapsed().as_nanos() as u64;
                 if let Some(h) = &self.host {
                     host_built_ns = subs.iter().map(|s| host_sampling_ns(h, s)).sum();
                 }
@@ -169,11 +182,13 @@ impl SampleStage for DeviceStage<'_> {
         };
         if let Some(h) = &self.host {
             let commands = self.device()?.stats().commands - commands0;
-            self.host_ns += host_built_ns + commands * h.sync_io_ns();
+            self.host_ns
+                .fetch_add(host_built_ns + commands * h.sync_io_ns(), Ordering::SeqCst);
         }
         Ok(SampledGroup {
             minibatches,
             modelled_ready_ns: self.modelled_now_ns(),
+            gather_ns,
         })
     }
 }

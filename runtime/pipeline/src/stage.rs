@@ -23,6 +23,9 @@ pub struct SampledGroup {
     /// The modelled (virtual) time at which the group was ready, on the device model's clock
     /// plus the host's modelled costs; `None` where nothing models time.
     pub modelled_ready_ns: Option<u64>,
+    /// Wall time of the sampling call spent gathering features, for a stage that gathers as it
+    /// samples (on a device); counted as gather time, not sampling time.
+    pub gather_ns: u64,
 }
 
 /// A sampling stage: one per sampling worker.
@@ -71,6 +74,7 @@ impl<S: Sampler> SampleStage for HostSampling<S> {
                 })
                 .collect(),
             modelled_ready_ns: None,
+            gather_ns: 0,
         })
     }
 }

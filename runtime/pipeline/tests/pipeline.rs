@@ -37,6 +37,7 @@ struct Injected<'g, 'c> {
     fail_at: Option<usize>,
     panic_at: Option<usize>,
     alive: &'c AtomicUsize,
+    made: &'c AtomicUsize,
 }
 
 impl SampleStage for Injected<'_, '_> {
@@ -59,16 +60,28 @@ impl SampleStage for Injected<'_, '_> {
         let out = self.inner.sample(group)?;
         self.alive
             .fetch_add(out.minibatches.len(), Ordering::SeqCst);
+        self.made.fetch_add(out.minibatches.len(), Ordering::SeqCst);
         Ok(out)
     }
 }
 
-/// Feature rows made of the node ids (so the consumer can check them against its subgraph).
-struct IdRows;
+/// Feature rows made of the node ids (so the consumer can check them against its subgraph),
+/// failing on the subgraph of one minibatch if asked to.
+struct IdRows<'c> {
+    fail_on: Option<u64>,
+    index_of: &'c HashMap<u64, usize>,
+}
 
-impl GatherStage for IdRows {
+impl GatherStage for IdRows<'_> {
     fn gather(&mut self, subs: &[&SampledSubgraph]) -> Result<Vec<Vec<u8>>, SamplerError> {
         std::thread::sleep(Duration::from_micros(200));
+        if let Some(f) = self.fail_on
+            && subs
+                .iter()
+                .any(|s| self.index_of[&s.view().seed()] as u64 == f)
+        {
+            return Err(SamplerError::GraphCorrupt("injected gather failure".into()));
+        }
         Ok(subs
             .iter()
             .map(|s| {
@@ -86,6 +99,7 @@ struct Run {
     config: PipelineConfig,
     fail_at: Option<usize>,
     panic_at: Option<usize>,
+    gather_fails_at: Option<u64>,
     consumer_fails_at: Option<usize>,
     consumer_delay: Duration,
     gather: bool,
@@ -103,6 +117,7 @@ impl Run {
             },
             fail_at: None,
             panic_at: None,
+            gather_fails_at: None,
             consumer_fails_at: None,
             consumer_delay: Duration::ZERO,
             gather: true,
@@ -118,24 +133,46 @@ impl Run {
         usize,
         Result<sagessd_pipeline::RunReport, PipelineError>,
     ) {
+        let (seen, peak, _, out) = self.go_counting();
+        (seen, peak, out)
+    }
+
+    /// [`Self::go`], and the minibatches the samplers made in all.
+    fn go_counting(
+        &self,
+    ) -> (
+        Vec<u64>,
+        usize,
+        usize,
+        Result<sagessd_pipeline::RunReport, PipelineError>,
+    ) {
         let g = graph();
         let reqs = requests(g.node_count(), 40);
         let index_of: HashMap<u64, usize> =
             reqs.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
         let alive = AtomicUsize::new(0);
+        let made = AtomicUsize::new(0);
         let peak = AtomicUsize::new(0);
         let mut seen = Vec::new();
-        let mut new_sampler = |_w: usize| -> Result<Box<dyn SampleStage + '_>, PipelineError> {
-            Ok(Box::new(Injected {
-                inner: HostSampling::new(ReferenceSampler::new(&g), &FANOUTS),
-                index_of: &index_of,
-                fail_at: self.fail_at,
-                panic_at: self.panic_at,
-                alive: &alive,
-            }))
-        };
-        let mut new_gatherer =
-            |_w: usize| -> Result<Box<dyn GatherStage>, PipelineError> { Ok(Box::new(IdRows)) };
+        let (g, index_of, made_ref, alive_ref) = (&g, &index_of, &made, &alive);
+        let new_sampler: sagessd_pipeline::StageFactory<'_, Box<dyn SampleStage + '_>> =
+            Box::new(move |_w| {
+                Ok(Box::new(Injected {
+                    inner: HostSampling::new(ReferenceSampler::new(g), &FANOUTS),
+                    index_of,
+                    fail_at: self.fail_at,
+                    panic_at: self.panic_at,
+                    alive: alive_ref,
+                    made: made_ref,
+                }) as Box<dyn SampleStage>)
+            });
+        let new_gatherer: sagessd_pipeline::StageFactory<'_, Box<dyn GatherStage + '_>> =
+            Box::new(move |_w| {
+                Ok(Box::new(IdRows {
+                    fail_on: self.gather_fails_at,
+                    index_of,
+                }) as Box<dyn GatherStage>)
+            });
         let mut consume = |m: Minibatch| -> Result<(), PipelineError> {
             peak.fetch_max(alive.load(Ordering::SeqCst), Ordering::SeqCst);
             assert_eq!(m.index, seen.len(), "out of order");
@@ -164,15 +201,11 @@ impl Run {
         let out = run(
             &reqs,
             &self.config,
-            &mut new_sampler,
-            if self.gather {
-                Some(&mut new_gatherer)
-            } else {
-                None
-            },
+            new_sampler,
+            self.gather.then_some(new_gatherer),
             &mut consume,
         );
-        (seen, peak.into_inner(), out)
+        (seen, peak.into_inner(), made.into_inner(), out)
     }
 }
 
@@ -293,6 +326,28 @@ fn a_failing_producer_ends_the_run_with_its_error() {
             other => panic!("{other:?}"),
         }
     }
+    // A gather worker's failure, in its place in minibatch order.
+    let mut r = Run::new(
+        Workers::Fixed {
+            sample: 3,
+            gather: 2,
+        },
+        1,
+    );
+    r.gather_fails_at = Some(23);
+    let (seen, _, out) = r.go();
+    assert!(
+        matches!(
+            out,
+            Err(PipelineError::Producer {
+                stage: "gather",
+                first: 23,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    assert_eq!(seen, expected()[..23]);
     // During profiling too.
     let mut r = Run::new(Workers::Auto, 1);
     r.fail_at = Some(0);

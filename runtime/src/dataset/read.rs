@@ -98,15 +98,30 @@ impl Dataset {
         Ok(Some(labels))
     }
 
-    /// The feature rows as stored; `None` if the dataset has no features.
+    /// Values per feature row and their type, from the features file's header alone (the rows
+    /// stay on storage); `None` if the dataset has no features.
+    pub fn feature_shape(&self) -> Result<Option<(usize, Dtype)>, DatasetError> {
+        Ok(self.feature_header()?.map(|(_, dim, dtype)| (dim, dtype)))
+    }
+
+    /// The feature rows as stored, read into memory; `None` if the dataset has no features.
     pub fn feature_rows(&self) -> Result<Option<FeatureRows>, DatasetError> {
+        let Some((path, dim, dtype)) = self.feature_header()? else {
+            return Ok(None);
+        };
+        let (_, bytes) = npy::read_raw(&path, dtype, 2)?;
+        Ok(Some(FeatureRows { bytes, dim, dtype }))
+    }
+
+    /// The features file, its row length and element type, checked against the node count.
+    fn feature_header(&self) -> Result<Option<(std::path::PathBuf, usize, Dtype)>, DatasetError> {
         let Some(entry) = &self.manifest.features else {
             return Ok(None);
         };
         let path = self.dir.join(&entry.file);
         let header = npy::read_header(&path)?;
-        let (shape, bytes) = npy::read_raw(&path, header.dtype, 2)?;
-        if shape[0] != self.manifest.node_count || shape[1] == 0 {
+        let shape = &header.shape;
+        if shape.len() != 2 || shape[0] != self.manifest.node_count || shape[1] == 0 {
             return Err(field_error(
                 &path,
                 "shape",
@@ -123,10 +138,6 @@ impl Dataset {
                     .is_some_and(|b| b <= u32::MAX as usize)
             })
             .ok_or_else(|| field_error(&path, "shape", format!("rows of {} values", shape[1])))?;
-        Ok(Some(FeatureRows {
-            bytes,
-            dim,
-            dtype: header.dtype,
-        }))
+        Ok(Some((path, dim, header.dtype)))
     }
 }

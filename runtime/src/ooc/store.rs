@@ -30,7 +30,10 @@ impl<T: Transport + Send> BlockDevice for Device<T> {
 
 /// A device several readers share in turn (block samplers and feature gatherers, on one thread
 /// or several): each read holds it for that read only.
-pub struct SharedDevice<'a, D>(pub &'a std::sync::Mutex<D>);
+pub struct SharedDevice<'a, D> {
+    device: &'a std::sync::Mutex<D>,
+    lba_bytes: u64,
+}
 
 impl<D> std::fmt::Debug for SharedDevice<'_, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -38,10 +41,21 @@ impl<D> std::fmt::Debug for SharedDevice<'_, D> {
     }
 }
 
-impl<D: BlockDevice> SharedDevice<'_, D> {
+impl<'a, D: BlockDevice> SharedDevice<'a, D> {
+    /// A reader of `device` (its block size read now, once).
+    pub fn new(device: &'a std::sync::Mutex<D>) -> Result<Self, SamplerError> {
+        let mut shared = Self {
+            device,
+            lba_bytes: 0,
+        };
+        let lba_bytes = shared.lock()?.lba_bytes();
+        shared.lba_bytes = lba_bytes;
+        Ok(shared)
+    }
+
     /// The device, held; an error if a reader panicked while holding it.
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, D>, SamplerError> {
-        self.0.lock().map_err(|_| {
+        self.device.lock().map_err(|_| {
             SamplerError::GraphCorrupt("a reader of the shared device panicked".into())
         })
     }
@@ -53,7 +67,7 @@ impl<D: BlockDevice> BlockDevice for SharedDevice<'_, D> {
     }
 
     fn lba_bytes(&self) -> u64 {
-        self.lock().map_or(1, |d| d.lba_bytes())
+        self.lba_bytes
     }
 }
 

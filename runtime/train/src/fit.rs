@@ -71,6 +71,9 @@ pub struct FitConfig {
     pub layers: usize,
     /// How the splits are evaluated.
     pub evaluation: Evaluation,
+    /// Minibatches the pipeline's queue holds (its depth × group size), which bounds how far
+    /// the modelled producers run ahead of the trainer.
+    pub queue_minibatches: usize,
 }
 
 /// Wall-clock seconds per stage over an epoch.
@@ -169,8 +172,11 @@ pub fn fit(
     let mut best: Option<(f64, u32, Option<f64>)> = None;
     let per_epoch = data.train.len().div_ceil(config.batch_size.max(1));
     for epoch in 0..config.epochs {
+        // Every minibatch of the run needs its own index (its sampling seed comes from it).
         let first = u32::try_from(per_epoch as u64 * u64::from(epoch))
-            .map_err(|_| FitError::Invalid("too many minibatches".into()))?;
+            .ok()
+            .filter(|f| u64::from(*f) + per_epoch as u64 <= u64::from(u32::MAX))
+            .ok_or_else(|| FitError::Invalid("too many minibatches for one run".into()))?;
         let requests = epoch_requests(
             config.order,
             data.train,
@@ -182,7 +188,7 @@ pub fn fit(
         )
         .map_err(FitError::Invalid)?;
         let start_ns = feed.modelled_now_ns();
-        let mut timeline = start_ns.map(Timeline::starting_at);
+        let mut timeline = start_ns.map(|s| Timeline::starting_at(s, config.queue_minibatches));
         let mut losses = Vec::with_capacity(requests.len());
         let mut total = StepOutcome {
             loss: 0.0,
@@ -249,7 +255,7 @@ pub fn fit(
             },
             idle_fraction: report.wait_ns as f64 / (report.wall_ns.max(1)) as f64,
             workers: (report.sample_workers, report.gather_workers),
-            modelled: timeline.zip(start_ns).map(|(t, s)| ModelledEpoch {
+            modelled: timeline.as_ref().zip(start_ns).map(|(t, s)| ModelledEpoch {
                 epoch_s: (t.end_ns - s) as f64 / 1e9,
                 idle_fraction: t.idle_fraction(),
             }),
@@ -362,7 +368,12 @@ fn to_mfg(m: &Minibatch, data: &NodeData<'_>, device: tch::Device) -> Result<Mfg
     let targets = view.layer(0).counts.dst_count as usize;
     let labels: Vec<i64> = view.nodes()[..targets]
         .iter()
-        .map(|v| data.labels.get(v.get() as usize).copied().unwrap_or(-1))
+        .map(|v| {
+            usize::try_from(v.get())
+                .ok()
+                .and_then(|i| data.labels.get(i).copied())
+                .unwrap_or(-1)
+        })
         .collect();
     if labels.iter().any(|&l| l < 0) {
         return Err(TrainError::Spec("a minibatch target has no label"));
