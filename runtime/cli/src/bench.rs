@@ -14,6 +14,11 @@ pub(crate) enum BenchCommand {
     /// `--graph-dir` (indptr.npy, indices.npy) and `--seeds` (int64 [W+B, batch]), its last
     /// stdout line is the JSON the harness reads.
     Sampler(BenchSamplerArgs),
+    /// Training throughput on this machine's CPU: the in-memory sampler's minibatches/s,
+    /// GraphSAGE's training steps/s, and the whole pipeline's minibatches/s with one worker
+    /// per stage and with --workers auto, at fanouts 10,10,10 and 25,10.
+    #[cfg(feature = "train")]
+    Train(crate::bench_train::BenchTrainArgs),
 }
 
 /// Flags of `bench sampler`.
@@ -56,6 +61,8 @@ pub(crate) struct BenchSamplerArgs {
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Sampler(args) => run_bench_sampler(args),
+        #[cfg(feature = "train")]
+        BenchCommand::Train(args) => crate::bench_train::run_bench_train(args),
     }
 }
 

@@ -19,6 +19,8 @@ use sagessd_runtime::host_io::HostIoMode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
+#[cfg(feature = "train")]
+mod bench_train;
 mod dataset;
 mod device;
 mod emulator;
