@@ -544,7 +544,7 @@ impl Feed for PipelineFeed<'_> {
 fn epoch_line(r: &EpochRecord, epochs: u32) -> String {
     let s = &r.stages;
     format!(
-        "epoch {}/{epochs}: loss {:.4}, train acc {:.4}, val acc {}, {:.2} s (sample {:.2} s, gather {:.2} s, copy {:.2} s, step {:.2} s, wait {:.2} s), trainer idle {:.1}%, workers {}+{}{}",
+        "epoch {}/{epochs}: loss {:.4}, train acc {:.4}, val acc {}, {:.2} s (sample {:.2} s, gather {:.2} s, copy {:.2} s, step {:.2} s, wait {:.2} s; mb/s sample {:.0}, gather {:.0}, train {:.0}), trainer idle {:.1}%, workers {}+{}{}",
         r.epoch + 1,
         r.loss,
         r.train_accuracy,
@@ -555,6 +555,9 @@ fn epoch_line(r: &EpochRecord, epochs: u32) -> String {
         s.copy_s,
         s.step_s,
         s.wait_s,
+        r.throughput.sample_mb_per_s,
+        r.throughput.gather_mb_per_s,
+        r.throughput.train_mb_per_s,
         100.0 * r.idle_fraction,
         r.workers.0,
         r.workers.1,
@@ -579,7 +582,7 @@ fn epoch_json(r: &EpochRecord) -> String {
     };
     let opt = |v: Option<f64>| v.map_or("null".into(), num);
     format!(
-        "{{\"epoch\":{},\"loss\":{},\"train_accuracy\":{},\"valid_accuracy\":{},\"wall_s\":{},\"sample_s\":{},\"gather_s\":{},\"copy_s\":{},\"step_s\":{},\"wait_s\":{},\"idle_fraction\":{},\"sample_workers\":{},\"gather_workers\":{},\"modelled_epoch_s\":{},\"modelled_idle_fraction\":{},\"losses\":[{}]}}",
+        "{{\"epoch\":{},\"loss\":{},\"train_accuracy\":{},\"valid_accuracy\":{},\"wall_s\":{},\"sample_s\":{},\"gather_s\":{},\"copy_s\":{},\"step_s\":{},\"wait_s\":{},\"idle_fraction\":{},\"sample_mb_per_s\":{},\"gather_mb_per_s\":{},\"train_mb_per_s\":{},\"sample_workers\":{},\"gather_workers\":{},\"modelled_epoch_s\":{},\"modelled_idle_fraction\":{},\"losses\":[{}]}}",
         r.epoch,
         num(r.loss),
         r.train_accuracy,
@@ -591,6 +594,9 @@ fn epoch_json(r: &EpochRecord) -> String {
         s.step_s,
         s.wait_s,
         r.idle_fraction,
+        num(r.throughput.sample_mb_per_s),
+        num(r.throughput.gather_mb_per_s),
+        num(r.throughput.train_mb_per_s),
         r.workers.0,
         r.workers.1,
         opt(r.modelled.map(|m| m.epoch_s)),

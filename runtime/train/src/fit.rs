@@ -91,6 +91,18 @@ pub struct StageSeconds {
     pub wait_s: f64,
 }
 
+/// Minibatches per second each stage could sustain over an epoch: its minibatches over its
+/// busy time, times its workers (wall clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageThroughput {
+    /// Sampling.
+    pub sample_mb_per_s: f64,
+    /// Feature gather (0 without a gather stage).
+    pub gather_mb_per_s: f64,
+    /// The trainer: copy and step.
+    pub train_mb_per_s: f64,
+}
+
 /// The modelled epoch, where the producers model time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ModelledEpoch {
@@ -117,6 +129,8 @@ pub struct EpochRecord {
     pub wall_s: f64,
     /// Its stages.
     pub stages: StageSeconds,
+    /// What each stage could sustain.
+    pub throughput: StageThroughput,
     /// The trainer's share of the pass spent waiting for input (wall clock).
     pub idle_fraction: f64,
     /// Sampling and gather workers.
@@ -253,6 +267,19 @@ pub fn fit(
                 step_s: step_ns as f64 / 1e9,
                 wait_s: report.wait_ns as f64 / 1e9,
             },
+            throughput: StageThroughput {
+                sample_mb_per_s: rate(
+                    report.sample.items,
+                    report.sample.busy_ns,
+                    report.sample_workers,
+                ),
+                gather_mb_per_s: rate(
+                    report.gather.items,
+                    report.gather.busy_ns,
+                    report.gather_workers,
+                ),
+                train_mb_per_s: rate(report.minibatches as u64, copy_ns + step_ns, 1),
+            },
             idle_fraction: report.wait_ns as f64 / (report.wall_ns.max(1)) as f64,
             workers: (report.sample_workers, report.gather_workers),
             modelled: timeline.as_ref().zip(start_ns).map(|(t, s)| ModelledEpoch {
@@ -280,6 +307,15 @@ pub fn fit(
         test_accuracy,
         selected_epoch,
     })
+}
+
+/// `items` over `busy_ns` (summed over `workers`), times the workers: per second.
+fn rate(items: u64, busy_ns: u64, workers: usize) -> f64 {
+    if busy_ns == 0 {
+        0.0
+    } else {
+        items as f64 * 1e9 / busy_ns as f64 * workers as f64
+    }
 }
 
 /// The accuracy on `nodes`: sampled minibatches through the feed, or the whole graph at once.

@@ -22,7 +22,9 @@ mod testing;
 
 pub use error::TrainError;
 pub use features::FeatureDtype;
-pub use fit::{EpochRecord, Evaluation, Feed, FitConfig, FitError, FitOutcome, NodeData, fit};
+pub use fit::{
+    EpochRecord, Evaluation, Feed, FitConfig, FitError, FitOutcome, NodeData, StageThroughput, fit,
+};
 pub use mfg::{Block, Mfg};
 pub use model::{GnnModel, ModelKind, build};
 pub use trainer::{DeviceChoice, StepOutcome, TrainConfig, Trainer, select_device};
