@@ -80,8 +80,10 @@ train_on_device() { # a GNN trained on ISP-fed minibatches (in-storage sampling 
     modprobe virtio_pci
     modprobe 9pnet_virtio
     modprobe 9p
-    site=$(cat /etc/torch-site)
+    { read -r site; read -r link; read -r real; } </etc/torch-site
+    mkdir -p "$site" "$(dirname "$link")"
     mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose torchsite "$site"
+    ln -s "$real" "$link" # where the binary's rpath looks: the host's link into the wheel
     . /etc/train-flags.sh
     # shellcheck disable=SC2046 # the flags are words
     train_env timeout 300 sagessd-train train --dataset /tmp/ds --on-device --device passthru:/dev/ng0n1 \

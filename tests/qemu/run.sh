@@ -155,9 +155,9 @@ if [ -n "$train_binary" ]; then
     [ -d "$site/nvidia" ] || die "$site has no nvidia/ (the CUDA runtime libtorch loads)"
     strip --strip-debug -o "$stage/bin/sagessd-train" "$train_binary"
     copy_libs "$stage/bin/sagessd-train" "$torch_link/"
-    mkdir -p "$stage$site" "$stage$(dirname "$torch_link")"
-    ln -s "$torch_real" "$stage$torch_link"
-    echo "$site" >"$stage/etc/torch-site"
+    # The guest makes the mount point and the link itself: they may lie under a folder its
+    # init mounts over (/tmp).
+    printf '%s\n' "$site" "$torch_link" "$torch_real" >"$stage/etc/torch-site"
     virtfs=(-virtfs "local,path=$site,mount_tag=torchsite,security_model=none,readonly=on")
     modules+=(9p 9pnet_virtio virtio_pci)
 fi
