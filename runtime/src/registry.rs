@@ -54,6 +54,18 @@ impl SamplerKind {
         matches!(self, Self::Agnes | Self::Hyperbatch | Self::Isp)
     }
 
+    /// The modelled host I/O stack mode it corresponds to (mmap, direct I/O, io_uring over an
+    /// emulated device's modelled host stack: [`crate::host_io`]), if any.
+    pub fn modelled_host_mode(self) -> Option<crate::host_io::HostIoMode> {
+        use crate::host_io::HostIoMode;
+        match self {
+            Self::Mmap => Some(HostIoMode::Mmap),
+            Self::Direct => Some(HostIoMode::Direct),
+            Self::Uring => Some(HostIoMode::Async),
+            _ => None,
+        }
+    }
+
     /// Whether it reads the AGNES block layout.
     pub fn needs_layout(self) -> bool {
         matches!(self, Self::Agnes | Self::Hyperbatch)

@@ -5,17 +5,18 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_host_driver::Endpoint;
 use sagessd_pipeline::{
-    DeviceSampler, DeviceStage, FileStages, Minibatch, Pipeline, PipelineConfig, PipelineError,
-    RunReport, SampleStage, SharedNvme, Workers, modelled_clock_ns,
+    DeviceSampler, DeviceStage, FileStages, Minibatch, ModelledHostStage, Pipeline, PipelineConfig,
+    PipelineError, RunReport, SampleStage, SharedNvme, Workers, modelled_clock_ns,
 };
 use sagessd_runtime::dataset::{Dataset, Split};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::{Order, Request};
 use sagessd_runtime::npy::Dtype;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
@@ -167,10 +168,21 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         "--workers {} with --on-device: one producer drives the device (its clock is one timeline)",
         a.workers
     );
+    // mmap, direct and uring on a device: the modelled host I/O stack over an in-process
+    // emulated SSD (page cache, faults, system calls), for modelled epochs against ISP's.
+    let modelled_host = a
+        .sampler
+        .modelled_host_mode()
+        .filter(|_| a.target.on_device);
     if a.target.on_device {
         anyhow::ensure!(
-            a.sampler.on_device(),
-            "sampler {} does not run on a device (agnes, hyperbatch, isp do)",
+            a.sampler.on_device() || modelled_host.is_some(),
+            "sampler {} does not run on a device (agnes, hyperbatch, isp do; mmap, direct and uring on the in-process emulator's modelled host)",
+            a.sampler
+        );
+        anyhow::ensure!(
+            modelled_host.is_none() || a.target.device.endpoint == Endpoint::Local,
+            "--sampler {} on a device is the modelled host I/O stack of the in-process emulator (local:); a real device's host path is the sampler on files",
             a.sampler
         );
     } else {
@@ -326,7 +338,48 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             write_err = Some(e);
         }
     };
-    let outcome = if a.target.on_device {
+    let outcome = if let Some(mode) = modelled_host {
+        let hw = load_hw(a.target.config.as_ref())?;
+        let graph = graph.as_ref().context("the graph")?;
+        let rows = rows.as_ref().context("the feature rows")?;
+        let mut device = sagessd_host_driver::Device::open(
+            sagessd_host_driver::LocalTransport::from_config(&hw)?,
+        )?;
+        let desc = if hw.firmware.isp {
+            sagessd_runtime::load::load_graph(&mut device, graph, 0)?
+        } else {
+            sagessd_runtime::load::write_graph_with_progress(&mut device, graph, 0, &mut |_, _| {})?
+        };
+        sagessd_host_driver::Transport::drop_caches(device.transport_mut());
+        println!(
+            "on {} ({}): the graph written from LBA 0, read through the modelled host I/O stack ({}); features from host memory (their copy not modelled); modelled epochs from the device and host models",
+            hw.device.name,
+            hw_source(a.target.config.as_ref()),
+            mode.name(),
+        );
+        let clock_ns = AtomicU64::new(0);
+        let mut stage = Some(ModelledHostStage {
+            sampler: HostIoSampler::new(device, desc, mode, hw.host.clone())?,
+            fanouts: fanouts.clone(),
+            rows: &rows.bytes,
+            row_bytes: rows.row_bytes(),
+            clock_ns: &clock_ns,
+        });
+        let pipeline = one_producer(config, move || stage.take())?;
+        let clock = || Some(clock_ns.load(Ordering::SeqCst));
+        let mut feed = PipelineFeed {
+            pipeline,
+            clock: Some(&clock),
+        };
+        sagessd_train::fit(
+            &mut trainer,
+            &mut feed,
+            &data,
+            &fit,
+            &mut on_step,
+            &mut on_epoch,
+        )?
+    } else if a.target.on_device {
         let mut hw = load_hw(a.target.config.as_ref())?;
         if hw.firmware.max_feature_bytes == 0 {
             hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
@@ -401,26 +454,11 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             isp_depth: a.sampler.group_size(a.hyperbatch),
             host_ns: &host_ns,
         });
-        // One producer drives the device: its clock is one deterministic timeline.
-        let pipeline = Pipeline::new(
-            PipelineConfig {
-                workers: Workers::Fixed {
-                    sample: 1,
-                    gather: 0,
-                },
-                ..config
-            },
-            Box::new(move |_| {
-                let s = stage.take().ok_or_else(|| {
-                    PipelineError::Config("one producer drives the device".into())
-                })?;
-                Ok(Box::new(s) as Box<dyn SampleStage>)
-            }),
-            None,
-        )?;
+        let pipeline = one_producer(config, move || stage.take())?;
+        let clock = || modelled_clock_ns(&device, &host_ns);
         let mut feed = PipelineFeed {
             pipeline,
-            clock: modelled.then_some((&device, &host_ns)),
+            clock: modelled.then_some(&clock as &dyn Fn() -> Option<u64>),
         };
         sagessd_train::fit(
             &mut trainer,
@@ -520,12 +558,35 @@ fn parse_workers(s: &str) -> anyhow::Result<Workers> {
 
 /// Training's feed: one pipeline for the whole run (its workers, caches and profile kept
 /// across epochs and evaluations), and on an emulated device the modelled clock.
-struct PipelineFeed<'a> {
+struct PipelineFeed<'a, 'c> {
     pipeline: Pipeline<'a>,
-    clock: Option<(&'a SharedNvme, &'a AtomicU64)>,
+    clock: Option<&'c dyn Fn() -> Option<u64>>,
 }
 
-impl Feed for PipelineFeed<'_> {
+/// A pipeline of one producer, `stage()` (its only call gives the stage): a device is driven
+/// by one producer, so that its clock is one deterministic timeline.
+fn one_producer<'a, S: SampleStage + 'a>(
+    config: PipelineConfig,
+    mut stage: impl FnMut() -> Option<S> + 'a,
+) -> Result<Pipeline<'a>, PipelineError> {
+    Pipeline::new(
+        PipelineConfig {
+            workers: Workers::Fixed {
+                sample: 1,
+                gather: 0,
+            },
+            ..config
+        },
+        Box::new(move |_| {
+            let s = stage()
+                .ok_or_else(|| PipelineError::Config("one producer drives the device".into()))?;
+            Ok(Box::new(s) as Box<dyn SampleStage>)
+        }),
+        None,
+    )
+}
+
+impl Feed for PipelineFeed<'_, '_> {
     fn run(
         &mut self,
         requests: &[Request],
@@ -535,8 +596,7 @@ impl Feed for PipelineFeed<'_> {
     }
 
     fn modelled_now_ns(&self) -> Option<u64> {
-        self.clock
-            .and_then(|(device, host_ns)| modelled_clock_ns(device, host_ns))
+        self.clock.and_then(|c| c())
     }
 }
 

@@ -118,6 +118,8 @@ fn every_sampler_gives_the_same_loss_curve() {
             "hyperbatch-device",
         ),
         (&["--sampler", "isp", "--on-device"], "isp"),
+        (&["--sampler", "mmap", "--on-device"], "mmap-modelled"),
+        (&["--sampler", "uring", "--on-device"], "uring-modelled"),
     ] {
         let (got, out) = run(extra, tag);
         assert_eq!(got, reference, "{tag} trained differently");
@@ -261,8 +263,18 @@ fn bad_flags_are_clear_errors() {
     };
     err(&["--sampler", "isp"], "sampler isp needs a device");
     err(
-        &["--sampler", "mmap", "--on-device"],
+        &["--sampler", "memory", "--on-device"],
         "does not run on a device",
+    );
+    err(
+        &[
+            "--sampler",
+            "mmap",
+            "--on-device",
+            "--device",
+            "tcp://127.0.0.1:1/nqn.x",
+        ],
+        "modelled host I/O stack of the in-process emulator",
     );
     err(&["--workers", "0"], "auto or a number");
     err(&["--fanouts", "0"], "fanout 0");

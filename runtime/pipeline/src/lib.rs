@@ -18,6 +18,8 @@ pub mod timeline;
 pub use engine::{Minibatch, Pipeline, PipelineConfig, RunReport, StageFactory, Workers, run};
 pub use error::PipelineError;
 pub use profile::{Profile, StageClock};
-pub use sources::{DeviceSampler, DeviceStage, FileStages, SharedNvme, modelled_clock_ns};
+pub use sources::{
+    DeviceSampler, DeviceStage, FileStages, ModelledHostStage, SharedNvme, modelled_clock_ns,
+};
 pub use stage::{GatherStage, HostSampling, SampleStage, Sampled, SampledGroup};
 pub use timeline::Timeline;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sagessd_emulator::host_stack::HostStackConfig;
 use sagessd_host_driver::{Device, Transport};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::ooc::AgnesSampler;
 use sagessd_runtime::ooc::features::FeatureFile;
@@ -200,4 +201,60 @@ fn host_sampling_ns(h: &HostStackConfig, s: &SampledSubgraph) -> u64 {
         .map(|l| u64::from(v.layer(l).counts.dst_count))
         .sum();
     h.sampling_ns(dst, s.edge_count())
+}
+
+/// A host sampler over the modelled host I/O stack of an emulated device (mmap with its page
+/// cache and faults, direct I/O, io_uring: [`sagessd_runtime::host_io`]) as the producer of an
+/// on-device run; its minibatches' feature rows are copied from host memory (a DRAM-resident
+/// feature table: that copy is not modelled).
+#[derive(Debug)]
+pub struct ModelledHostStage<'a> {
+    /// The sampler, owning its emulated device.
+    pub sampler: HostIoSampler,
+    /// The run's fanouts.
+    pub fanouts: Vec<u16>,
+    /// Every node's feature row, row after row.
+    pub rows: &'a [u8],
+    /// Bytes of one row.
+    pub row_bytes: usize,
+    /// The modelled clock: the sampler's modelled time so far, ns (shared with the feed).
+    pub clock_ns: &'a AtomicU64,
+}
+
+impl SampleStage for ModelledHostStage<'_> {
+    fn sample(&mut self, group: &[Request]) -> Result<SampledGroup, SamplerError> {
+        let subs = self.sampler.sample_many(&self.fanouts, group)?;
+        let t = std::time::Instant::now();
+        let minibatches = subs
+            .into_iter()
+            .map(|subgraph| {
+                let mut features = Vec::with_capacity(subgraph.node_count() * self.row_bytes);
+                for v in subgraph.view().nodes() {
+                    let at = usize::try_from(v.get())
+                        .ok()
+                        .and_then(|i| i.checked_mul(self.row_bytes))
+                        .and_then(|at| self.rows.get(at..at + self.row_bytes))
+                        .ok_or_else(|| {
+                            SamplerError::InvalidRequest(format!(
+                                "node {} has no feature row",
+                                v.get()
+                            ))
+                        })?;
+                    features.extend_from_slice(at);
+                }
+                Ok(Sampled {
+                    subgraph,
+                    features: Some(features),
+                })
+            })
+            .collect::<Result<Vec<_>, SamplerError>>()?;
+        let gather_ns = t.elapsed().as_nanos() as u64;
+        let now = self.sampler.host_stats().modelled_time_ns;
+        self.clock_ns.store(now, Ordering::SeqCst);
+        Ok(SampledGroup {
+            minibatches,
+            modelled_ready_ns: Some(now),
+            gather_ns,
+        })
+    }
 }
