@@ -53,6 +53,13 @@ if [ ! -e "$venv/libtorch/lib/libtorch_cpu.so" ]; then
     ln -sfn "${site#"$PWD/$venv/"}/torch" "$venv/libtorch"
 fi
 
+# Training on CUDA (a GPU machine; `cargo build --release -p sagessd --features cuda`) needs the
+# CUDA libraries libtorch_cuda.so loads (cuBLAS, cuDNN, NCCL, …: the wheel's 2.7 GB of
+# dependencies): SAGESSD_CUDA=1 installs them into the same venv.
+if [ "${SAGESSD_CUDA:-0}" = 1 ]; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.13.0
+fi
+
 # --- 4. Cora -----------------------------------------------------------------------------------
 # Cora ships inside the graphdatascience 2.2 wheel (read by `sagessd dataset import cora`):
 # fetched once, never installed.
