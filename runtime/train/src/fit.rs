@@ -273,10 +273,11 @@ pub fn fit(
                     report.sample.busy_ns,
                     report.sample_workers,
                 ),
+                // A producer that gathers as it samples (on a device) gathers on its own worker.
                 gather_mb_per_s: rate(
                     report.gather.items,
                     report.gather.busy_ns,
-                    report.gather_workers,
+                    report.gather_workers.max(1),
                 ),
                 train_mb_per_s: rate(report.minibatches as u64, copy_ns + step_ns, 1),
             },
