@@ -338,6 +338,10 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             write_err = Some(e);
         }
     };
+    // Every producer's run ends the same way: the training loop over its feed.
+    let mut train_on = |feed: &mut dyn Feed| {
+        sagessd_train::fit(&mut trainer, feed, &data, &fit, &mut on_step, &mut on_epoch)
+    };
     let outcome = if let Some(mode) = modelled_host {
         let hw = load_hw(a.target.config.as_ref())?;
         let graph = graph.as_ref().context("the graph")?;
@@ -371,14 +375,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             pipeline,
             clock: Some(&clock),
         };
-        sagessd_train::fit(
-            &mut trainer,
-            &mut feed,
-            &data,
-            &fit,
-            &mut on_step,
-            &mut on_epoch,
-        )?
+        train_on(&mut feed)?
     } else if a.target.on_device {
         let mut hw = load_hw(a.target.config.as_ref())?;
         if hw.firmware.max_feature_bytes == 0 {
@@ -460,14 +457,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             pipeline,
             clock: modelled.then_some(&clock as &dyn Fn() -> Option<u64>),
         };
-        sagessd_train::fit(
-            &mut trainer,
-            &mut feed,
-            &data,
-            &fit,
-            &mut on_step,
-            &mut on_epoch,
-        )?
+        train_on(&mut feed)?
     } else {
         let stages = FileStages {
             source: FileSource {
@@ -495,14 +485,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             pipeline,
             clock: None,
         };
-        sagessd_train::fit(
-            &mut trainer,
-            &mut feed,
-            &data,
-            &fit,
-            &mut on_step,
-            &mut on_epoch,
-        )?
+        train_on(&mut feed)?
     };
     bar.finish_and_clear();
     if let Some(e) = write_err {
