@@ -245,7 +245,7 @@ fn new_trainer(dim: usize, classes: u32, layers: usize, hidden: i64) -> anyhow::
     })?)
 }
 
-/// A minibatch's tensors, its targets' labels from `labels`.
+/// A minibatch's tensors on the CPU, its targets' labels from `labels`.
 fn mfg(
     sub: &sagessd_runtime::sampler::SampledSubgraph,
     rows: &[u8],
@@ -254,17 +254,12 @@ fn mfg(
     dim: usize,
 ) -> anyhow::Result<Mfg> {
     let view = sub.view();
-    let targets = view.layer(0).counts.dst_count as usize;
-    let ys: Vec<i64> = view.nodes()[..targets]
-        .iter()
-        .map(|v| labels.get(v.get() as usize).copied().unwrap_or(0).max(0))
-        .collect();
-    Ok(Mfg::from_subgraph(
+    Ok(Mfg::from_labelled_subgraph(
         &view,
         rows,
         dtype,
         dim,
-        &ys,
+        labels,
         tch::Device::Cpu,
     )?)
 }

@@ -333,7 +333,10 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         bar.reset();
         bar.suspend(|| println!("{}", epoch_line(r, a.epochs)));
         if let Some(w) = metrics.as_mut()
-            && let Err(e) = writeln!(w, "{}", epoch_json(r))
+            // One JSON object a line (serde_json writes a diverged NaN loss as null).
+            && let Err(e) = serde_json::to_writer(&mut *w, r)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(w))
         {
             write_err = Some(e);
         }
@@ -500,14 +503,11 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         None => println!("test accuracy: the dataset has no test split"),
     }
     if let Some(w) = metrics.as_mut() {
-        writeln!(
-            w,
-            "{{\"test_accuracy\":{},\"selected_epoch\":{}}}",
-            outcome
-                .test_accuracy
-                .map_or("null".into(), |v| v.to_string()),
-            outcome.selected_epoch
-        )?;
+        let last = serde_json::json!({
+            "test_accuracy": outcome.test_accuracy,
+            "selected_epoch": outcome.selected_epoch,
+        });
+        writeln!(w, "{last}")?;
         w.flush()?;
     }
     println!(
@@ -609,46 +609,6 @@ fn epoch_line(r: &EpochRecord, epochs: u32) -> String {
             m.epoch_s,
             100.0 * m.idle_fraction
         )),
-    )
-}
-
-/// One epoch as a JSON object.
-fn epoch_json(r: &EpochRecord) -> String {
-    let s = &r.stages;
-    // JSON has no NaN or infinity: a diverged loss is null.
-    let num = |v: f64| {
-        if v.is_finite() {
-            v.to_string()
-        } else {
-            "null".into()
-        }
-    };
-    let opt = |v: Option<f64>| v.map_or("null".into(), num);
-    format!(
-        "{{\"epoch\":{},\"loss\":{},\"train_accuracy\":{},\"valid_accuracy\":{},\"wall_s\":{},\"sample_s\":{},\"gather_s\":{},\"copy_s\":{},\"step_s\":{},\"wait_s\":{},\"idle_fraction\":{},\"sample_mb_per_s\":{},\"gather_mb_per_s\":{},\"train_mb_per_s\":{},\"sample_workers\":{},\"gather_workers\":{},\"modelled_epoch_s\":{},\"modelled_idle_fraction\":{},\"losses\":[{}]}}",
-        r.epoch,
-        num(r.loss),
-        r.train_accuracy,
-        opt(r.valid_accuracy),
-        r.wall_s,
-        s.sample_s,
-        s.gather_s,
-        s.copy_s,
-        s.step_s,
-        s.wait_s,
-        r.idle_fraction,
-        num(r.throughput.sample_mb_per_s),
-        num(r.throughput.gather_mb_per_s),
-        num(r.throughput.train_mb_per_s),
-        r.workers.0,
-        r.workers.1,
-        opt(r.modelled.map(|m| m.epoch_s)),
-        opt(r.modelled.map(|m| m.idle_fraction)),
-        r.losses
-            .iter()
-            .map(|l| l.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
     )
 }
 

@@ -77,7 +77,7 @@ pub struct FitConfig {
 }
 
 /// Wall-clock seconds per stage over an epoch.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StageSeconds {
     /// Sampling, summed over its workers.
     pub sample_s: f64,
@@ -93,7 +93,7 @@ pub struct StageSeconds {
 
 /// Minibatches per second each stage could sustain over an epoch: its minibatches over its
 /// busy time, times its workers (wall clock).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StageThroughput {
     /// Sampling.
     pub sample_mb_per_s: f64,
@@ -104,7 +104,7 @@ pub struct StageThroughput {
 }
 
 /// The modelled epoch, where the producers model time.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct ModelledEpoch {
     /// From the producers' clock at the epoch's start to the last step's end, seconds.
     pub epoch_s: f64,
@@ -113,7 +113,7 @@ pub struct ModelledEpoch {
 }
 
 /// One epoch, as reported.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct EpochRecord {
     /// Epoch number, from 0.
     pub epoch: u32,
@@ -181,6 +181,10 @@ pub fn fit(
     if data.train.is_empty() {
         return Err(FitError::Invalid("no training nodes".into()));
     }
+    let full = match config.evaluation {
+        Evaluation::Full => Some(full_graph_mfg(trainer, data, config)?),
+        Evaluation::Sampled => None,
+    };
     let mut epochs = Vec::new();
     // Model selection: the test split is scored whenever validation improves.
     let mut best: Option<(f64, u32, Option<f64>)> = None;
@@ -251,7 +255,15 @@ pub fn fit(
         let wall_s = started.elapsed().as_secs_f64();
         let valid_accuracy = match data.valid {
             [] => None,
-            nodes => Some(evaluate(trainer, feed, data, config, nodes, 1)?),
+            nodes => Some(evaluate(
+                trainer,
+                feed,
+                data,
+                config,
+                full.as_ref(),
+                nodes,
+                1,
+            )?),
         };
         let record = EpochRecord {
             epoch,
@@ -295,7 +307,15 @@ pub fn fit(
         if improved {
             let test = match data.test {
                 [] => None,
-                nodes => Some(evaluate(trainer, feed, data, config, nodes, 2)?),
+                nodes => Some(evaluate(
+                    trainer,
+                    feed,
+                    data,
+                    config,
+                    full.as_ref(),
+                    nodes,
+                    2,
+                )?),
             };
             best = Some((record.valid_accuracy.unwrap_or(0.0), epoch, test));
         }
@@ -319,12 +339,39 @@ fn rate(items: u64, busy_ns: u64, workers: usize) -> f64 {
     }
 }
 
-/// The accuracy on `nodes`: sampled minibatches through the feed, or the whole graph at once.
+/// The whole graph as one full-neighbourhood minibatch on the trainer's device (built once per
+/// run, for [`Evaluation::Full`]).
+fn full_graph_mfg(
+    trainer: &Trainer,
+    data: &NodeData<'_>,
+    config: &FitConfig,
+) -> Result<Mfg, FitError> {
+    let (graph, features) = data.graph.zip(data.features).ok_or_else(|| {
+        FitError::Invalid(
+            "full-neighbourhood evaluation needs the graph and its features in memory".into(),
+        )
+    })?;
+    let indices: Vec<u64> = graph.indices().iter().map(|&v| u64::from(v)).collect();
+    Ok(Mfg::full_graph(
+        graph.indptr(),
+        &indices,
+        config.layers,
+        features,
+        data.dtype,
+        data.dim,
+        data.labels,
+        trainer.device(),
+    )?)
+}
+
+/// The accuracy on `nodes`: on the whole graph at once (`full`), or on minibatches sampled
+/// through the feed.
 fn evaluate(
     trainer: &Trainer,
     feed: &mut dyn Feed,
     data: &NodeData<'_>,
     config: &FitConfig,
+    full: Option<&Mfg>,
     nodes: &[u64],
     split: u64,
 ) -> Result<f64, FitError> {
@@ -333,30 +380,13 @@ fn evaluate(
         correct: 0,
         count: 0,
     };
-    match config.evaluation {
-        Evaluation::Full => {
-            let (graph, features) = data.graph.zip(data.features).ok_or_else(|| {
-                FitError::Invalid(
-                    "full-neighbourhood evaluation needs the graph and its features in memory"
-                        .into(),
-                )
-            })?;
-            let indices: Vec<u64> = graph.indices().iter().map(|&v| u64::from(v)).collect();
-            let mfg = Mfg::full_graph(
-                graph.indptr(),
-                &indices,
-                config.layers,
-                features,
-                data.dtype,
-                data.dim,
-                data.labels,
-                trainer.device(),
-            )?;
+    match full {
+        Some(mfg) => {
             let rows: Vec<i64> = nodes.iter().map(|&v| v as i64).collect();
             let rows = tch::Tensor::from_slice(&rows).to_device(trainer.device());
-            total = trainer.evaluate(&mfg, Some(&rows))?;
+            total = trainer.evaluate(mfg, Some(&rows))?;
         }
-        Evaluation::Sampled => {
+        None => {
             let requests = epoch_requests(
                 Order::Random,
                 nodes,
@@ -398,22 +428,9 @@ fn evaluate(
 
 /// A pipeline minibatch's tensors on `device`, with its targets' labels.
 fn to_mfg(m: &Minibatch, data: &NodeData<'_>, device: tch::Device) -> Result<Mfg, TrainError> {
-    let view = m.subgraph.view();
     let features = m.features.as_deref().ok_or(TrainError::Spec(
         "a minibatch came without features (training needs them)",
     ))?;
-    let targets = view.layer(0).counts.dst_count as usize;
-    let labels: Vec<i64> = view.nodes()[..targets]
-        .iter()
-        .map(|v| {
-            usize::try_from(v.get())
-                .ok()
-                .and_then(|i| data.labels.get(i).copied())
-                .unwrap_or(-1)
-        })
-        .collect();
-    if labels.iter().any(|&l| l < 0) {
-        return Err(TrainError::Spec("a minibatch target has no label"));
-    }
-    Mfg::from_subgraph(&view, features, data.dtype, data.dim, &labels, device)
+    let view = m.subgraph.view();
+    Mfg::from_labelled_subgraph(&view, features, data.dtype, data.dim, data.labels, device)
 }

@@ -139,6 +139,30 @@ impl Mfg {
         Ok(Mfg { blocks, x, labels })
     }
 
+    /// [`Self::from_subgraph`] with the targets' labels looked up in `labels_of_nodes` (every
+    /// node's label, `-1` for unlabelled): a target without a label is an error.
+    pub fn from_labelled_subgraph(
+        view: &SubgraphView<'_>,
+        features: &[u8],
+        dtype: FeatureDtype,
+        dim: usize,
+        labels_of_nodes: &[i64],
+        device: Device,
+    ) -> Result<Mfg, TrainError> {
+        let targets = view.layer(0).counts.dst_count as usize;
+        let labels: Vec<i64> = view.nodes()[..targets]
+            .iter()
+            .map(|v| {
+                usize::try_from(v.get())
+                    .ok()
+                    .and_then(|i| labels_of_nodes.get(i).copied())
+                    .filter(|&l| l >= 0)
+                    .ok_or(TrainError::Spec("a minibatch target has no label"))
+            })
+            .collect::<Result<_, _>>()?;
+        Self::from_subgraph(view, features, dtype, dim, &labels, device)
+    }
+
     /// The full-neighbourhood minibatch of a whole small graph (CSR over node ids `0..n`, the
     /// neighbours of node `v` being `indices[indptr[v]..indptr[v + 1]]`): `layers` identical
     /// blocks with every node a destination and a source, features of all `n` nodes and labels
