@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Version of this interface; sagessd_fw_abi_version() must return the same number. */
-#define SAGESSD_FW_ABI_VERSION 2u
+#define SAGESSD_FW_ABI_VERSION 3u
 
 /* ---- Return codes of every function: >= 0 success, < 0 error. ---------------------------- */
 #define SAGESSD_OK              0
@@ -201,6 +201,22 @@ int32_t sagessd_fw_next_completion(sagessd_completion *out);
    the tag submit was given. Call it from the main loop, never from inside flash->submit. Returns SAGESSD_OK, SAGESSD_ERR_ARGUMENT (unknown status), SAGESSD_ERR_STATE
    (no operation is waiting for a report) or SAGESSD_ERR_QUEUE_FULL. */
 int32_t sagessd_fw_flash_complete(uint32_t tag, uint32_t status);
+
+/* NVMe controller reset (CC.EN cleared) or queue teardown: abandons every command in flight and
+   every sampling job. After the call no abandoned command reads or writes its data buffer or
+   produces a completion (completions not yet taken are dropped), so the board may reuse the
+   buffers and command ids at once, and no tag handed out before names a job. Flash operations
+   already started must still be reported with sagessd_fw_flash_complete (NAND cannot be
+   stopped); the library finishes them so that every logical page holds its old or its new data.
+   Until then the abandoned commands keep their slots (submit may answer SAGESSD_ERR_BUSY). The
+   attached graph stays attached. Returns SAGESSD_OK or SAGESSD_ERR_STATE. */
+int32_t sagessd_fw_reset(void);
+
+/* 1 when the library has nothing to do (no command in flight, no completion waiting to be taken,
+   no sampling job queued or running, no flash operation outstanding, no garbage collection), 0
+   otherwise, SAGESSD_ERR_STATE if not initialised. On shutdown (CC.SHN) the board stops taking
+   commands and polls until this is 1 before it reports the shutdown complete. */
+int32_t sagessd_fw_idle(void);
 
 /* ---- Layout checks. ----------------------------------------------------------------------- */
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L

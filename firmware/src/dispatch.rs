@@ -155,6 +155,9 @@ struct Parked {
     seq: u32,
     op: Op,
     status: Status,
+    /// Abandoned by [`Firmware::abandon_commands`]: it only finishes its flash work (no host
+    /// DMA, no completion), and its id may be reused at once.
+    abandoned: bool,
 }
 
 /// The firmware: generic over the flash HAL and over the DRAM arena's owner.
@@ -369,6 +372,28 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             && !self.backend.ftl.gc_running()
     }
 
+    /// Abandons every command and sampling job, as a controller reset (CC.EN cleared) does: from
+    /// now on no abandoned command reads or writes its data buffer or posts a completion, and
+    /// every job is forgotten (its tag names nothing), so the host's buffers and ids are free
+    /// at once. Flash operations already started still complete, and the FTL finishes them
+    /// consistently: a page whose program was started is left unmapped (its logical page keeps
+    /// its old data), pages not yet started are skipped, and a running job ends at its next
+    /// step. The attached graph stays attached (it is device state, like the namespace).
+    /// Until that work is done the abandoned commands hold their slots, so `submit` may answer
+    /// [`Busy`]; [`Self::is_idle`] says when it is over.
+    pub fn abandon_commands(&mut self) {
+        for cmd in self.commands.iter_mut().flatten() {
+            cmd.abandoned = true;
+            cmd.status = Status::ABORT_REQUESTED;
+            if let Op::Collect { discard, .. } = &mut cmd.op {
+                *discard = true;
+            }
+        }
+        self.asleep = 0;
+        self.isp.abandon_jobs();
+        self.tunnel_jobs = [None; MAX_ISP_SLOTS];
+    }
+
     /// Takes one command. Completes it through `host` at once when it can; otherwise parks it
     /// until [`Self::poll`] finishes it. `Err(Busy)`: no slot free, nothing was done.
     pub fn submit<H: HostInterface>(
@@ -379,7 +404,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     ) -> Result<(), Busy> {
         let free = self.commands.iter().position(Option::is_none).ok_or(Busy)?;
         self.backend.work.commands += 1;
-        if self.commands.iter().flatten().any(|c| c.id == id) {
+        if self
+            .commands
+            .iter()
+            .flatten()
+            .any(|c| c.id == id && !c.abandoned)
+        {
             host.note_work(&self.backend.work);
             host.complete(
                 id,
@@ -406,6 +436,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     seq: self.next_seq,
                     op,
                     status: Status::SUCCESS,
+                    abandoned: false,
                 });
                 self.next_seq = self.next_seq.wrapping_add(1);
             }
@@ -769,6 +800,8 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             if self.asleep & (1u64 << i) != 0 {
                 // What stepping it would count, and all it would do.
                 self.backend.work.parked_checked += 1;
+            } else if self.commands[i].is_some_and(|c| c.abandoned) {
+                progress |= self.step_command(&mut Abandoned, i);
             } else {
                 progress |= self.step_command(host, i);
             }
@@ -1081,6 +1114,12 @@ impl Io<'_> {
             let lpn = t.first_lpn + i as u32;
             let dram = &mut *self.dram;
             let before = self.pages.get(dram, me, i);
+            if before == PageIo::Todo && !status.is_success() {
+                // The command has failed: a page it has not touched yet is not read at all.
+                self.pages.set(dram, me, i, PageIo::Done);
+                progress = true;
+                continue;
+            }
             let mut page = before;
             let next = page_contents(self.backend, dram, lpn, &mut page, status, true);
             if page != before {
@@ -1133,6 +1172,13 @@ impl Io<'_> {
             let dram = &mut *self.dram;
             let pages = self.pages;
             let next = match pages.get(dram, me, i) {
+                // The command has failed (or was abandoned): a page it has not touched yet is
+                // left as it is.
+                PageIo::Todo if !status.is_success() => {
+                    pages.set(dram, me, i, PageIo::Done);
+                    progress = true;
+                    continue;
+                }
                 // A whole-page write needs no old data: any slot for the page will do. A new
                 // slot stays "loading" until the host data is in, so readers wait for it.
                 PageIo::Todo if len == ps && status.is_success() => {
@@ -1289,6 +1335,22 @@ impl<H: HostInterface> HostInterface for Window<'_, H> {
     fn complete(&mut self, cmd: CommandId, cqe: CompletionEntry) {
         self.host.complete(cmd, cqe);
     }
+}
+
+/// The host as an abandoned command sees it: no buffer to move data to or from, and nobody to
+/// take its completion.
+struct Abandoned;
+
+impl HostInterface for Abandoned {
+    fn dma_from_host(&mut self, _: CommandId, _: usize, _: &mut [u8]) -> Result<(), DmaError> {
+        Err(DmaError)
+    }
+
+    fn dma_to_host(&mut self, _: CommandId, _: usize, _: &[u8]) -> Result<(), DmaError> {
+        Err(DmaError)
+    }
+
+    fn complete(&mut self, _: CommandId, _: CompletionEntry) {}
 }
 
 /// What a page of a Read or Write needs next.

@@ -83,6 +83,8 @@ struct Job {
     node_count: u32,
     /// Bytes of each node's feature row the job returns (0: features not asked for).
     feature_row_bytes: u32,
+    /// Abandoned while running: freed, not kept for a collect, when it ends.
+    orphaned: bool,
 }
 
 impl Job {
@@ -102,6 +104,7 @@ impl Job {
         }; MAX_LAYERS],
         node_count: 0,
         feature_row_bytes: 0,
+        orphaned: false,
     };
 
     fn layout(&self) -> Option<SubgraphLayout> {
@@ -280,6 +283,7 @@ impl Isp {
         job.target_count = cfg.target_count() as u32;
         job.graph = *graph;
         job.feature_row_bytes = feature_row_bytes;
+        job.orphaned = false;
         self.next_seq = self.next_seq.wrapping_add(1);
         Ok(self.tag_of(slot))
     }
@@ -353,6 +357,21 @@ impl Isp {
     pub fn release(&mut self, tag: u32) {
         if let Some(slot) = self.slot_of(tag) {
             self.jobs[slot].state = JobState::Free;
+        }
+    }
+
+    /// Forgets every job (a controller reset): queued and finished jobs are freed now, a running
+    /// one when it ends. No tag handed out before names a job afterwards.
+    pub fn abandon_jobs(&mut self) {
+        for job in &mut self.jobs {
+            match job.state {
+                JobState::Running => {
+                    // A new generation: the tag handed out names nothing from now on.
+                    job.orphaned = true;
+                    job.generation = job.generation.wrapping_add(1);
+                }
+                _ => job.state = JobState::Free,
+            }
         }
     }
 
@@ -748,6 +767,7 @@ impl Isp {
     ) {
         let job = &mut self.jobs[slot];
         job.state = match error {
+            _ if job.orphaned => JobState::Free,
             None if job.layout().is_some() => JobState::Done,
             None => JobState::Failed(VendorStatus::ResultTooLarge.into()),
             Some(s) => JobState::Failed(s),

@@ -1045,3 +1045,114 @@ fn a_discarded_job_frees_its_slot_once_finished() {
         assert!(ns_submit(&mut d, 3, &[4], &[1, 2]).0.is_success());
     }
 }
+
+#[test]
+fn a_reset_abandons_commands_and_jobs_and_leaves_each_page_old_or_new() {
+    let mut d = Device::new(small_geometry(), small_config(), 21);
+    let (indptr, indices) = ring_with_hub(400);
+    let g = store_graph(&mut d, indptr, indices);
+    let (s, tag) = ns_submit(&mut d, 5, &[4, 4], &[1, 2, 3, 400]);
+    assert!(s.is_success());
+    let reference = ns_collect(&mut d, tag, 1 << 16);
+    assert!(reference.0.is_success());
+    // Old data, then writes, reads, a job and its collect in flight when the reset comes.
+    let base = g.descriptor.indices.slba + g.descriptor.indices.block_count + 64;
+    let old: Vec<u8> = (0..512 * 32).map(|i| (i / 512) as u8).collect();
+    assert_eq!(d.write(base, &old), Status::SUCCESS);
+    let (s, running) = ns_submit(&mut d, 5, &[4, 4], &[1, 2, 3, 400]);
+    assert!(s.is_success());
+    let (s, queued) = ns_submit(&mut d, 6, &[4], &[7]);
+    assert!(s.is_success());
+    let mut abandoned = vec![d.submit(
+        1,
+        SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, 1, 1 << 16, running),
+        vec![0; 1 << 16],
+    )];
+    for k in 0..6u64 {
+        let data = vec![0xC0 + k as u8; 512 * 16];
+        abandoned.push(d.submit(
+            1,
+            SubmissionEntry::read_write(true, 0, 1, base + 4 * k, 16),
+            data,
+        ));
+        abandoned.push(d.submit(
+            1,
+            SubmissionEntry::read_write(false, 0, 1, base, 32),
+            vec![0; 512 * 32],
+        ));
+    }
+    d.fw.poll(&mut d.host);
+    d.fw.poll(&mut d.host);
+    let posted = d.host.completions.len();
+    let started = d.fw.work().flash_ops;
+    assert!(
+        !d.fw.is_quiet(),
+        "the reset should find flash work in flight"
+    );
+    d.fw.abandon_commands();
+    // The host forgets everything: the ids are free at once, the buffers never touched again.
+    let before: Vec<_> = abandoned[1..]
+        .iter()
+        .map(|id| d.host.buffers[&(id.sq_id, id.cid)].clone())
+        .collect();
+    // A reused id is taken as a new command, not refused as a conflict.
+    let reuse = abandoned.remove(0);
+    d.host
+        .buffers
+        .insert((reuse.sq_id, reuse.cid), vec![0; 512]);
+    let sqe = SubmissionEntry::read_write(false, reuse.cid, 1, base, 1);
+    while d.fw.submit(&mut d.host, reuse, &sqe).is_err() {
+        d.fw.poll(&mut d.host);
+    }
+    let (cqe, data) = d.wait(reuse);
+    assert!(cqe.status().is_success(), "{:?}", cqe.status());
+    assert!(data == old[..512] || data.iter().all(|&x| x == 0xC0));
+    for _ in 0..10_000_000 {
+        if d.fw.is_idle() {
+            break;
+        }
+        d.fw.poll(&mut d.host);
+    }
+    assert!(d.fw.is_idle(), "{}", d.fw.describe());
+    assert_eq!(
+        d.host.completions.len(),
+        posted,
+        "an abandoned command completed"
+    );
+    for (id, b) in abandoned.iter().zip(&before) {
+        assert_eq!(
+            &d.host.buffers[&(id.sq_id, id.cid)],
+            b,
+            "{id:?}'s buffer moved"
+        );
+    }
+    assert!(d.fw.work().flash_ops >= started);
+    // Every block holds its old data or one of the abandoned writes' data.
+    let (s, now) = d.read(base, 32);
+    assert_eq!(s, Status::SUCCESS);
+    for (b, block) in now.chunks(512).enumerate() {
+        let new = (0..6)
+            .filter(|k| (4 * k..4 * k + 16).contains(&b))
+            .map(|k| 0xC0 + k as u8);
+        let ok = block.iter().all(|&x| x == old[b * 512])
+            || new.clone().any(|v| block.iter().all(|&x| x == v));
+        assert!(ok, "block {b} holds neither its old nor a new value");
+    }
+    // The old tags name nothing; every job slot is free; the graph is still attached.
+    for t in [tag, running, queued] {
+        assert_eq!(
+            VendorStatus::from_status(ns_collect(&mut d, t, 4096).0),
+            Some(VendorStatus::UnknownTag)
+        );
+    }
+    let (s, again) = ns_submit(&mut d, 5, &[4, 4], &[1, 2, 3, 400]);
+    assert!(s.is_success());
+    assert_eq!(ns_collect(&mut d, again, 1 << 16), reference);
+    // The FTL is consistent: a full rewrite and GC keep every block readable.
+    let fresh: Vec<u8> = (0..512 * 32).map(|i| (i / 512) as u8 ^ 0x5A).collect();
+    for _ in 0..3 {
+        assert_eq!(d.write(base, &fresh), Status::SUCCESS);
+    }
+    d.settle();
+    assert_eq!(d.read(base, 32), (Status::SUCCESS, fresh));
+}

@@ -194,6 +194,9 @@ impl Status {
     pub const DATA_TRANSFER_ERROR: Self = Self::generic(0x04, false);
     /// Internal Error: the device failed without the command being at fault.
     pub const INTERNAL_ERROR: Self = Self::generic(0x06, false);
+    /// Command Abort Requested: the command was abandoned (a controller reset); its
+    /// completion is never posted, but this status makes the firmware stop its work.
+    pub const ABORT_REQUESTED: Self = Self::generic(0x07, false);
     /// Invalid Namespace or Format.
     pub const INVALID_NAMESPACE: Self = Self::generic(0x0B, true);
     /// Command Sequence Error.

@@ -181,6 +181,11 @@ impl BoardHost {
         self.table.iter().flatten().count() + self.completions.len() < MAX_COMMANDS
     }
 
+    /// Whether no command is parked and no completion waits to be taken.
+    pub fn is_empty(&self) -> bool {
+        self.table.iter().all(Option::is_none) && self.completions.is_empty()
+    }
+
     /// Starts handing in command `id` with data buffer `data` of `len` bytes.
     pub fn begin(&mut self, id: CommandId, data: *mut u8, len: usize) {
         self.current = Some(InFlight { id, data, len });
@@ -200,6 +205,15 @@ impl BoardHost {
             *free = Some(c);
         }
         None
+    }
+
+    /// Forgets every command and every completion not yet taken (a controller reset): the
+    /// buffers are the board's again, and the ids may be reused.
+    pub fn abandon(&mut self) {
+        self.table = [None; MAX_COMMANDS];
+        self.current = None;
+        self.immediate = None;
+        self.completions.clear();
     }
 
     /// Takes the oldest completion of a parked command.

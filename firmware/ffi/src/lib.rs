@@ -402,5 +402,44 @@ pub extern "C" fn sagessd_fw_flash_complete(tag: u32, status: u32) -> i32 {
         .unwrap_or(ERR_STATE)
 }
 
+/// Abandons every command in flight and every sampling job, for an NVMe controller reset (CC.EN
+/// cleared) or a queue teardown: no abandoned command touches its data buffer or produces a
+/// completion after this call, completions not yet taken are dropped, and no tag handed out
+/// before names a job. Flash operations already started must still be reported with
+/// `sagessd_fw_flash_complete`; the FTL finishes them so that each logical page holds its old or
+/// its new data. Until that work is done the abandoned commands keep their slots (`submit` may
+/// answer `SAGESSD_ERR_BUSY`); `sagessd_fw_idle` says when it is over. The attached graph stays
+/// attached. Returns `SAGESSD_OK` or `SAGESSD_ERR_STATE` (not initialised).
+#[unsafe(no_mangle)]
+pub extern "C" fn sagessd_fw_reset() -> i32 {
+    FIRMWARE
+        .with(|fw| {
+            let Some(fw) = fw.firmware() else {
+                return ERR_STATE;
+            };
+            fw.abandon_commands();
+            HOST.with(BoardHost::abandon).map_or(ERR_STATE, |()| OK)
+        })
+        .unwrap_or(ERR_STATE)
+}
+
+/// Whether the library has nothing to do: 1 when no command is in flight, no completion waits to
+/// be taken, no sampling job is queued or running, no flash operation is outstanding and garbage
+/// collection is not under way; 0 otherwise; `SAGESSD_ERR_STATE` if not initialised. A board
+/// shutting down (CC.SHN) polls until it is 1 before it reports shutdown complete.
+#[unsafe(no_mangle)]
+pub extern "C" fn sagessd_fw_idle() -> i32 {
+    FIRMWARE
+        .with(|fw| {
+            let Some(fw) = fw.firmware() else {
+                return ERR_STATE;
+            };
+            // The firmware counts a flash operation until it has collected its report.
+            HOST.with(|h| i32::from(fw.is_idle() && h.is_empty()))
+                .unwrap_or(ERR_STATE)
+        })
+        .unwrap_or(ERR_STATE)
+}
+
 /// Bytes of `.bss` the firmware instance takes (for footprint reports and tests).
 pub const FIRMWARE_STATE_BYTES: usize = size_of::<FirmwareSlot>();

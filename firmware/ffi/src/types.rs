@@ -10,7 +10,7 @@ use sagessd_firmware::hal::Geometry;
 use sagessd_firmware::{ConfigError, FirmwareConfig};
 
 /// `SAGESSD_FW_ABI_VERSION`: bumped on every incompatible change of the header.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// `SAGESSD_OK`: success.
 pub const OK: i32 = 0;

@@ -440,6 +440,8 @@ int main(void)
     CHECK_EQ(sagessd_fw_next_completion(&c), SAGESSD_ERR_STATE);
     CHECK_EQ(sagessd_fw_submit(1, sqe, NULL, 0, &c), SAGESSD_ERR_STATE);
     CHECK_EQ(sagessd_fw_flash_complete(0, SAGESSD_FLASH_OK), SAGESSD_ERR_STATE);
+    CHECK_EQ(sagessd_fw_reset(), SAGESSD_ERR_STATE);
+    CHECK_EQ(sagessd_fw_idle(), SAGESSD_ERR_STATE);
 
     /* ---- Init and its error paths. The arena is deliberately not zeroed. ---- */
     size_t arena_len = (bytes + 64 + 7) & ~(size_t)7;
@@ -469,6 +471,7 @@ int main(void)
     CHECK_EQ(sagessd_fw_init(&cfg, &geo, arena, arena_len, &ops), SAGESSD_OK);
     CHECK_EQ(sagessd_fw_init(&cfg, &geo, arena, arena_len, &ops), SAGESSD_ERR_STATE);
     CHECK(arena[bytes] == 0xA5, "the library leaves the bytes past its arena alone");
+    CHECK_EQ(sagessd_fw_idle(), 1);
 
     /* ---- Argument checks of submit and flash_complete. ---- */
     static uint8_t buf[64 * 1024];
@@ -602,6 +605,76 @@ int main(void)
     CHECK_EQ(ns_submit(seed, targets, 4, 2).status, ST_VENDOR(VS_BAD_FANOUT, 1));
     CHECK_EQ(ns_submit(seed, targets, 4, 3).status, ST_VENDOR(VS_NODE_OUT_OF_RANGE, 1));
 
+    /* ---- Controller reset with writes, a read, a job and its collect in flight. ---- */
+    {
+        static uint8_t wbuf[4][8 * BLOCK_BYTES], rbuf[8 * BLOCK_BYTES], cbuf[16384];
+        static uint8_t before[8 * BLOCK_BYTES];
+        CHECK_EQ(read_blocks(600, before, 8).status, ST_SUCCESS);
+        r = ns_submit(seed, targets, 4, 0);
+        CHECK_EQ(r.status, ST_SUCCESS);
+        uint32_t old_tag = r.dw0;
+        uint16_t first = next_cid;
+        for (unsigned i = 0; i < 4; i++) {
+            memset(wbuf[i], 0xD0 + (int)i, sizeof wbuf[i]);
+            memset(sqe, 0, sizeof sqe);
+            sqe[0] = SAGESSD_IO_WRITE;
+            put16(sqe + 2, next_cid++);
+            put32(sqe + 4, SAGESSD_NSID);
+            put32(sqe + 40, 600);
+            put32(sqe + 48, 7);
+            CHECK_EQ(sagessd_fw_submit(1, sqe, wbuf[i], sizeof wbuf[i], &c), SAGESSD_PENDING);
+        }
+        sqe[0] = SAGESSD_IO_READ;
+        put16(sqe + 2, next_cid++);
+        memset(rbuf, 0x11, sizeof rbuf);
+        CHECK_EQ(sagessd_fw_submit(1, sqe, rbuf, sizeof rbuf, &c), SAGESSD_PENDING);
+        memset(sqe, 0, sizeof sqe);
+        sqe[0] = SAGESSD_IO_NS_COLLECT;
+        put16(sqe + 2, next_cid++);
+        put32(sqe + 4, SAGESSD_NSID);
+        put32(sqe + 40, sizeof cbuf / 4);
+        put32(sqe + 48, units(sizeof cbuf));
+        put32(sqe + 52, old_tag);
+        memset(cbuf, 0x22, sizeof cbuf);
+        CHECK_EQ(sagessd_fw_submit(1, sqe, cbuf, sizeof cbuf, &c), SAGESSD_PENDING);
+        sagessd_fw_poll();
+        complete_one_flash_op();
+        CHECK_EQ(sagessd_fw_idle(), 0);
+        unsigned posted = done_count;
+        CHECK_EQ(sagessd_fw_reset(), SAGESSD_OK);
+        /* The buffers are the board's again: scribble over them. */
+        memset(wbuf, 0xEE, sizeof wbuf);
+        memset(rbuf, 0x11, sizeof rbuf);
+        memset(cbuf, 0x22, sizeof cbuf);
+        for (unsigned long turns = 0; sagessd_fw_idle() != 1; turns++) {
+            CHECK(turns < 1000000, "the abandoned work never ended");
+            main_loop_turn();
+        }
+        CHECK_EQ(done_count, posted); /* no abandoned command completed */
+        for (size_t i = 0; i < sizeof rbuf; i++)
+            CHECK(rbuf[i] == 0x11, "the abandoned read wrote byte %zu", i);
+        for (size_t i = 0; i < sizeof cbuf; i++)
+            CHECK(cbuf[i] == 0x22, "the abandoned collect wrote byte %zu", i);
+        /* Each page holds its old data or one abandoned write's, never the scribbles. */
+        CHECK_EQ(read_blocks(600, in, 8).status, ST_SUCCESS);
+        for (unsigned b = 0; b < 8; b++) {
+            const uint8_t *blk = in + b * BLOCK_BYTES;
+            int old = memcmp(blk, before + b * BLOCK_BYTES, BLOCK_BYTES) == 0;
+            int new_ = blk[0] >= 0xD0 && blk[0] <= 0xD3;
+            for (unsigned i = 0; new_ && i < BLOCK_BYTES; i++)
+                new_ = blk[i] == blk[0];
+            CHECK(old || new_, "block %u after the reset", b);
+        }
+        CHECK_EQ(ns_collect(old_tag, buf, sizeof buf).status, ST_VENDOR(VS_UNKNOWN_TAG, 1));
+        /* An abandoned id may be used again at once. */
+        uint16_t saved = next_cid;
+        next_cid = first;
+        CHECK_EQ(write_blocks(600, out, 8).status, ST_SUCCESS);
+        next_cid = saved;
+        CHECK_EQ(read_blocks(600, in, 8).status, ST_SUCCESS);
+        CHECK(memcmp(in, out, 8 * BLOCK_BYTES) == 0, "written after the reset");
+    }
+
     /* ---- Drain: everything done, every flash op reported, nothing broke NAND rules. ---- */
     while (main_loop_turn() || pending_count > 0) {
     }
@@ -609,6 +682,7 @@ int main(void)
     CHECK_EQ(flash_violations, 0);
     CHECK(reentry_checked, "the re-entry check ran");
     CHECK_EQ(sagessd_fw_poll(), 0);
+    CHECK_EQ(sagessd_fw_idle(), 1);
     printf("host_test: %lu flash operations (%lu reads, %lu busy answers)\n", flash_ops_done,
            flash_reads, flash_busy_answers);
     CHECK(flash_busy_answers > 0, "the busy answer of the flash HAL was exercised");
