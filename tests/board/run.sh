@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The firmware's bare-metal self-test: the same C program (selftest.c) drives the firmware's C ABI
 # on the host and on an emulated Cortex-A9 (QEMU vexpress-a9), and both must print PASS and the
-# same checksum of the sampled subgraphs — in fact the same transcript, line for line.
+# same checksum of the sampled subgraphs — in fact the same transcript, line for line. Built with
+# -DSELFTEST_COSMOS, the same program runs through the Cosmos+ board glue
+# (firmware/board/cosmos/) over a model of the board's NVMe host controller and NAND scheduler
+# (cosmos_hw_model.c), on the host and on the A9: it must pass with the same checksum, and three
+# deliberately broken variants of the glue must each be caught by the model's check for them.
 #
 #   tests/board/run.sh            (from any directory; needs cargo, gcc, gcc-arm-none-eabi,
 #                                  libnewlib-arm-none-eabi and qemu-system-arm)
@@ -10,8 +14,11 @@
 #   <target>/board/selftest-host         (host gcc)
 #   <target>/board/selftest.elf          (arm-none-eabi-gcc, ARM state, soft float, no libc)
 #   <target>/board/selftest-hardfp.elf   (the same, C side hard-float as a Xilinx SDK build)
-# Runs all three (QEMU under a 120 s timeout each), keeps their output in <target>/board/*.log,
-# compares. Exit status 0 only if all passed with equal checksums and equal transcripts.
+#   <target>/board/selftest-cosmos-host, selftest-cosmos.elf   (through the glue and the model)
+#   <target>/board/selftest-cosmos-fault-{early,double,overrun}  (broken glue variants, host)
+# Runs them (QEMU under a 120 s timeout each), keeps their output in <target>/board/*.log,
+# compares. Exit status 0 only if all passed with equal checksums and equal transcripts (within
+# the direct builds and within the glue builds) and every broken variant failed as it must.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -43,12 +50,37 @@ lib_host="$target_dir/release/libsagessd_fw.a"
 [ -f "$lib_arm" ] || die "$lib_arm was not built"
 [ -f "$lib_host" ] || die "$lib_host was not built"
 
-# 2. The self-test, three times.
+# 2. The self-test, three times directly on the library, then through the Cosmos+ glue.
 include=(-I"$here" -I"$root/firmware/include")
 warn=(-std=c11 -Wall -Wextra -Wpedantic -Werror)
 say "gcc → $out/selftest-host"
 gcc "${warn[@]}" -O2 -g "${include[@]}" -o "$out/selftest-host" \
     "$here/selftest.c" "$here/platform_host.c" "$lib_host" -lpthread -ldl -lm
+# The glue, unchanged, over the model: its GreedyFTL names come from cosmos_hw_model.h, and the
+# library's results reach the model through ld --wrap, independently of the glue. Board sizes of
+# the self-test's device: 8 commands in the glue with 256 KiB staging each (the largest
+# NS_COLLECT buffer), 12 NAND bounce buffers, the library's 16 blocks per die on the model's 18
+# virtual blocks (2 bad). Board addresses are 32-bit, so the host build is not position
+# independent.
+cosmos_src=("$here/cosmos_hw_model.c" "$root/firmware/board/cosmos/cosmos_host.c"
+            "$root/firmware/board/cosmos/cosmos_nand.c")
+cosmos_flags=(-DSELFTEST_COSMOS -DSAGESSD_COSMOS_MODEL -DSAGESSD_COSMOS_SLOTS=8u
+              -DSAGESSD_COSMOS_NAND_BOUNCES=12u -DSAGESSD_COSMOS_BLOCKS_PER_DIE=16u
+              -DCOSMOS_STAGING_BYTES=262144u -I"$root/firmware/board/cosmos"
+              -Wl,--wrap=sagessd_fw_submit -Wl,--wrap=sagessd_fw_next_completion
+              -Wl,--wrap=sagessd_fw_reset)
+build_cosmos_host() { # name, extra flags...
+    local name="$1"
+    shift
+    say "gcc -DSELFTEST_COSMOS $* → $out/$name"
+    gcc "${warn[@]}" -O2 -g -fno-pie -no-pie "${include[@]}" "${cosmos_flags[@]}" "$@" \
+        -o "$out/$name" "$here/selftest.c" "$here/platform_host.c" "${cosmos_src[@]}" \
+        "$lib_host" -lpthread -ldl -lm
+}
+build_cosmos_host selftest-cosmos-host
+build_cosmos_host selftest-cosmos-fault-early -DSAGESSD_COSMOS_FAULT=1
+build_cosmos_host selftest-cosmos-fault-double -DSAGESSD_COSMOS_FAULT=2
+build_cosmos_host selftest-cosmos-fault-overrun -DSAGESSD_COSMOS_FAULT=3
 
 # ARM state, Cortex-A9, no unaligned accesses (the image runs with the MMU off and alignment
 # checking on), no libc and no libgcc: the library must be self-contained. The memcpy/memset
@@ -66,14 +98,18 @@ build_elf() { # name, extra flags...
     arm-none-eabi-gcc "${warn[@]}" "${arm_flags[@]}" "$@" "${include[@]}" "${ld_flags[@]}" \
         -Wl,-Map="$out/${name%.elf}.map" -o "$out/$name" \
         "$here/startup.S" "$here/platform_vexpress.c" "$here/selftest.c" \
-        "$lib_arm" 2> >(grep -v '^bfd plugin:' >&2)
+        "${extra_src[@]}" "$lib_arm" 2> >(grep -v '^bfd plugin:' >&2)
 }
+extra_src=()
 build_elf selftest.elf -mfloat-abi=soft
 # The same program built as a Xilinx-SDK-style hard-float application (-mfpu=vfpv3
 # -mfloat-abi=hard) against the same soft-float library: GNU ld refuses to mix the two ABIs
 # ("uses VFP register arguments"), but no float crosses sagessd_fw.h, so the calls are identical
 # and --no-warn-mismatch is sound (docs/openssd.md, "Building with the board toolchain").
 build_elf selftest-hardfp.elf -mfloat-abi=hard -mfpu=vfpv3 -Wl,--no-warn-mismatch
+extra_src=("${cosmos_src[@]}")
+build_elf selftest-cosmos.elf -mfloat-abi=soft "${cosmos_flags[@]}"
+extra_src=()
 say "built in $(elapsed) s"
 
 # 3. Run them.
@@ -99,6 +135,15 @@ run_qemu selftest.elf board
 board_rc=$?
 run_qemu selftest-hardfp.elf board-hardfp
 hardfp_rc=$?
+say "running $out/selftest-cosmos-host"
+"$out/selftest-cosmos-host" >"$out/cosmos-host.log" 2>&1
+cosmos_host_rc=$?
+run_qemu selftest-cosmos.elf cosmos-board
+cosmos_board_rc=$?
+for fault in early double overrun; do
+    say "running $out/selftest-cosmos-fault-$fault (must fail)"
+    "$out/selftest-cosmos-fault-$fault" >"$out/cosmos-fault-$fault.log" 2>&1
+done
 set -e
 run_s=$(awk -v s="$run_start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }')
 
@@ -126,22 +171,45 @@ check_run() { # label, rc, log, stderr file
 check_run host "$host_rc" "$out/host.log"
 check_run board "$board_rc" "$out/board.log" "$out/board.qemu-stderr"
 check_run board-hardfp "$hardfp_rc" "$out/board-hardfp.log" "$out/board-hardfp.qemu-stderr"
+check_run cosmos-host "$cosmos_host_rc" "$out/cosmos-host.log"
+check_run cosmos-board "$cosmos_board_rc" "$out/cosmos-board.log" "$out/cosmos-board.qemu-stderr"
+cosmos_host_sum="$(checksum "$out/cosmos-host.log")"
+cosmos_board_sum="$(checksum "$out/cosmos-board.log")"
+say "glue   (x86_64, Cosmos+ glue over the controller model): exit $cosmos_host_rc, checksum ${cosmos_host_sum:-none}"
+say "glue   (Cortex-A9 in QEMU, Cosmos+ glue over the controller model): exit $cosmos_board_rc, checksum ${cosmos_board_sum:-none}"
 if [ "$ok" -eq 1 ]; then
-    if [ -z "$host_sum" ] || [ "$host_sum" != "$board_sum" ] || [ "$host_sum" != "$hardfp_sum" ]; then
+    if [ -z "$host_sum" ] || [ "$host_sum" != "$board_sum" ] || [ "$host_sum" != "$hardfp_sum" ] ||
+        [ "$host_sum" != "$cosmos_host_sum" ] || [ "$host_sum" != "$cosmos_board_sum" ]; then
         ok=0
         say "the checksums differ"
     fi
-    for run in board board-hardfp; do
-        if ! diff -u --label host "$out/host.log" --label "$run" "$out/$run.log" >"$out/$run.diff"; then
+    compare_logs() { # reference log name, other log name
+        if ! diff -u --label "$1" "$out/$1.log" --label "$2" "$out/$2.log" >"$out/$2.diff"; then
             ok=0
-            say "the transcripts of host and $run differ:"
-            sed 's/^/  /' "$out/$run.diff"
+            say "the transcripts of $1 and $2 differ:"
+            sed 's/^/  /' "$out/$2.diff"
         fi
-    done
+    }
+    compare_logs host board
+    compare_logs host board-hardfp
+    compare_logs cosmos-host cosmos-board
 fi
+# Each broken glue must be stopped by the model's check for its defect, not by anything else.
+for pair in "early:early completion" "double:double completion" "overrun:overrun"; do
+    fault="${pair%%:*}" check="${pair#*:}"
+    log="$out/cosmos-fault-$fault.log"
+    if grep -q "^sagessd-selftest FAIL cosmos model: $check: " "$log"; then
+        say "broken glue ($fault): caught — $(grep '^sagessd-selftest FAIL' "$log" | sed 's/^sagessd-selftest FAIL cosmos model: //')"
+    else
+        ok=0
+        say "broken glue ($fault): the model's $check check did not stop it:"
+        sed "s/^/  $fault: /" "$log" | tail -n 5
+    fi
+done
 if [ "$ok" -ne 1 ]; then
-    die "logs in $out (host.log, board.log, board-hardfp.log, *.qemu-stderr)"
+    die "logs in $out (host.log, board.log, board-hardfp.log, cosmos-*.log, *.qemu-stderr)"
 fi
+say "glue: $(grep '^sagessd-selftest cosmos ' "$out/cosmos-board.log" | sed 's/^sagessd-selftest cosmos //' | paste -sd ';' | sed 's/;/; /g')"
 say "$(grep -c '^sagessd-selftest batch ' "$out/board.log") minibatches, transcripts identical ($(wc -l <"$out/board.log") lines each); $(grep '^sagessd-selftest flash ' "$out/board.log" | sed 's/^sagessd-selftest //')"
 say "$(cat "$out/board.platform")"
 say "PASS: host and Cortex-A9 agree on checksum $board_sum (runs took $run_s s, $(elapsed) s in all)"

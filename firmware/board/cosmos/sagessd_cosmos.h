@@ -1,0 +1,121 @@
+/*
+ * sagessd_cosmos.h — the board glue between the Cosmos+ OpenSSD's stock firmware (GreedyFTL 3.0.0)
+ * and libsagessd_fw.a: NVMe command intake, host DMA, completions, controller reset and shutdown
+ * (cosmos_host.c), and the library's flash HAL on GreedyFTL's NAND request scheduler
+ * (cosmos_nand.c). docs/openssd.md explains every rule used here and where in the Cosmos+
+ * sources it comes from.
+ *
+ * Drop firmware/board/cosmos/ and firmware/include/ into the GreedyFTL project, link
+ * libsagessd_fw.a, and change nvme/nvme_main.c's loop (sketch; the full patch is in
+ * docs/openssd.md §3):
+ *
+ *   boot:      InitFTL(); sagessd_fw_init(&cfg, &geo, arena, n, &sagessd_cosmos_flash_ops);
+ *              sagessd_cosmos_init(staging, slot_bytes);
+ *   RUNNING:   if (sagessd_cosmos_ready() && get_nvme_cmd(...) == 1)
+ *                  if (!sagessd_cosmos_accept(&nvmeCmd)) handle_nvme_admin_cmd(&nvmeCmd);
+ *              sagessd_cosmos_poll();
+ *   SHUTDOWN:  sagessd_cosmos_shutdown();          (instead of the stock branch's body)
+ *   RESET:     sagessd_cosmos_reset();             (instead of the stock branch's body)
+ *   always:    CheckDoneNvmeDmaReq(); SchedulingNandReq();   (the stock scheduler step)
+ *   and in request_allocation.c's GetFromNandReqQ, before PutToFreeReqQ(reqSlotTag):
+ *              sagessd_cosmos_nand_done(reqSlotTag, reqStatus);
+ *
+ * All functions run on the firmware's one thread (the main loop), like the library's.
+ */
+#ifndef SAGESSD_COSMOS_H
+#define SAGESSD_COSMOS_H
+
+#include <stdint.h>
+
+#include "cosmos_port.h"
+#include "sagessd_fw.h"
+
+/* Commands the glue holds at once (hardware slots it has accepted and not completed); at most
+ * SAGESSD_MAX_COMMANDS. Each needs one staging buffer. */
+#ifndef SAGESSD_COSMOS_SLOTS
+#define SAGESSD_COSMOS_SLOTS 16u
+#endif
+
+/* Flash operations in flight on the NAND scheduler at once: one bounce buffer of a page plus its
+ * spare region each (BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE). At most 255,
+ * and fewer than the scheduler's request pool (AVAILABLE_OUNTSTANDING_REQ_COUNT). */
+#ifndef SAGESSD_COSMOS_NAND_BOUNCES
+#define SAGESSD_COSMOS_NAND_BOUNCES 32u
+#endif
+
+/* The library's blocks per die: the first this many good virtual blocks of each die (at most
+ * USER_BLOCKS_PER_DIE, and no more than the worst die has good ones). Fewer blocks make a
+ * smaller arena (docs/openssd.md §6). */
+#ifndef SAGESSD_COSMOS_BLOCKS_PER_DIE
+#define SAGESSD_COSMOS_BLOCKS_PER_DIE USER_BLOCKS_PER_DIE
+#endif
+
+/* NVMe status fields (CQE bits 15:1 as Cosmos' statusFieldWord holds them, phase bit 0 = 0) the
+ * glue answers itself, before the library sees the command: Invalid Field in Command (a length
+ * the host controller would move differently, or one larger than a staging buffer) and PRP Offset
+ * Invalid (a buffer direct DMA cannot reach: PRP1 not 16-byte aligned, a PRP list that crosses a
+ * page). Both with Do Not Retry. */
+#define SAGESSD_COSMOS_STATUS_INVALID_FIELD      ((uint16_t)((1u << 15) | (0x02u << 1)))
+#define SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID ((uint16_t)((1u << 15) | (0x13u << 1)))
+
+/* Boot, after InitFTL() and a successful sagessd_fw_init: `staging` is SAGESSD_COSMOS_SLOTS ×
+   `slot_bytes` bytes of DDR that the host DMA engine reaches and nothing else uses (uncached, see
+   docs/openssd.md §6), 16-byte aligned; `slot_bytes` a multiple of 4096, at least 4096 and at
+   most 1 MiB (the host controller's 256 units of 4 KiB). Returns 0, or -1 for bad arguments. */
+int sagessd_cosmos_init(uint8_t *staging, uint32_t slot_bytes);
+
+/* Whether the glue can take one more command now (a free slot entry and staging buffer). Fetch
+   with get_nvme_cmd only when it is 1: a fetched command must be accepted. */
+int sagessd_cosmos_ready(void);
+
+/* Takes a command get_nvme_cmd fetched. Returns 1 if the glue owns it from now on (every I/O
+   command, and admin Identify), 0 if it is an admin command for the stock handle_nvme_admin_cmd.
+   Host→device data is moved before the library sees the command; the completion is posted by
+   the glue (or by the host controller, see cosmos_host.c) exactly once. */
+int sagessd_cosmos_accept(const NVME_COMMAND *cmd);
+
+/* One main-loop turn: reports finished NAND requests to the library, runs it, starts the
+   device→host DMA of finished commands and posts their completions, and retries commands the
+   library was too busy to take. Returns whether anything moved. */
+int sagessd_cosmos_poll(void);
+
+/* NVMe controller reset (the stock NVME_TASK_RESET branch): abandons every command the glue
+   holds (no completion is ever posted for them) and the library's commands and jobs
+   (sagessd_fw_reset), releases their controller slots (and those of commands fetched but not
+   taken yet), then turns the queues off and clears CSTS as the stock branch does. NAND requests
+   already issued finish later and are still reported to the library. */
+void sagessd_cosmos_reset(void);
+
+/* NVMe shutdown (the stock NVME_TASK_SHUTDOWN branch, CC.SHN set): reports shutdown processing
+   (CSTS.SHST = 1), stops taking commands, finishes every command already taken and every NAND
+   request until sagessd_fw_idle() is 1, writes GreedyFTL's grown-bad-block table
+   (UpdateBadBlockTableForGrownBadBlock), turns the queues off and only then reports shutdown
+   complete (CSTS.SHST = 2). Blocks until done. */
+void sagessd_cosmos_shutdown(void);
+
+/* Before sagessd_fw_init, after InitFTL (which finds the bad blocks): `bounce` is
+   SAGESSD_COSMOS_NAND_BOUNCES bounce buffers (see above) of uncached DDR, 16-byte aligned.
+   Returns 0, or -1 if `bounce` is unusable or a die has fewer than SAGESSD_COSMOS_BLOCKS_PER_DIE
+   good blocks. */
+int sagessd_cosmos_nand_init(uint8_t *bounce);
+
+/* The geometry to give sagessd_fw_init: GreedyFTL's channels and ways (one die per way: the
+   scheduler runs one request per way), SAGESSD_COSMOS_BLOCKS_PER_DIE blocks of
+   USER_PAGES_PER_BLOCK pages of BYTES_PER_DATA_REGION_OF_PAGE bytes. */
+void sagessd_cosmos_geometry(sagessd_geometry *geometry);
+
+/* The library's flash HAL on GreedyFTL's NAND request scheduler (cosmos_nand.c): pass as
+   sagessd_fw_init's `flash` argument. */
+extern const sagessd_flash_ops sagessd_cosmos_flash_ops;
+
+/* Called by GreedyFTL's GetFromNandReqQ for every NAND request it retires, with the request's
+   slot and REQ_STATUS_*: records the result of the glue's own requests (others are ignored).
+   It never calls the library (the scheduler also runs inside GreedyFTL's Sync* helpers); the
+   next sagessd_cosmos_poll reports it. */
+void sagessd_cosmos_nand_done(unsigned int reqSlotTag, unsigned int reqStatus);
+
+/* Reports the NAND results recorded by sagessd_cosmos_nand_done to the library; part of
+   sagessd_cosmos_poll. Returns how many it reported. */
+unsigned int sagessd_cosmos_flash_poll(void);
+
+#endif /* SAGESSD_COSMOS_H */

@@ -1,0 +1,763 @@
+/*
+ * cosmos_hw_model.c — the Cosmos+ NVMe host controller and GreedyFTL's NAND scheduler as the
+ * board glue sees them (see cosmos_hw_model.h). Each behaviour cites the Verilog file of
+ * NVMeHostController/src/ or the GreedyFTL file it follows.
+ */
+#include "cosmos_hw_model.h"
+
+#include <stddef.h>
+
+#define SLOTS 128u            /* 7-bit cmdSlotTag */
+#define DMA_FIFO 256u         /* dma_cmd_fifo.v: one FIFO for all four DMA kinds, in order */
+#define HOST_PAGE 4096u
+#define UNIT 4096u
+#define HOST_PCIE_BASE 0x100000000ull /* host memory as the device sees it */
+#define CQ_DEPTH 64u
+#define LISTS 32u
+#define LIST_BYTES 1024u /* PRP lists come from aligned chunks (Linux: 256 B or a page), never across a page */
+
+enum { AUTO_RX, AUTO_TX, DIRECT_RX, DIRECT_TX, KINDS };
+
+typedef struct {
+    int valid;      /* the slot holds a command (pcie_hcmd_slot_mgt.v) */
+    int abandoned;  /* the host dropped it (CC.EN cleared): no CQE may come */
+    uint16_t sq_id, cid;
+    uint32_t dw[16];
+    uint32_t units;     /* CDW12[7:0] + 1, latched at fetch (pcie_hcmd_sq_recv.v) */
+    uint32_t remaining; /* bytes the auto DMA still counts down (pcie_hcmd_nlb.v) */
+    uint8_t *buf;       /* the host's data buffer */
+    uint32_t len;
+    int list;           /* PRP list chunk, or -1 */
+    uint32_t expect;
+} slot_t;
+
+typedef struct {
+    uint8_t kind;
+    uint8_t slot;
+    uint16_t unit;
+    uint32_t dev;
+    uint64_t pcie;
+    uint32_t len;
+} dma_t;
+
+typedef struct {
+    int valid;
+    uint16_t sq_id, cid, status;
+    uint32_t dw0;
+} library_result;
+
+static slot_t slots[SLOTS];
+static uint8_t fetch_queue[SLOTS];
+static unsigned fetch_head, fetch_count;
+static dma_t fifo[DMA_FIFO];
+static unsigned fifo_head, fifo_count;
+static uint32_t issued[KINDS], done[KINDS];
+static sagessd_completion cq[CQ_DEPTH];
+static unsigned cq_head, cq_count;
+static uint8_t lists[LISTS][LIST_BYTES] __attribute__((aligned(LIST_BYTES)));
+static int list_used[LISTS];
+static library_result results[SLOTS];
+static unsigned int cc_en, cc_shn, csts_shst, csts_rdy, queues_on;
+static cosmos_model_stats stats;
+static uint32_t seq;
+
+NVME_CONTEXT g_nvmeTask;
+
+/* The board's one-line hook in GetFromNandReqQ (firmware/board/cosmos/sagessd_cosmos.h). */
+void sagessd_cosmos_nand_done(unsigned int reqSlotTag, unsigned int reqStatus);
+static int bbt_written; /* since shutdown processing began */
+
+static void pool_init(void);
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static void fail(const char *check, const char *what, uint32_t value)
+{
+    cosmos_model_fail(check, what, value);
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint64_t pcie_of(const void *p)
+{
+    return HOST_PCIE_BASE + (uint64_t)(uintptr_t)p;
+}
+
+static uint8_t *host_ptr(uint64_t pcie)
+{
+    if (pcie < HOST_PCIE_BASE || pcie - HOST_PCIE_BASE > 0xFFFFFFFFull)
+        fail("overrun", "a DMA to a PCIe address outside host memory, upper word", (uint32_t)(pcie >> 32));
+    return (uint8_t *)(uintptr_t)(pcie - HOST_PCIE_BASE);
+}
+
+static void copy(uint8_t *dst, const uint8_t *src, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        dst[i] = src[i];
+}
+
+/* ---- the library's results, from its own calls (ld --wrap) ---------------------------------- */
+
+int32_t __real_sagessd_fw_submit(uint16_t, const uint8_t *, uint8_t *, uint32_t,
+                                 sagessd_completion *);
+int32_t __real_sagessd_fw_next_completion(sagessd_completion *);
+int32_t __real_sagessd_fw_reset(void);
+int32_t __wrap_sagessd_fw_submit(uint16_t, const uint8_t *, uint8_t *, uint32_t,
+                                 sagessd_completion *);
+int32_t __wrap_sagessd_fw_next_completion(sagessd_completion *);
+int32_t __wrap_sagessd_fw_reset(void);
+
+static void record(const sagessd_completion *c)
+{
+    for (unsigned i = 0; i < SLOTS; i++)
+        if (!results[i].valid) {
+            results[i] = (library_result){1, c->sq_id, c->cid,
+                                          (uint16_t)(c->cqe[14] | c->cqe[15] << 8), le32(c->cqe)};
+            return;
+        }
+    fail("model", "more library results than slots", SLOTS);
+}
+
+int32_t __wrap_sagessd_fw_submit(uint16_t sq_id, const uint8_t *sqe, uint8_t *data, uint32_t len,
+                                 sagessd_completion *out)
+{
+    int32_t rc = __real_sagessd_fw_submit(sq_id, sqe, data, len, out);
+    if (rc == SAGESSD_COMPLETED)
+        record(out);
+    return rc;
+}
+
+int32_t __wrap_sagessd_fw_next_completion(sagessd_completion *out)
+{
+    int32_t rc = __real_sagessd_fw_next_completion(out);
+    if (rc == 1)
+        record(out);
+    return rc;
+}
+
+int32_t __wrap_sagessd_fw_reset(void)
+{
+    for (unsigned i = 0; i < SLOTS; i++)
+        results[i].valid = 0;
+    return __real_sagessd_fw_reset();
+}
+
+/* ---- completions (pcie_hcmd_cq_req.v) ------------------------------------------------------ */
+
+static int queued_for(unsigned s)
+{
+    for (unsigned i = 0; i < fifo_count; i++) {
+        const dma_t *d = &fifo[(fifo_head + i) % DMA_FIFO];
+        if (d->kind == AUTO_RX || d->kind == AUTO_TX) {
+            if (d->slot == s)
+                return 1;
+        } else if (slots[s].len > 0 && d->pcie >= pcie_of(slots[s].buf) &&
+                   d->pcie < pcie_of(slots[s].buf) + slots[s].len) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A CQE for slot s: checked against the library's result (or the refusal the host expects),
+ * handed to the host, and the slot released when `release` (types 1 and the hardware's). */
+static void post_cqe(unsigned s, uint32_t dw0, uint32_t status, int release, int by_hardware)
+{
+    slot_t *c = &slots[s];
+    if (!c->valid)
+        fail("double completion", "a CQE for a slot that holds no command, slot", s);
+    if (c->abandoned)
+        fail("double completion", "a CQE for a command abandoned by the controller reset, cid",
+             c->cid);
+    if (queued_for(s))
+        fail("early completion", "a CQE while DMA of its command is still queued, cid", c->cid);
+    status &= 0xFFFEu; /* the phase bit is the controller's */
+    if (c->expect == COSMOS_EXPECT_LIBRARY) {
+        library_result *r = NULL;
+        for (unsigned i = 0; i < SLOTS && r == NULL; i++)
+            if (results[i].valid && results[i].sq_id == c->sq_id && results[i].cid == c->cid)
+                r = &results[i];
+        if (r == NULL)
+            fail("early completion",
+                 by_hardware ? "the controller completed a command before the library finished it, cid"
+                             : "a CQE before the library finished the command, cid",
+                 c->cid);
+        if ((r->status & 0xFFFEu) != status)
+            fail("wrong completion", "the CQE's status differs from the library's, cid", c->cid);
+        if (r->dw0 != dw0)
+            fail("wrong completion", "the CQE's dword 0 differs from the library's, cid", c->cid);
+        r->valid = 0;
+    } else {
+        for (unsigned i = 0; i < SLOTS; i++)
+            if (results[i].valid && results[i].sq_id == c->sq_id && results[i].cid == c->cid)
+                fail("wrong completion", "the glue let the library run a command it must refuse, cid",
+                     c->cid);
+    }
+    if (c->expect != COSMOS_EXPECT_LIBRARY && (c->expect & 0xFFFEu) != status) {
+        fail("wrong completion", "the glue refused a command with another status, cid", c->cid);
+    }
+    if (!queues_on)
+        fail("double completion", "a CQE while the queues are off, cid", c->cid);
+    if (cq_count == CQ_DEPTH)
+        fail("model", "the host's completion queue is full", CQ_DEPTH);
+    sagessd_completion *out = &cq[(cq_head + cq_count++) % CQ_DEPTH];
+    out->sq_id = c->sq_id;
+    out->cid = c->cid;
+    for (unsigned i = 0; i < 16; i++)
+        out->cqe[i] = 0;
+    put32(out->cqe, dw0);
+    out->cqe[10] = (uint8_t)c->sq_id;
+    out->cqe[12] = (uint8_t)c->cid;
+    out->cqe[13] = (uint8_t)(c->cid >> 8);
+    out->cqe[14] = (uint8_t)status;
+    out->cqe[15] = (uint8_t)(status >> 8);
+    if (by_hardware)
+        stats.hardware_cqes++;
+    else
+        stats.firmware_cqes++;
+    if (release) {
+        if (c->list >= 0)
+            list_used[c->list] = 0;
+        c->valid = 0;
+    }
+}
+
+void set_auto_nvme_cpl(unsigned int cmdSlotTag, unsigned int specific, unsigned int statusFieldWord)
+{
+    if (cmdSlotTag >= SLOTS)
+        fail("double completion", "a CQE for a slot number past 127", cmdSlotTag);
+    post_cqe(cmdSlotTag, specific, statusFieldWord, 1, 0);
+}
+
+void set_nvme_cpl(unsigned int sqId, unsigned int cid, unsigned int specific,
+                  unsigned int statusFieldWord)
+{
+    /* Type 0: the CQE names its command; the slot stays taken. */
+    for (unsigned s = 0; s < SLOTS; s++)
+        if (slots[s].valid && !slots[s].abandoned && slots[s].sq_id == sqId && slots[s].cid == cid) {
+            post_cqe(s, specific, statusFieldWord, 0, 0);
+            return;
+        }
+    fail("double completion", "a CQE (set_nvme_cpl) for a command no slot holds, cid", cid);
+}
+
+void set_nvme_slot_release(unsigned int cmdSlotTag)
+{
+    /* Type 2: the slot is freed without a CQE; only right for a command the host gave up. */
+    if (cmdSlotTag >= SLOTS || !slots[cmdSlotTag].valid)
+        fail("double completion", "releasing a slot that holds no command, slot", cmdSlotTag);
+    if (!slots[cmdSlotTag].abandoned)
+        fail("lost completion", "a command the host waits for was released without a CQE, cid",
+             slots[cmdSlotTag].cid);
+    if (slots[cmdSlotTag].list >= 0)
+        list_used[slots[cmdSlotTag].list] = 0;
+    slots[cmdSlotTag].valid = 0;
+    stats.slot_releases++;
+}
+
+/* ---- the DMA engine (dma_cmd_gen.v, dma_done.v) -------------------------------------------- */
+
+static void queue_dma(dma_t d)
+{
+    /* host_lld.c waits while 255 requests of a kind are outstanding; one FIFO holds all. */
+    while (fifo_count == DMA_FIFO)
+        (void)cosmos_model_tick();
+    fifo[(fifo_head + fifo_count++) % DMA_FIFO] = d;
+    issued[d.kind]++;
+}
+
+/* Whether host bytes [p, p + n) lie in command s's buffer (writes), or in its buffer rounded up
+ * to 16 bytes within its last page or its PRP list (reads: the engine moves 16-byte units). */
+static int in_host_range(unsigned s, const uint8_t *p, uint32_t n, int write)
+{
+    if (!slots[s].valid)
+        return 0;
+    const uint8_t *lo = slots[s].buf, *hi = slots[s].buf + slots[s].len;
+    if (!write) {
+        uintptr_t up = ((uintptr_t)hi + 15u) & ~(uintptr_t)15u;
+        uintptr_t page_end = (((uintptr_t)hi + HOST_PAGE - 1) & ~(uintptr_t)(HOST_PAGE - 1));
+        hi = (const uint8_t *)(up < page_end ? up : page_end);
+        if (slots[s].list >= 0 && p >= lists[slots[s].list] &&
+            p + n <= lists[slots[s].list] + LIST_BYTES)
+            return 1;
+    }
+    return slots[s].len > 0 && p >= lo && p + n <= hi;
+}
+
+static void check_host_range(unsigned s, const uint8_t *p, uint32_t n, int write)
+{
+    if (!in_host_range(s, p, n, write))
+        fail("overrun", write ? "the device wrote host memory outside the command's buffer, cid"
+                              : "the device read host memory outside the command's buffer, cid",
+             slots[s].cid);
+}
+
+/* The slot whose host buffer (or PRP list) holds all of [pcie, pcie + n), or -1. */
+static int owner_of(uint64_t pcie, uint32_t n, int write)
+{
+    for (unsigned s = 0; s < SLOTS; s++)
+        if (in_host_range(s, host_ptr(pcie), n, write))
+            return (int)s;
+    return -1;
+}
+
+static void move_piece(unsigned s, int to_host, uint8_t *dev, uint64_t pcie, uint32_t n)
+{
+    uint8_t *host = host_ptr(pcie);
+    check_host_range(s, host, n, to_host);
+    if (to_host)
+        copy(host, dev, n);
+    else
+        copy(dev, host, n);
+}
+
+/* One auto unit: 4 KiB of the command's data at its offset, split at host pages, addressed by
+ * PRP1, PRP2 or PRP list entries as dma_cmd_gen.v computes them. */
+static void run_auto(const dma_t *d)
+{
+    slot_t *c = &slots[d->slot];
+    if (!c->valid)
+        fail("double completion", "an auto DMA for a slot that holds no command, slot", d->slot);
+    if (d->unit >= c->units)
+        fail("overrun", "an auto DMA past the command's length (CDW12 + 1 units), cid", c->cid);
+    if ((d->dev & 0xFFFu) != 0)
+        fail("dma rule", "an auto DMA's device address is not 4 KiB aligned (bits 11:2 are forced to 0)",
+             d->dev);
+    uint64_t prp1 = (uint64_t)c->dw[7] << 32 | c->dw[6];
+    uint64_t prp2 = (uint64_t)c->dw[9] << 32 | c->dw[8];
+    uint32_t off = (uint32_t)prp1 & (HOST_PAGE - 1);
+    if ((off & 15u) != 0)
+        fail("dma rule", "PRP1 is not 16-byte aligned: the engine drops address bits 3:0, cid",
+             c->cid);
+    int list = 2u * HOST_PAGE - off < c->units * UNIT;
+    uint32_t t = d->unit * UNIT + off, page = t / HOST_PAGE, in = t % HOST_PAGE;
+    uint8_t *dev = (uint8_t *)(uintptr_t)d->dev;
+    for (unsigned piece = 0; piece < 2; piece++) {
+        uint32_t p = page + piece;
+        uint32_t n = piece == 0 ? HOST_PAGE - in : in;
+        if (n == 0)
+            break;
+        uint64_t base;
+        if (p == 0) {
+            base = prp1 & ~(uint64_t)(HOST_PAGE - 1);
+        } else if (!list) {
+            base = prp2 & ~(uint64_t)(HOST_PAGE - 1);
+        } else {
+            uint8_t *entry = host_ptr(prp2 + 8u * (p - 1));
+            check_host_range(d->slot, entry, 8, 0);
+            base = ((uint64_t)le32(entry + 4) << 32 | le32(entry)) & ~(uint64_t)(HOST_PAGE - 1);
+        }
+        move_piece(d->slot, d->kind == AUTO_TX, dev, base + (piece == 0 ? in : 0), n);
+        dev += n;
+    }
+    stats.auto_units++;
+    /* dma_done.v: the unit that equals what remains completes the command. */
+    if (c->remaining == UNIT) {
+        c->remaining = 0;
+        post_cqe(d->slot, 0, 0, 1, 1);
+    } else {
+        c->remaining -= UNIT;
+    }
+}
+
+static void run_direct(const dma_t *d)
+{
+    if (d->len > 0x1000u)
+        fail("dma rule", "a direct DMA longer than 4 KiB (host_lld.c asserts), length", d->len);
+    if ((d->pcie >> 32) >= 0x10u || (d->pcie & 15u) != 0)
+        fail("dma rule", "a direct DMA's PCIe address is not 16-byte aligned or past 36 bits",
+             (uint32_t)d->pcie);
+    if ((d->len & 15u) != 0 || d->len == 0)
+        fail("dma rule", "a direct DMA length that is not a positive multiple of 16 bytes", d->len);
+    if ((d->dev & 15u) != 0)
+        fail("dma rule", "a direct DMA's device address is not 16-byte aligned", d->dev);
+    if ((uint32_t)(d->pcie & (HOST_PAGE - 1)) + d->len > HOST_PAGE)
+        fail("dma rule", "a direct DMA crosses a host page (one PCIe request may not), length",
+             d->len);
+    int s = owner_of(d->pcie, d->len, d->kind == DIRECT_TX);
+    if (s < 0)
+        fail("overrun",
+             d->kind == DIRECT_TX ? "a direct DMA wrote host memory outside every command's buffer, address low"
+                                  : "a direct DMA read host memory outside every command's buffer, address low",
+             (uint32_t)d->pcie);
+    move_piece((unsigned)s, d->kind == DIRECT_TX, (uint8_t *)(uintptr_t)d->dev, d->pcie, d->len);
+    stats.direct_requests++;
+}
+
+int cosmos_model_tick(void)
+{
+    if (fifo_count == 0)
+        return 0;
+    dma_t d = fifo[fifo_head];
+    fifo_head = (fifo_head + 1) % DMA_FIFO;
+    fifo_count--;
+    if (d.kind == AUTO_RX || d.kind == AUTO_TX)
+        run_auto(&d);
+    else
+        run_direct(&d);
+    done[d.kind]++;
+    return 1;
+}
+
+static void check_dev(unsigned int devAddr)
+{
+    if (devAddr == 0)
+        fail("dma rule", "a DMA with device address 0", 0);
+}
+
+void set_auto_rx_dma(unsigned int cmdSlotTag, unsigned int cmd4KBOffset, unsigned int devAddr,
+                     unsigned int autoCompletion)
+{
+    (void)autoCompletion; /* s_axi_reg.v drops bit 13 */
+    check_dev(devAddr);
+    if (cmd4KBOffset >= 256 || cmdSlotTag >= SLOTS)
+        fail("dma rule", "set_auto_rx_dma: offset or slot out of range (host_lld.c asserts)",
+             cmd4KBOffset);
+    queue_dma((dma_t){AUTO_RX, (uint8_t)cmdSlotTag, (uint16_t)cmd4KBOffset, devAddr, 0, UNIT});
+}
+
+void set_auto_tx_dma(unsigned int cmdSlotTag, unsigned int cmd4KBOffset, unsigned int devAddr,
+                     unsigned int autoCompletion)
+{
+    (void)autoCompletion;
+    check_dev(devAddr);
+    if (cmd4KBOffset >= 256 || cmdSlotTag >= SLOTS)
+        fail("dma rule", "set_auto_tx_dma: offset or slot out of range (host_lld.c asserts)",
+             cmd4KBOffset);
+    queue_dma((dma_t){AUTO_TX, (uint8_t)cmdSlotTag, (uint16_t)cmd4KBOffset, devAddr, 0, UNIT});
+}
+
+void set_direct_rx_dma(unsigned int devAddr, unsigned int pcieAddrH, unsigned int pcieAddrL,
+                       unsigned int len)
+{
+    check_dev(devAddr);
+    queue_dma((dma_t){DIRECT_RX, 0, 0, devAddr, (uint64_t)pcieAddrH << 32 | pcieAddrL, len});
+}
+
+void set_direct_tx_dma(unsigned int devAddr, unsigned int pcieAddrH, unsigned int pcieAddrL,
+                       unsigned int len)
+{
+    check_dev(devAddr);
+    queue_dma((dma_t){DIRECT_TX, 0, 0, devAddr, (uint64_t)pcieAddrH << 32 | pcieAddrL, len});
+}
+
+static void wait_kind(int kind)
+{
+    while (done[kind] != issued[kind])
+        (void)cosmos_model_tick();
+}
+
+void check_direct_tx_dma_done(void) { wait_kind(DIRECT_TX); }
+void check_direct_rx_dma_done(void) { wait_kind(DIRECT_RX); }
+void check_auto_tx_dma_done(void) { wait_kind(AUTO_TX); }
+void check_auto_rx_dma_done(void) { wait_kind(AUTO_RX); }
+
+/* ---- commands, queues, controller status ---------------------------------------------------- */
+
+unsigned int get_nvme_cmd(unsigned short *qID, unsigned short *cmdSlotTag, unsigned int *cmdSeqNum,
+                          unsigned int *cmdDword)
+{
+    (void)cosmos_model_tick();
+    if (fetch_count == 0)
+        return 0;
+    unsigned s = fetch_queue[fetch_head];
+    fetch_head = (fetch_head + 1) % SLOTS;
+    fetch_count--;
+    *qID = slots[s].sq_id;
+    *cmdSlotTag = (unsigned short)s;
+    *cmdSeqNum = seq++ & 0xFFu;
+    for (unsigned i = 0; i < 16; i++)
+        cmdDword[i] = slots[s].dw[i];
+    return 1;
+}
+
+unsigned int check_nvme_cc_en(void) { return cc_en; }
+void set_nvme_csts_rdy(unsigned int rdy) { csts_rdy = rdy; }
+
+void set_nvme_csts_shst(unsigned int shst)
+{
+    if (shst == 1)
+        bbt_written = 0;
+    if (shst == 2) {
+        if (cosmos_model_slots_in_use() != 0)
+            fail("leak", "shutdown reported complete with slots still holding commands",
+                 cosmos_model_slots_in_use());
+        if (!bbt_written || cosmos_model_nand_queued() != 0)
+            fail("shutdown", "shutdown reported complete before the NAND work and the bad-block"
+                             " table were written",
+                 cosmos_model_nand_queued());
+    }
+    csts_shst = shst;
+}
+
+void set_nvme_admin_queue(unsigned int sqValid, unsigned int cqValid, unsigned int cqIrqEn)
+{
+    (void)cqIrqEn;
+    queues_on = sqValid && cqValid;
+}
+
+void set_io_sq(unsigned int ioSqIdx, unsigned int valid, unsigned int cqVector, unsigned int qSzie,
+               unsigned int pcieBaseAddrL, unsigned int pcieBaseAddrH)
+{
+    (void)ioSqIdx, (void)valid, (void)cqVector, (void)qSzie, (void)pcieBaseAddrL,
+        (void)pcieBaseAddrH;
+}
+
+void set_io_cq(unsigned int ioCqIdx, unsigned int valid, unsigned int irqEn, unsigned int irqVector,
+               unsigned int qSzie, unsigned int pcieBaseAddrL, unsigned int pcieBaseAddrH)
+{
+    (void)ioCqIdx, (void)valid, (void)irqEn, (void)irqVector, (void)qSzie, (void)pcieBaseAddrL,
+        (void)pcieBaseAddrH;
+}
+
+/* ---- the host's side ---------------------------------------------------------------------- */
+
+void cosmos_model_init(void)
+{
+    for (unsigned s = 0; s < SLOTS; s++)
+        slots[s].valid = 0;
+    for (unsigned i = 0; i < LISTS; i++)
+        list_used[i] = 0;
+    fetch_head = fetch_count = fifo_head = fifo_count = cq_head = cq_count = 0;
+    for (int k = 0; k < KINDS; k++)
+        issued[k] = done[k] = 0;
+    cc_en = cc_shn = csts_shst = csts_rdy = queues_on = 0;
+    g_nvmeTask.status = NVME_TASK_IDLE;
+    g_nvmeTask.cacheEn = 0;
+    pool_init();
+    static uint8_t probe;
+    if ((uintptr_t)&probe > 0xFFFFFFFFu)
+        fail("model", "board addresses must fit 32 bits (build the host test with -no-pie)", 0);
+}
+
+int cosmos_host_submit(uint16_t sq_id, const uint8_t sqe[64], uint8_t *buf, uint32_t len,
+                       uint32_t expect)
+{
+    unsigned s = 0;
+    while (s < SLOTS && slots[s].valid)
+        s++;
+    if (s == SLOTS || !cc_en)
+        return -1;
+    slot_t *c = &slots[s];
+    for (unsigned i = 0; i < 16; i++)
+        c->dw[i] = le32(sqe + 4 * i);
+    c->sq_id = sq_id;
+    c->cid = (uint16_t)(c->dw[0] >> 16);
+    c->buf = buf;
+    c->len = len;
+    c->list = -1;
+    c->expect = expect;
+    c->abandoned = 0;
+    c->units = (c->dw[12] & 0xFFu) + 1u;
+    c->remaining = c->units * UNIT;
+    /* PRPs as an NVMe host builds them for a virtually contiguous buffer. */
+    uint64_t prp1 = len ? pcie_of(buf) : 0, prp2 = 0;
+    uint32_t off = (uint32_t)(uintptr_t)buf & (HOST_PAGE - 1);
+    uint32_t pages = len ? (off + len + HOST_PAGE - 1) / HOST_PAGE : 0;
+    uint64_t first_page = pcie_of(buf) & ~(uint64_t)(HOST_PAGE - 1);
+    if (pages == 2) {
+        prp2 = first_page + HOST_PAGE;
+    } else if (pages > 2) {
+        if (pages - 1 > LIST_BYTES / 8)
+            fail("model", "a transfer longer than the test host's PRP lists cover, pages", pages);
+        int l = 0;
+        while (l < (int)LISTS && list_used[l])
+            l++;
+        if (l == (int)LISTS)
+            fail("model", "the test host ran out of PRP lists", LISTS);
+        list_used[l] = 1;
+        c->list = l;
+        for (uint32_t i = 0; i + 1 < pages; i++) {
+            uint64_t e = first_page + HOST_PAGE * (i + 1);
+            put32(lists[l] + 8 * i, (uint32_t)e);
+            put32(lists[l] + 8 * i + 4, (uint32_t)(e >> 32));
+        }
+        prp2 = pcie_of(lists[l]);
+    }
+    c->dw[6] = (uint32_t)prp1;
+    c->dw[7] = (uint32_t)(prp1 >> 32);
+    c->dw[8] = (uint32_t)prp2;
+    c->dw[9] = (uint32_t)(prp2 >> 32);
+    c->valid = 1;
+    fetch_queue[(fetch_head + fetch_count++) % SLOTS] = (uint8_t)s;
+    return 0;
+}
+
+int cosmos_host_reap(sagessd_completion *out)
+{
+    if (cq_count == 0)
+        return 0;
+    *out = cq[cq_head];
+    cq_head = (cq_head + 1) % CQ_DEPTH;
+    cq_count--;
+    return 1;
+}
+
+void cosmos_host_set_enable(unsigned int en)
+{
+    if (!en) {
+        /* The host gives up every command in flight and the CQEs it has not read. The
+         * controller keeps its slots (pcie_hcmd_slot_mgt.v clears them only on a PCIe reset). */
+        for (unsigned s = 0; s < SLOTS; s++)
+            if (slots[s].valid)
+                slots[s].abandoned = 1;
+        cq_count = 0;
+        cc_shn = 0;
+    }
+    cc_en = en;
+}
+
+void cosmos_host_request_shutdown(void) { cc_shn = 1; }
+unsigned int cosmos_host_shst(void) { return csts_shst; }
+unsigned int cosmos_host_rdy(void) { return csts_rdy; }
+unsigned int cosmos_host_shn(void) { return cc_shn; }
+
+unsigned int cosmos_model_slots_in_use(void)
+{
+    unsigned n = 0;
+    for (unsigned s = 0; s < SLOTS; s++)
+        n += slots[s].valid != 0;
+    return n;
+}
+
+cosmos_model_stats cosmos_model_counts(void) { return stats; }
+
+/* ---- GreedyFTL's NAND request pool and scheduler -------------------------------------------- */
+
+static REQ_POOL pool;
+REQ_POOL *reqPoolPtr = &pool;
+FREE_REQUEST_QUEUE freeReqQ = {REQ_SLOT_TAG_NONE, REQ_SLOT_TAG_NONE, 0};
+static VIRTUAL_BLOCK_MAP block_map;
+VIRTUAL_BLOCK_MAP *virtualBlockMapPtr = &block_map;
+/* Per die, a FIFO of requests (nandReqQ[ch][way]), linked through nextReq. */
+static unsigned int die_head[USER_DIES], die_tail[USER_DIES], die_count[USER_DIES];
+static unsigned next_die;
+
+static void put_free(unsigned int r)
+{
+    pool.reqPool[r].nextReq = REQ_SLOT_TAG_NONE;
+    if (freeReqQ.tailReq == REQ_SLOT_TAG_NONE)
+        freeReqQ.headReq = r;
+    else
+        pool.reqPool[freeReqQ.tailReq].nextReq = r;
+    freeReqQ.tailReq = r;
+    freeReqQ.reqCnt++;
+}
+
+static void pool_init(void)
+{
+    freeReqQ = (FREE_REQUEST_QUEUE){REQ_SLOT_TAG_NONE, REQ_SLOT_TAG_NONE, 0};
+    for (unsigned int r = 0; r < AVAILABLE_OUNTSTANDING_REQ_COUNT; r++)
+        put_free(r);
+    for (unsigned d = 0; d < USER_DIES; d++) {
+        die_head[d] = die_tail[d] = REQ_SLOT_TAG_NONE;
+        die_count[d] = 0;
+        /* InitFTL's bad-block scan found two bad blocks per die. */
+        block_map.block[d][2 + d].bad = 1;
+        block_map.block[d][9 + 2 * d].bad = 1;
+    }
+}
+
+unsigned int GetFromFreeReqQ(void)
+{
+    unsigned int r = freeReqQ.headReq;
+    if (r == REQ_SLOT_TAG_NONE)
+        fail("nand", "GetFromFreeReqQ on an empty pool (GreedyFTL would run the scheduler"
+                     " inside the flash callback)", 0);
+    freeReqQ.headReq = pool.reqPool[r].nextReq;
+    if (freeReqQ.headReq == REQ_SLOT_TAG_NONE)
+        freeReqQ.tailReq = REQ_SLOT_TAG_NONE;
+    freeReqQ.reqCnt--;
+    return r;
+}
+
+void SelectLowLevelReqQ(unsigned int r)
+{
+    const SSD_REQ_FORMAT *q = &pool.reqPool[r];
+    if (q->reqType != REQ_TYPE_NAND || q->reqOpt.nandAddr != REQ_OPT_NAND_ADDR_VSA ||
+        q->reqOpt.rowAddrDependencyCheck != REQ_OPT_ROW_ADDR_DEPENDENCY_NONE ||
+        q->prevBlockingReq != REQ_SLOT_TAG_NONE || q->nextBlockingReq != REQ_SLOT_TAG_NONE)
+        fail("nand", "a request not built as GreedyFTL's raw NAND requests are, slot", r);
+    unsigned d = q->nandInfo.virtualSliceAddr % USER_DIES;
+    pool.reqPool[r].nextReq = REQ_SLOT_TAG_NONE;
+    if (die_tail[d] == REQ_SLOT_TAG_NONE)
+        die_head[d] = r;
+    else
+        pool.reqPool[die_tail[d]].nextReq = r;
+    die_tail[d] = r;
+    die_count[d]++;
+}
+
+void SchedulingNandReq(void)
+{
+    for (unsigned tries = 0; tries < USER_DIES; tries++) {
+        unsigned d = next_die;
+        next_die = (next_die + 1) % USER_DIES;
+        if (die_count[d] == 0)
+            continue;
+        unsigned int r = die_head[d];
+        SSD_REQ_FORMAT *q = &pool.reqPool[r];
+        die_head[d] = q->nextReq;
+        if (die_head[d] == REQ_SLOT_TAG_NONE)
+            die_tail[d] = REQ_SLOT_TAG_NONE;
+        die_count[d]--;
+        unsigned int vsa = q->nandInfo.virtualSliceAddr;
+        unsigned int rest = vsa / USER_DIES;
+        unsigned int block = rest / USER_PAGES_PER_BLOCK, page = rest % USER_PAGES_PER_BLOCK;
+        if (block >= USER_BLOCKS_PER_DIE || block_map.block[d][block].bad)
+            fail("nand", "a request to a bad or missing virtual block", block);
+        uint32_t kind = q->reqCode == REQ_CODE_READ    ? SAGESSD_FLASH_READ
+                        : q->reqCode == REQ_CODE_WRITE ? SAGESSD_FLASH_PROGRAM
+                                                       : SAGESSD_FLASH_ERASE;
+        uint8_t *data = NULL;
+        if (kind != SAGESSD_FLASH_ERASE) {
+            if (q->reqOpt.dataBufFormat != REQ_OPT_DATA_BUF_ADDR)
+                fail("nand", "a page request without a data buffer address, slot", r);
+            data = (uint8_t *)(uintptr_t)q->dataBufInfo.addr;
+        }
+        uint32_t nand_block = d * USER_BLOCKS_PER_DIE + block;
+        uint32_t address = kind == SAGESSD_FLASH_ERASE ? nand_block
+                                                       : nand_block * USER_PAGES_PER_BLOCK + page;
+        unsigned int status = cosmos_nand_execute(kind, address, data);
+        /* GenerateSpareDataBufAddr: a read also lands the page's spare bytes after its data. */
+        if (kind == SAGESSD_FLASH_READ)
+            for (unsigned i = 0; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
+                data[BYTES_PER_DATA_REGION_OF_PAGE + i] = 0x5Au;
+        /* GetFromNandReqQ, with the board's one-line hook before PutToFreeReqQ. */
+        sagessd_cosmos_nand_done(r, status);
+        put_free(r);
+        return;
+    }
+}
+
+void CheckDoneNvmeDmaReq(void) {}
+
+void UpdateBadBlockTableForGrownBadBlock(unsigned int tempBufAddr)
+{
+    if (tempBufAddr != RESERVED_DATA_BUFFER_BASE_ADDR)
+        fail("shutdown", "the bad-block table written through another buffer", tempBufAddr);
+    if (cosmos_model_nand_queued() != 0 || cosmos_model_slots_in_use() != 0)
+        fail("shutdown", "the bad-block table written while NAND work or commands remain",
+             cosmos_model_nand_queued());
+    stats.bbt_updates++;
+    bbt_written = 1;
+}
+
+unsigned int cosmos_model_nand_queued(void)
+{
+    unsigned n = 0;
+    for (unsigned d = 0; d < USER_DIES; d++)
+        n += die_count[d];
+    return n;
+}
