@@ -55,8 +55,16 @@ pub fn first_collect_len(
         .next_multiple_of(4) as usize
 }
 
-/// The `NS_COLLECT` of job `tag` into a buffer of `len` bytes, and that buffer.
+/// The unit a device→host vendor buffer is allocated in: a controller whose DMA engine moves
+/// whole 4 KiB units of a command (the Cosmos+ OpenSSD's auto DMA, docs/openssd.md §4) writes
+/// the last unit whole, so the buffer, CDW10 and CDW12 all cover whole units.
+pub const COLLECT_UNIT_BYTES: usize = 4096;
+
+/// The `NS_COLLECT` of job `tag` into a buffer of at least `len` bytes (rounded up to whole
+/// [`COLLECT_UNIT_BYTES`] units, largest `u32::MAX` rounded down to one), and that buffer.
 pub fn ns_collect(tag: u32, len: usize) -> (SubmissionEntry, Vec<u8>) {
+    let most = u32::MAX as usize / COLLECT_UNIT_BYTES * COLLECT_UNIT_BYTES;
+    let len = len.max(1).next_multiple_of(COLLECT_UNIT_BYTES).min(most);
     (
         SubmissionEntry::vendor(io_opcode::NS_COLLECT, 0, NAMESPACE_ID, len as u32, tag),
         vec![0u8; len],
@@ -123,4 +131,23 @@ pub fn validate(data: Vec<u8>, seed: u64, layer_count: usize) -> Result<Vec<u8>,
         )));
     }
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collect_buffers_are_whole_4k_units_and_cdw10_cdw12_agree() {
+        for want in [1usize, 64, 4095, 4096, 4097, 9580, 1 << 20, (1 << 20) + 4] {
+            for (sqe, buffer) in [ns_collect(7, want), ns_collect_window(7, 8192, want)] {
+                let units = sqe.cdw12.get() as usize + 1;
+                assert!(buffer.len() >= want, "{want}: buffer {}", buffer.len());
+                assert_eq!(buffer.len() % COLLECT_UNIT_BYTES, 0, "{want}");
+                assert_eq!(sqe.cdw10.get() as usize * 4, buffer.len(), "{want}");
+                assert_eq!(units * COLLECT_UNIT_BYTES, buffer.len(), "{want}");
+                assert_eq!(sqe.cdw13.get(), 7);
+            }
+        }
+    }
 }

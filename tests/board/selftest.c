@@ -289,15 +289,20 @@ static const sagessd_geometry geometry = {
     .page_size_bytes = PAGE_BYTES,
 };
 
-/* The firmware's DRAM arena (zero-filled: it is in .bss). */
+/* Large arrays live outside the program image, as on a Cosmos+ board, whose image must stay in
+ * its 1 MiB segment (docs/openssd.md §6): the linker script places this section in DDR after the
+ * image (vexpress-a9.ld; on the host it is ordinary .bss), and the start-up code zeroes it. */
+#define SELFTEST_DDR __attribute__((section(".bss.sagessd_ddr")))
+
+/* The firmware's DRAM arena (zero-filled). */
 #ifndef ARENA_BYTES
 #define ARENA_BYTES (6u << 20)
 #endif
-static uint8_t arena[ARENA_BYTES] __attribute__((aligned(64)));
+static uint8_t arena[ARENA_BYTES] SELFTEST_DDR __attribute__((aligned(64)));
 
 /* ---------------------------------------------------------------- RAM-backed NAND -------------- */
 
-static uint8_t nand[NAND_PAGES][PAGE_BYTES];
+static uint8_t nand[NAND_PAGES][PAGE_BYTES] SELFTEST_DDR;
 /* Next programmable page of each block; pages at and past it are erased. */
 static uint16_t write_point[NAND_BLOCKS];
 
@@ -472,7 +477,7 @@ static int flash_complete_one(void)
 
 typedef struct {
     int in_use, done;
-    uint16_t cid;
+    uint16_t cid, sq_id;
     sagessd_completion completion;
 } outstanding;
 
@@ -492,7 +497,7 @@ static outstanding *find_command(uint16_t cid)
 static void take_completion(const sagessd_completion *c)
 {
     outstanding *o = find_command(c->cid);
-    if (o == NULL || o->done || c->sq_id != IO_QUEUE)
+    if (o == NULL || o->done || c->sq_id != o->sq_id)
         fail("a completion for a command that is not outstanding");
     o->completion = *c;
     o->done = 1;
@@ -564,6 +569,8 @@ static int board_turn(void)
 
 /* The status the glue must answer the next command with, without the library (once). */
 static uint32_t cosmos_expect = COSMOS_EXPECT_LIBRARY;
+/* The queue of the next command (once): admin (0) or the I/O queue. */
+static uint16_t cosmos_queue = IO_QUEUE;
 #endif
 
 /* One turn of the main loop: run the firmware, take its completions, complete one flash
@@ -613,11 +620,13 @@ static uint16_t start_command(uint8_t sqe[64], uint8_t *data, uint32_t data_len)
             o = &commands[i];
     if (o == NULL)
         fail("test bug: too many outstanding commands");
-    *o = (outstanding){.in_use = 1, .done = 0, .cid = cid};
+    *o = (outstanding){.in_use = 1, .done = 0, .cid = cid, .sq_id = IO_QUEUE};
 #ifdef SELFTEST_COSMOS
     uint32_t expect = cosmos_expect;
     cosmos_expect = COSMOS_EXPECT_LIBRARY;
-    while (cosmos_host_submit(IO_QUEUE, sqe, data, data_len, expect) != 0)
+    o->sq_id = cosmos_queue;
+    cosmos_queue = IO_QUEUE;
+    while (cosmos_host_submit(o->sq_id, sqe, data, data_len, expect) != 0)
         if (!main_loop_step())
             fail("no controller slot frees up");
     return cid;
@@ -763,10 +772,10 @@ static uint32_t feature_word(uint32_t v, uint32_t w)
     return (uint32_t)mix64((uint64_t)v << 8 | w);
 }
 
-static uint8_t image[IMAGE_LBAS * LBA_BYTES] __attribute__((aligned(4096)));
+static uint8_t image[IMAGE_LBAS * LBA_BYTES] SELFTEST_DDR __attribute__((aligned(4096)));
 /* Big enough for the graph and for the filler region (64 LBAs, below). */
 #define READBACK_LBAS (IMAGE_LBAS > 64u ? IMAGE_LBAS : 64u)
-static uint8_t readback[READBACK_LBAS * LBA_BYTES] __attribute__((aligned(4096)));
+static uint8_t readback[READBACK_LBAS * LBA_BYTES] SELFTEST_DDR __attribute__((aligned(4096)));
 
 static uint32_t indices_lbas(void) { return (edge_count * 4u + LBA_BYTES - 1) / LBA_BYTES; }
 
@@ -837,7 +846,7 @@ static void check_graph_on_flash(const char *when)
 #define FILLER_PASSES 20u
 _Static_assert(FILLER_LBAS <= READBACK_LBAS, "readback holds the filler");
 _Static_assert(FILLER_SLBA >= IMAGE_LBAS, "the filler does not overlap the graph");
-static uint8_t filler[FILLER_LBAS * LBA_BYTES] __attribute__((aligned(4096)));
+static uint8_t filler[FILLER_LBAS * LBA_BYTES] SELFTEST_DDR __attribute__((aligned(4096)));
 static uint32_t filler_pass;
 
 static void fill_filler(uint32_t pass)
@@ -898,7 +907,7 @@ static uint32_t sample_positions(uint64_t seed, uint32_t layer, uint64_t node, u
 static int32_t local_of[NODES];
 static uint64_t ref_nodes[NODES];
 static uint32_t ref_indptr[MAX_LAYERS][NODES + 1];
-static uint32_t ref_indices[MAX_SUB_EDGES];
+static uint32_t ref_indices[MAX_SUB_EDGES] SELFTEST_DDR;
 
 typedef struct {
     uint64_t seed;
@@ -1055,8 +1064,8 @@ static uint32_t ns_submit(const minibatch *mb, uint32_t which)
 }
 
 #define RESULT_BYTES (256u * 1024u)
-static uint8_t result[RESULT_BYTES] __attribute__((aligned(4096)));
-static uint8_t reference[RESULT_BYTES] __attribute__((aligned(8)));
+static uint8_t result[RESULT_BYTES] SELFTEST_DDR __attribute__((aligned(4096)));
+static uint8_t reference[RESULT_BYTES] SELFTEST_DDR __attribute__((aligned(8)));
 
 /* NS_COLLECT of `tag` into result[..buffer_len]; returns the status field, dword 0 in *dw0. */
 static uint16_t ns_collect(uint32_t tag, uint32_t buffer_len, uint32_t *dw0)
@@ -1158,6 +1167,66 @@ static void check_features(uint32_t b)
 
 #ifdef SELFTEST_COSMOS
 /* ---------------------------------------------------------------- reset and shutdown ----------- */
+
+/* The commands whose data the glue moves by direct DMA only (Identify at a page offset, so that
+ * it spans two host pages; Dataset Management), and those it must refuse before any DMA: a PRP1
+ * that direct DMA cannot reach, more blocks than the controller's 8-bit length holds, a vendor
+ * command whose CDW12 disagrees with its length. Commands without data go to the library. */
+static void cosmos_commands(void)
+{
+    uint8_t sqe[64];
+    uint8_t *id = result + 0x200;
+    sqe_init(sqe, SAGESSD_ADMIN_IDENTIFY, 0);
+    put_le32(sqe + 4, 0);
+    put_le32(sqe + 40, 1); /* CNS 1: the controller */
+    cosmos_queue = 0;
+    expect_status("Identify controller", wait_command(start_command(sqe, id, 4096), NULL), 0);
+    if (get_le16(id) != 0xFFFF || id[3072] != 'S' || id[3073] != 'A' || id[3074] != 'G' ||
+        id[3075] != 'E' || get_le32(id + 3076) != config.max_targets)
+        fail("Identify controller through the glue: wrong data");
+    sqe_init(sqe, SAGESSD_ADMIN_IDENTIFY, 0);
+    put_le32(sqe + 40, 0); /* CNS 0: the namespace */
+    cosmos_queue = 0;
+    expect_status("Identify namespace", wait_command(start_command(sqe, result, 4096), NULL), 0);
+    if (result[130] != 12)
+        fail("Identify namespace through the glue: LBADS is not 12");
+
+    /* Deallocate four filler blocks: they read as zeros afterwards. */
+    static uint8_t range[16] __attribute__((aligned(16)));
+    fill_bytes(range, 0, sizeof range);
+    put_le32(range + 4, 4);
+    put_le64(range + 8, FILLER_SLBA + 60);
+    sqe_init(sqe, SAGESSD_IO_DSM, 0);
+    put_le32(sqe + 40, 0);      /* NR: one range */
+    put_le32(sqe + 44, 1u << 2); /* AD: deallocate */
+    expect_status("Dataset Management", wait_command(start_command(sqe, range, 16), NULL), 0);
+    transfer_range(0, FILLER_SLBA + 60, 4, readback);
+    for (uint32_t i = 0; i < 4 * LBA_BYTES; i++)
+        if (readback[i] != 0)
+            fail_code("a deallocated block does not read as zeros at byte", (int32_t)i);
+
+    sqe_init(sqe, SAGESSD_IO_WRITE, 0);
+    put_le32(sqe + 40, FILLER_SLBA);
+    cosmos_expect = SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID;
+    expect_status("WRITE from a PRP1 that is not 16-byte aligned",
+                  wait_command(start_command(sqe, readback + 8, LBA_BYTES), NULL), 0x013);
+    sqe_init(sqe, SAGESSD_IO_READ, 0);
+    put_le32(sqe + 40, FILLER_SLBA);
+    put_le32(sqe + 48, 256); /* 257 blocks: CDW12 bits 7:0 would say 1 */
+    cosmos_expect = SAGESSD_COSMOS_STATUS_INVALID_FIELD;
+    expect_status("READ of 257 blocks", wait_command(start_command(sqe, result, RESULT_BYTES), NULL),
+                  0x002);
+    sqe_init(sqe, SAGESSD_IO_NS_SUBMIT, 0);
+    put_le32(sqe + 40, 800 / 4);
+    put_le32(sqe + 48, 1); /* two units for 800 bytes */
+    cosmos_expect = SAGESSD_COSMOS_STATUS_INVALID_FIELD;
+    expect_status("NS_SUBMIT whose CDW12 disagrees with CDW10",
+                  wait_command(start_command(sqe, ns_config[0], 800), NULL), 0x002);
+    sqe_init(sqe, 0xC4, 0);
+    expect_status("an unknown I/O opcode", wait_command(start_command(sqe, NULL, 0), NULL), 0x001);
+    sqe_init(sqe, SAGESSD_IO_FLUSH, 0);
+    expect_status("Flush", wait_command(start_command(sqe, NULL, 0), NULL), 0);
+}
 
 /* A controller reset (CC.EN cleared) with commands everywhere: writes, a read and a collect in
  * the glue, in the library and still in the controller's fetch queue, NAND work in flight. The
@@ -1316,7 +1385,7 @@ int main(void)
     }
     static uint8_t bounce[SAGESSD_COSMOS_NAND_BOUNCES]
                          [BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE]
-        __attribute__((aligned(16)));
+        SELFTEST_DDR __attribute__((aligned(16)));
     if (sagessd_cosmos_nand_init(&bounce[0][0]) != 0)
         fail("sagessd_cosmos_nand_init");
     const sagessd_flash_ops ops = sagessd_cosmos_flash_ops;
@@ -1329,7 +1398,8 @@ int main(void)
     if (sagessd_fw_init(&config, &geometry, arena, dram_bytes, &ops) != SAGESSD_ERR_STATE)
         fail("a second sagessd_fw_init did not return SAGESSD_ERR_STATE");
 #ifdef SELFTEST_COSMOS
-    static uint8_t staging[SAGESSD_COSMOS_SLOTS][COSMOS_STAGING_BYTES] __attribute__((aligned(4096)));
+    static uint8_t staging[SAGESSD_COSMOS_SLOTS][COSMOS_STAGING_BYTES] SELFTEST_DDR
+        __attribute__((aligned(4096)));
     if (sagessd_cosmos_init(&staging[0][0], COSMOS_STAGING_BYTES) != 0)
         fail("sagessd_cosmos_init");
     cosmos_host_set_enable(1);
@@ -1449,6 +1519,7 @@ int main(void)
 #ifdef SELFTEST_COSMOS
     if (cosmos_model_nand_queued() != 0)
         fail("flash operations still pending at the end");
+    cosmos_commands();
     cosmos_reset_and_shutdown();
 #else
     if (pending_count != 0)

@@ -93,19 +93,29 @@ _reset:
     strdlo  r2, r3, [r0], #8
     blo     0b
 
-    /* Zero .bss (8-byte aligned at both ends by the linker script). */
+    /* Zero .bss and the DDR section (each 8-byte aligned at both ends by the linker script). */
     ldr     r0, =__bss_start
     ldr     r1, =__bss_end
-    mov     r2, #0
-    mov     r3, #0
-1:  cmp     r0, r1
-    strdlo  r2, r3, [r0], #8
-    blo     1b
+    bl      zero_range
+    ldr     r0, =__ddr_start
+    ldr     r1, =__ddr_end
+    bl      zero_range
 
     bl      main
     bl      platform_exit           /* r0 = main's return value; never returns */
 2:  b       2b
     .size   _reset, . - _reset
+
+/* Zeroes [r0, r1), both 8-byte aligned; clobbers r0, r2, r3. */
+    .type   zero_range, %function
+zero_range:
+    mov     r2, #0
+    mov     r3, #0
+1:  cmp     r0, r1
+    strdlo  r2, r3, [r0], #8
+    blo     1b
+    bx      lr
+    .size   zero_range, . - zero_range
 
 /* Every unexpected exception reports itself through platform_fault(kind, lr, status, address),
  * which prints a FAIL line and stops. An SVC lands here only when QEMU did not intercept the
