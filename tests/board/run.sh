@@ -110,7 +110,23 @@ build_elf selftest-hardfp.elf -mfloat-abi=hard -mfpu=vfpv3 -Wl,--no-warn-mismatc
 extra_src=("${cosmos_src[@]}")
 build_elf selftest-cosmos.elf -mfloat-abi=soft "${cosmos_flags[@]}"
 extra_src=()
-say "built in $(elapsed) s"
+# The 1 MiB image region must be a hard limit, as it must be on the board: an image that outgrows
+# it has to fail to link, not spill into what lies after it (on Cosmos+ the NVMe management
+# buffers at 0x0020_0000).
+printf 'static volatile char big[1u << 20];\nint main(void) { return big[0]; }\n' >"$out/image-probe.c"
+if arm-none-eabi-gcc "${arm_flags[@]}" "${include[@]}" "${ld_flags[@]}" -o "$out/image-probe.elf" \
+    "$here/startup.S" "$here/platform_vexpress.c" "$out/image-probe.c" \
+    >"$out/image-probe.log" 2>&1; then
+    die "an image with 1 MiB of .bss linked: the 1 MiB image region is not enforced"
+fi
+grep -q "region \`IMAGE' overflowed" "$out/image-probe.log" ||
+    die "the oversized image failed to link for another reason: $(grep -v '^bfd plugin' "$out/image-probe.log" | head -n 3)"
+image_bytes() { # elf
+    local end
+    end=$(arm-none-eabi-readelf -sW "$1" 2>/dev/null | awk '$NF == "__image_end" { print $2 }')
+    echo $((0x$end - 0x60000000))
+}
+say "built in $(elapsed) s; program images $(image_bytes "$out/selftest.elf") and $(image_bytes "$out/selftest-cosmos.elf") bytes of the 1 MiB region (an oversized one fails to link)"
 
 # 3. Run them.
 run_start=$(date +%s.%N)

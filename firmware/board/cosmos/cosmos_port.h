@@ -13,7 +13,6 @@
 #ifdef SAGESSD_COSMOS_MODEL
 #include "cosmos_hw_model.h"
 #else
-#include "xil_types.h"
 #include "nvme/nvme.h"
 #include "nvme/host_lld.h"
 #include "nvme/nvme_main.h"
