@@ -1398,9 +1398,9 @@ int main(void)
     if (sagessd_fw_init(&config, &geometry, arena, dram_bytes, &ops) != SAGESSD_ERR_STATE)
         fail("a second sagessd_fw_init did not return SAGESSD_ERR_STATE");
 #ifdef SELFTEST_COSMOS
-    static uint8_t staging[SAGESSD_COSMOS_SLOTS][COSMOS_STAGING_BYTES] SELFTEST_DDR
+    static uint8_t staging[SAGESSD_COSMOS_STAGING_BYTES(COSMOS_STAGING_BYTES)] SELFTEST_DDR
         __attribute__((aligned(4096)));
-    if (sagessd_cosmos_init(&staging[0][0], COSMOS_STAGING_BYTES) != 0)
+    if (sagessd_cosmos_init(staging, COSMOS_STAGING_BYTES) != 0)
         fail("sagessd_cosmos_init");
     cosmos_host_set_enable(1);
     for (uint32_t i = 0; i < 8 && !cosmos_host_rdy(); i++)

@@ -81,8 +81,9 @@ static uint8_t *staging_base;
 static uint32_t staging_slot_bytes;
 static int shutting_down;
 
-/* A 16-byte buffer for fetching a PRP list entry by direct DMA. */
-static uint32_t prp_fetch[4] __attribute__((aligned(16)));
+/* 16 bytes of the staging area (after the slots' buffers, so DMA-reachable and uncached like
+ * them) for fetching a PRP list entry by direct DMA. */
+static uint8_t *prp_fetch;
 
 static uint32_t le32(const uint8_t *p)
 {
@@ -96,6 +97,7 @@ int sagessd_cosmos_init(uint8_t *staging, uint32_t slot_bytes)
         return -1;
     staging_base = staging;
     staging_slot_bytes = slot_bytes;
+    prp_fetch = staging + (size_t)SAGESSD_COSMOS_SLOTS * slot_bytes;
     shutting_down = 0;
     for (unsigned i = 0; i < SAGESSD_COSMOS_SLOTS; i++) {
         cmds[i].state = FREE;
@@ -172,8 +174,8 @@ static uint64_t prp_address(const glue_cmd *c, uint32_t at, uint32_t span, int *
     set_direct_rx_dma(SAGESSD_COSMOS_DEV_ADDR(prp_fetch), (unsigned int)(block >> 32),
                       (unsigned int)block, 16);
     check_direct_rx_dma_done();
-    unsigned w = (unsigned)(entry - block) / 4u;
-    uint64_t value = (uint64_t)prp_fetch[w + 1] << 32 | prp_fetch[w];
+    const uint8_t *e = prp_fetch + (unsigned)(entry - block);
+    uint64_t value = (uint64_t)le32(e + 4) << 32 | le32(e);
     if ((value & (HOST_PAGE - 1)) != 0) {
         *bad = 1;
         return 0;

@@ -58,10 +58,16 @@
 #define SAGESSD_COSMOS_STATUS_INVALID_FIELD      ((uint16_t)((1u << 15) | (0x02u << 1)))
 #define SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID ((uint16_t)((1u << 15) | (0x13u << 1)))
 
-/* Boot, after InitFTL() and a successful sagessd_fw_init: `staging` is SAGESSD_COSMOS_SLOTS ×
-   `slot_bytes` bytes of DDR that the host DMA engine reaches and nothing else uses (uncached, see
-   docs/openssd.md §6), 16-byte aligned; `slot_bytes` a multiple of 4096, at least 4096 and at
-   most 1 MiB (the host controller's 256 units of 4 KiB). Returns 0, or -1 for bad arguments. */
+/* Bytes of the staging area for staging buffers of `slot_bytes`: one per slot, and 64 bytes the
+   glue's own small DMAs use (fetching PRP list entries). */
+#define SAGESSD_COSMOS_STAGING_BYTES(slot_bytes) \
+    ((uint32_t)SAGESSD_COSMOS_SLOTS * (uint32_t)(slot_bytes) + 64u)
+
+/* Boot, after InitFTL() and a successful sagessd_fw_init: `staging` is
+   SAGESSD_COSMOS_STAGING_BYTES(slot_bytes) bytes of DDR that the host DMA engine reaches and
+   nothing else uses (uncached, see docs/openssd.md §6), 16-byte aligned; `slot_bytes` a multiple
+   of 4096, at least 4096 and at most 1 MiB (the host controller's 256 units of 4 KiB). Returns 0,
+   or -1 for bad arguments. */
 int sagessd_cosmos_init(uint8_t *staging, uint32_t slot_bytes);
 
 /* Whether the glue can take one more command now (a free slot entry and staging buffer). Fetch
