@@ -416,40 +416,47 @@ static void check_dev(unsigned int devAddr)
         fail("dma rule", "a DMA with device address 0", 0);
 }
 
+/* host_lld.c's four DMA calls: an auto request names a slot and a unit (the "auto completion"
+ * argument goes nowhere: s_axi_reg.v drops bit 13), a direct one an address and a length. */
+static void queue_auto(int kind, unsigned int slot, unsigned int unit, unsigned int dev)
+{
+    check_dev(dev);
+    if (unit >= 256 || slot >= SLOTS)
+        fail("dma rule", "an auto DMA's unit or slot out of range (host_lld.c asserts), unit", unit);
+    queue_dma((dma_t){(uint8_t)kind, (uint8_t)slot, (uint16_t)unit, dev, 0, UNIT});
+}
+
+static void queue_direct(int kind, unsigned int dev, unsigned int high, unsigned int low,
+                         unsigned int len)
+{
+    check_dev(dev);
+    queue_dma((dma_t){(uint8_t)kind, 0, 0, dev, (uint64_t)high << 32 | low, len});
+}
+
 void set_auto_rx_dma(unsigned int cmdSlotTag, unsigned int cmd4KBOffset, unsigned int devAddr,
                      unsigned int autoCompletion)
 {
-    (void)autoCompletion; /* s_axi_reg.v drops bit 13 */
-    check_dev(devAddr);
-    if (cmd4KBOffset >= 256 || cmdSlotTag >= SLOTS)
-        fail("dma rule", "set_auto_rx_dma: offset or slot out of range (host_lld.c asserts)",
-             cmd4KBOffset);
-    queue_dma((dma_t){AUTO_RX, (uint8_t)cmdSlotTag, (uint16_t)cmd4KBOffset, devAddr, 0, UNIT});
+    (void)autoCompletion;
+    queue_auto(AUTO_RX, cmdSlotTag, cmd4KBOffset, devAddr);
 }
 
 void set_auto_tx_dma(unsigned int cmdSlotTag, unsigned int cmd4KBOffset, unsigned int devAddr,
                      unsigned int autoCompletion)
 {
     (void)autoCompletion;
-    check_dev(devAddr);
-    if (cmd4KBOffset >= 256 || cmdSlotTag >= SLOTS)
-        fail("dma rule", "set_auto_tx_dma: offset or slot out of range (host_lld.c asserts)",
-             cmd4KBOffset);
-    queue_dma((dma_t){AUTO_TX, (uint8_t)cmdSlotTag, (uint16_t)cmd4KBOffset, devAddr, 0, UNIT});
+    queue_auto(AUTO_TX, cmdSlotTag, cmd4KBOffset, devAddr);
 }
 
 void set_direct_rx_dma(unsigned int devAddr, unsigned int pcieAddrH, unsigned int pcieAddrL,
                        unsigned int len)
 {
-    check_dev(devAddr);
-    queue_dma((dma_t){DIRECT_RX, 0, 0, devAddr, (uint64_t)pcieAddrH << 32 | pcieAddrL, len});
+    queue_direct(DIRECT_RX, devAddr, pcieAddrH, pcieAddrL, len);
 }
 
 void set_direct_tx_dma(unsigned int devAddr, unsigned int pcieAddrH, unsigned int pcieAddrL,
                        unsigned int len)
 {
-    check_dev(devAddr);
-    queue_dma((dma_t){DIRECT_TX, 0, 0, devAddr, (uint64_t)pcieAddrH << 32 | pcieAddrL, len});
+    queue_direct(DIRECT_TX, devAddr, pcieAddrH, pcieAddrL, len);
 }
 
 static void wait_kind(int kind)

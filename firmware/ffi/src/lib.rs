@@ -337,13 +337,18 @@ pub unsafe extern "C" fn sagessd_fw_submit(
 /// if not initialised (or called from a callback).
 #[unsafe(no_mangle)]
 pub extern "C" fn sagessd_fw_poll() -> i32 {
+    with_running(|fw, host| i32::from(fw.poll(host)))
+}
+
+/// Runs `f` on the running firmware and the host state; `SAGESSD_ERR_STATE` if the library is
+/// not initialised (or the call comes from inside a flash callback).
+fn with_running(f: impl FnOnce(&mut Fw, &mut BoardHost) -> i32) -> i32 {
     FIRMWARE
-        .with(|fw| {
-            let Some(fw) = fw.firmware() else {
+        .with(|slot| {
+            let Some(fw) = slot.firmware() else {
                 return ERR_STATE;
             };
-            HOST.with(|host| i32::from(fw.poll(host)))
-                .unwrap_or(ERR_STATE)
+            HOST.with(|host| f(fw, host)).unwrap_or(ERR_STATE)
         })
         .unwrap_or(ERR_STATE)
 }
@@ -412,15 +417,11 @@ pub extern "C" fn sagessd_fw_flash_complete(tag: u32, status: u32) -> i32 {
 /// attached. Returns `SAGESSD_OK` or `SAGESSD_ERR_STATE` (not initialised).
 #[unsafe(no_mangle)]
 pub extern "C" fn sagessd_fw_reset() -> i32 {
-    FIRMWARE
-        .with(|fw| {
-            let Some(fw) = fw.firmware() else {
-                return ERR_STATE;
-            };
-            fw.abandon_commands();
-            HOST.with(BoardHost::abandon).map_or(ERR_STATE, |()| OK)
-        })
-        .unwrap_or(ERR_STATE)
+    with_running(|fw, host| {
+        fw.abandon_commands();
+        host.abandon();
+        OK
+    })
 }
 
 /// Whether the library has nothing to do: 1 when no command is in flight, no completion waits to
@@ -429,16 +430,8 @@ pub extern "C" fn sagessd_fw_reset() -> i32 {
 /// shutting down (CC.SHN) polls until it is 1 before it reports shutdown complete.
 #[unsafe(no_mangle)]
 pub extern "C" fn sagessd_fw_idle() -> i32 {
-    FIRMWARE
-        .with(|fw| {
-            let Some(fw) = fw.firmware() else {
-                return ERR_STATE;
-            };
-            // The firmware counts a flash operation until it has collected its report.
-            HOST.with(|h| i32::from(fw.is_idle() && h.is_empty()))
-                .unwrap_or(ERR_STATE)
-        })
-        .unwrap_or(ERR_STATE)
+    // The firmware counts a flash operation until it has collected its report.
+    with_running(|fw, host| i32::from(fw.is_idle() && host.is_empty()))
 }
 
 /// Bytes of `.bss` the firmware instance takes (for footprint reports and tests).
