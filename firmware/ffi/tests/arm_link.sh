@@ -25,8 +25,9 @@ done
 out=target/ffi-arm-link
 mkdir -p "$out"
 src=firmware/ffi/tests/c
-symbols=(sagessd_fw_abi_version sagessd_fw_dram_size sagessd_fw_init sagessd_fw_submit
-    sagessd_fw_poll sagessd_fw_next_completion sagessd_fw_flash_complete)
+# Every function the header declares (its return type at a line's start, then sagessd_fw_<name>().
+mapfile -t symbols < <(sed -nE 's/^u?int32_t (sagessd_fw_[a-z_]+)\(.*/\1/p' firmware/include/sagessd_fw.h)
+[ "${#symbols[@]}" -ge 9 ] || fail "found only ${#symbols[@]} functions in sagessd_fw.h: ${symbols[*]}"
 
 # link <rust target> <elf name> <gcc cpu flags...>
 link() {

@@ -57,6 +57,8 @@ void _start(void)
     }
     sink = (uint32_t)sagessd_fw_flash_complete(0, SAGESSD_FLASH_OK);
     sink = (uint32_t)sagessd_fw_next_completion(&completion);
+    sink = (uint32_t)sagessd_fw_idle();
+    sink = (uint32_t)sagessd_fw_reset();
     for (;;) {
     }
 }
