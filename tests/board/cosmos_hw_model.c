@@ -8,10 +8,15 @@
 #include <stddef.h>
 
 #define SLOTS 128u            /* 7-bit cmdSlotTag */
-#define DMA_FIFO 256u         /* dma_cmd_fifo.v: one FIFO for all four DMA kinds, in order */
+#define DMA_FIFO 256u /* dma_cmd_fifo.v: 256 requests; RX and TX then run apart, each in order */
 #define HOST_PAGE 4096u
 #define UNIT 4096u
-#define HOST_PCIE_BASE 0x100000000ull /* host memory as the device sees it */
+/* The host's addresses as the device sees them: PRP lists at 0x1_0000_0000 + their address;
+ * each slot's data buffer through its own 2 MiB window at 0x2_0000_0000 + slot × 2 MiB, its
+ * pages in reverse order (an IOMMU's scattering), so that only the PRPs lead to the data. */
+#define HOST_PCIE_BASE 0x100000000ull
+#define IOVA_BASE 0x200000000ull
+#define IOVA_SLOT_SHIFT 21u
 #define CQ_DEPTH 64u
 #define LISTS 32u
 #define LIST_BYTES 1024u /* PRP lists come from aligned chunks (Linux: 256 B or a page), never across a page */
@@ -49,8 +54,9 @@ typedef struct {
 static slot_t slots[SLOTS];
 static uint8_t fetch_queue[SLOTS];
 static unsigned fetch_head, fetch_count;
-static dma_t fifo[DMA_FIFO];
-static unsigned fifo_head, fifo_count;
+/* Queued DMA requests per direction: 0 host→device (RX), 1 device→host (TX). */
+static dma_t fifo[2][DMA_FIFO];
+static unsigned fifo_head[2], fifo_count[2];
 static uint32_t issued[KINDS], done[KINDS];
 static sagessd_completion cq[CQ_DEPTH];
 static unsigned cq_head, cq_count;
@@ -58,6 +64,8 @@ static uint8_t lists[LISTS][LIST_BYTES] __attribute__((aligned(LIST_BYTES)));
 static int list_used[LISTS];
 static library_result results[SLOTS];
 static unsigned int cc_en, cc_shn, csts_shst, csts_rdy, queues_on;
+/* I/O submission queues 1..8 (set_io_sq's index + 1): valid or deleted. */
+static unsigned int sq_valid[9];
 static cosmos_model_stats stats;
 static uint32_t seq;
 
@@ -94,10 +102,47 @@ static uint64_t pcie_of(const void *p)
     return HOST_PCIE_BASE + (uint64_t)(uintptr_t)p;
 }
 
+static uint32_t pages_of(const slot_t *c)
+{
+    uint32_t off = (uint32_t)(uintptr_t)c->buf & (HOST_PAGE - 1);
+    return c->len ? (off + c->len + HOST_PAGE - 1) / HOST_PAGE : 0;
+}
+
+/* The device address of byte `at` of slot s's data buffer. */
+static uint64_t iova_of(unsigned s, uint32_t at)
+{
+    const slot_t *c = &slots[s];
+    uint32_t t = ((uint32_t)(uintptr_t)c->buf & (HOST_PAGE - 1)) + at;
+    uint32_t page = t / HOST_PAGE;
+    return IOVA_BASE + ((uint64_t)s << IOVA_SLOT_SHIFT) +
+           (uint64_t)(pages_of(c) - 1 - page) * HOST_PAGE + (t % HOST_PAGE);
+}
+
+/* The slot whose data window holds `pcie`, or -1 (a PRP list address). */
+static int slot_of_iova(uint64_t pcie)
+{
+    if (pcie < IOVA_BASE)
+        return -1;
+    uint64_t s = (pcie - IOVA_BASE) >> IOVA_SLOT_SHIFT;
+    return s < SLOTS ? (int)s : -1;
+}
+
 static uint8_t *host_ptr(uint64_t pcie)
 {
+    int s = slot_of_iova(pcie);
+    if (s >= 0) {
+        const slot_t *c = &slots[s];
+        uint32_t j = (uint32_t)((pcie - IOVA_BASE) >> 12) & ((1u << (IOVA_SLOT_SHIFT - 12)) - 1);
+        if (!c->valid || j >= pages_of(c))
+            fail("overrun", "a DMA to a device address no host page is mapped at, low word",
+                 (uint32_t)pcie);
+        uintptr_t first = (uintptr_t)c->buf & ~(uintptr_t)(HOST_PAGE - 1);
+        return (uint8_t *)(first + (uintptr_t)(pages_of(c) - 1 - j) * HOST_PAGE +
+                           (uintptr_t)(pcie & (HOST_PAGE - 1)));
+    }
     if (pcie < HOST_PCIE_BASE || pcie - HOST_PCIE_BASE > 0xFFFFFFFFull)
-        fail("overrun", "a DMA to a PCIe address outside host memory, upper word", (uint32_t)(pcie >> 32));
+        fail("overrun", "a DMA to a PCIe address outside host memory, upper word",
+             (uint32_t)(pcie >> 32));
     return (uint8_t *)(uintptr_t)(pcie - HOST_PCIE_BASE);
 }
 
@@ -157,16 +202,13 @@ int32_t __wrap_sagessd_fw_reset(void)
 
 static int queued_for(unsigned s)
 {
-    for (unsigned i = 0; i < fifo_count; i++) {
-        const dma_t *d = &fifo[(fifo_head + i) % DMA_FIFO];
-        if (d->kind == AUTO_RX || d->kind == AUTO_TX) {
-            if (d->slot == s)
+    for (unsigned dir = 0; dir < 2; dir++)
+        for (unsigned i = 0; i < fifo_count[dir]; i++) {
+            const dma_t *d = &fifo[dir][(fifo_head[dir] + i) % DMA_FIFO];
+            int auto_dma = d->kind == AUTO_RX || d->kind == AUTO_TX;
+            if (auto_dma ? d->slot == s : slot_of_iova(d->pcie) == (int)s)
                 return 1;
-        } else if (slots[s].len > 0 && d->pcie >= pcie_of(slots[s].buf) &&
-                   d->pcie < pcie_of(slots[s].buf) + slots[s].len) {
-            return 1;
         }
-    }
     return 0;
 }
 
@@ -209,6 +251,10 @@ static void post_cqe(unsigned s, uint32_t dw0, uint32_t status, int release, int
     }
     if (!queues_on)
         fail("double completion", "a CQE while the queues are off, cid", c->cid);
+    /* pcie_hcmd_cq_req.v: with the command's queue invalid the CQE is dropped and, for type 1,
+     * the slot is never freed. */
+    if (c->sq_id > 0 && (c->sq_id > 8 || !sq_valid[c->sq_id]))
+        fail("lost completion", "a CQE for a command of a deleted submission queue, cid", c->cid);
     if (cq_count == CQ_DEPTH)
         fail("model", "the host's completion queue is full", CQ_DEPTH);
     sagessd_completion *out = &cq[(cq_head + cq_count++) % CQ_DEPTH];
@@ -268,12 +314,17 @@ void set_nvme_slot_release(unsigned int cmdSlotTag)
 
 /* ---- the DMA engine (dma_cmd_gen.v, dma_done.v) -------------------------------------------- */
 
+static unsigned direction(int kind) { return kind == AUTO_TX || kind == DIRECT_TX; }
+
+static void run_one(unsigned dir);
+
 static void queue_dma(dma_t d)
 {
-    /* host_lld.c waits while 255 requests of a kind are outstanding; one FIFO holds all. */
-    while (fifo_count == DMA_FIFO)
-        (void)cosmos_model_tick();
-    fifo[(fifo_head + fifo_count++) % DMA_FIFO] = d;
+    /* host_lld.c waits while 255 requests of a kind are outstanding. */
+    unsigned dir = direction(d.kind);
+    while (fifo_count[dir] == DMA_FIFO)
+        run_one(dir);
+    fifo[dir][(fifo_head[dir] + fifo_count[dir]++) % DMA_FIFO] = d;
     issued[d.kind]++;
 }
 
@@ -288,8 +339,10 @@ static int in_host_range(unsigned s, const uint8_t *p, uint32_t n, int write)
         uintptr_t up = ((uintptr_t)hi + 15u) & ~(uintptr_t)15u;
         uintptr_t page_end = (((uintptr_t)hi + HOST_PAGE - 1) & ~(uintptr_t)(HOST_PAGE - 1));
         hi = (const uint8_t *)(up < page_end ? up : page_end);
+        /* The list's entries (the glue reads them in 16-byte units). */
+        uint32_t list_bytes = (8u * (pages_of(&slots[s]) - 1) + 15u) & ~15u;
         if (slots[s].list >= 0 && p >= lists[slots[s].list] &&
-            p + n <= lists[slots[s].list] + LIST_BYTES)
+            p + n <= lists[slots[s].list] + list_bytes)
             return 1;
     }
     return slots[s].len > 0 && p >= lo && p + n <= hi;
@@ -303,12 +356,16 @@ static void check_host_range(unsigned s, const uint8_t *p, uint32_t n, int write
              slots[s].cid);
 }
 
-/* The slot whose host buffer (or PRP list) holds all of [pcie, pcie + n), or -1. */
+/* The slot a direct DMA to [pcie, pcie + n) belongs to: the data window's, or the one whose
+ * PRP list holds it; -1 if none (or, for a data window, if the range leaves the buffer). */
 static int owner_of(uint64_t pcie, uint32_t n, int write)
 {
-    for (unsigned s = 0; s < SLOTS; s++)
-        if (in_host_range(s, host_ptr(pcie), n, write))
-            return (int)s;
+    int s = slot_of_iova(pcie);
+    if (s >= 0)
+        return in_host_range((unsigned)s, host_ptr(pcie), n, write) ? s : -1;
+    for (unsigned t = 0; t < SLOTS; t++)
+        if (!write && in_host_range(t, host_ptr(pcie), n, 0))
+            return (int)t;
     return -1;
 }
 
@@ -395,19 +452,27 @@ static void run_direct(const dma_t *d)
     stats.direct_requests++;
 }
 
-int cosmos_model_tick(void)
+/* Runs the oldest queued request of one direction. */
+static void run_one(unsigned dir)
 {
-    if (fifo_count == 0)
-        return 0;
-    dma_t d = fifo[fifo_head];
-    fifo_head = (fifo_head + 1) % DMA_FIFO;
-    fifo_count--;
+    if (fifo_count[dir] == 0)
+        return;
+    dma_t d = fifo[dir][fifo_head[dir]];
+    fifo_head[dir] = (fifo_head[dir] + 1) % DMA_FIFO;
+    fifo_count[dir]--;
     if (d.kind == AUTO_RX || d.kind == AUTO_TX)
         run_auto(&d);
     else
         run_direct(&d);
     done[d.kind]++;
-    return 1;
+}
+
+int cosmos_model_tick(void)
+{
+    int moved = fifo_count[0] + fifo_count[1] > 0;
+    run_one(0);
+    run_one(1);
+    return moved;
 }
 
 static void check_dev(unsigned int devAddr)
@@ -459,10 +524,12 @@ void set_direct_tx_dma(unsigned int devAddr, unsigned int pcieAddrH, unsigned in
     queue_direct(DIRECT_TX, devAddr, pcieAddrH, pcieAddrL, len);
 }
 
+/* The done counters at 0x204: waiting on one kind moves only its direction (the other may be
+ * slower; nothing orders them). */
 static void wait_kind(int kind)
 {
     while (done[kind] != issued[kind])
-        (void)cosmos_model_tick();
+        run_one(direction(kind));
 }
 
 void check_direct_tx_dma_done(void) { wait_kind(DIRECT_TX); }
@@ -517,8 +584,10 @@ void set_nvme_admin_queue(unsigned int sqValid, unsigned int cqValid, unsigned i
 void set_io_sq(unsigned int ioSqIdx, unsigned int valid, unsigned int cqVector, unsigned int qSzie,
                unsigned int pcieBaseAddrL, unsigned int pcieBaseAddrH)
 {
-    (void)ioSqIdx, (void)valid, (void)cqVector, (void)qSzie, (void)pcieBaseAddrL,
-        (void)pcieBaseAddrH;
+    (void)cqVector, (void)qSzie, (void)pcieBaseAddrL, (void)pcieBaseAddrH;
+    if (ioSqIdx >= 8)
+        fail("model", "set_io_sq for a queue index past 7", ioSqIdx);
+    sq_valid[ioSqIdx + 1] = valid;
 }
 
 void set_io_cq(unsigned int ioCqIdx, unsigned int valid, unsigned int irqEn, unsigned int irqVector,
@@ -536,10 +605,13 @@ void cosmos_model_init(void)
         slots[s].valid = 0;
     for (unsigned i = 0; i < LISTS; i++)
         list_used[i] = 0;
-    fetch_head = fetch_count = fifo_head = fifo_count = cq_head = cq_count = 0;
+    fetch_head = fetch_count = cq_head = cq_count = 0;
+    fifo_head[0] = fifo_head[1] = fifo_count[0] = fifo_count[1] = 0;
     for (int k = 0; k < KINDS; k++)
         issued[k] = done[k] = 0;
     cc_en = cc_shn = csts_shst = csts_rdy = queues_on = 0;
+    for (unsigned q = 0; q < 9; q++)
+        sq_valid[q] = 0;
     g_nvmeTask.status = NVME_TASK_IDLE;
     g_nvmeTask.cacheEn = 0;
     pool_init();
@@ -568,13 +640,12 @@ int cosmos_host_submit(uint16_t sq_id, const uint8_t sqe[64], uint8_t *buf, uint
     c->abandoned = 0;
     c->units = (c->dw[12] & 0xFFu) + 1u;
     c->remaining = c->units * UNIT;
-    /* PRPs as an NVMe host builds them for a virtually contiguous buffer. */
-    uint64_t prp1 = len ? pcie_of(buf) : 0, prp2 = 0;
+    /* PRPs as an NVMe host builds them, over the buffer's pages as the device sees them. */
+    uint64_t prp1 = len ? iova_of(s, 0) : 0, prp2 = 0;
     uint32_t off = (uint32_t)(uintptr_t)buf & (HOST_PAGE - 1);
-    uint32_t pages = len ? (off + len + HOST_PAGE - 1) / HOST_PAGE : 0;
-    uint64_t first_page = pcie_of(buf) & ~(uint64_t)(HOST_PAGE - 1);
+    uint32_t pages = pages_of(c);
     if (pages == 2) {
-        prp2 = first_page + HOST_PAGE;
+        prp2 = iova_of(s, HOST_PAGE - off);
     } else if (pages > 2) {
         if (pages - 1 > LIST_BYTES / 8)
             fail("model", "a transfer longer than the test host's PRP lists cover, pages", pages);
@@ -586,7 +657,7 @@ int cosmos_host_submit(uint16_t sq_id, const uint8_t sqe[64], uint8_t *buf, uint
         list_used[l] = 1;
         c->list = l;
         for (uint32_t i = 0; i + 1 < pages; i++) {
-            uint64_t e = first_page + HOST_PAGE * (i + 1);
+            uint64_t e = iova_of(s, HOST_PAGE * (i + 1) - off);
             put32(lists[l] + 8 * i, (uint32_t)e);
             put32(lists[l] + 8 * i + 4, (uint32_t)(e >> 32));
         }
@@ -609,6 +680,12 @@ int cosmos_host_reap(sagessd_completion *out)
     cq_head = (cq_head + 1) % CQ_DEPTH;
     cq_count--;
     return 1;
+}
+
+void cosmos_host_set_sq(uint16_t sq_id, unsigned int valid)
+{
+    if (sq_id >= 1 && sq_id <= 8)
+        sq_valid[sq_id] = valid;
 }
 
 void cosmos_host_set_enable(unsigned int en)

@@ -177,6 +177,9 @@ int cosmos_host_reap(sagessd_completion *out);
 /* The host's controller configuration: CC.EN (dropping it abandons every command in flight)
  * and CC.SHN = 1 (normal shutdown). */
 void cosmos_host_set_enable(unsigned int en);
+/* Creates (valid = 1) or deletes I/O submission queue sq_id, as the stock admin handler's
+ * set_io_sq does for Create and Delete I/O Submission Queue. */
+void cosmos_host_set_sq(uint16_t sq_id, unsigned int valid);
 void cosmos_host_request_shutdown(void);
 /* CSTS.SHST and CSTS.RDY as the firmware last set them; the host's CC.SHN request. */
 unsigned int cosmos_host_shst(void);

@@ -528,8 +528,13 @@ static int board_turn(void)
         if (sagessd_cosmos_ready()) {
             NVME_COMMAND cmd;
             if (get_nvme_cmd(&cmd.qID, &cmd.cmdSlotTag, &cmd.cmdSeqNum, cmd.cmdDword) == 1) {
-                if (!sagessd_cosmos_accept(&cmd))
-                    fail("the glue left an admin command to the stock handler");
+                if (!sagessd_cosmos_accept(&cmd)) {
+                    /* The stock handle_nvme_admin_cmd; the test sends it Delete I/O SQ only. */
+                    if (cmd.qID != 0 || (cmd.cmdDword[0] & 0xFFu) != 0x00u)
+                        fail("the glue left a command to the stock admin handler");
+                    set_io_sq((cmd.cmdDword[10] & 0xFFFFu) - 1u, 0, 0, 0, 0, 0);
+                    set_auto_nvme_cpl(cmd.cmdSlotTag, 0, 0);
+                }
                 moved = 1;
             }
         }
@@ -1205,6 +1210,37 @@ static void cosmos_commands(void)
         if (readback[i] != 0)
             fail_code("a deallocated block does not read as zeros at byte", (int32_t)i);
 
+    /* Host buffers at a page offset: every auto unit is split at the host's pages, and the
+     * last unit's direct DMA too (a Write and a Read at offsets 0x200 and 0xFF0; a collect). */
+    for (uint32_t k = 0; k < 2; k++) {
+        uint32_t off = k ? 0xFF0u : 0x200u;
+        for (uint32_t i = 0; i < 4 * LBA_BYTES; i++)
+            readback[off + i] = (uint8_t)(i * 13u + k);
+        transfer_range(1, FILLER_SLBA + 40, 4, readback + off);
+        fill_bytes(result, 0, 5 * LBA_BYTES);
+        transfer_range(0, FILLER_SLBA + 40, 4, result + off);
+        for (uint32_t i = 0; i < 4 * LBA_BYTES; i++)
+            if (result[off + i] != (uint8_t)(i * 13u + k))
+                fail_code("a Read at a page offset differs from the Write at byte", (int32_t)i);
+    }
+    {
+        uint32_t tag, size;
+        expect_status("NS_SUBMIT", wait_command(start_ns_submit(&batches[1], 0), &tag), 0);
+        sqe_init(sqe, SAGESSD_IO_NS_COLLECT, 0);
+        put_le32(sqe + 40, 5 * 4096 / 4);
+        put_le32(sqe + 48, 4);
+        put_le32(sqe + 52, tag);
+        expect_status("NS_COLLECT at a page offset",
+                      wait_command(start_command(sqe, result + 0x200, 5 * 4096), &size), 0);
+        uint32_t want = reference_subgraph(&batches[1], reference, RESULT_BYTES);
+        if (size != want || want <= 3 * 4096 || want > 5 * 4096)
+            fail_code("NS_COLLECT at a page offset: size", (int32_t)size);
+        for (uint32_t i = 0; i < want; i++)
+            if (result[0x200 + i] != reference[i])
+                fail_code("NS_COLLECT at a page offset differs from the reference at byte",
+                          (int32_t)i);
+    }
+
     sqe_init(sqe, SAGESSD_IO_WRITE, 0);
     put_le32(sqe + 40, FILLER_SLBA);
     cosmos_expect = SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID;
@@ -1226,6 +1262,29 @@ static void cosmos_commands(void)
     expect_status("an unknown I/O opcode", wait_command(start_command(sqe, NULL, 0), NULL), 0x001);
     sqe_init(sqe, SAGESSD_IO_FLUSH, 0);
     expect_status("Flush", wait_command(start_command(sqe, NULL, 0), NULL), 0);
+
+    /* Delete I/O Submission Queue with a Write of that queue in the glue: the glue finishes it
+     * first (afterwards the controller would drop its CQE and keep its slot), then the stock
+     * handler deletes the queue; the host creates it again. */
+    fill_bytes(readback, 0x3C, 4 * LBA_BYTES);
+    sqe_init(sqe, SAGESSD_IO_WRITE, 0);
+    put_le32(sqe + 40, FILLER_SLBA + 44);
+    put_le32(sqe + 48, 3);
+    uint16_t write = start_command(sqe, readback, 4 * LBA_BYTES);
+    sqe_init(sqe, 0x00, 0); /* Delete I/O Submission Queue */
+    put_le32(sqe + 4, 0);
+    put_le32(sqe + 40, IO_QUEUE);
+    cosmos_queue = 0;
+    cosmos_expect = 0; /* the stock handler's success; the library never sees it */
+    uint16_t del = start_command(sqe, NULL, 0);
+    expect_status("WRITE before its queue is deleted", wait_command(write, NULL), 0);
+    expect_status("Delete I/O Submission Queue", wait_command(del, NULL), 0);
+    cosmos_host_set_sq(IO_QUEUE, 1);
+    transfer_range(0, FILLER_SLBA + 44, 4, result);
+    for (uint32_t i = 0; i < 4 * LBA_BYTES; i++)
+        if (result[i] != 0x3C)
+            fail_code("the Write finished before its queue was deleted reads back wrong at byte",
+                      (int32_t)i);
 }
 
 /* A controller reset (CC.EN cleared) with commands everywhere: writes, a read and a collect in
@@ -1277,6 +1336,7 @@ static void cosmos_reset_and_shutdown(void)
     if (cosmos_model_slots_in_use() != 0)
         fail_code("controller slots still hold commands after the reset", (int32_t)cosmos_model_slots_in_use());
     cosmos_host_set_enable(1);
+    cosmos_host_set_sq(IO_QUEUE, 1);
     for (uint32_t i = 0; i < 8 && !cosmos_host_rdy(); i++)
         main_loop_step();
     for (uint32_t i = 0; sagessd_fw_idle() != 1; i++) {
@@ -1403,6 +1463,7 @@ int main(void)
     if (sagessd_cosmos_init(staging, COSMOS_STAGING_BYTES) != 0)
         fail("sagessd_cosmos_init");
     cosmos_host_set_enable(1);
+    cosmos_host_set_sq(IO_QUEUE, 1); /* as Create I/O Submission Queue would */
     for (uint32_t i = 0; i < 8 && !cosmos_host_rdy(); i++)
         main_loop_step();
     if (!cosmos_host_rdy())

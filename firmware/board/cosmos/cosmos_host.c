@@ -33,8 +33,10 @@
  *    units, so a shorter buffer would be overrun; anything else is refused with Invalid Field;
  *  - Identify and Dataset Management (whose CDW12 is no length): direct DMA only, split at the
  *    host page boundary (PRP1, then PRP2), as the stock Identify does.
- * Every length and PRP is checked before any DMA, so a command the hardware would move
- * differently from what the library expects is refused, not half-moved.
+ * Every length, PRP1 and the PRP list's place are checked before any DMA, so a command the
+ * hardware would move differently from what the library expects is refused, not half-moved; a
+ * PRP list entry that is not page-aligned is only seen when the glue reads it for the last unit
+ * (the command then fails with PRP Offset Invalid after its other units moved).
  */
 #include "sagessd_cosmos.h"
 
@@ -92,7 +94,8 @@ static uint32_t le32(const uint8_t *p)
 
 int sagessd_cosmos_init(uint8_t *staging, uint32_t slot_bytes)
 {
-    if (staging == NULL || ((uintptr_t)staging & 15u) != 0 || slot_bytes < UNIT_BYTES ||
+    /* Auto DMA forces device address bits 11:2 to 0 (dma_cmd_gen.v): units start on 4 KiB. */
+    if (staging == NULL || ((uintptr_t)staging & (UNIT_BYTES - 1)) != 0 || slot_bytes < UNIT_BYTES ||
         slot_bytes % UNIT_BYTES != 0 || slot_bytes > MAX_UNITS * UNIT_BYTES)
         return -1;
     staging_base = staging;
@@ -188,11 +191,14 @@ static uint64_t prp_address(const glue_cmd *c, uint32_t at, uint32_t span, int *
 static uint16_t direct(const glue_cmd *c, int to_host, uint32_t at, uint8_t *dev, uint32_t n,
                        uint32_t span)
 {
+    uint16_t status = 0;
     while (n > 0) {
         int bad = 0;
         uint64_t addr = prp_address(c, at, span, &bad);
-        if (bad)
-            return SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID;
+        if (bad) {
+            status = SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID;
+            break; /* but wait for the pieces already queued */
+        }
         uint32_t room = HOST_PAGE - (uint32_t)(addr & (HOST_PAGE - 1));
         uint32_t piece = n < room ? n : room;
         /* The engine ignores length bits 3:0 (pcie_tx_req.v, m_axi_write.v): whole 16-byte units.
@@ -212,7 +218,7 @@ static uint16_t direct(const glue_cmd *c, int to_host, uint32_t at, uint8_t *dev
         check_direct_tx_dma_done();
     else
         check_direct_rx_dma_done();
-    return 0;
+    return status;
 }
 
 /* ---- Completions ------------------------------------------------------------------------- */
@@ -299,6 +305,27 @@ static void submit(glue_cmd *c)
 
 /* ---- Intake ----------------------------------------------------------------------------- */
 
+#define ADMIN_DELETE_SQ 0x00u
+
+static int run_library(void);
+
+/* Before the stock handler deletes I/O submission queue `sq`: finish every command of it the
+ * glue holds. Once the queue is gone the controller neither posts their CQEs nor frees their
+ * slots (pcie_hcmd_cq_req.v: an invalid queue ends the request). */
+static void finish_queue(uint16_t sq)
+{
+    for (;;) {
+        int held = 0;
+        for (unsigned i = 0; i < SAGESSD_COSMOS_SLOTS; i++)
+            held |= cmds[i].state != FREE && cmds[i].sq_id == sq;
+        if (!held)
+            return;
+        (void)run_library();
+        CheckDoneNvmeDmaReq();
+        SchedulingNandReq();
+    }
+}
+
 /* Decides how the command's data moves and how long it is, from its opcode and dwords. Returns
  * 0, or the status to answer without running it. */
 static uint16_t classify(glue_cmd *c)
@@ -356,11 +383,17 @@ static uint16_t classify(glue_cmd *c)
 int sagessd_cosmos_accept(const NVME_COMMAND *cmd)
 {
     const uint8_t opcode = (uint8_t)(cmd->cmdDword[0] & 0xFFu);
+    if (cmd->qID == 0 && opcode == ADMIN_DELETE_SQ)
+        finish_queue((uint16_t)(cmd->cmdDword[10] & 0xFFFFu));
     if (cmd->qID == 0 && opcode != SAGESSD_ADMIN_IDENTIFY)
         return 0;
     glue_cmd *c = free_entry();
-    if (c == NULL)
-        return 0; /* the caller broke the sagessd_cosmos_ready rule; the stock path takes it */
+    if (c == NULL) {
+        /* The caller broke the sagessd_cosmos_ready rule: answer, never hand an I/O command to
+         * the admin handler. */
+        set_auto_nvme_cpl(cmd->cmdSlotTag, 0, (uint16_t)(0x06u << 1));
+        return 1;
+    }
     for (unsigned i = 0; i < 16; i++) {
         uint32_t w = cmd->cmdDword[i];
         c->sqe[4 * i] = (uint8_t)w;
@@ -454,6 +487,7 @@ void sagessd_cosmos_reset(void)
      * slot of an abandoned command is released without one (type 2) — the taken ones, and those
      * the controller fetched that were not taken yet. */
     (void)sagessd_fw_reset();
+    queues_off(); /* first, so that the controller fetches nothing more */
     for (unsigned i = 0; i < SAGESSD_COSMOS_SLOTS; i++)
         if (cmds[i].state != FREE) {
             set_nvme_slot_release(cmds[i].slot);
@@ -462,7 +496,6 @@ void sagessd_cosmos_reset(void)
     NVME_COMMAND stale;
     while (get_nvme_cmd(&stale.qID, &stale.cmdSlotTag, &stale.cmdSeqNum, stale.cmdDword) == 1)
         set_nvme_slot_release(stale.cmdSlotTag);
-    queues_off();
     set_nvme_csts_shst(0);
     set_nvme_csts_rdy(0);
     g_nvmeTask.status = NVME_TASK_IDLE;
@@ -480,8 +513,15 @@ void sagessd_cosmos_shutdown(void)
 {
     set_nvme_csts_shst(1);
     shutting_down = 1;
-    /* Finish what was taken; the NAND scheduler must run for the library's requests. */
+    /* Finish what was taken; the NAND scheduler must run for the library's requests. A reset
+     * meanwhile (CC.EN cleared, or the interrupt handler's RESET on a link loss) wins: the host
+     * has torn its queues down, so nothing more may be posted. */
     while (glue_busy() || sagessd_fw_idle() != 1) {
+        if (!check_nvme_cc_en() || g_nvmeTask.status == NVME_TASK_RESET) {
+            shutting_down = 0;
+            sagessd_cosmos_reset();
+            return;
+        }
         (void)run_library();
         CheckDoneNvmeDmaReq();
         SchedulingNandReq();

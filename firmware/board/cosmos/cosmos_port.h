@@ -21,7 +21,7 @@
 #include "request_allocation.h"
 #include "request_schedule.h"
 #include "request_transform.h"
-extern NVME_CONTEXT g_nvmeTask; /* nvme_main.c; declared by each file that uses it */
+extern volatile NVME_CONTEXT g_nvmeTask; /* nvme_main.c defines it volatile; no header declares it */
 #endif
 
 /* A board address as the host DMA engine takes it (devAddr): DDR addresses are 32-bit. */

@@ -65,7 +65,7 @@
 
 /* Boot, after InitFTL() and a successful sagessd_fw_init: `staging` is
    SAGESSD_COSMOS_STAGING_BYTES(slot_bytes) bytes of DDR that the host DMA engine reaches and
-   nothing else uses (uncached, see docs/openssd.md §6), 16-byte aligned; `slot_bytes` a multiple
+   nothing else uses (uncached, see docs/openssd.md §6), 4 KiB aligned; `slot_bytes` a multiple
    of 4096, at least 4096 and at most 1 MiB (the host controller's 256 units of 4 KiB). Returns 0,
    or -1 for bad arguments. */
 int sagessd_cosmos_init(uint8_t *staging, uint32_t slot_bytes);
@@ -76,6 +76,9 @@ int sagessd_cosmos_ready(void);
 
 /* Takes a command get_nvme_cmd fetched. Returns 1 if the glue owns it from now on (every I/O
    command, and admin Identify), 0 if it is an admin command for the stock handle_nvme_admin_cmd.
+   Before the stock handler deletes an I/O submission queue, the glue finishes the commands of
+   that queue it holds (the controller drops CQEs for a deleted queue and never frees their
+   slots).
    Host→device data is moved before the library sees the command; the completion is posted by
    the glue (or by the host controller, see cosmos_host.c) exactly once. */
 int sagessd_cosmos_accept(const NVME_COMMAND *cmd);
