@@ -14,9 +14,12 @@
  *  - a DMA writes host memory outside the command's buffer or reads outside it (overrun),
  *  - a direct DMA breaks a rule of host_lld.c or of the engine (length over 4 KiB, not 16-byte
  *    aligned or sized, crossing a host page), or an auto DMA goes past the command's length,
- *  - a command is released without a completion that the host still waits for, or slots are
- *    left holding commands after shutdown (leaks).
- * Host addresses are the test's own buffers, seen over "PCIe" at 0x1_0000_0000 + their address.
+ *  - a command is released without a completion that the host still waits for, a CQE is posted
+ *    for a command of a deleted submission queue (the controller would drop it and keep the
+ *    slot), or slots are left holding commands after shutdown (leaks).
+ * Host memory is the test's own buffers: each command's data buffer through a device window of
+ * its own whose pages are in reverse order (as an IOMMU scatters them), PRP lists at
+ * 0x1_0000_0000 + their address. Host→device and device→host DMA run apart, each in order.
  */
 #ifndef SAGESSD_COSMOS_HW_MODEL_H
 #define SAGESSD_COSMOS_HW_MODEL_H
