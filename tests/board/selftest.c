@@ -1443,10 +1443,9 @@ int main(void)
             g.page_size_bytes != geometry.page_size_bytes)
             fail("the glue's geometry is not the self-test's");
     }
-    static uint8_t bounce[SAGESSD_COSMOS_NAND_BOUNCES]
-                         [BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE]
-        SELFTEST_DDR __attribute__((aligned(16)));
-    if (sagessd_cosmos_nand_init(&bounce[0][0]) != 0)
+    static uint8_t nand_area[SAGESSD_COSMOS_NAND_AREA_BYTES] SELFTEST_DDR
+        __attribute__((aligned(16)));
+    if (sagessd_cosmos_nand_init(nand_area) != 0)
         fail("sagessd_cosmos_nand_init");
     const sagessd_flash_ops ops = sagessd_cosmos_flash_ops;
 #else

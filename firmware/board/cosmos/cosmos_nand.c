@@ -22,8 +22,7 @@
 
 #include <stddef.h>
 
-/* Bytes of one bounce buffer: a page's data and spare regions. */
-#define BOUNCE_BYTES (BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE)
+#define BOUNCE_BYTES SAGESSD_COSMOS_BOUNCE_BYTES
 #define IN_FLIGHT 0xFFu
 
 typedef struct {
@@ -40,14 +39,17 @@ static bounce_entry bounces[SAGESSD_COSMOS_NAND_BOUNCES];
 static uint8_t retired[SAGESSD_COSMOS_NAND_BOUNCES];
 static unsigned retired_head, retired_count;
 static uint8_t *bounce_base;
-/* Per die, the library's block b is GreedyFTL's virtual block good_block[die][b]. */
-static uint16_t good_block[USER_DIES][SAGESSD_COSMOS_BLOCKS_PER_DIE];
+/* The library's block b of die d is GreedyFTL's virtual block good_block[d × blocks per die + b]:
+ * a table in the caller's area after the bounces (up to 1 MiB for 8 × 8 dies of 8,192 blocks,
+ * too big for the program image). */
+static uint16_t *good_block;
 
-int sagessd_cosmos_nand_init(uint8_t *bounce)
+int sagessd_cosmos_nand_init(uint8_t *area)
 {
-    if (bounce == NULL || ((uintptr_t)bounce & 15u) != 0)
+    if (area == NULL || ((uintptr_t)area & 15u) != 0)
         return -1;
-    bounce_base = bounce;
+    bounce_base = area;
+    good_block = (uint16_t *)(void *)(area + (size_t)SAGESSD_COSMOS_NAND_BOUNCES * BOUNCE_BYTES);
     for (unsigned i = 0; i < SAGESSD_COSMOS_NAND_BOUNCES; i++)
         bounces[i].req = REQ_SLOT_TAG_NONE;
     retired_head = retired_count = 0;
@@ -56,7 +58,7 @@ int sagessd_cosmos_nand_init(uint8_t *bounce)
         unsigned n = 0;
         for (unsigned b = 0; b < USER_BLOCKS_PER_DIE && n < SAGESSD_COSMOS_BLOCKS_PER_DIE; b++)
             if (!virtualBlockMapPtr->block[die][b].bad)
-                good_block[die][n++] = (uint16_t)b;
+                good_block[die * SAGESSD_COSMOS_BLOCKS_PER_DIE + n++] = (uint16_t)b;
         if (n < SAGESSD_COSMOS_BLOCKS_PER_DIE)
             return -1; /* this die has too few good blocks for the geometry */
     }
@@ -135,7 +137,8 @@ static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t add
                 bounce_of(b)[BYTES_PER_DATA_REGION_OF_PAGE + i] = 0xFF;
         }
     }
-    r->nandInfo.virtualSliceAddr = Vorg2VsaTranslation(die, good_block[die][block], page);
+    r->nandInfo.virtualSliceAddr =
+        Vorg2VsaTranslation(die, good_block[die * SAGESSD_COSMOS_BLOCKS_PER_DIE + block], page);
     r->prevBlockingReq = REQ_SLOT_TAG_NONE;
     r->nextBlockingReq = REQ_SLOT_TAG_NONE;
     bounces[b] = (bounce_entry){tag, dram_page, (uint16_t)req, (uint8_t)kind, IN_FLIGHT};

@@ -102,11 +102,20 @@ void sagessd_cosmos_reset(void);
    complete (CSTS.SHST = 2). Blocks until done. */
 void sagessd_cosmos_shutdown(void);
 
-/* Before sagessd_fw_init, after InitFTL (which finds the bad blocks): `bounce` is
-   SAGESSD_COSMOS_NAND_BOUNCES bounce buffers (see above) of uncached DDR, 16-byte aligned.
-   Returns 0, or -1 if `bounce` is unusable or a die has fewer than SAGESSD_COSMOS_BLOCKS_PER_DIE
+/* Bytes of one NAND bounce buffer: a page's data and spare regions. */
+#define SAGESSD_COSMOS_BOUNCE_BYTES (BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE)
+
+/* Bytes of the NAND area: the bounce buffers, then the table of good blocks (2 bytes per die and
+   library block). */
+#define SAGESSD_COSMOS_NAND_AREA_BYTES                                         \
+    ((uint32_t)SAGESSD_COSMOS_NAND_BOUNCES * SAGESSD_COSMOS_BOUNCE_BYTES +     \
+     2u * (uint32_t)USER_DIES * (uint32_t)SAGESSD_COSMOS_BLOCKS_PER_DIE)
+
+/* Before sagessd_fw_init, after InitFTL (which finds the bad blocks): `area` is
+   SAGESSD_COSMOS_NAND_AREA_BYTES of uncached DDR that nothing else uses, 16-byte aligned.
+   Returns 0, or -1 if `area` is unusable or a die has fewer than SAGESSD_COSMOS_BLOCKS_PER_DIE
    good blocks. */
-int sagessd_cosmos_nand_init(uint8_t *bounce);
+int sagessd_cosmos_nand_init(uint8_t *area);
 
 /* The geometry to give sagessd_fw_init: GreedyFTL's channels and ways (one die per way: the
    scheduler runs one request per way), SAGESSD_COSMOS_BLOCKS_PER_DIE blocks of
