@@ -1195,6 +1195,21 @@ static void cosmos_commands(void)
     expect_status("Identify namespace", wait_command(start_command(sqe, result, 4096), NULL), 0);
     if (result[130] != 12)
         fail("Identify namespace through the glue: LBADS is not 12");
+    /* CNS values the stock Identify stops on (ASSERT): the library serves the active namespace
+     * list and refuses what it does not know. */
+    sqe_init(sqe, SAGESSD_ADMIN_IDENTIFY, 0);
+    put_le32(sqe + 4, 0);
+    put_le32(sqe + 40, 0x02);
+    cosmos_queue = 0;
+    expect_status("Identify active namespaces", wait_command(start_command(sqe, result, 4096), NULL),
+                  0);
+    if (get_le32(result) != NSID || get_le32(result + 4) != 0)
+        fail("Identify active namespaces through the glue: not just namespace 1");
+    sqe_init(sqe, SAGESSD_ADMIN_IDENTIFY, 0);
+    put_le32(sqe + 40, 0x10);
+    cosmos_queue = 0;
+    expect_status("Identify with an unknown CNS",
+                  wait_command(start_command(sqe, result, 4096), NULL), 0x002);
 
     /* Deallocate four filler blocks: they read as zeros afterwards. */
     static uint8_t range[16] __attribute__((aligned(16)));
