@@ -73,7 +73,9 @@ extern "C" {
 #define SAGESSD_DRAM_ALIGN        64   /* alignment of the DRAM arena: page windows on whole cache lines */
 
 /* ---- NVMe commands the firmware serves (opcodes; vendor opcodes keep the direction bits). -- */
-#define SAGESSD_ADMIN_IDENTIFY    0x06 /* CDW10 CNS: 0x00 namespace, 0x01 controller; 4096 B out */
+#define SAGESSD_ADMIN_IDENTIFY    0x06 /* CDW10 CNS: 0x00 namespace, 0x01 controller, 0x02 active namespaces,
+                                        0x03 namespace descriptors, 0x06 I/O command set; 4096 B out,
+                                        Invalid Field for other CNS values */
 #define SAGESSD_IO_FLUSH          0x00
 #define SAGESSD_IO_WRITE          0x01 /* CDW10/11 SLBA, CDW12 blocks - 1 */
 #define SAGESSD_IO_READ           0x02
