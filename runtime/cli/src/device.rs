@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use crate::records::{FormatArgs, Output, Record};
 use crate::{hw_source, load_hw};
 
 /// The `device` subcommands.
@@ -17,7 +18,7 @@ pub(crate) enum DeviceCommand {
     /// Run sequential read and write, and 4 KiB random reads at QD1 and QD128, in virtual time,
     /// and print each measured figure beside its analytical bound; exit status 1 if any row is
     /// more than 2 % off (or beats its bound).
-    Check(DeviceConfigArgs),
+    Check(DeviceCheckArgs),
     /// Measure the simulator's own speed: simulated flash page reads per WALL-CLOCK second on
     /// one core (4 KiB random reads at QD64 over a written region of the namespace).
     Bench(DeviceBenchArgs),
@@ -30,6 +31,15 @@ pub(crate) struct DeviceConfigArgs {
     /// (hw-configs/cosmos-plus.toml).
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
+}
+
+/// Flags of `device check`.
+#[derive(Debug, Args)]
+pub(crate) struct DeviceCheckArgs {
+    #[command(flatten)]
+    device: DeviceConfigArgs,
+    #[command(flatten)]
+    output: FormatArgs,
 }
 
 /// Flags of `device bench`.
@@ -48,6 +58,8 @@ pub(crate) struct DeviceBenchArgs {
     /// Host queue depth.
     #[arg(long, default_value_t = 64)]
     queue_depth: usize,
+    #[command(flatten)]
+    output: FormatArgs,
 }
 
 /// Runs a `device` subcommand.
@@ -69,32 +81,60 @@ fn run_device_info(args: DeviceConfigArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `device check`: measured figures beside their bounds; exit status 1 if one is off.
-fn run_device_check(args: DeviceConfigArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_emulator::check::{CheckOptions, run};
+fn run_device_check(args: DeviceCheckArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_emulator::check::{CheckOptions, Metric, run};
     const TOLERANCE: f64 = 0.02;
-    let hw = load_hw(args.config.as_ref())?;
-    println!("{}", hw_source(args.config.as_ref()));
+    let config = args.device.config.as_ref();
+    let hw = load_hw(config)?;
+    let mut out = Output::new(args.output.format());
+    out.text(format!("{}\n", hw_source(config)));
     let report = run(&hw, &CheckOptions::default())?;
-    println!("{report}");
+    out.text(format!("{report}\n"));
+    for r in &report.rows {
+        let unit = match r.metric {
+            Metric::Throughput => "B/s",
+            Metric::Iops => "IOPS",
+            Metric::Latency => "ns",
+        };
+        out.record(
+            Record::new("device.check")
+                .with("device", report.name.as_str())
+                .with("config", hw_source(config))
+                .with("workload", r.workload.as_str())
+                .with("measured", r.measured)
+                .with("bound", r.bound)
+                .with("unit", unit)
+                .with("ratio", r.ratio())
+                .with("within_tolerance", r.within(TOLERANCE))
+                .with("limited_by", r.limited_by)
+                .with("timing", "modelled"),
+        )?;
+    }
     let bad: Vec<_> = report
         .rows
         .iter()
         .filter(|r| !r.within(TOLERANCE))
         .collect();
     if bad.is_empty() {
-        println!("every row within {:.0} % of its bound", TOLERANCE * 100.0);
-        Ok(ExitCode::SUCCESS)
-    } else {
-        for r in bad {
-            println!(
-                "OUT OF TOLERANCE: {} ratio {:.4} (limited by {})",
-                r.workload,
-                r.ratio(),
-                r.limited_by
-            );
-        }
-        Ok(ExitCode::from(1))
+        out.note(format!(
+            "every row within {:.0} % of its bound",
+            TOLERANCE * 100.0
+        ));
     }
+    for r in &bad {
+        out.note(format!(
+            "OUT OF TOLERANCE: {} ratio {:.4} (limited by {})",
+            r.workload,
+            r.ratio(),
+            r.limited_by
+        ));
+    }
+    out.finish()?;
+    Ok(if bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `device bench`: simulated flash page reads per wall-clock second.
@@ -157,30 +197,48 @@ fn run_device_bench(args: DeviceBenchArgs) -> anyhow::Result<ExitCode> {
     let after = ssd.stats();
     let pages = after.nand_pages_read - before.nand_pages_read;
     let sim_s = (ssd.now_ns() - sim_start_ns) as f64 * 1e-9;
-    println!(
-        "device {} ({}), 4 KiB random reads at QD{} over {} written pages",
+    let mut out = Output::new(args.output.format());
+    out.text(format!(
+        "device {} ({}), 4 KiB random reads at QD{} over {} written pages\n",
         hw.device.name,
         hw_source(args.config.as_ref()),
         args.queue_depth,
         region_blocks / blocks_per_page
-    );
-    println!("  commands completed            {completed:>14}");
-    println!("  flash pages read              {pages:>14}");
-    println!(
-        "  wall-clock time               {wall_s:>14.3} s   (WALL CLOCK, this machine, one core)"
-    );
-    println!(
-        "  simulated flash page reads    {:>14.0} per wall-clock second",
+    ));
+    out.text(format!("  commands completed            {completed:>14}\n"));
+    out.text(format!("  flash pages read              {pages:>14}\n"));
+    out.text(format!(
+        "  wall-clock time               {wall_s:>14.3} s   (WALL CLOCK, this machine, one core)\n"
+    ));
+    out.text(format!(
+        "  simulated flash page reads    {:>14.0} per wall-clock second\n",
         pages as f64 / wall_s
-    );
-    println!(
-        "  simulated commands            {:>14.0} per wall-clock second",
+    ));
+    out.text(format!(
+        "  simulated commands            {:>14.0} per wall-clock second\n",
         completed as f64 / wall_s
-    );
-    println!("  virtual time simulated        {sim_s:>14.6} s   (modelled)");
-    println!(
-        "  simulated IOPS                {:>14.0} per virtual second (modelled)",
+    ));
+    out.text(format!(
+        "  virtual time simulated        {sim_s:>14.6} s   (modelled)\n"
+    ));
+    out.text(format!(
+        "  simulated IOPS                {:>14.0} per virtual second (modelled)\n",
         completed as f64 / sim_s.max(1e-12)
-    );
+    ));
+    out.record(
+        Record::new("device.bench")
+            .with("device", hw.device.name.as_str())
+            .with("config", hw_source(args.config.as_ref()))
+            .with("queue_depth", args.queue_depth)
+            .with("region_pages", region_blocks / blocks_per_page)
+            .with("commands", completed)
+            .with("flash_pages_read", pages)
+            .with("wall_s", wall_s)
+            .with("flash_pages_per_wall_s", pages as f64 / wall_s)
+            .with("commands_per_wall_s", completed as f64 / wall_s)
+            .with("virtual_s", sim_s)
+            .with("iops_per_virtual_s", completed as f64 / sim_s.max(1e-12)),
+    )?;
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

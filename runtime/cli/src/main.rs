@@ -1,6 +1,5 @@
 //! The `sagessd` command-line tool.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,6 +24,7 @@ mod dataset;
 mod device;
 mod emulator;
 mod firmware;
+mod records;
 mod sample;
 mod storage;
 #[cfg(feature = "train")]
@@ -144,6 +144,8 @@ struct RunArgs {
     /// sampling in Writes and Reads to the device's tunnel window.
     #[arg(long, value_name = "URI")]
     device: Option<DeviceUri>,
+    #[command(flatten)]
+    output: records::FormatArgs,
 }
 
 /// Flags of `demo`: the shared ones, with one worker by default.
@@ -249,10 +251,12 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
     };
     let wall = std::time::Instant::now();
     let report = compare::run(&config, config_arg.as_deref(), &mut on_event)?;
-    let mut stdout = std::io::stdout().lock();
-    write!(stdout, "{}", report.render())?;
-    stdout.flush()?;
-    drop(stdout);
+    let mut out = records::Output::new(args.output.format());
+    out.text(report.render());
+    for record in compare_records(&report) {
+        out.record(record)?;
+    }
+    out.finish()?;
     // Wall time is not part of the deterministic report: it goes to stderr, labelled.
     eprintln!(
         "(wall-clock time of this run, not modelled: {:.1} s)",
@@ -269,6 +273,64 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One `compare.mode` record per mode and worker count (modelled figures), then the
+/// `compare.summary` record: the workload, the graph against the caches, and the verdict.
+fn compare_records(report: &compare::CompareReport) -> Vec<records::Record> {
+    use records::Record;
+    let c = &report.config;
+    let buffer_bytes =
+        u64::from(c.hw.firmware.page_buffer_pages) * u64::from(c.hw.nand.page_size_bytes);
+    let mut rows: Vec<Record> = report
+        .results
+        .iter()
+        .map(|r| {
+            Record::new("compare.mode")
+                .with("device", c.hw.device.name.as_str())
+                .with("mode", r.mode.name())
+                .with("workers", r.workers)
+                .with("minibatches", r.minibatches)
+                .with("makespan_ns", r.makespan_ns)
+                .with("time_per_minibatch_ns", r.time_per_minibatch_ns())
+                .with("speedup_vs_mmap", report.speedup_vs_mmap(r))
+                .with("commands", r.commands)
+                .with("pcie_h2c_bytes", r.pcie_h2c_bytes)
+                .with("pcie_c2h_bytes", r.pcie_c2h_bytes)
+                .with("nand_pages_read", r.nand_pages_read)
+                .with("page_cache_hit_ratio", r.page_cache_hit_rate)
+                .with("firmware_core_utilisation", r.core_utilisation())
+                .with("isp_core_utilisation", r.isp_core_utilisation())
+                .with("host_cpu_ns", r.host_cpu_ns)
+                .with("submit_lag_ns", r.submit_lag_ns)
+                .with("timing", "modelled")
+        })
+        .collect();
+    rows.push(
+        Record::new("compare.summary")
+            .with("device", c.hw.device.name.as_str())
+            .with("graph_nodes", report.graph.node_count)
+            .with("graph_edges", report.graph.edge_count)
+            .with("graph_bytes", report.graph_bytes())
+            .with("controller_buffer_bytes", buffer_bytes)
+            .with("host_page_cache_bytes", c.hw.host.page_cache_bytes)
+            .with("minibatches", c.batches)
+            .with("batch_size", c.batch_size)
+            .with("fanouts", join_fanouts(&c.fanouts))
+            .with("seed", c.seed)
+            .with("checksum", format!("{:#018x}", report.checksum))
+            .with("samples_identical", report.identical()),
+    );
+    rows
+}
+
+/// Fanouts as the flags take them, `10,10,10`.
+fn join_fanouts(fanouts: &[u16]) -> String {
+    fanouts
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Parses the command line and runs the subcommand.
@@ -323,7 +385,19 @@ fn run_on_device(args: RunArgs, uri: &DeviceUri) -> anyhow::Result<ExitCode> {
     let mut device = sagessd_host_driver::open_device(uri, &hw)?;
     let config = args.compare_config(hw, vec![HostIoMode::Isp], vec![1]);
     let report = compare::run_on_device(&config, &mut device, &name, &mut |_| {})?;
-    print!("{}", report.render());
+    let mut out = records::Output::new(args.output.format());
+    out.text(report.render());
+    out.record(
+        records::Record::new("compare.device")
+            .with("device", report.device.as_str())
+            .with("minibatches", report.minibatches)
+            .with("wall_ns_per_minibatch", report.wall_ns_per_minibatch)
+            .with("subgraph_bytes", report.subgraph_bytes)
+            .with("checksum", format!("{:#018x}", report.checksum))
+            .with("first_mismatch_minibatch", report.mismatch)
+            .with("timing", "wall clock"),
+    )?;
+    out.finish()?;
     Ok(if report.mismatch.is_none() {
         ExitCode::SUCCESS
     } else {

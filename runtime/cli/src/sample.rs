@@ -11,6 +11,7 @@ use sagessd_runtime::agreement::{Agreement, Verdict};
 use sagessd_runtime::minibatch::Order;
 use sagessd_runtime::registry::{FeatureCache, FeatureGatherer, SamplerKind};
 
+use crate::records::{FormatArgs, Output, Record};
 use crate::{hw_source, load_hw};
 
 /// Flags of `sample`.
@@ -53,6 +54,8 @@ pub(crate) struct SampleArgs {
     target: crate::storage::TargetArgs,
     #[command(flatten)]
     cache: crate::storage::CacheArgs,
+    #[command(flatten)]
+    output: FormatArgs,
 }
 
 /// `sample`: out-of-core samplers on real files, with their I/O.
@@ -137,11 +140,12 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             buffer_bytes,
         );
     }
+    let mut out = Output::new(a.output.format());
     let needs_layout = samplers.iter().any(|k| k.needs_layout());
     let layout = if needs_layout {
         let (layout, written) = AgnesLayout::for_dataset(&dataset, block_bytes)?;
         let bytes = layout.manifest.block_count * layout.manifest.block_bytes;
-        println!(
+        out.note(format!(
             "AGNES layout {} ({}): {} blocks of {} = {}, {} split nodes; graph buffer {} ({:.1}x smaller)",
             layout.dir().display(),
             if written { "written now" } else { "existing" },
@@ -151,15 +155,15 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             layout.manifest.split_nodes,
             human_bytes(buffer_bytes as u64),
             bytes as f64 / buffer_bytes as f64
-        );
+        ));
         Some(layout)
     } else {
         None
     };
-    println!(
+    out.note(format!(
         "dataset {}: {} nodes, {} CSR entries; {} minibatches of {} targets, fanouts {:?}",
         dataset.manifest.name, n, dataset.manifest.edge_count, a.batches, a.batch_size, a.fanouts
-    );
+    ));
     let graph = samplers
         .contains(&Memory)
         .then(|| dataset.graph())
@@ -170,7 +174,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     let mut gatherer = match a.cache.features {
         FeatureCache::None => None,
         _ if dataset.manifest.features.is_none() => {
-            println!("features: the dataset has none");
+            out.note("features: the dataset has none");
             None
         }
         kind => FeatureGatherer::new(
@@ -179,8 +183,8 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             a.cache.settings(),
         ),
     };
-    println!(
-        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}",
+    out.text(format!(
+        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}\n",
         "sampler",
         "reads",
         "bytes read",
@@ -192,7 +196,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         "sample s",
         "I/O wait s",
         "compute s"
-    );
+    ));
     // The largest set of subgraphs (and their features) alive at once: a minibatch's, or a
     // hyperbatch's; and what it was.
     let mut peak_output: (u64, String) = (0, "nothing".into());
@@ -232,8 +236,8 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         let wall = started.elapsed().as_secs_f64() - gather_s;
         let io_wait_s = io.io_wait_ns as f64 / 1e9;
         let h = io.size_histogram;
-        println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10.2} {:>10} {:>10}",
+        out.text(format!(
+            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10.2} {:>10} {:>10}\n",
             name,
             io.reads,
             human_bytes(io.bytes_read),
@@ -268,14 +272,50 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             } else {
                 format!("{:.2}", (wall - io_wait_s).max(0.0))
             },
-        );
+        ));
+        // An mmap sampler's reads happen in page faults: no syscalls, and its I/O wait cannot
+        // be told from its compute.
+        let faults = kind.faults_in();
+        let hops = &io.hops[..a.fanouts.len()];
+        let per_hop = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String| {
+            hops.iter().map(f).collect::<Vec<_>>().join("/")
+        };
+        out.record(
+            Record::new("sample.sampler")
+                .with("dataset", dataset.manifest.name.as_str())
+                .with("sampler", name)
+                .with("minibatches", a.batches)
+                .with("batch_size", a.batch_size)
+                .with("fanouts", crate::join_fanouts(&a.fanouts))
+                .with("reads", io.reads)
+                .with("bytes_read", io.bytes_read)
+                .with("bytes_used", io.bytes_used)
+                .with("buffer_hit_ratio", io.hit_ratio())
+                .with("reads_le_4k", h[0])
+                .with("reads_le_64k", h[1])
+                .with("reads_le_1m", h[2])
+                .with("reads_gt_1m", h[3])
+                .with(
+                    "syscalls",
+                    (!faults && kind != Memory).then_some(io.syscalls),
+                )
+                .with("sample_wall_s", wall)
+                .with("io_wait_s", (!faults).then_some(io_wait_s))
+                .with(
+                    "compute_wall_s",
+                    (!faults).then_some((wall - io_wait_s).max(0.0)),
+                )
+                .with("hop_reads", per_hop(&|h| h.reads.to_string()))
+                .with("hop_bytes_read", per_hop(&|h| h.bytes_read.to_string()))
+                .with("timing", "wall clock"),
+        )?;
         if kind != Memory {
             let hops = &io.hops[..a.fanouts.len()];
             let each = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String| {
                 hops.iter().map(f).collect::<Vec<_>>().join(" / ")
             };
-            println!(
-                "  per hop: reads {}, read {}{}",
+            out.text(format!(
+                "  per hop: reads {}, read {}{}\n",
                 each(&|h| h.reads.to_string()),
                 each(&|h| human_bytes(h.bytes_read)),
                 if kind.faults_in() {
@@ -286,29 +326,40 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                         each(&|h| format!("{:.2}", h.io_wait_ns as f64 / 1e9))
                     )
                 }
-            );
+            ));
         }
         if k == 0
             && let Some(g) = &gatherer
         {
-            report_gather(g, &a, gather_s);
+            report_gather(&mut out, g, &a, gather_s)?;
         }
         agreement.check(name, sums);
     }
-    let exit = report_agreement(&agreement);
+    let exit = report_agreement(&mut out, &agreement)?;
     let feature_cache = if gatherer.is_some() {
         (a.cache.feature_cache as u64) << 20
     } else {
         0
     };
-    println!(
-        "memory: peak RSS {}; bounded by flags: graph buffer {} + feature cache {}; largest output alive at once {} ({})",
-        peak_rss_bytes().map_or("unknown".into(), human_bytes),
-        human_bytes(if needs_layout { buffer_bytes as u64 } else { 0 }),
+    let peak_rss = peak_rss_bytes();
+    let graph_buffer = if needs_layout { buffer_bytes as u64 } else { 0 };
+    out.text(format!(
+        "memory: peak RSS {}; bounded by flags: graph buffer {} + feature cache {}; largest output alive at once {} ({})\n",
+        peak_rss.map_or("unknown".into(), human_bytes),
+        human_bytes(graph_buffer),
         human_bytes(feature_cache),
         human_bytes(peak_output.0),
         peak_output.1,
-    );
+    ));
+    out.record(
+        Record::new("sample.memory")
+            .with("peak_rss_bytes", peak_rss)
+            .with("graph_buffer_bytes", graph_buffer)
+            .with("feature_cache_bytes", feature_cache)
+            .with("largest_output_bytes", peak_output.0)
+            .with("largest_output", peak_output.1),
+    )?;
+    out.finish()?;
     Ok(exit)
 }
 
@@ -337,13 +388,14 @@ fn run_sample_on_device(
     use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, IoStats, SharedDevice};
     use sagessd_runtime::registry::minibatch_checksum;
     use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
+    let mut out = Output::new(a.output.format());
     let mut hw = load_hw(a.target.config.as_ref())?;
     let features = match a.cache.features {
         FeatureCache::None => None,
         _ => {
             let rows = dataset.feature_rows()?;
             if rows.is_none() {
-                println!("features: the dataset has none");
+                out.note("features: the dataset has none");
             }
             rows
         }
@@ -373,7 +425,11 @@ fn run_sample_on_device(
     // An emulator models time; a real device (or a remote target) is timed by the wall clock,
     // host and device work together.
     let modelled = device.now_ns().is_some();
-    println!(
+    let device_name = match a.target.device.endpoint {
+        sagessd_host_driver::Endpoint::Local => hw.device.name.clone(),
+        _ => a.target.device.to_string(),
+    };
+    out.note(format!(
         "on {}: CSR at LBA 0{}, AGNES layout ({} blocks of {}) at LBA {slba}; graph buffer {}{}",
         match a.target.device.endpoint {
             sagessd_host_driver::Endpoint::Local => {
@@ -407,9 +463,9 @@ fn run_sample_on_device(
         } else {
             "; the device's caches cannot be dropped from here (each sampler may start warm)"
         }
-    );
-    println!(
-        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}",
+    ));
+    out.text(format!(
+        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
         "sampler",
         "reads",
         "bytes read",
@@ -419,7 +475,7 @@ fn run_sample_on_device(
         "device ms/mb",
         "host ms/mb",
         "total ms/mb"
-    );
+    ));
     let device = std::sync::Mutex::new(device);
     let held = || {
         device
@@ -512,92 +568,120 @@ fn run_sample_on_device(
         };
         let d = held()?;
         host_ns += (d.stats().commands - commands0) * hw.host.sync_io_ns();
-        let per_mb_ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6 / requests.len() as f64);
+        let per_mb_ms = |ns: u64| ns as f64 / 1e6 / requests.len() as f64;
         let pages = pages0
             .zip(d.device_counters())
-            .map_or("-".into(), |(p0, c)| (c.nand_pages_read - p0).to_string());
+            .map(|(p0, c)| c.nand_pages_read - p0);
+        // Modelled: the device's virtual time and the host's modelled work; otherwise only
+        // the wall clock of both together.
         let (device_ms, host_ms, total_ms) = if modelled {
             let device_ns = d.now_ns().unwrap_or(0) - t0;
             (
-                per_mb_ms(device_ns),
-                per_mb_ms(host_ns),
+                Some(per_mb_ms(device_ns)),
+                Some(per_mb_ms(host_ns)),
                 per_mb_ms(device_ns + host_ns),
             )
         } else {
-            let wall_ns = wall.elapsed().as_nanos() as u64;
-            ("-".into(), "-".into(), per_mb_ms(wall_ns))
+            (None, None, per_mb_ms(wall.elapsed().as_nanos() as u64))
         };
         // The host's feature reads (ISP's come within its own commands).
         let feature_reads = gatherer
             .as_ref()
             .filter(|_| kind != SamplerKind::Isp)
-            .map_or("-".into(), |g| g.stats().io.reads.to_string());
-        println!(
-            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}",
+            .map(|g| g.stats().io.reads);
+        let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        out.text(format!(
+            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
             name,
             io.reads,
             human_bytes(io.bytes_read),
-            pages,
-            if region.is_some() {
-                human_bytes(feature_bytes)
-            } else {
-                "-".into()
-            },
-            feature_reads,
-            device_ms,
-            host_ms,
-            total_ms
-        );
+            dash(pages.map(|p| p.to_string())),
+            dash(region.is_some().then(|| human_bytes(feature_bytes))),
+            dash(feature_reads.map(|r| r.to_string())),
+            dash(device_ms.map(|v| format!("{v:.3}"))),
+            dash(host_ms.map(|v| format!("{v:.3}"))),
+            format!("{total_ms:.3}")
+        ));
+        out.record(
+            Record::new("sample.device_sampler")
+                .with("device", device_name.as_str())
+                .with("dataset", dataset.manifest.name.as_str())
+                .with("sampler", name)
+                .with("minibatches", requests.len())
+                .with("batch_size", a.batch_size)
+                .with("fanouts", crate::join_fanouts(&a.fanouts))
+                .with("reads", io.reads)
+                .with("bytes_read", io.bytes_read)
+                .with("nand_pages_read", pages)
+                .with("feature_bytes", region.is_some().then_some(feature_bytes))
+                .with("feature_reads", feature_reads)
+                .with("device_ms_per_minibatch", device_ms)
+                .with("host_ms_per_minibatch", host_ms)
+                .with("total_ms_per_minibatch", total_ms)
+                .with("timing", if modelled { "modelled" } else { "wall clock" }),
+        )?;
         agreement.check(name, sums);
     }
     if modelled {
-        println!(
-            "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each NVMe command a synchronous I/O, plus the sampling compute of the subgraphs the host builds; copying feature rows is not charged); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)"
+        out.note(
+            "modelled per minibatch: device = the device's virtual time (NVMe, PCIe, NAND, firmware cores); host = the host's work with the [host] costs (each NVMe command a synchronous I/O, plus the sampling compute of the subgraphs the host builds; copying feature rows is not charged); total = device + host (the host samplers' reads are synchronous; ISP's few host µs overlap in truth)",
         );
     } else {
-        println!(
-            "total ms/mb: this machine's wall clock per minibatch, host and device work together (an emulator behind the URI times nothing real unless served with --pace)"
+        out.note(
+            "total ms/mb: this machine's wall clock per minibatch, host and device work together (an emulator behind the URI times nothing real unless served with --pace)",
         );
     }
     if region.is_some() {
-        println!(
-            "feature bytes: the rows gathered for the subgraphs' nodes (host samplers read them through their cache; ISP's come back with the subgraph); samples are compared with their features"
+        out.note(
+            "feature bytes: the rows gathered for the subgraphs' nodes (host samplers read them through their cache; ISP's come back with the subgraph); samples are compared with their features",
         );
     }
-    Ok(report_agreement(&agreement))
+    let exit = report_agreement(&mut out, &agreement)?;
+    out.finish()?;
+    Ok(exit)
 }
 
-/// Prints the agreement's verdict; the exit status (failure on any mismatch).
-fn report_agreement(agreement: &Agreement) -> ExitCode {
-    match agreement.verdict() {
+/// Reports the agreement's verdict (a note, and a `sample.agreement` record); the exit status
+/// (failure on any mismatch).
+fn report_agreement(out: &mut Output, agreement: &Agreement) -> anyhow::Result<ExitCode> {
+    let (identical, exit) = match agreement.verdict() {
         Verdict::Agreed(name) => {
-            println!(
+            out.note(format!(
                 "samples identical: yes (every sampler's subgraphs have the checksums of {name}'s)"
-            );
-            ExitCode::SUCCESS
+            ));
+            (Some(true), ExitCode::SUCCESS)
         }
         Verdict::Alone(_) => {
-            println!("samples identical: one sampler, nothing compared");
-            ExitCode::SUCCESS
+            out.note("samples identical: one sampler, nothing compared");
+            (None, ExitCode::SUCCESS)
         }
-        Verdict::Nothing => ExitCode::SUCCESS,
+        Verdict::Nothing => (None, ExitCode::SUCCESS),
         Verdict::Differed(mismatches) => {
             for m in mismatches {
                 eprintln!("error: {m}");
             }
-            ExitCode::FAILURE
+            (Some(false), ExitCode::FAILURE)
         }
-    }
+    };
+    out.record(Record::new("sample.agreement").with("samples_identical", identical))?;
+    Ok(exit)
 }
 
-/// Prints what the gathering did (rows, cache hits, I/O) and its time.
-fn report_gather(g: &FeatureGatherer<'_>, a: &SampleArgs, wall_s: f64) {
+/// Reports what the gathering did (rows, cache hits, I/O) and its time: a line and a
+/// `sample.features` record.
+fn report_gather(
+    out: &mut Output,
+    g: &FeatureGatherer<'_>,
+    a: &SampleArgs,
+    wall_s: f64,
+) -> anyhow::Result<()> {
     use sagessd_runtime::compare::human_bytes;
     let stats = g.stats();
-    println!(
-        "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)",
+    let cache_bytes = (a.cache.feature_cache as u64) << 20;
+    out.text(format!(
+        "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)\n",
         a.cache.features,
-        human_bytes((a.cache.feature_cache as u64) << 20),
+        human_bytes(cache_bytes),
         stats.rows,
         100.0 * stats.hit_ratio(),
         stats.io.reads,
@@ -605,5 +689,19 @@ fn report_gather(g: &FeatureGatherer<'_>, a: &SampleArgs, wall_s: f64) {
         human_bytes(stats.io.bytes_used),
         wall_s,
         stats.io.io_wait_ns as f64 / 1e9
-    );
+    ));
+    out.record(
+        Record::new("sample.features")
+            .with("cache", a.cache.features.to_string())
+            .with("cache_bytes", cache_bytes)
+            .with("rows", stats.rows)
+            .with("hit_ratio", stats.hit_ratio())
+            .with("reads", stats.io.reads)
+            .with("bytes_read", stats.io.bytes_read)
+            .with("bytes_used", stats.io.bytes_used)
+            .with("gather_wall_s", wall_s)
+            .with("io_wait_s", stats.io.io_wait_ns as f64 / 1e9)
+            .with("timing", "wall clock"),
+    )?;
+    Ok(())
 }

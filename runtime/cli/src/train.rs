@@ -125,6 +125,8 @@ pub(crate) struct TrainArgs {
     target: crate::storage::TargetArgs,
     #[command(flatten)]
     cache: crate::storage::CacheArgs,
+    #[command(flatten)]
+    output: crate::records::FormatArgs,
 }
 
 /// The GNN, on the command line.
@@ -295,7 +297,8 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         evaluation,
         queue_minibatches: config.queue_depth * config.group_size,
     };
-    println!(
+    let out = std::cell::RefCell::new(crate::records::Output::new(a.output.format()));
+    out.borrow().note(format!(
         "train: {} on {} ({} nodes, {} CSR entries, {} classes, {} {} features), {} train / {} valid / {} test nodes; fanouts {:?}, batch {}, {} epochs, lr {}, seed {}; on {}",
         a.model.kind().name(),
         m.name,
@@ -316,7 +319,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             tch::Device::Cpu => format!("the CPU ({} libtorch threads)", a.threads.max(1)),
             d => format!("{d:?}"),
         },
-    );
+    ));
     let mut metrics = a
         .metrics_out
         .as_ref()
@@ -331,7 +334,15 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut write_err: Option<std::io::Error> = None;
     let mut on_epoch = |r: &EpochRecord| {
         bar.reset();
-        bar.suspend(|| println!("{}", epoch_line(r, a.epochs)));
+        let mut out = out.borrow_mut();
+        if out.human() {
+            bar.suspend(|| println!("{}", epoch_line(r, a.epochs)));
+        } else if let Err(e) = serde_json::to_value(r)
+            .map_err(std::io::Error::from)
+            .and_then(|v| out.record(crate::records::Record::from_json("train.epoch", &v)))
+        {
+            write_err = Some(e);
+        }
         if let Some(w) = metrics.as_mut()
             // One JSON object a line (serde_json writes a diverged NaN loss as null).
             && let Err(e) = serde_json::to_writer(&mut *w, r)
@@ -358,12 +369,12 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             sagessd_runtime::load::write_graph_with_progress(&mut device, graph, 0, &mut |_, _| {})?
         };
         sagessd_host_driver::Transport::drop_caches(device.transport_mut());
-        println!(
+        out.borrow().note(format!(
             "on {} ({}): the graph written from LBA 0, read through the modelled host I/O stack ({}); features from host memory (their copy not modelled); modelled epochs from the device and host models",
             hw.device.name,
             hw_source(a.target.config.as_ref()),
             mode.name(),
-        );
+        ));
         let clock_ns = AtomicU64::new(0);
         let mut stage = Some(ModelledHostStage {
             sampler: HostIoSampler::new(device, desc, mode, hw.host.clone())?,
@@ -400,7 +411,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!(e))?;
         device.transport_mut().drop_caches();
         let modelled = device.now_ns().is_some();
-        println!(
+        out.borrow().note(format!(
             "on {}: the dataset written from LBA 0 (CSR, features, AGNES layout at LBA {}); {}",
             match a.target.device.endpoint {
                 Endpoint::Local => format!(
@@ -416,7 +427,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             } else {
                 "wall-clock time only"
             }
-        );
+        ));
         let device: SharedNvme = Mutex::new(device);
         let mut blocks = SharedDevice::new(&device)?;
         let mut feature_device = SharedDevice::new(&device)?;
@@ -494,14 +505,21 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = write_err {
         return Err(e).context("writing --metrics-out");
     }
+    let mut out = out.into_inner();
     match outcome.test_accuracy {
-        Some(acc) => println!(
-            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)",
+        Some(acc) => out.text(format!(
+            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)\n",
             outcome.selected_epoch + 1,
             eval_name(evaluation)
-        ),
-        None => println!("test accuracy: the dataset has no test split"),
+        )),
+        None => out.text("test accuracy: the dataset has no test split\n"),
     }
+    out.record(
+        crate::records::Record::new("train.result")
+            .with("test_accuracy", outcome.test_accuracy)
+            .with("selected_epoch", outcome.selected_epoch)
+            .with("evaluation", eval_name(evaluation)),
+    )?;
     if let Some(w) = metrics.as_mut() {
         let last = serde_json::json!({
             "test_accuracy": outcome.test_accuracy,
@@ -510,9 +528,10 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         writeln!(w, "{last}")?;
         w.flush()?;
     }
-    println!(
-        "times: wall clock, except 'modelled' (the producers' device-model time and the trainer's measured steps on one timeline); idle = the trainer waiting for input"
+    out.note(
+        "times: wall clock, except 'modelled' (the producers' device-model time and the trainer's measured steps on one timeline); idle = the trainer waiting for input",
     );
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -305,3 +305,65 @@ fn bad_flags_are_clear_errors() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn json_output_is_one_record_per_epoch_and_the_result() {
+    let dir = scratch("json");
+    let d = dir.to_str().unwrap();
+    ok(&[
+        "dataset",
+        "generate",
+        "--out",
+        d,
+        "--scale",
+        "8",
+        "--features",
+        "8",
+    ]);
+    let metrics = dir.join("metrics.jsonl");
+    let stdout = ok(&[
+        "train",
+        "--dataset",
+        d,
+        "--epochs",
+        "2",
+        "--fanouts",
+        "4,4",
+        "--batch-size",
+        "64",
+        "--quiet",
+        "--json",
+        "--metrics-out",
+        metrics.to_str().unwrap(),
+    ]);
+    let records: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["record"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["train.epoch", "train.epoch", "train.result"]);
+    for (i, r) in records[..2].iter().enumerate() {
+        assert_eq!(r["epoch"], i);
+        assert!(r["stages_step_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let acc = records[2]["test_accuracy"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&acc));
+    // The records carry the epochs --metrics-out writes.
+    let written = losses(&metrics);
+    for (r, l) in records.iter().zip(&written) {
+        let from_json: Vec<String> = r["losses"]
+            .as_str()
+            .map(|s| {
+                s.trim_matches(['[', ']'])
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(from_json.join(","), *l);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
