@@ -23,6 +23,7 @@ mod bench_train;
 mod dataset;
 mod device;
 mod emulator;
+mod experiment;
 mod firmware;
 mod records;
 mod sample;
@@ -68,6 +69,9 @@ enum Command {
     /// Datasets: generate one, import one, describe one.
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
+    /// Rerun a seed's comparisons on the emulated devices: one CSV per figure and a report
+    /// setting each figure beside the paper's value (modelled time).
+    Experiment(experiment::ExperimentArgs),
     /// Benchmarks measured on this machine's WALL CLOCK (not modelled time).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -350,6 +354,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Demo(args) => run_compare(args.run, args.workers),
         Command::Compare(args) => run_compare(args.run, args.workers),
         Command::Firmware(command) => firmware::run(command),
+        Command::Experiment(args) => experiment::run(args),
         Command::Device(command) => device::run(command),
         Command::Emulator(command) => emulator::run(command),
         Command::NsConfig(args) => run_ns_config(args),

@@ -1,0 +1,300 @@
+//! SmartSAGE's neighbour sampling figures: one worker's sampling time with mmap, direct I/O
+//! (SmartSAGE(SW)) and in-storage sampling (SmartSAGE(HW/SW)) (Fig. 14), the same with 1…N
+//! workers contending for the device (Fig. 16), and ISP's speedup over direct I/O as workers are
+//! added (Fig. 17); each at several ratios of graph size to memory, since the seed's graphs are
+//! many times larger than host memory.
+//!
+//! The regime is made by scaling memory down, not the graph up: at ratio r, the host page cache
+//! and the controller's page buffer each hold 1/r of the graph's bytes. Every figure is modelled
+//! (virtual time of the hardware description), so two runs write byte-identical CSVs.
+
+use sagessd_emulator::HwConfig;
+use sagessd_runtime::compare::{self, CompareConfig, CompareReport, ModeResult};
+use sagessd_runtime::host_io::HostIoMode;
+
+use crate::records::Record;
+
+/// The sweep: workload size, memory ratios and worker counts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sweep {
+    /// R-MAT scale of the graph.
+    pub scale: u32,
+    /// Minibatches per design point.
+    pub batches: u32,
+    /// Targets per minibatch.
+    pub batch_size: u32,
+    /// Fanouts (SmartSAGE's default: 25 and 10).
+    pub fanouts: Vec<u16>,
+    /// Graph bytes over memory bytes.
+    pub ratios: Vec<u32>,
+    /// Host worker counts (those above the device's sampling slots are left out).
+    pub workers: Vec<usize>,
+}
+
+impl Sweep {
+    /// The full sweep.
+    pub(crate) fn full() -> Self {
+        Self {
+            scale: 16,
+            batches: 8,
+            batch_size: 1024,
+            fanouts: vec![25, 10],
+            ratios: vec![1, 4, 16],
+            workers: vec![1, 2, 4, 8],
+        }
+    }
+
+    /// The reduced sweep the test suite runs (every output, small numbers).
+    pub(crate) fn quick() -> Self {
+        Self {
+            scale: 11,
+            batches: 2,
+            batch_size: 256,
+            fanouts: vec![25, 10],
+            ratios: vec![4],
+            workers: vec![1, 2],
+        }
+    }
+}
+
+/// One device at one memory ratio: what the comparison measured.
+pub(crate) struct Point {
+    /// The device's name.
+    pub device: String,
+    /// Graph bytes over memory bytes.
+    pub ratio: u32,
+    /// The host page cache and the controller page buffer, bytes.
+    pub memory_bytes: (u64, u64),
+    /// The comparison.
+    pub report: CompareReport,
+}
+
+/// `hw` with the host page cache and the controller page buffer each holding `1/ratio` of
+/// `graph_bytes` (within the firmware's page-buffer limits: a multiple of 8 pages, 16 to 32,768).
+pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
+    let mut hw = hw.clone();
+    let bytes = graph_bytes / u64::from(ratio.max(1));
+    hw.host.page_cache_bytes = (bytes / 4096).max(1) * 4096;
+    let page = u64::from(hw.nand.page_size_bytes);
+    let pages = (bytes / page / 8 * 8).clamp(16, 32_768);
+    hw.firmware.page_buffer_pages = pages as u32;
+    hw
+}
+
+/// Runs the sweep on `hw`: a first small run finds the graph's size on the device, then one
+/// comparison (mmap, direct, ISP × every worker count) per memory ratio.
+pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
+    let config = |hw: HwConfig, batches: u32, modes, workers| CompareConfig {
+        scale: sweep.scale,
+        edge_factor: 8,
+        graph_seed: 1,
+        batches,
+        batch_size: sweep.batch_size,
+        fanouts: sweep.fanouts.clone(),
+        seed: 1,
+        hw,
+        modes,
+        workers,
+    };
+    let probe = compare::run(
+        &config(hw.clone(), 1, vec![HostIoMode::Isp], vec![1]),
+        None,
+        &mut |_| {},
+    )?;
+    let graph_bytes = probe.graph_bytes();
+    let mut points = Vec::new();
+    for &ratio in &sweep.ratios {
+        let scaled = with_memory(hw, graph_bytes, ratio);
+        let memory_bytes = (
+            scaled.host.page_cache_bytes,
+            u64::from(scaled.firmware.page_buffer_pages) * u64::from(scaled.nand.page_size_bytes),
+        );
+        let modes = vec![HostIoMode::Mmap, HostIoMode::Direct, HostIoMode::Isp];
+        // One sampling job in flight per worker: no more workers than the device has slots.
+        let slots = usize::from(hw.firmware.isp_slots);
+        let workers: Vec<usize> = sweep
+            .workers
+            .iter()
+            .copied()
+            .filter(|&w| w <= slots)
+            .collect();
+        let report = compare::run(
+            &config(scaled, sweep.batches, modes, workers),
+            None,
+            &mut |_| {},
+        )?;
+        anyhow::ensure!(
+            report.identical(),
+            "the samples of {} at ratio {ratio} differ from the in-memory reference",
+            hw.device.name
+        );
+        points.push(Point {
+            device: hw.device.name.clone(),
+            ratio,
+            memory_bytes,
+            report,
+        });
+    }
+    Ok(points)
+}
+
+/// The paper's names of the modes.
+pub(crate) fn design(mode: HostIoMode) -> &'static str {
+    match mode {
+        HostIoMode::Mmap => "SSD(mmap)",
+        HostIoMode::Direct => "SmartSAGE(SW)",
+        HostIoMode::Isp => "SmartSAGE(HW/SW)",
+        _ => mode.name(),
+    }
+}
+
+fn mode_row(kind: &'static str, p: &Point, r: &ModeResult) -> Record {
+    Record::new(kind)
+        .with("device", p.device.as_str())
+        .with("graph_to_memory_ratio", p.ratio)
+        .with("graph_bytes", p.report.graph_bytes())
+        .with("host_page_cache_bytes", p.memory_bytes.0)
+        .with("controller_buffer_bytes", p.memory_bytes.1)
+        .with("design", design(r.mode))
+        .with("mode", r.mode.name())
+        .with("workers", r.workers)
+        .with("time_per_minibatch_ns", r.time_per_minibatch_ns())
+        .with("speedup_vs_mmap", p.report.speedup_vs_mmap(r))
+        .with("nand_pages_read", r.nand_pages_read)
+        .with("pcie_c2h_bytes", r.pcie_c2h_bytes)
+        .with("page_cache_hit_ratio", r.page_cache_hit_rate)
+        .with("firmware_core_utilisation", r.core_utilisation())
+        .with("isp_core_utilisation", r.isp_core_utilisation())
+}
+
+/// Fig. 14: one worker, every design.
+pub(crate) fn fig14(points: &[Point]) -> Vec<Record> {
+    points
+        .iter()
+        .flat_map(|p| {
+            p.report
+                .results
+                .iter()
+                .filter(|r| r.workers == 1)
+                .map(move |r| mode_row("smartsage.fig14", p, r))
+        })
+        .collect()
+}
+
+/// Fig. 16: every worker count, every design.
+pub(crate) fn fig16(points: &[Point]) -> Vec<Record> {
+    points
+        .iter()
+        .flat_map(|p| {
+            p.report
+                .results
+                .iter()
+                .map(move |r| mode_row("smartsage.fig16", p, r))
+        })
+        .collect()
+}
+
+/// Fig. 17: ISP's speedup over direct I/O per worker count.
+pub(crate) fn fig17(points: &[Point]) -> Vec<Record> {
+    let mut rows = Vec::new();
+    for p in points {
+        for &w in &p.report.config.workers {
+            rows.push(
+                Record::new("smartsage.fig17")
+                    .with("device", p.device.as_str())
+                    .with("graph_to_memory_ratio", p.ratio)
+                    .with("workers", w)
+                    .with(
+                        "hwsw_speedup_vs_sw",
+                        p.report.isp_speedup(HostIoMode::Direct, w),
+                    ),
+            );
+        }
+    }
+    rows
+}
+
+/// Our value of each of the paper's keys for one device's points: means and maxima over the
+/// memory ratios (the paper's are over its datasets, each at its own ratio), and for "several
+/// workers" over every worker count above one.
+pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
+    let speedups = |mode: HostIoMode, one_worker: bool, over: HostIoMode| -> Vec<f64> {
+        points
+            .iter()
+            .flat_map(|p| {
+                p.report.config.workers.iter().filter_map(move |&w| {
+                    if (w == 1) != one_worker {
+                        return None;
+                    }
+                    let base = p.report.result(over, w)?.time_per_minibatch_ns();
+                    let t = p.report.result(mode, w)?.time_per_minibatch_ns();
+                    (t > 0.0).then(|| base / t)
+                })
+            })
+            .collect()
+    };
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let max = |v: Vec<f64>| v.into_iter().reduce(f64::max);
+    use HostIoMode::{Direct, Isp, Mmap};
+    match key {
+        "fig14.sw_vs_mmap.mean" => mean(speedups(Direct, true, Mmap)),
+        "fig14.hwsw_vs_mmap.mean" => mean(speedups(Isp, true, Mmap)),
+        "fig14.hwsw_vs_mmap.max" => max(speedups(Isp, true, Mmap)),
+        "fig14.hwsw_vs_sw.mean" => mean(speedups(Isp, true, Direct)),
+        "fig16.hwsw_vs_mmap.mean" => mean(speedups(Isp, false, Mmap)),
+        "fig16.hwsw_vs_mmap.max" => max(speedups(Isp, false, Mmap)),
+        _ => None,
+    }
+}
+
+/// What the model can tell about a point: where ISP's and the host's time goes.
+pub(crate) fn diagnosis(p: &Point) -> String {
+    let one = |m| p.report.result(m, 1);
+    let mut parts = Vec::new();
+    if let (Some(mmap), Some(direct)) = (one(HostIoMode::Mmap), one(HostIoMode::Direct)) {
+        parts.push(format!(
+            "mmap reads {:.1}× the NAND pages direct I/O reads ({} vs {}; page-cache hit ratio {:.1} %, fault read-around up to {} pages into a cache of 1/{} of the graph)",
+            mmap.nand_pages_read as f64 / direct.nand_pages_read.max(1) as f64,
+            mmap.nand_pages_read,
+            direct.nand_pages_read,
+            100.0 * mmap.page_cache_hit_rate.unwrap_or(0.0),
+            p.report.config.hw.host.readahead_max_pages,
+            p.ratio
+        ));
+    }
+    if let Some(isp) = one(HostIoMode::Isp) {
+        parts.push(format!(
+            "in-storage sampling keeps the ISP core busy {:.0} % of its time (firmware core {:.0} %): {}",
+            100.0 * isp.isp_core_utilisation(),
+            100.0 * isp.core_utilisation(),
+            if isp.isp_core_utilisation() > 0.7 {
+                "bound by the embedded core's sampling compute"
+            } else {
+                "bound by flash and transfers more than by the core"
+            }
+        ));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_scaled_to_the_ratio_within_the_firmware_limits() {
+        let hw = HwConfig::cosmos_plus();
+        let graph = 64u64 << 20;
+        let a = with_memory(&hw, graph, 4);
+        assert_eq!(a.host.page_cache_bytes, 16 << 20);
+        assert_eq!(
+            u64::from(a.firmware.page_buffer_pages) * u64::from(a.nand.page_size_bytes),
+            16 << 20
+        );
+        // A tiny share still leaves the firmware its smallest page buffer.
+        let b = with_memory(&hw, graph, 1 << 20);
+        assert_eq!(b.firmware.page_buffer_pages, 16);
+        assert_eq!(b.host.page_cache_bytes, 4096);
+        assert!(b.validate().is_ok());
+    }
+}

@@ -1,0 +1,120 @@
+//! `sagessd experiment smartsage --quick`: every CSV with its columns, the report with every
+//! section, its "ours" column recomputed from the CSVs, and two runs byte-identical (every
+//! figure is modelled).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn run(out: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["experiment", "smartsage", "--quick", "--out"])
+        .arg(out)
+        .output()
+        .expect("running sagessd");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sagessd-experiment-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The rows of a CSV without quoted commas (the experiment's CSVs have none).
+fn rows(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            assert_eq!(cells.len(), header.len(), "{l}");
+            header
+                .iter()
+                .zip(cells)
+                .map(|(h, c)| (h.to_string(), c.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn smartsage_quick_writes_every_figure_reproducibly() {
+    let (a, b) = (scratch("a"), scratch("b"));
+    run(&a);
+    run(&b);
+    let files = [
+        "fig14_one_worker.csv",
+        "fig16_workers.csv",
+        "fig17_hwsw_over_sw.csv",
+        "report.md",
+    ];
+    for f in files {
+        let (x, y) = (
+            std::fs::read(a.join("smartsage").join(f)).unwrap(),
+            std::fs::read(b.join("smartsage").join(f)).unwrap(),
+        );
+        assert!(!x.is_empty(), "{f} is empty");
+        assert_eq!(x, y, "{f} differs between two runs");
+    }
+    let dir = a.join("smartsage");
+    let fig14 = rows(&dir.join("fig14_one_worker.csv"));
+    let designs: Vec<&str> = fig14.iter().map(|r| r["design"].as_str()).collect();
+    assert_eq!(designs, ["SSD(mmap)", "SmartSAGE(SW)", "SmartSAGE(HW/SW)"]);
+    for col in [
+        "graph_to_memory_ratio",
+        "host_page_cache_bytes",
+        "controller_buffer_bytes",
+        "time_per_minibatch_ns",
+        "speedup_vs_mmap",
+        "nand_pages_read",
+    ] {
+        assert!(fig14[0].contains_key(col), "fig14 lacks {col}");
+    }
+    let fig16 = rows(&dir.join("fig16_workers.csv"));
+    assert_eq!(fig16.len(), 6, "3 designs × 2 worker counts");
+    assert_eq!(rows(&dir.join("fig17_hwsw_over_sw.csv")).len(), 2);
+
+    // The report's "ours" column is what the CSV says: one memory ratio, so the mean speedups
+    // are the rows' own.
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for section in [
+        "### Paper · ours · ratio",
+        "### Fig. 14 and Fig. 16: time per minibatch",
+        "### Fig. 17: SmartSAGE(HW/SW) over SmartSAGE(SW)",
+        "graph-to-memory ratio",
+        "**Every number is modelled**",
+    ] {
+        assert!(report.contains(section), "report lacks {section:?}");
+    }
+    let time = |design: &str| -> f64 {
+        fig14.iter().find(|r| r["design"] == design).unwrap()["time_per_minibatch_ns"]
+            .parse()
+            .unwrap()
+    };
+    let sw = time("SSD(mmap)") / time("SmartSAGE(SW)");
+    let hwsw = time("SSD(mmap)") / time("SmartSAGE(HW/SW)");
+    let ours = |quantity: &str| -> String {
+        let line = report
+            .lines()
+            .find(|l| l.contains(quantity))
+            .unwrap_or_else(|| panic!("no row {quantity:?}"));
+        line.split('|').nth(4).unwrap().trim().to_string()
+    };
+    assert_eq!(
+        ours("SmartSAGE(SW) (direct I/O) over mmap, one worker, average"),
+        format!("{sw:.2}×")
+    );
+    assert_eq!(
+        ours("SmartSAGE(HW/SW) (ISP) over mmap, one worker, average"),
+        format!("{hwsw:.2}×")
+    );
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
