@@ -1,6 +1,6 @@
-//! `sagessd experiment smartsage --quick`: every CSV with its columns, the report with every
-//! section, its "ours" column recomputed from the CSVs, and two runs byte-identical (every
-//! figure is modelled).
+//! `sagessd experiment smartsage --quick`: every CSV with its columns, every plot (SVG and PNG,
+//! the paper's values drawn), the report with every section, its "ours" column recomputed from
+//! the CSVs, and two runs byte-identical (every figure is modelled).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +54,12 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "fig16_workers.csv",
         "fig17_hwsw_over_sw.csv",
         "report.md",
+        "fig14_cosmos-plus.svg",
+        "fig16_cosmos-plus.svg",
+        "fig17_cosmos-plus.svg",
+        "fig14_cosmos-plus.png",
+        "fig16_cosmos-plus.png",
+        "fig17_cosmos-plus.png",
     ];
     for f in files {
         let (x, y) = (
@@ -64,6 +70,18 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         assert_eq!(x, y, "{f} differs between two runs");
     }
     let dir = a.join("smartsage");
+    for fig in ["fig14", "fig16", "fig17"] {
+        let svg = std::fs::read_to_string(dir.join(format!("{fig}_cosmos-plus.svg"))).unwrap();
+        assert!(
+            svg.contains("<svg") && svg.contains("(modelled)"),
+            "{fig}.svg"
+        );
+        assert!(svg.contains("(×)"), "{fig}.svg: the y axis names its unit");
+        let png = std::fs::read(dir.join(format!("{fig}_cosmos-plus.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{fig}.png is a PNG");
+    }
+    let svg14 = std::fs::read_to_string(dir.join("fig14_cosmos-plus.svg")).unwrap();
+    assert!(svg14.contains("paper"), "Fig. 14 draws the paper's values");
     let fig14 = rows(&dir.join("fig14_one_worker.csv"));
     let designs: Vec<&str> = fig14.iter().map(|r| r["design"].as_str()).collect();
     assert_eq!(designs, ["SSD(mmap)", "SmartSAGE(SW)", "SmartSAGE(HW/SW)"]);

@@ -3,6 +3,7 @@
 //! (`paper.rs`). Today: SmartSAGE's neighbour sampling figures (Figs. 14, 16, 17).
 
 mod paper;
+mod plot;
 mod smartsage;
 
 use std::fmt::Write as _;
@@ -98,7 +99,29 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
         "fig17_hwsw_over_sw.csv",
         &csv(&owned(smartsage::fig17))?,
     )?;
-    let report = smartsage_report(&sweep, &devices, args.quick);
+    let mut plots = Vec::new();
+    for (_, points) in &devices {
+        let Some(device) = points.first().map(|p| p.device.clone()) else {
+            continue;
+        };
+        let figures = [
+            ("fig14", smartsage::fig14_plot(points)),
+            (
+                "fig16",
+                smartsage::workers_plot(points, sagessd_runtime::host_io::HostIoMode::Mmap),
+            ),
+            (
+                "fig17",
+                smartsage::workers_plot(points, sagessd_runtime::host_io::HostIoMode::Direct),
+            ),
+        ];
+        for (name, figure) in figures {
+            let stem = format!("{name}_{device}");
+            plot::write(&figure, &dir, &stem)?;
+            plots.push(stem);
+        }
+    }
+    let report = smartsage_report(&sweep, &devices, args.quick, &plots);
     write_file(&dir, "report.md", report.as_bytes())?;
     println!(
         "experiment smartsage: {} design points on {} device(s) → {} (fig14_one_worker.csv, fig16_workers.csv, fig17_hwsw_over_sw.csv, report.md); {:.1} s wall clock",
@@ -119,6 +142,7 @@ fn smartsage_report(
     sweep: &smartsage::Sweep,
     devices: &[(String, Vec<smartsage::Point>)],
     quick: bool,
+    plots: &[String],
 ) -> String {
     use sagessd_runtime::compare::human_bytes;
     let mut r = String::new();
@@ -238,8 +262,14 @@ fn smartsage_report(
     let _ = writeln!(
         r,
         "## Files\n\n`fig14_one_worker.csv`, `fig16_workers.csv`, `fig17_hwsw_over_sw.csv`: one row \
-         per measured point, units in the column names. Not in this experiment yet: SmartSAGE's \
-         Figs. 6, 7, 15 and 18 (end-to-end training), and the plots."
+         per measured point, units in the column names. Plots (SVG and PNG; the paper's values \
+         dashed): {}. Not in this experiment yet: SmartSAGE's Figs. 6, 7, 15 and 18 (end-to-end \
+         training).",
+        plots
+            .iter()
+            .map(|p| format!("`{p}.svg`"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     r
 }

@@ -12,6 +12,8 @@ use sagessd_emulator::HwConfig;
 use sagessd_runtime::compare::{self, CompareConfig, CompareReport, ModeResult};
 use sagessd_runtime::host_io::HostIoMode;
 
+use super::paper;
+use super::plot::{Figure, Series};
 use crate::records::Record;
 
 /// The sweep: workload size, memory ratios and worker counts.
@@ -244,6 +246,87 @@ pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
         "fig16.hwsw_vs_mmap.mean" => mean(speedups(Isp, false, Mmap)),
         "fig16.hwsw_vs_mmap.max" => max(speedups(Isp, false, Mmap)),
         _ => None,
+    }
+}
+
+fn ratios_text(points: &[Point]) -> String {
+    points
+        .iter()
+        .map(|p| p.ratio.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn paper_line(key: &str, label: &str) -> Option<Series> {
+    let v = paper::SMARTSAGE.iter().find(|v| v.key == key)?;
+    Some(Series {
+        label: format!("{label}, paper ({}: {}×)", v.figure, v.value),
+        points: vec![(0.0, v.value)],
+        paper: true,
+    })
+}
+
+/// Fig. 14 of one device: speedup over mmap against the memory ratio, one worker.
+pub(crate) fn fig14_plot(points: &[Point]) -> Figure {
+    let line = |mode: HostIoMode| Series {
+        label: format!("{}, ours", design(mode)),
+        points: points
+            .iter()
+            .filter_map(|p| {
+                let r = p.report.result(mode, 1)?;
+                Some((f64::from(p.ratio), p.report.speedup_vs_mmap(r)?))
+            })
+            .collect(),
+        paper: false,
+    };
+    let mut series = vec![line(HostIoMode::Direct), line(HostIoMode::Isp)];
+    series.extend(paper_line("fig14.sw_vs_mmap.mean", "SmartSAGE(SW)"));
+    series.extend(paper_line("fig14.hwsw_vs_mmap.mean", "SmartSAGE(HW/SW)"));
+    Figure {
+        title: format!(
+            "SmartSAGE Fig. 14 on {}: one worker, graph-to-memory ratios {} (modelled)",
+            points.first().map_or("", |p| p.device.as_str()),
+            ratios_text(points)
+        ),
+        x_label: "graph-to-memory ratio (graph bytes / host page cache bytes)".into(),
+        y_label: "sampling speedup over SSD(mmap) (×)".into(),
+        series,
+    }
+}
+
+/// Fig. 16 (`isp_over` = Mmap) or Fig. 17 (`isp_over` = Direct) of one device: ISP's speedup
+/// against the worker count, a line per memory ratio.
+pub(crate) fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
+    let mut series: Vec<Series> = points
+        .iter()
+        .map(|p| Series {
+            label: format!("SmartSAGE(HW/SW), ratio {}", p.ratio),
+            points: p
+                .report
+                .config
+                .workers
+                .iter()
+                .filter_map(|&w| Some((w as f64, p.report.isp_speedup(isp_over, w)?)))
+                .collect(),
+            paper: false,
+        })
+        .collect();
+    let (figure, over) = match isp_over {
+        HostIoMode::Mmap => {
+            series.extend(paper_line("fig16.hwsw_vs_mmap.mean", "several workers"));
+            ("Fig. 16", "SSD(mmap)")
+        }
+        _ => ("Fig. 17", "SmartSAGE(SW)"),
+    };
+    Figure {
+        title: format!(
+            "SmartSAGE {figure} on {}: workers, graph-to-memory ratios {} (modelled)",
+            points.first().map_or("", |p| p.device.as_str()),
+            ratios_text(points)
+        ),
+        x_label: "host workers".into(),
+        y_label: format!("SmartSAGE(HW/SW) speedup over {over} (×)"),
+        series,
     }
 }
 
