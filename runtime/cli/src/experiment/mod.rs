@@ -219,8 +219,8 @@ fn smartsage_report(
             let _ = writeln!(
                 r,
                 "\n{} of these differ from the paper by more than 30 %. What the model shows at each \
-                 ratio (the paper's OpenSSD runs sampling on the firmware's own Cortex-A9, which \
-                 the hardware description models; its datasets, host and SSD generation differ):\n",
+                 ratio (the paper measured a Cosmos+ OpenSSD whose firmware's own Cortex-A9 \
+                 samples, on its datasets, host and SSD generation, all unlike this model's):\n",
                 far.len()
             );
             for p in points {
