@@ -290,24 +290,8 @@ fn compare_records(report: &compare::CompareReport) -> Vec<records::Record> {
         .results
         .iter()
         .map(|r| {
-            Record::new("compare.mode")
-                .with("device", c.hw.device.name.as_str())
-                .with("mode", r.mode.name())
-                .with("workers", r.workers)
-                .with("minibatches", r.minibatches)
-                .with("makespan_ns", r.makespan_ns)
-                .with("time_per_minibatch_ns", r.time_per_minibatch_ns())
-                .with("speedup_vs_mmap", report.speedup_vs_mmap(r))
-                .with("commands", r.commands)
-                .with("pcie_h2c_bytes", r.pcie_h2c_bytes)
-                .with("pcie_c2h_bytes", r.pcie_c2h_bytes)
-                .with("nand_pages_read", r.nand_pages_read)
-                .with("page_cache_hit_ratio", r.page_cache_hit_rate)
-                .with("firmware_core_utilisation", r.core_utilisation())
-                .with("isp_core_utilisation", r.isp_core_utilisation())
-                .with("host_cpu_ns", r.host_cpu_ns)
-                .with("submit_lag_ns", r.submit_lag_ns)
-                .with("timing", "modelled")
+            let head = Record::new("compare.mode").with("device", c.hw.device.name.as_str());
+            mode_fields(head, report, r)
         })
         .collect();
     rows.push(
@@ -323,9 +307,34 @@ fn compare_records(report: &compare::CompareReport) -> Vec<records::Record> {
             .with("fanouts", join_fanouts(&c.fanouts))
             .with("seed", c.seed)
             .with("checksum", format!("{:#018x}", report.checksum))
-            .with("samples_identical", report.identical()),
+            .with("samples_identical", report.identical())
+            .with("timing", "modelled"),
     );
     rows
+}
+
+/// `head` with one mode's modelled figures (`compare.mode` and the experiments' rows).
+pub(crate) fn mode_fields(
+    head: records::Record,
+    report: &compare::CompareReport,
+    r: &compare::ModeResult,
+) -> records::Record {
+    head.with("mode", r.mode.name())
+        .with("workers", r.workers)
+        .with("minibatches", r.minibatches)
+        .with("makespan_ns", r.makespan_ns)
+        .with("time_per_minibatch_ns", r.time_per_minibatch_ns())
+        .with("speedup_vs_mmap", report.speedup_vs_mmap(r))
+        .with("commands", r.commands)
+        .with("pcie_h2c_bytes", r.pcie_h2c_bytes)
+        .with("pcie_c2h_bytes", r.pcie_c2h_bytes)
+        .with("nand_pages_read", r.nand_pages_read)
+        .with("page_cache_hit_ratio", r.page_cache_hit_rate)
+        .with("firmware_core_busy_ratio", r.core_utilisation())
+        .with("isp_core_busy_ratio", r.isp_core_utilisation())
+        .with("host_cpu_ns", r.host_cpu_ns)
+        .with("submit_lag_ns", r.submit_lag_ns)
+        .with("timing", "modelled")
 }
 
 /// Fanouts as the flags take them, `10,10,10`.

@@ -53,6 +53,8 @@ pub(crate) enum Value {
     F64(f64),
     /// A yes/no fact.
     Bool(bool),
+    /// A list (of a serialized row): a JSON array in JSON, its JSON text in CSV.
+    Json(serde_json::Value),
     /// Not applicable to this row.
     Null,
 }
@@ -126,7 +128,7 @@ impl Record {
     }
 
     /// A record of `kind` from a JSON object (a serialized row), nested objects flattened into
-    /// `outer_inner` names; arrays become their JSON text.
+    /// `outer_inner` names; arrays stay arrays (JSON text in CSV).
     #[cfg_attr(not(feature = "train"), allow(dead_code))] // training's rows only, and tests
     pub(crate) fn from_json(kind: &'static str, value: &serde_json::Value) -> Self {
         fn flatten(prefix: &str, v: &serde_json::Value, r: Record) -> Record {
@@ -147,7 +149,7 @@ impl Record {
                     None => r.with(prefix, n.as_f64().unwrap_or(f64::NAN)),
                 },
                 J::String(s) => r.with(prefix, s.as_str()),
-                J::Array(_) => r.with(prefix, v.to_string()),
+                J::Array(_) => r.with(prefix, Value::Json(v.clone())),
             }
         }
         flatten("", value, Self::new(kind))
@@ -227,6 +229,7 @@ fn json_value(v: &Value) -> serde_json::Value {
             serde_json::Number::from_f64(*x).map_or(serde_json::Value::Null, Into::into)
         }
         Value::Bool(b) => (*b).into(),
+        Value::Json(v) => v.clone(),
         Value::Null => serde_json::Value::Null,
     }
 }
@@ -249,6 +252,7 @@ fn csv_cell(v: &Value) -> String {
         Value::F64(x) if x.is_finite() => x.to_string(),
         Value::F64(_) | Value::Null => String::new(),
         Value::Bool(b) => b.to_string(),
+        Value::Json(v) => v.to_string(),
     };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))

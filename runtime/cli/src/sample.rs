@@ -277,14 +277,14 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         // be told from its compute.
         let faults = kind.faults_in();
         let hops = &io.hops[..a.fanouts.len()];
-        let per_hop = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String| {
-            hops.iter().map(f).collect::<Vec<_>>().join("/")
+        let per_hop = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String, sep: &str| {
+            hops.iter().map(f).collect::<Vec<_>>().join(sep)
         };
         out.record(
             Record::new("sample.sampler")
                 .with("dataset", dataset.manifest.name.as_str())
                 .with("sampler", name)
-                .with("minibatches", a.batches)
+                .with("minibatches", requests.len())
                 .with("batch_size", a.batch_size)
                 .with("fanouts", crate::join_fanouts(&a.fanouts))
                 .with("reads", io.reads)
@@ -305,25 +305,24 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                     "compute_wall_s",
                     (!faults).then_some((wall - io_wait_s).max(0.0)),
                 )
-                .with("hop_reads", per_hop(&|h| h.reads.to_string()))
-                .with("hop_bytes_read", per_hop(&|h| h.bytes_read.to_string()))
+                .with("hop_reads", per_hop(&|h| h.reads.to_string(), "/"))
+                .with(
+                    "hop_bytes_read",
+                    per_hop(&|h| h.bytes_read.to_string(), "/"),
+                )
                 .with("timing", "wall clock"),
         )?;
         if kind != Memory {
-            let hops = &io.hops[..a.fanouts.len()];
-            let each = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String| {
-                hops.iter().map(f).collect::<Vec<_>>().join(" / ")
-            };
             out.text(format!(
                 "  per hop: reads {}, read {}{}\n",
-                each(&|h| h.reads.to_string()),
-                each(&|h| human_bytes(h.bytes_read)),
-                if kind.faults_in() {
+                per_hop(&|h| h.reads.to_string(), " / "),
+                per_hop(&|h| human_bytes(h.bytes_read), " / "),
+                if faults {
                     String::new()
                 } else {
                     format!(
                         ", I/O wait s {}",
-                        each(&|h| format!("{:.2}", h.io_wait_ns as f64 / 1e9))
+                        per_hop(&|h| format!("{:.2}", h.io_wait_ns as f64 / 1e9), " / ")
                     )
                 }
             ));

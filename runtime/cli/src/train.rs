@@ -332,6 +332,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         bar.set_position(done as u64);
     };
     let mut write_err: Option<std::io::Error> = None;
+    let mut record_err: Option<std::io::Error> = None;
     let mut on_epoch = |r: &EpochRecord| {
         bar.reset();
         let mut out = out.borrow_mut();
@@ -341,7 +342,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             .map_err(std::io::Error::from)
             .and_then(|v| out.record(crate::records::Record::from_json("train.epoch", &v)))
         {
-            write_err = Some(e);
+            record_err = Some(e);
         }
         if let Some(w) = metrics.as_mut()
             // One JSON object a line (serde_json writes a diverged NaN loss as null).
@@ -504,6 +505,9 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     if let Some(e) = write_err {
         return Err(e).context("writing --metrics-out");
+    }
+    if let Some(e) = record_err {
+        return Err(e).context("writing the epoch records to stdout");
     }
     let mut out = out.into_inner();
     match outcome.test_accuracy {

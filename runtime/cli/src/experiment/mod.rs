@@ -77,6 +77,16 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let mut devices = Vec::new();
     for config in configs {
         let hw = load_hw(config)?;
+        let taken = devices
+            .iter()
+            .any(|(_, p): &(String, Vec<smartsage::Point>)| {
+                p.first().is_some_and(|p| p.device == hw.device.name)
+            });
+        anyhow::ensure!(
+            !taken,
+            "two hardware descriptions name their device {:?}: their rows and plots could not be told apart",
+            hw.device.name
+        );
         eprintln!(
             "experiment smartsage: {} ({})",
             hw.device.name,
@@ -116,7 +126,18 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
             ),
         ];
         for (name, figure) in figures {
-            let stem = format!("{name}_{device}");
+            // The device's name, kept to characters every file system takes.
+            let safe: String = device
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let stem = format!("{name}_{safe}");
             plot::write(&figure, &dir, &stem)?;
             plots.push(stem);
         }
@@ -146,31 +167,47 @@ fn smartsage_report(
 ) -> String {
     use sagessd_runtime::compare::human_bytes;
     let mut r = String::new();
+    let configs = devices
+        .iter()
+        .filter(|(source, _)| !source.starts_with("built-in"))
+        .map(|(source, _)| format!(" --config {source}"))
+        .collect::<String>();
     let _ = writeln!(
         r,
         "# SmartSAGE: neighbour sampling (Figs. 14, 16, 17)\n\n\
-         `sagessd experiment smartsage{}`. Workload: an R-MAT graph of scale {} (edge factor 8), \
-         {} minibatches of {} targets, fanouts {:?} (SmartSAGE's 25 and 10), seed 1; designs \
-         SSD(mmap) = mmap through the page cache, SmartSAGE(SW) = direct I/O at queue depth 1, \
-         SmartSAGE(HW/SW) = in-storage sampling, one NS_config per minibatch; {:?} host workers. \
-         The seed's graphs are many times larger than host memory: here memory is scaled down \
-         instead, the host page cache and the controller page buffer each holding 1/ratio of the \
-         graph, for graph-to-memory ratios {:?}. **Every number is modelled** (virtual time of \
-         the hardware description, no wall clock), so two runs write identical CSVs. The paper's \
-         averages are over its datasets (each at its own ratio); ours over the ratios.\n",
+         `sagessd experiment smartsage{}{configs}`. Designs: SSD(mmap) = mmap through the page \
+         cache, SmartSAGE(SW) = direct I/O at queue depth 1, SmartSAGE(HW/SW) = in-storage \
+         sampling, one NS_config per minibatch. The seed's graphs are many times larger than host \
+         memory: here memory is scaled down instead, the host page cache and the controller page \
+         buffer each holding 1/ratio of the graph (the buffer rounded up to groups of 8 flash \
+         pages, 16 at least), for graph-to-memory ratios {:?}. **Every \
+         number is modelled** (virtual time of the hardware description, no wall clock), so two \
+         runs write identical files. The paper's averages are over its datasets (each at its own \
+         ratio); ours over the ratios.\n",
         if quick { " --quick" } else { "" },
-        sweep.scale,
-        sweep.batches,
-        sweep.batch_size,
-        sweep.fanouts,
-        sweep.workers,
         sweep.ratios
     );
     for (source, points) in devices {
         let Some(first) = points.first() else {
             continue;
         };
+        let c = &first.report.config;
         let _ = writeln!(r, "## {} ({source})\n", first.device);
+        let _ = writeln!(
+            r,
+            "Workload: an R-MAT graph of scale {} (edge factor {}, seed {}), {} minibatches of {} \
+             targets, fanouts {:?}, sampling seed {}; host workers {:?} (at most the device's {} \
+             sampling slots).\n",
+            c.scale,
+            c.edge_factor,
+            c.graph_seed,
+            c.batches,
+            c.batch_size,
+            c.fanouts,
+            c.seed,
+            c.workers,
+            c.hw.firmware.isp_slots
+        );
         let _ = writeln!(
             r,
             "| graph-to-memory ratio | graph on the device | host page cache | controller page buffer |\n|---|---|---|---|"
@@ -184,7 +221,9 @@ fn smartsage_report(
                 human_bytes(p.report.graph_bytes()),
                 human_bytes(p.memory_bytes.0),
                 human_bytes(p.memory_bytes.1),
-                if p.memory_bytes.1 > share {
+                if p.memory_bytes.1 > share
+                    && p.memory_bytes.1 == 16 * u64::from(p.report.config.hw.nand.page_size_bytes)
+                {
                     " (the firmware's smallest buffer: more than 1/ratio of this graph)"
                 } else {
                     ""
@@ -262,9 +301,9 @@ fn smartsage_report(
     let _ = writeln!(
         r,
         "## Files\n\n`fig14_one_worker.csv`, `fig16_workers.csv`, `fig17_hwsw_over_sw.csv`: one row \
-         per measured point, units in the column names. Plots (SVG and PNG; the paper's values \
-         dashed): {}. Not in this experiment yet: SmartSAGE's Figs. 6, 7, 15 and 18 (end-to-end \
-         training).",
+         per measured point, units in the column names. Plots (SVG and PNG; where the paper \
+         reports a value, Figs. 14 and 16, it is dashed): {}. Not in this experiment yet: \
+         SmartSAGE's Figs. 6, 7, 15 and 18 (end-to-end training).",
         plots
             .iter()
             .map(|p| format!("`{p}.svg`"))

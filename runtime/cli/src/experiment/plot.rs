@@ -19,9 +19,10 @@ const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 pub(crate) struct Series {
     /// Its legend entry.
     pub label: String,
-    /// (x, y) points, in x order.
+    /// (x, y) points, in x order; a paper value has one point, whose y is drawn across the x
+    /// range of the measured series (its x is not used).
     pub points: Vec<(f64, f64)>,
-    /// A value the paper reports (drawn dashed, across the x range) rather than a measurement.
+    /// A value the paper reports (drawn dashed) rather than a measurement.
     pub paper: bool,
 }
 
@@ -70,12 +71,15 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
     root.fill(&WHITE).map_err(err)?;
-    let all = fig.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
-    for &(x, y) in all {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y1 = y1.max(y);
+    for s in &fig.series {
+        for &(x, y) in &s.points {
+            if !s.paper {
+                x0 = x0.min(x);
+                x1 = x1.max(x);
+            }
+            y1 = y1.max(y);
+        }
     }
     if !x0.is_finite() {
         return Err("a figure without points".into());

@@ -78,7 +78,7 @@ pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConf
     let bytes = graph_bytes / u64::from(ratio.max(1));
     hw.host.page_cache_bytes = (bytes / 4096).max(1) * 4096;
     let page = u64::from(hw.nand.page_size_bytes);
-    let pages = (bytes / page / 8 * 8).clamp(16, 32_768);
+    let pages = bytes.div_ceil(page).next_multiple_of(8).clamp(16, 32_768);
     hw.firmware.page_buffer_pages = pages as u32;
     hw
 }
@@ -151,22 +151,14 @@ pub(crate) fn design(mode: HostIoMode) -> &'static str {
 }
 
 fn mode_row(kind: &'static str, p: &Point, r: &ModeResult) -> Record {
-    Record::new(kind)
+    let head = Record::new(kind)
         .with("device", p.device.as_str())
         .with("graph_to_memory_ratio", p.ratio)
         .with("graph_bytes", p.report.graph_bytes())
         .with("host_page_cache_bytes", p.memory_bytes.0)
         .with("controller_buffer_bytes", p.memory_bytes.1)
-        .with("design", design(r.mode))
-        .with("mode", r.mode.name())
-        .with("workers", r.workers)
-        .with("time_per_minibatch_ns", r.time_per_minibatch_ns())
-        .with("speedup_vs_mmap", p.report.speedup_vs_mmap(r))
-        .with("nand_pages_read", r.nand_pages_read)
-        .with("pcie_c2h_bytes", r.pcie_c2h_bytes)
-        .with("page_cache_hit_ratio", r.page_cache_hit_rate)
-        .with("firmware_core_utilisation", r.core_utilisation())
-        .with("isp_core_utilisation", r.isp_core_utilisation())
+        .with("design", design(r.mode));
+    crate::mode_fields(head, &p.report, r)
 }
 
 /// Fig. 14: one worker, every design.
@@ -220,31 +212,35 @@ pub(crate) fn fig17(points: &[Point]) -> Vec<Record> {
 /// memory ratios (the paper's are over its datasets, each at its own ratio), and for "several
 /// workers" over every worker count above one.
 pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
-    let speedups = |mode: HostIoMode, one_worker: bool, over: HostIoMode| -> Vec<f64> {
+    use HostIoMode::{Direct, Isp, Mmap};
+    // `mode`'s speedup over `over` at every worker count of the points, one worker or several.
+    let speedups = |mode: HostIoMode, over: HostIoMode, one_worker: bool| -> Vec<f64> {
         points
             .iter()
             .flat_map(|p| {
-                p.report.config.workers.iter().filter_map(move |&w| {
-                    if (w == 1) != one_worker {
-                        return None;
-                    }
-                    let base = p.report.result(over, w)?.time_per_minibatch_ns();
-                    let t = p.report.result(mode, w)?.time_per_minibatch_ns();
-                    (t > 0.0).then(|| base / t)
-                })
+                p.report
+                    .config
+                    .workers
+                    .iter()
+                    .filter(move |&&w| (w == 1) == one_worker)
+                    .filter_map(move |&w| match (mode, over) {
+                        (Isp, host) => p.report.isp_speedup(host, w),
+                        (_, Mmap) => p.report.speedup_vs_mmap(p.report.result(mode, w)?),
+                        _ => None,
+                    })
             })
             .collect()
     };
     let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     let max = |v: Vec<f64>| v.into_iter().reduce(f64::max);
-    use HostIoMode::{Direct, Isp, Mmap};
     match key {
-        "fig14.sw_vs_mmap.mean" => mean(speedups(Direct, true, Mmap)),
-        "fig14.hwsw_vs_mmap.mean" => mean(speedups(Isp, true, Mmap)),
-        "fig14.hwsw_vs_mmap.max" => max(speedups(Isp, true, Mmap)),
-        "fig14.hwsw_vs_sw.mean" => mean(speedups(Isp, true, Direct)),
-        "fig16.hwsw_vs_mmap.mean" => mean(speedups(Isp, false, Mmap)),
-        "fig16.hwsw_vs_mmap.max" => max(speedups(Isp, false, Mmap)),
+        "fig14.sw_vs_mmap.mean" => mean(speedups(Direct, Mmap, true)),
+        "fig14.hwsw_vs_mmap.mean" => mean(speedups(Isp, Mmap, true)),
+        "fig14.hwsw_vs_mmap.max" => max(speedups(Isp, Mmap, true)),
+        "fig14.hwsw_vs_sw.mean" => mean(speedups(Isp, Direct, true)),
+        "fig14.hwsw_vs_sw.max" => max(speedups(Isp, Direct, true)),
+        "fig16.hwsw_vs_mmap.mean" => mean(speedups(Isp, Mmap, false)),
+        "fig16.hwsw_vs_mmap.max" => max(speedups(Isp, Mmap, false)),
         _ => None,
     }
 }
@@ -261,7 +257,7 @@ fn paper_line(key: &str, label: &str) -> Option<Series> {
     let v = paper::SMARTSAGE.iter().find(|v| v.key == key)?;
     Some(Series {
         label: format!("{label}, paper ({}: {}×)", v.figure, v.value),
-        points: vec![(0.0, v.value)],
+        points: vec![(f64::NAN, v.value)],
         paper: true,
     })
 }
@@ -345,7 +341,14 @@ pub(crate) fn diagnosis(p: &Point) -> String {
             p.ratio
         ));
     }
-    if let Some(isp) = one(HostIoMode::Isp) {
+    let isp_cores = p.report.config.hw.cores.isp_cores;
+    if let Some(isp) = one(HostIoMode::Isp).filter(|_| isp_cores == 0) {
+        parts.push(format!(
+            "in-storage sampling runs on the firmware cores, busy {:.0} % of its time",
+            100.0 * isp.core_utilisation()
+        ));
+    }
+    if let Some(isp) = one(HostIoMode::Isp).filter(|_| isp_cores > 0) {
         parts.push(format!(
             "in-storage sampling keeps the ISP core busy {:.0} % of its time (firmware core {:.0} %): {}",
             100.0 * isp.isp_core_utilisation(),
