@@ -96,11 +96,11 @@ pub struct StageSeconds {
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StageThroughput {
     /// Sampling.
-    pub sample_mb_per_s: f64,
+    pub sample_minibatches_per_s: f64,
     /// Feature gather (0 without a gather stage).
-    pub gather_mb_per_s: f64,
+    pub gather_minibatches_per_s: f64,
     /// The trainer: copy and step.
-    pub train_mb_per_s: f64,
+    pub train_minibatches_per_s: f64,
 }
 
 /// The modelled epoch, where the producers model time.
@@ -280,18 +280,18 @@ pub fn fit(
                 wait_s: report.wait_ns as f64 / 1e9,
             },
             throughput: StageThroughput {
-                sample_mb_per_s: rate(
+                sample_minibatches_per_s: rate(
                     report.sample.items,
                     report.sample.busy_ns,
                     report.sample_workers,
                 ),
                 // A producer that gathers as it samples (on a device) gathers on its own worker.
-                gather_mb_per_s: rate(
+                gather_minibatches_per_s: rate(
                     report.gather.items,
                     report.gather.busy_ns,
                     report.gather_workers.max(1),
                 ),
-                train_mb_per_s: rate(report.minibatches as u64, copy_ns + step_ns, 1),
+                train_minibatches_per_s: rate(report.minibatches as u64, copy_ns + step_ns, 1),
             },
             idle_fraction: report.wait_ns as f64 / (report.wall_ns.max(1)) as f64,
             workers: (report.sample_workers, report.gather_workers),
