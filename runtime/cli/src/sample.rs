@@ -362,6 +362,18 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     Ok(exit)
 }
 
+/// The host's modelled compute for building `sub` (the `[host]` costs per node and edge).
+pub(crate) fn host_sampling_ns(
+    hw: &sagessd_emulator::HwConfig,
+    sub: &sagessd_runtime::sampler::SampledSubgraph,
+) -> u64 {
+    let v = sub.view();
+    let dst: u64 = (0..v.layer_count())
+        .map(|l| u64::from(v.layer(l).counts.dst_count))
+        .sum();
+    hw.host.sampling_ns(dst, sub.edge_count())
+}
+
 /// This process's peak resident set size so far.
 fn peak_rss_bytes() -> Option<u64> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
@@ -505,11 +517,7 @@ fn run_sample_on_device(
                 None => vec![None; subs.len()],
             };
             for (sub, r) in subs.iter().zip(rows) {
-                let v = sub.view();
-                let dst: u64 = (0..v.layer_count())
-                    .map(|l| u64::from(v.layer(l).counts.dst_count))
-                    .sum();
-                host_ns += hw.host.sampling_ns(dst, sub.edge_count());
+                host_ns += host_sampling_ns(&hw, sub);
                 feature_bytes += r.as_ref().map_or(0, |r| r.len() as u64);
                 sums.push(minibatch_checksum(sub, r.as_deref()));
             }

@@ -1,14 +1,19 @@
-//! `sagessd experiment smartsage --quick`: every CSV with its columns, every plot (SVG and PNG,
-//! the paper's values drawn), the report with every section, its "ours" column recomputed from
-//! the CSVs, and two runs byte-identical (every figure is modelled).
+//! `sagessd experiment smartsage|agnes --quick`: every CSV with its columns, every plot (SVG and
+//! PNG, the paper's values drawn where it reports one), the report with every section, its
+//! "ours" column recomputed from the CSVs, and two runs byte-identical (every figure is
+//! modelled).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn run(out: &Path) {
+    run_one("smartsage", out);
+}
+
+fn run_one(which: &str, out: &Path) {
     let o = Command::new(env!("CARGO_BIN_EXE_sagessd"))
-        .args(["experiment", "smartsage", "--quick", "--out"])
+        .args(["experiment", which, "--quick", "--out"])
         .arg(out)
         .output()
         .expect("running sagessd");
@@ -173,6 +178,70 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         let t = |d| time(&fig16, d, w);
         assert!((got - t(sw) / t(hwsw)).abs() < 1e-9, "{r:?}");
     }
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+#[test]
+fn agnes_quick_writes_both_sweeps_reproducibly() {
+    let (a, b) = (scratch("agnes-a"), scratch("agnes-b"));
+    run_one("agnes", &a);
+    run_one("agnes", &b);
+    for f in [
+        "fig9_blocks_and_hyperbatches.csv",
+        "report.md",
+        "fig9a_cosmos-plus.svg",
+        "fig9b_cosmos-plus.svg",
+        "fig9a_cosmos-plus.png",
+        "fig9b_cosmos-plus.png",
+    ] {
+        let (x, y) = (
+            std::fs::read(a.join("agnes").join(f)).unwrap(),
+            std::fs::read(b.join("agnes").join(f)).unwrap(),
+        );
+        assert!(!x.is_empty(), "{f} is empty");
+        assert_eq!(x, y, "{f} differs between two runs");
+    }
+    let dir = a.join("agnes");
+    let points = rows(&dir.join("fig9_blocks_and_hyperbatches.csv"));
+    assert_eq!(points.len(), 4, "2 block sizes and 2 hyperbatches");
+    let epoch = |r: &BTreeMap<String, String>| -> u64 { r["epoch_ns"].parse().unwrap() };
+    for r in &points {
+        let parts: u64 =
+            r["device_ns"].parse::<u64>().unwrap() + r["host_ns"].parse::<u64>().unwrap();
+        assert_eq!(epoch(r), parts, "the epoch is device plus host time");
+        assert_eq!(r["timing"], "modelled");
+        assert!(r["storage_reads"].parse::<u64>().unwrap() > 0);
+    }
+    // The report's optima and Fig. 8's ratio, recomputed from the CSV.
+    let hyper: Vec<_> = points
+        .iter()
+        .filter(|r| r["sweep"] == "hyperbatch")
+        .collect();
+    let best = hyper.iter().min_by_key(|r| epoch(r)).unwrap();
+    let none = hyper
+        .iter()
+        .find(|r| r["hyperbatch_minibatches"] == "1")
+        .unwrap();
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let ours = |figure: &str| -> String {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {figure} |")))
+            .unwrap_or_else(|| panic!("no row {figure}"));
+        line.split('|').nth(4).unwrap().trim().to_string()
+    };
+    assert_eq!(
+        ours("AGNES Fig. 9(b)"),
+        format!(
+            "{:.1}",
+            best["hyperbatch_minibatches"].parse::<f64>().unwrap()
+        )
+    );
+    assert_eq!(
+        ours("AGNES Fig. 8"),
+        format!("{:.1}", epoch(none) as f64 / epoch(best) as f64)
+    );
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
 }

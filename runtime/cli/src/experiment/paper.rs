@@ -1,6 +1,7 @@
 //! The seeds' reported figures that the experiments are compared with, each with the figure
-//! whose text states it (`shared/seeds/smartsage.txt`, the evaluation's paragraphs on
-//! Figs. 14 and 16). Values are only ever read from here, never fitted.
+//! whose text states it (`shared/seeds/smartsage.txt`, the evaluation's paragraphs on Figs. 14
+//! and 16; `shared/seeds/agnes.txt`, those on Figs. 8 and 9). Values are only ever read from
+//! here, never fitted.
 
 /// One reported value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,19 +62,39 @@ pub(crate) const SMARTSAGE: &[PaperValue] = &[
     },
 ];
 
+/// AGNES, its evaluation of the hyperbatch and of block and hyperbatch sizes.
+pub(crate) const AGNES: &[PaperValue] = &[
+    PaperValue {
+        key: "fig9a.best_block_kib",
+        figure: "AGNES Fig. 9(a)",
+        quantity: "block size with the shortest execution time (64 KiB … 4 MiB), KiB",
+        value: 1024.0,
+    },
+    PaperValue {
+        key: "fig9b.best_hyperbatch",
+        figure: "AGNES Fig. 9(b)",
+        quantity: "hyperbatch with the shortest execution time, minibatches (the paper: larger than 1,024)",
+        value: 1024.0,
+    },
+    PaperValue {
+        key: "fig8.hyperbatch_speedup.max",
+        figure: "AGNES Fig. 8",
+        quantity: "execution time without hyperbatches over with them, maximum",
+        value: 622.0,
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn keys_are_unique_and_values_positive() {
-        for (i, v) in SMARTSAGE.iter().enumerate() {
-            assert!(v.value > 0.0, "{}", v.key);
-            assert!(
-                SMARTSAGE[..i].iter().all(|w| w.key != v.key),
-                "{} twice",
-                v.key
-            );
+        for table in [SMARTSAGE, AGNES] {
+            for (i, v) in table.iter().enumerate() {
+                assert!(v.value > 0.0, "{}", v.key);
+                assert!(table[..i].iter().all(|w| w.key != v.key), "{} twice", v.key);
+            }
         }
     }
 }
