@@ -281,36 +281,37 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             hops.iter().map(f).collect::<Vec<_>>().join(sep)
         };
         out.record(
-            Record::new("sample.sampler")
-                .with("dataset", dataset.manifest.name.as_str())
-                .with("sampler", name)
-                .with("minibatches", requests.len())
-                .with("batch_size", a.batch_size)
-                .with("fanouts", crate::join_fanouts(&a.fanouts))
-                .with("reads", io.reads)
-                .with("bytes_read", io.bytes_read)
-                .with("bytes_used", io.bytes_used)
-                .with("buffer_hit_ratio", io.hit_ratio())
-                .with("reads_le_4k", h[0])
-                .with("reads_le_64k", h[1])
-                .with("reads_le_1m", h[2])
-                .with("reads_gt_1m", h[3])
-                .with(
-                    "syscalls",
-                    (!faults && kind != Memory).then_some(io.syscalls),
-                )
-                .with("sample_wall_s", wall)
-                .with("io_wait_s", (!faults).then_some(io_wait_s))
-                .with(
-                    "compute_wall_s",
-                    (!faults).then_some((wall - io_wait_s).max(0.0)),
-                )
-                .with("hop_reads", per_hop(&|h| h.reads.to_string(), "/"))
-                .with(
-                    "hop_bytes_read",
-                    per_hop(&|h| h.bytes_read.to_string(), "/"),
-                )
-                .with("timing", "wall clock"),
+            run_fields(
+                Record::new("sample.sampler"),
+                &a,
+                &dataset.manifest.name,
+                name,
+                &requests,
+            )
+            .with("reads", io.reads)
+            .with("bytes_read", io.bytes_read)
+            .with("bytes_used", io.bytes_used)
+            .with("buffer_hit_ratio", io.hit_ratio())
+            .with("reads_le_4k", h[0])
+            .with("reads_le_64k", h[1])
+            .with("reads_le_1m", h[2])
+            .with("reads_gt_1m", h[3])
+            .with(
+                "syscalls",
+                (!faults && kind != Memory).then_some(io.syscalls),
+            )
+            .with("sample_wall_s", wall)
+            .with("io_wait_s", (!faults).then_some(io_wait_s))
+            .with(
+                "compute_wall_s",
+                (!faults).then_some((wall - io_wait_s).max(0.0)),
+            )
+            .with("hop_reads", per_hop(&|h| h.reads.to_string(), "/"))
+            .with(
+                "hop_bytes_read",
+                per_hop(&|h| h.bytes_read.to_string(), "/"),
+            )
+            .with("timing", "wall clock"),
         )?;
         if kind != Memory {
             out.text(format!(
@@ -360,6 +361,21 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     )?;
     out.finish()?;
     Ok(exit)
+}
+
+/// `head` with what a sampler's row ran: the dataset, the sampler and the workload.
+fn run_fields(
+    head: Record,
+    a: &SampleArgs,
+    dataset: &str,
+    sampler: &str,
+    requests: &[(u64, Vec<u64>)],
+) -> Record {
+    head.with("dataset", dataset)
+        .with("sampler", sampler)
+        .with("minibatches", requests.len())
+        .with("batch_size", a.batch_size)
+        .with("fanouts", crate::join_fanouts(&a.fanouts))
 }
 
 /// The host's modelled compute for building `sub` (the `[host]` costs per node and edge).
@@ -609,14 +625,9 @@ fn run_sample_on_device(
             dash(host_ms.map(|v| format!("{v:.3}"))),
             format!("{total_ms:.3}")
         ));
+        let head = Record::new("sample.device_sampler").with("device", device_name.as_str());
         out.record(
-            Record::new("sample.device_sampler")
-                .with("device", device_name.as_str())
-                .with("dataset", dataset.manifest.name.as_str())
-                .with("sampler", name)
-                .with("minibatches", requests.len())
-                .with("batch_size", a.batch_size)
-                .with("fanouts", crate::join_fanouts(&a.fanouts))
+            run_fields(head, a, &dataset.manifest.name, name, requests)
                 .with("reads", io.reads)
                 .with("bytes_read", io.bytes_read)
                 .with("nand_pages_read", pages)

@@ -20,14 +20,8 @@ use crate::records::Record;
 /// The sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Sweep {
-    /// R-MAT scale of the generated graph.
-    pub scale: u32,
-    /// Minibatches of the epoch.
-    pub batches: u32,
-    /// Targets per minibatch.
-    pub batch_size: u32,
-    /// Fanouts (AGNES's models have 3 layers).
-    pub fanouts: Vec<u16>,
+    /// The graph and the minibatches.
+    pub workload: super::Workload,
     /// Layout bytes over graph-buffer bytes.
     pub ratio: u32,
     /// Block sizes of the block sweep, bytes (at hyperbatch `block_sweep_hyperbatch`).
@@ -42,10 +36,12 @@ impl Sweep {
     /// The full sweep.
     pub(crate) fn full() -> Self {
         Self {
-            scale: 16,
-            batches: 1024,
-            batch_size: 256,
-            fanouts: vec![10, 10, 10],
+            workload: super::Workload {
+                scale: 16,
+                batches: 1024,
+                batch_size: 256,
+                fanouts: vec![10, 10, 10],
+            },
             ratio: 8,
             block_bytes: vec![64 << 10, 256 << 10, 1 << 20, 4 << 20],
             block_sweep_hyperbatch: 256,
@@ -56,10 +52,12 @@ impl Sweep {
     /// The reduced sweep of the test suite.
     pub(crate) fn quick() -> Self {
         Self {
-            scale: 11,
-            batches: 8,
-            batch_size: 64,
-            fanouts: vec![5, 5],
+            workload: super::Workload {
+                scale: 11,
+                batches: 8,
+                batch_size: 64,
+                fanouts: vec![5, 5],
+            },
             ratio: 8,
             block_bytes: vec![64 << 10, 1 << 20],
             block_sweep_hyperbatch: 4,
@@ -104,13 +102,13 @@ impl Point {
 
 /// Generates (or reuses) the sweep's dataset under `dir`.
 pub(crate) fn dataset(dir: &Path, sweep: &Sweep) -> anyhow::Result<Dataset> {
-    let path = dir.join(format!("rmat-{}", sweep.scale));
+    let path = dir.join(format!("rmat-{}", sweep.workload.scale));
     if let Ok(d) = Dataset::open(&path) {
         return Ok(d);
     }
     let params = generate::GenerateParams {
-        name: format!("rmat-{}-8", sweep.scale),
-        scale: sweep.scale,
+        name: format!("rmat-{}-8", sweep.workload.scale),
+        scale: sweep.workload.scale,
         edge_factor: 8,
         seed: 1,
         feature_dim: 0,
@@ -138,11 +136,11 @@ fn point(
     drop(graph);
     device.transport_mut().drop_caches();
     let n = dataset.manifest.node_count;
-    let requests: Vec<(u64, Vec<u64>)> = (0..sweep.batches)
+    let requests: Vec<(u64, Vec<u64>)> = (0..sweep.workload.batches)
         .map(|b| {
             (
                 minibatch_seed(1, b),
-                minibatch_targets(1, b, sweep.batch_size, n),
+                minibatch_targets(1, b, sweep.workload.batch_size, n),
             )
         })
         .collect();
@@ -153,7 +151,7 @@ fn point(
         let mut s =
             AgnesSampler::on_device(&layout, buffer_bytes, &mut device, placed.layout_slba)?;
         for group in requests.chunks(hyperbatch.max(1)) {
-            for sub in s.sample_many(&sweep.fanouts, group)? {
+            for sub in s.sample_many(&sweep.workload.fanouts, group)? {
                 host_ns += crate::sample::host_sampling_ns(hw, &sub);
             }
         }

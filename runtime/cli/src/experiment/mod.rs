@@ -17,6 +17,19 @@ use clap::{Args, ValueEnum};
 use crate::records::{Record, write_csv};
 use crate::{hw_source, load_hw};
 
+/// The graph and minibatches an experiment samples.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Workload {
+    /// R-MAT scale of the graph (2^scale nodes, edge factor 8).
+    pub scale: u32,
+    /// Minibatches (of one design point, or of the epoch).
+    pub batches: u32,
+    /// Targets per minibatch.
+    pub batch_size: u32,
+    /// Fanouts, hop order.
+    pub fanouts: Vec<u16>,
+}
+
 /// Which seed's comparisons to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Which {
@@ -228,10 +241,10 @@ fn agnes_report(
          the sampling compute at the `[host]` costs), so two runs write identical files.\n",
         if quick { " --quick" } else { "" },
         sweep.ratio,
-        sweep.batches,
-        sweep.batch_size,
-        sweep.fanouts,
-        sweep.scale,
+        sweep.workload.batches,
+        sweep.workload.batch_size,
+        sweep.workload.fanouts,
+        sweep.workload.scale,
         sweep.block_sweep_hyperbatch
     );
     for (source, points) in devices {

@@ -19,14 +19,8 @@ use crate::records::Record;
 /// The sweep: workload size, memory ratios and worker counts.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Sweep {
-    /// R-MAT scale of the graph.
-    pub scale: u32,
-    /// Minibatches per design point.
-    pub batches: u32,
-    /// Targets per minibatch.
-    pub batch_size: u32,
-    /// Fanouts (SmartSAGE's default: 25 and 10).
-    pub fanouts: Vec<u16>,
+    /// The graph and the minibatches.
+    pub workload: super::Workload,
     /// Graph bytes over memory bytes.
     pub ratios: Vec<u32>,
     /// Host worker counts (those above the device's sampling slots are left out).
@@ -37,10 +31,12 @@ impl Sweep {
     /// The full sweep.
     pub(crate) fn full() -> Self {
         Self {
-            scale: 16,
-            batches: 8,
-            batch_size: 1024,
-            fanouts: vec![25, 10],
+            workload: super::Workload {
+                scale: 16,
+                batches: 8,
+                batch_size: 1024,
+                fanouts: vec![25, 10],
+            },
             ratios: vec![1, 4, 16],
             workers: vec![1, 2, 4, 8],
         }
@@ -49,10 +45,12 @@ impl Sweep {
     /// The reduced sweep the test suite runs (every output, small numbers).
     pub(crate) fn quick() -> Self {
         Self {
-            scale: 11,
-            batches: 2,
-            batch_size: 256,
-            fanouts: vec![25, 10],
+            workload: super::Workload {
+                scale: 11,
+                batches: 2,
+                batch_size: 256,
+                fanouts: vec![25, 10],
+            },
             ratios: vec![4],
             workers: vec![1, 2],
         }
@@ -87,12 +85,12 @@ pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConf
 /// comparison (mmap, direct, ISP × every worker count) per memory ratio.
 pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     let config = |hw: HwConfig, batches: u32, modes, workers| CompareConfig {
-        scale: sweep.scale,
+        scale: sweep.workload.scale,
         edge_factor: 8,
         graph_seed: 1,
         batches,
-        batch_size: sweep.batch_size,
-        fanouts: sweep.fanouts.clone(),
+        batch_size: sweep.workload.batch_size,
+        fanouts: sweep.workload.fanouts.clone(),
         seed: 1,
         hw,
         modes,
@@ -121,7 +119,7 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
             .filter(|&w| w <= slots)
             .collect();
         let report = compare::run(
-            &config(scaled, sweep.batches, modes, workers),
+            &config(scaled, sweep.workload.batches, modes, workers),
             None,
             &mut |_| {},
         )?;
