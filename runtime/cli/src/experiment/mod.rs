@@ -268,29 +268,9 @@ fn agnes_report(
                 _ => None,
             }
         };
-        let _ = writeln!(
-            r,
-            "| figure | quantity | paper | ours | ours / paper | within ±30 % |\n|---|---|---|---|---|---|"
-        );
-        for v in paper::AGNES {
-            let (o, ratio, ok) = match ours(v.key) {
-                Some(o) => (
-                    format!("{o:.1}"),
-                    format!("{:.2}", o / v.value),
-                    if close(o, v.value) { "yes" } else { "**no**" },
-                ),
-                None => ("-".into(), "-".into(), "not measured"),
-            };
-            let _ = writeln!(
-                r,
-                "| {} | {} | {} | {o} | {ratio} | {ok} |",
-                v.figure, v.quantity, v.value
-            );
-        }
-        let far = paper::AGNES
-            .iter()
-            .filter(|v| ours(v.key).is_some_and(|o| !close(o, v.value)))
-            .count();
+        let far = paper_table(&mut r, paper::AGNES, &ours, &|v| v.to_string(), &|o| {
+            format!("{o:.1}")
+        });
         if far > 0 {
             // Where the modelled epoch goes: storage (the device) or the host's sampling.
             let share = |p: &agnes::Point| 100.0 * p.device_ns as f64 / p.epoch_ns().max(1) as f64;
@@ -337,6 +317,43 @@ fn agnes_report(
             .join(", ")
     );
     r
+}
+
+/// Writes the *paper · ours · ratio* table of `table` (ours from `ours` by key, each value
+/// formatted with `paper_fmt` / `ours_fmt`); returns how many rows differ by more than 30 %.
+fn paper_table(
+    r: &mut String,
+    table: &[paper::PaperValue],
+    ours: &dyn Fn(&str) -> Option<f64>,
+    paper_fmt: &dyn Fn(f64) -> String,
+    ours_fmt: &dyn Fn(f64) -> String,
+) -> usize {
+    let _ = writeln!(
+        r,
+        "| figure | quantity | paper | ours | ours / paper | within ±30 % |\n|---|---|---|---|---|---|"
+    );
+    let mut far = 0;
+    for v in table {
+        let (o, ratio, ok) = match ours(v.key) {
+            Some(o) => {
+                far += usize::from(!close(o, v.value));
+                (
+                    ours_fmt(o),
+                    format!("{:.2}", o / v.value),
+                    if close(o, v.value) { "yes" } else { "**no**" },
+                )
+            }
+            None => ("-".into(), "-".into(), "not measured"),
+        };
+        let _ = writeln!(
+            r,
+            "| {} | {} | {} | {o} | {ratio} | {ok} |",
+            v.figure,
+            v.quantity,
+            paper_fmt(v.value)
+        );
+    }
+    far
 }
 
 /// Within ±30 % of the paper's value.
@@ -415,37 +432,21 @@ fn smartsage_report(
                 }
             );
         }
-        let _ = writeln!(
-            r,
-            "\n### Paper · ours · ratio\n\n| figure | quantity | paper | ours | ours / paper | within ±30 % |\n|---|---|---|---|---|---|"
+        let _ = writeln!(r, "\n### Paper · ours · ratio\n");
+        let far = paper_table(
+            &mut r,
+            paper::SMARTSAGE,
+            &|key| smartsage::ours(points, key),
+            &|v| format!("{v:.1}×"),
+            &|o| format!("{o:.2}×"),
         );
-        let mut far = Vec::new();
-        for v in paper::SMARTSAGE {
-            let ours = smartsage::ours(points, v.key);
-            let (o, ratio, ok) = match ours {
-                Some(o) => (
-                    format!("{o:.2}×"),
-                    format!("{:.2}", o / v.value),
-                    if close(o, v.value) { "yes" } else { "**no**" },
-                ),
-                None => ("-".into(), "-".into(), "not measured"),
-            };
-            if ours.is_some_and(|o| !close(o, v.value)) {
-                far.push(v.quantity);
-            }
-            let _ = writeln!(
-                r,
-                "| {} | {} | {:.1}× | {o} | {ratio} | {ok} |",
-                v.figure, v.quantity, v.value
-            );
-        }
-        if !far.is_empty() {
+        if far > 0 {
             let _ = writeln!(
                 r,
                 "\n{} of these differ from the paper by more than 30 %. What the model shows at each \
                  ratio (the paper measured a Cosmos+ OpenSSD whose firmware's own Cortex-A9 \
                  samples, on its datasets, host and SSD generation, all unlike this model's):\n",
-                far.len()
+                far
             );
             for p in points {
                 let _ = writeln!(r, "* ratio {}: {}", p.ratio, smartsage::diagnosis(p));

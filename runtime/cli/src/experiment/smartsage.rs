@@ -159,31 +159,28 @@ fn mode_row(kind: &'static str, p: &Point, r: &ModeResult) -> Record {
     crate::mode_fields(head, &p.report, r)
 }
 
-/// Fig. 14: one worker, every design.
-pub(crate) fn fig14(points: &[Point]) -> Vec<Record> {
+/// `kind` rows of every design at the worker counts `keep` accepts.
+fn mode_rows(points: &[Point], kind: &'static str, keep: fn(usize) -> bool) -> Vec<Record> {
     points
         .iter()
         .flat_map(|p| {
             p.report
                 .results
                 .iter()
-                .filter(|r| r.workers == 1)
-                .map(move |r| mode_row("smartsage.fig14", p, r))
+                .filter(move |r| keep(r.workers))
+                .map(move |r| mode_row(kind, p, r))
         })
         .collect()
 }
 
+/// Fig. 14: one worker, every design.
+pub(crate) fn fig14(points: &[Point]) -> Vec<Record> {
+    mode_rows(points, "smartsage.fig14", |w| w == 1)
+}
+
 /// Fig. 16: every worker count, every design.
 pub(crate) fn fig16(points: &[Point]) -> Vec<Record> {
-    points
-        .iter()
-        .flat_map(|p| {
-            p.report
-                .results
-                .iter()
-                .map(move |r| mode_row("smartsage.fig16", p, r))
-        })
-        .collect()
+    mode_rows(points, "smartsage.fig16", |_| true)
 }
 
 /// Fig. 17: ISP's speedup over direct I/O per worker count.
