@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::EmulatorError;
 use crate::host_stack::HostStackConfig;
 use crate::nand::NandArray;
+use crate::trainer_model::TrainerConfig;
 
 /// Longest fixed latency any time field may hold (10 s): larger values are unit mistakes.
 const MAX_LATENCY_NS: u64 = 10_000_000_000;
@@ -46,6 +47,10 @@ pub struct HwConfig {
     /// [`HostStackConfig::default`].
     #[serde(default)]
     pub host: HostStackConfig,
+    /// The accelerator training runs on, for modelled training steps. Optional: without a
+    /// `[trainer]` table, [`TrainerConfig::default`] (an NVIDIA V100 PCIe).
+    #[serde(default)]
+    pub trainer: TrainerConfig,
     /// The internal peer-to-peer link of an FPGA-based computational SSD, between the SSD
     /// controller and the FPGA that runs the sampling kernel. Optional: without a `[p2p]` table
     /// the ISP engine works on pages in the controller's own DRAM (a firmware-based CSD). With
@@ -369,6 +374,13 @@ impl HwConfig {
             .expect("hw-configs/cosmos-plus.toml is valid (checked by this crate's tests)")
     }
 
+    /// The Newport-class computational SSD with dedicated ISP cores, as described by the shipped
+    /// `hw-configs/newport.toml` (SmartSAGE's "oracle" design point runs on it).
+    pub fn newport() -> Self {
+        Self::from_toml_str(NEWPORT_TOML)
+            .expect("hw-configs/newport.toml is valid (checked by this crate's tests)")
+    }
+
     /// The DRAM the firmware needs for this configuration, in bytes.
     pub fn firmware_dram_bytes(&self) -> Result<usize, EmulatorError> {
         Firmware::<NandArray, Vec<u8>>::dram_size_bytes(
@@ -468,6 +480,7 @@ impl HwConfig {
         self.validate_firmware()?;
         self.validate_dram()?;
         self.validate_p2p()?;
+        self.trainer.validate()?;
         self.host.validate()
     }
 
@@ -727,6 +740,7 @@ impl HwConfig {
 
 /// The shipped Cosmos+ description, compiled in so [`HwConfig::cosmos_plus`] needs no file.
 const COSMOS_PLUS_TOML: &str = include_str!("../../hw-configs/cosmos-plus.toml");
+const NEWPORT_TOML: &str = include_str!("../../hw-configs/newport.toml");
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -743,6 +757,9 @@ pub(crate) mod tests {
         assert_eq!(c.cores.count, 2);
         assert!(c.nand.geometry().page_count() <= 1 << 24);
         assert!(c.firmware_dram_bytes().unwrap() as u64 <= u64::from(c.dram.capacity_mib) << 20);
+        let n = HwConfig::newport();
+        assert_eq!(n.device.name, "newport");
+        assert!(n.cores.isp_cores > 0 && n.validate().is_ok());
     }
 
     /// Every `hw-configs/*.toml` the project ships, in path order (shared with the validation

@@ -19,6 +19,8 @@
 //! * [`PcieLink`] ([`pcie`]) and [`CoreModel`] ([`cores`]) time the link and the firmware.
 //! * [`Ssd::open_image`] / [`Ssd::save_image`] ([`image`]) keep a device's flash and FTL state
 //!   in a file across runs.
+//! * [`trainer_model::TrainerConfig`] prices a GNN training step on the host's accelerator, for
+//!   modelled training epochs.
 //! * [`Target`] ([`target`]) serves an [`Ssd`] over NVMe/TCP, for the Linux kernel's initiator
 //!   and the host driver's TCP transport.
 //!
@@ -51,6 +53,7 @@ pub mod nand;
 pub mod pcie;
 pub mod ssd;
 pub mod target;
+pub mod trainer_model;
 
 pub use config::HwConfig;
 pub use cores::CoreModel;

@@ -11,6 +11,9 @@
 //!
 //! What each mode charges, per layer of a minibatch (`C` = the host stack configuration):
 //!
+//! * **dram** ([`HostIoMode::Memory`]): the graph is read into host memory once, before the run
+//!   (untimed: the in-memory baseline assumes memory holds it); every entry is then a load from
+//!   DRAM, charged like every mode's loads below, and no I/O is made.
 //! * **mmap** ([`HostIoMode::Mmap`]): every 8-byte `indptr` entry and every `indices` entry is a
 //!   load from the mapped graph, in the order the sampler needs them. A load of a mapped, cached
 //!   page costs nothing in the kernel; of a cached page not yet mapped, a minor fault
@@ -32,7 +35,7 @@
 //!   `C.complete_ns` each, then `C.context_switch_ns` to wake the thread and `C.uring_cqe_ns`
 //!   per CQE reaped. Entry loads as for direct.
 //!
-//! * In every host mode (mmap, direct, async), loads from host memory cost `C.memory_access_ns`
+//! * In every host mode (dram, mmap, direct, async), loads from host memory cost `C.memory_access_ns`
 //!   per 64-byte cache line (a load on the line the previous load touched is free:
 //!   `indptr[v]` and `indptr[v + 1]` usually share one, as do a node's sampled neighbours), and
 //!   the host's own sampling work costs `C.node_ns` per destination node (charged when its edge
@@ -92,6 +95,10 @@ use crate::sampler::{
 /// How the host gets its minibatches' subgraphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HostIoMode {
+    /// The graph resident in host DRAM, as if memory held it (the in-memory baseline of
+    /// SmartSAGE Figs. 6 and 18, "DRAM-only"): read once from the device before the run, then
+    /// every load is a memory access and no I/O.
+    Memory,
     /// Memory-mapped file through the kernel page cache (page faults, readahead).
     Mmap,
     /// `O_DIRECT` reads of exactly the needed blocks into a user buffer, queue depth 1.
@@ -105,11 +112,18 @@ pub enum HostIoMode {
 
 impl HostIoMode {
     /// Every mode, in report order.
-    pub const ALL: [Self; 4] = [Self::Mmap, Self::Direct, Self::Async, Self::Isp];
+    pub const ALL: [Self; 5] = [
+        Self::Memory,
+        Self::Mmap,
+        Self::Direct,
+        Self::Async,
+        Self::Isp,
+    ];
 
     /// A short name for reports and command lines.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Memory => "dram",
             Self::Mmap => "mmap",
             Self::Direct => "direct",
             Self::Async => "async",
@@ -214,6 +228,8 @@ struct Shared {
     mode: HostIoMode,
     host: HostStackConfig,
     mmap: Option<MmapState>,
+    /// DRAM mode: `indptr` and `indices` as read from the device before the run.
+    resident: Option<[Vec<u8>; 2]>,
     stats: HostIoStats,
     clocks: Vec<u64>,
     states: Vec<WorkerState>,
@@ -661,6 +677,36 @@ impl Worker {
         Ok(bytes[in_page..in_page + len].to_vec())
     }
 
+    /// The entries at byte offsets `entries` (each `len` bytes) of the host's resident copy
+    /// (DRAM mode): one memory access per cache line ([`cache_lines_touched`]), no I/O.
+    fn resident_load(
+        &self,
+        region: Region,
+        entries: &[u64],
+        len: usize,
+    ) -> Result<Vec<Vec<u8>>, SamplerError> {
+        let mut out = Vec::with_capacity(entries.len());
+        {
+            let s = self.sh.borrow();
+            let bytes = &s.resident.as_ref().expect("DRAM mode")[region as usize];
+            for &b in entries {
+                let entry = usize::try_from(b)
+                    .ok()
+                    .and_then(|at| bytes.get(at..at.checked_add(len)?))
+                    .ok_or_else(|| {
+                        SamplerError::GraphCorrupt(format!(
+                            "a load at byte {b} of {region:?} lies past its {} bytes",
+                            bytes.len()
+                        ))
+                    })?;
+                out.push(entry.to_vec());
+            }
+        }
+        self.charge_lines(cache_lines_touched(entries, len));
+        self.sh.borrow_mut().stats.bytes_used += entries.len() as u64 * len as u64;
+        Ok(out)
+    }
+
     /// Reads the blocks holding the entries at byte offsets `entries` (each `len` bytes) the
     /// direct/async way and returns each entry's bytes, charging one memory access per cache
     /// line ([`cache_lines_touched`]).
@@ -709,7 +755,11 @@ impl Worker {
         entries: &[u64],
         len: usize,
     ) -> Result<Vec<Vec<u8>>, SamplerError> {
-        if self.sh.borrow().mode == HostIoMode::Mmap {
+        let mode = self.sh.borrow().mode;
+        if mode == HostIoMode::Memory {
+            return self.resident_load(region, entries, len);
+        }
+        if mode == HostIoMode::Mmap {
             // Each load through the page cache, then its memory access if it moves to another
             // cache line (the same count as `cache_lines_touched`, charged as the loads happen).
             let mut out = Vec::with_capacity(entries.len());
@@ -869,6 +919,9 @@ pub struct WorkersRun {
     pub makespan_ns: u64,
     /// Each worker's finishing time, relative to the start.
     pub worker_end_ns: Vec<u64>,
+    /// When each request's subgraph was done (its worker's clock then), relative to the start,
+    /// in request order.
+    pub done_ns: Vec<u64>,
 }
 
 type WorkerFuture = Pin<Box<dyn Future<Output = Result<(), SamplerError>>>>;
@@ -981,6 +1034,17 @@ impl HostIoSampler {
             pending: HashSet::new(),
             last_touch_ns: 0,
         });
+        let mut device = device;
+        let resident = match mode {
+            HostIoMode::Memory => {
+                let mut read = |r: LbaRange| match r.block_count {
+                    0 => Ok(Vec::new()),
+                    _ => device.read(r.slba, r.block_count),
+                };
+                Some([read(graph.indptr)?, read(graph.indices)?])
+            }
+            _ => None,
+        };
         Ok(Self {
             shared: Some(Shared {
                 device,
@@ -988,6 +1052,7 @@ impl HostIoSampler {
                 mode,
                 host,
                 mmap,
+                resident,
                 stats: HostIoStats {
                     timeline_hash: FNV_OFFSET,
                     ..HostIoStats::default()
@@ -1064,11 +1129,13 @@ impl HostIoSampler {
         let sh = Rc::new(RefCell::new(shared));
         let results: Rc<RefCell<Vec<Option<SampledSubgraph>>>> =
             Rc::new(RefCell::new(vec![None; requests.len()]));
+        let done: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(vec![0; requests.len()]));
         let finished = Rc::new(Cell::new(0u64));
         let futures: Vec<WorkerFuture> = (0..workers)
             .map(|w| {
                 let worker = Worker { sh: sh.clone(), w };
                 let results = results.clone();
+                let done = done.clone();
                 let finished = finished.clone();
                 let mine: Vec<(usize, Request)> = requests
                     .iter()
@@ -1082,6 +1149,7 @@ impl HostIoSampler {
                     for (i, r) in mine {
                         let sg = worker.sample(r.seed, &fanouts, &r.targets).await?;
                         results.borrow_mut()[i] = Some(sg);
+                        done.borrow_mut()[i] = worker.sh.borrow().clocks[w] - start;
                         finished.set(finished.get() + 1);
                     }
                     Ok(())
@@ -1123,10 +1191,14 @@ impl HostIoSampler {
             self.sampler.edges += sg.edge_count();
             self.sampler.subgraph_bytes += sg.as_bytes().len() as u64;
         }
+        let done_ns = Rc::try_unwrap(done)
+            .expect("the workers are gone")
+            .into_inner();
         Ok(WorkersRun {
             subgraphs,
             makespan_ns,
             worker_end_ns,
+            done_ns,
         })
     }
 }
@@ -1134,6 +1206,7 @@ impl HostIoSampler {
 impl Sampler for HostIoSampler {
     fn name(&self) -> &'static str {
         match self.mode() {
+            HostIoMode::Memory => "host DRAM",
             HostIoMode::Mmap => "host mmap",
             HostIoMode::Direct => "host direct I/O",
             HostIoMode::Async => "host async I/O",

@@ -54,11 +54,12 @@ impl SamplerKind {
         matches!(self, Self::Agnes | Self::Hyperbatch | Self::Isp)
     }
 
-    /// The modelled host I/O stack mode it corresponds to (mmap, direct I/O, io_uring over an
-    /// emulated device's modelled host stack: [`crate::host_io`]), if any.
+    /// The modelled host I/O stack mode it corresponds to (the graph in DRAM, mmap, direct I/O,
+    /// io_uring over an emulated device's modelled host stack: [`crate::host_io`]), if any.
     pub fn modelled_host_mode(self) -> Option<crate::host_io::HostIoMode> {
         use crate::host_io::HostIoMode;
         match self {
+            Self::Memory => Some(HostIoMode::Memory),
             Self::Mmap => Some(HostIoMode::Mmap),
             Self::Direct => Some(HostIoMode::Direct),
             Self::Uring => Some(HostIoMode::Async),

@@ -3,7 +3,7 @@
 #
 # The whole product inside one VM: sagessd's emulator serves an NVMe/TCP target on loopback, the
 # guest kernel's nvme-tcp host connects to it, nvme-cli identifies it and sends a hand-made
-# NS_SUBMIT, `sagessd demo` samples through the kernel's generic device /dev/ng0n1, and
+# NS_SUBMIT, `sagessd compare` samples through the kernel's generic device /dev/ng0n1, and
 # `sagessd sample --on-device` runs AGNES's block samplers and ISP through it.
 
 NQN=nqn.2026-11.io.sagessd:emulator
@@ -24,7 +24,7 @@ serving() { # the emulator listens on port 4420; gives up at once if it has exit
     port_listening 4420
 }
 
-ns_submit() { # one NS_SUBMIT and its NS_COLLECT by hand, after demo attached the graph
+ns_submit() { # one NS_SUBMIT and its NS_COLLECT by hand, after compare attached the graph
     sagessd ns-config --seed 7 --fanouts 4,2 --targets 1,2,3 --output /tmp/ns.bin >/tmp/ns.txt
     len=$(sed -n 's/.*data-len=\([0-9]*\).*/\1/p' /tmp/ns.txt)
     ndt=$(sed -n 's/.*cdw10=\([0-9]*\).*/\1/p' /tmp/ns.txt)
@@ -50,8 +50,8 @@ same_after_restart() { # the same NS_SUBMIT as before the restart returns the sa
     cmp /tmp/subgraph /tmp/subgraph.before
 }
 
-demo() { # sagessd demo through the kernel (vendor commands on io_uring); reports its checksum
-    RUST_LOG=sagessd_host_driver=info sagessd demo --device passthru:/dev/ng0n1 2>/tmp/demo.err |
+demo() { # sagessd compare (in-storage sampling) through the kernel (vendor commands on io_uring); reports its checksum
+    RUST_LOG=sagessd_host_driver=info sagessd compare --device passthru:/dev/ng0n1 2>/tmp/demo.err |
         tee /tmp/demo
     cat /tmp/demo.err
     grep -q 'through io_uring' /tmp/demo.err
@@ -60,7 +60,7 @@ demo() { # sagessd demo through the kernel (vendor commands on io_uring); report
 }
 
 tunnel_demo() { # the same through the tunnel window (plain Writes and Reads): same checksum
-    sagessd demo --device 'passthru:/dev/nvme0n1?tunnel=1' | tee /tmp/tunnel
+    sagessd compare --device 'passthru:/dev/nvme0n1?tunnel=1' | tee /tmp/tunnel
     e2e tunnel-checksum "$(grep -o 'checksum 0x[0-9a-f]\{16\}' /tmp/tunnel | cut -d' ' -f2)"
     [ "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/tunnel)" = "$(grep -o 'checksum 0x[0-9a-f]*' /tmp/demo)" ]
 }

@@ -211,9 +211,9 @@ for name in "${expected[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] || failures+=("checks not reported ok: ${missing[*]}")
 if [ "$scenario" = "$here/guest.sh" ]; then
-    # The guest sampled through the kernel; the same demo in-process here must agree.
+    # The guest sampled through the kernel; the same comparison in-process here must agree.
     guest_sum=$(sed -n 's/^checksum //p' <<<"$results")
-    host_sum=$("$binary" demo --quiet 2>/dev/null | grep -o 'checksum 0x[0-9a-f]\{16\}' | cut -d' ' -f2)
+    host_sum=$("$binary" compare --workers 1 --quiet 2>/dev/null | grep -o 'checksum 0x[0-9a-f]\{16\}' | cut -d' ' -f2)
     say "checksum: guest ${guest_sum:-none}, host in-process ${host_sum:-none}"
     [ -n "$host_sum" ] && [ "$guest_sum" = "$host_sum" ] ||
         failures+=("guest checksum ${guest_sum:-none} differs from the host's ${host_sum:-none}")

@@ -21,6 +21,7 @@ mod bench;
 #[cfg(feature = "train")]
 mod bench_train;
 mod dataset;
+mod demo;
 mod device;
 mod emulator;
 mod experiment;
@@ -42,16 +43,17 @@ struct Cli {
 /// The top-level subcommands.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The quick default run of `compare`: generate an R-MAT graph (~1 M edges), load it on an
-    /// emulated Cosmos+ SSD, sample the same minibatches with every host mode (mmap, direct I/O,
-    /// io_uring-style async) and in-storage (ISP) with one worker, and print modelled time per
-    /// minibatch, ISP speedup, NVMe commands, PCIe bytes, flash pages, page-cache hit rate and
-    /// embedded-core utilisation; every subgraph checked byte for byte against the in-memory
-    /// reference (exit status 1 on a mismatch).
-    Demo(DemoArgs),
+    /// The main job: a GNN trained end to end on a graph that memory holds an eighth of, fed
+    /// by each of SmartSAGE's design points (DRAM-only, mmap, direct I/O, in-storage sampling on
+    /// the emulated Cosmos+ and on a Newport-class device); accuracy, modelled epoch and trainer
+    /// idle per design, a plot and a report (needs the `train` feature).
+    Demo(demo::DemoArgs),
     /// Compare the host sampling modes (mmap, direct I/O, io_uring-style async) and in-storage
-    /// sampling (ISP), with one and several host workers contending for one emulated SSD: the
-    /// table of `demo`, by default with 1 and 4 workers.
+    /// sampling (ISP), with one and several host workers contending for one emulated SSD (by
+    /// default 1 and 4): modelled time per minibatch, ISP speedup, NVMe commands, PCIe bytes,
+    /// flash pages, page-cache hits and embedded-core utilisation; every subgraph checked byte
+    /// for byte against the in-memory reference (exit status 1 on a mismatch). With --device,
+    /// in-storage sampling through a real transport.
     Compare(CompareArgs),
     /// The board firmware: what it needs on a real SSD controller.
     #[command(subcommand)]
@@ -107,7 +109,7 @@ struct NsConfigArgs {
     output: PathBuf,
 }
 
-/// The flags `demo` and `compare` share (everything but the worker counts' default).
+/// The flags of `compare` but its worker counts.
 #[derive(Debug, Args)]
 struct RunArgs {
     /// R-MAT scale: the graph has 2^SCALE nodes.
@@ -136,7 +138,8 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Modes to run, comma-separated, in this order: mmap (page cache), direct (O_DIRECT reads at
-    /// QD 1), async (io_uring-style batches), isp (in-storage sampling).
+    /// QD 1), async (io_uring-style batches), isp (in-storage sampling); also dram (the graph
+    /// resident in host memory: the in-memory baseline).
     #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
     mode: Vec<String>,
     /// Do not draw progress bars.
@@ -150,16 +153,6 @@ struct RunArgs {
     device: Option<DeviceUri>,
     #[command(flatten)]
     output: records::FormatArgs,
-}
-
-/// Flags of `demo`: the shared ones, with one worker by default.
-#[derive(Debug, Args)]
-struct DemoArgs {
-    #[command(flatten)]
-    run: RunArgs,
-    /// Host worker counts, comma-separated (each mode runs with each count).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    workers: Vec<usize>,
 }
 
 /// Flags of `compare`: the shared ones, with 1 and 4 workers by default.
@@ -195,7 +188,7 @@ impl RunArgs {
     }
 }
 
-/// Runs the comparison engine (`demo` and `compare`): the report on stdout, progress bars and
+/// Runs the comparison engine (`compare`): the report on stdout, progress bars and
 /// the wall-clock time on stderr.
 fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
     if let Some(uri) = args
@@ -209,8 +202,9 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
         .mode
         .iter()
         .map(|m| {
-            HostIoMode::from_name(m.trim())
-                .ok_or_else(|| anyhow::anyhow!("unknown mode {m:?} (mmap, direct, async, isp)"))
+            HostIoMode::from_name(m.trim()).ok_or_else(|| {
+                anyhow::anyhow!("unknown mode {m:?} (dram, mmap, direct, async, isp)")
+            })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let config = args.compare_config(load_hw(args.config.as_ref())?, modes, workers);
@@ -360,7 +354,7 @@ fn main() -> anyhow::Result<ExitCode> {
         )
         .init();
     match Cli::parse().command {
-        Command::Demo(args) => run_compare(args.run, args.workers),
+        Command::Demo(args) => demo::run(args),
         Command::Compare(args) => run_compare(args.run, args.workers),
         Command::Firmware(command) => firmware::run(command),
         Command::Experiment(args) => experiment::run(args),

@@ -97,7 +97,10 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
     /// Sampling and gather workers: auto (profile the stages, BGL-style), or N (N sampling
-    /// and N gather workers). On a device, one producer drives it (its clock is one timeline).
+    /// and N gather workers). On a device, one producer drives it (its clock is one timeline);
+    /// on the in-process emulator's modelled host (memory, mmap, direct, uring, isp with
+    /// --host-features) N is the modelled host workers sampling side by side in virtual time
+    /// (auto: 1).
     #[arg(long, default_value = "auto")]
     workers: String,
     /// Groups (minibatches, or hyperbatches) alive in the pipeline at once.
@@ -115,6 +118,17 @@ pub(crate) struct TrainArgs {
     /// How the validation and test splits are evaluated.
     #[arg(long, value_enum, default_value_t = Eval::Auto)]
     eval: Eval,
+    /// Modelled epochs (on the in-process emulator) price each training step on the hardware
+    /// description's `[trainer]` accelerator (default: an NVIDIA V100) instead of its measured
+    /// time on this machine: the same modelled epoch on every run.
+    #[arg(long)]
+    modelled_steps: bool,
+    /// With --sampler isp on the in-process emulator: the feature rows come from host memory (a
+    /// DRAM-resident feature table, as in SmartSAGE, where only the graph is on the SSD), and
+    /// each NS_SUBMIT / NS_COLLECT is a synchronous ioctl of the modelled host; without it, the
+    /// device gathers them too.
+    #[arg(long)]
+    host_features: bool,
     /// Also write each epoch (and the test accuracy) as JSON lines to FILE.
     #[arg(long, value_name = "FILE")]
     metrics_out: Option<PathBuf>,
@@ -152,6 +166,63 @@ impl Model {
 
 /// `train`.
 pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
+    let out = std::cell::RefCell::new(crate::records::Output::new(a.output.format()));
+    let run = fit_run(&a, &out)?;
+    let (outcome, evaluation) = (&run.outcome, run.evaluation);
+    let mut out = out.into_inner();
+    match outcome.test_accuracy {
+        Some(acc) => out.text(format!(
+            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)\n",
+            outcome.selected_epoch + 1,
+            eval_name(evaluation)
+        )),
+        None => out.text("test accuracy: the dataset has no test split\n"),
+    }
+    out.record(
+        crate::records::Record::new("train.result")
+            .with("test_accuracy", outcome.test_accuracy)
+            .with("selected_epoch", outcome.selected_epoch)
+            .with("evaluation", eval_name(evaluation)),
+    )?;
+    out.note(if a.modelled_steps {
+        "times: wall clock, except 'modelled' (the producers' device-model time and the [trainer] accelerator's modelled steps on one timeline); idle = the trainer waiting for input"
+    } else {
+        "times: wall clock, except 'modelled' (the producers' device-model time and the trainer's measured steps on one timeline); idle = the trainer waiting for input"
+    });
+    out.finish()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What [`fit_run`] trained.
+pub(crate) struct TrainRun {
+    /// Every epoch and the test accuracy.
+    pub outcome: sagessd_train::FitOutcome,
+    /// How the splits were evaluated.
+    pub evaluation: Evaluation,
+}
+
+/// The flags of `sagessd train` parsed from `argv` (without the program and subcommand names),
+/// for callers that run training as that command would (the experiments).
+pub(crate) fn parse_args(argv: &[String]) -> anyhow::Result<TrainArgs> {
+    use clap::Parser;
+    /// `train`'s flags alone.
+    #[derive(Parser)]
+    #[command(name = "sagessd train")]
+    struct Only {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+    Ok(
+        Only::try_parse_from(std::iter::once("train".to_string()).chain(argv.iter().cloned()))?
+            .args,
+    )
+}
+
+/// Trains as `a` says, printing its notes and epochs to `out` (and `--metrics-out`).
+pub(crate) fn fit_run(
+    a: &TrainArgs,
+    out: &std::cell::RefCell<crate::records::Output>,
+) -> anyhow::Result<TrainRun> {
     let fanouts = match (a.layers, a.fanouts.clone()) {
         (None, None) => vec![10; 2],
         (None, Some(f)) => f,
@@ -165,21 +236,39 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         "--batch-size and --epochs must be ≥ 1"
     );
     let workers = parse_workers(&a.workers)?;
-    anyhow::ensure!(
-        !a.target.on_device || matches!(workers, Workers::Auto | Workers::Fixed { sample: 1, .. }),
-        "--workers {} with --on-device: one producer drives the device (its clock is one timeline)",
-        a.workers
-    );
-    // mmap, direct and uring on a device: the modelled host I/O stack over an in-process
-    // emulated SSD (page cache, faults, system calls), for modelled epochs against ISP's.
+    // memory, mmap, direct and uring on a device (and isp with --host-features): the modelled
+    // host I/O stack over an in-process emulated SSD (page cache, faults, system calls), for
+    // modelled epochs against ISP's.
     let modelled_host = a
         .sampler
         .modelled_host_mode()
+        .or((a.sampler == SamplerKind::Isp && a.host_features)
+            .then_some(sagessd_runtime::host_io::HostIoMode::Isp))
         .filter(|_| a.target.on_device);
+    anyhow::ensure!(
+        !a.target.on_device
+            || modelled_host.is_some()
+            || matches!(workers, Workers::Auto | Workers::Fixed { sample: 1, .. }),
+        "--workers {} with --on-device: one producer drives the device (its clock is one timeline)",
+        a.workers
+    );
+    // The modelled host's workers, all in the one producer's virtual time.
+    let host_workers = match workers {
+        Workers::Fixed { sample, .. } => sample,
+        Workers::Auto => 1,
+    };
+    anyhow::ensure!(
+        !a.host_features || (a.sampler == SamplerKind::Isp && a.target.on_device),
+        "--host-features is for --sampler isp --on-device (the samplers on the host always take their features from host memory)"
+    );
+    anyhow::ensure!(
+        !a.modelled_steps || a.target.on_device,
+        "--modelled-steps prices the steps of a modelled epoch: add --on-device (the in-process emulator)"
+    );
     if a.target.on_device {
         anyhow::ensure!(
             a.sampler.on_device() || modelled_host.is_some(),
-            "sampler {} does not run on a device (agnes, hyperbatch, isp do; mmap, direct and uring on the in-process emulator's modelled host)",
+            "sampler {} does not run on a device (agnes, hyperbatch, isp do; memory, mmap, direct and uring on the in-process emulator's modelled host)",
             a.sampler
         );
         anyhow::ensure!(
@@ -250,7 +339,11 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let config = PipelineConfig {
         workers,
         queue_depth: a.queue_depth.max(1),
-        group_size: a.sampler.group_size(a.hyperbatch),
+        group_size: if modelled_host.is_some() {
+            host_workers
+        } else {
+            a.sampler.group_size(a.hyperbatch)
+        },
         profile_groups: 4,
         max_workers: std::thread::available_parallelism()
             .map_or(1, |n| n.get().saturating_sub(1).max(1)),
@@ -296,8 +389,21 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         layers: fanouts.len(),
         evaluation,
         queue_minibatches: config.queue_depth * config.group_size,
+        step_model: a
+            .modelled_steps
+            .then(|| -> anyhow::Result<_> {
+                Ok(sagessd_train::StepModel {
+                    accelerator: load_hw(a.target.config.as_ref())?.trainer,
+                    model: a.model.kind(),
+                    in_dim: dim as u64,
+                    hidden: a.hidden as u64,
+                    classes: classes as u64,
+                    heads: a.heads as u64,
+                    feature_row_bytes: (dim * feature_dtype.size_bytes()) as u64,
+                })
+            })
+            .transpose()?,
     };
-    let out = std::cell::RefCell::new(crate::records::Output::new(a.output.format()));
     out.borrow().note(format!(
         "train: {} on {} ({} nodes, {} CSR entries, {} classes, {} {} features), {} train / {} valid / {} test nodes; fanouts {:?}, batch {}, {} epochs, lr {}, seed {}; on {}",
         a.model.kind().name(),
@@ -359,6 +465,13 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     };
     let outcome = if let Some(mode) = modelled_host {
         let hw = load_hw(a.target.config.as_ref())?;
+        anyhow::ensure!(
+            mode != sagessd_runtime::host_io::HostIoMode::Isp
+                || host_workers <= usize::from(hw.firmware.isp_slots),
+            "--workers {host_workers} with in-storage sampling: {} has {} sampling slots (one job in flight per worker)",
+            hw.device.name,
+            hw.firmware.isp_slots
+        );
         let graph = graph.as_ref().context("the graph")?;
         let rows = rows.as_ref().context("the feature rows")?;
         let mut device = sagessd_host_driver::Device::open(
@@ -371,10 +484,12 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         };
         sagessd_host_driver::Transport::drop_caches(device.transport_mut());
         out.borrow().note(format!(
-            "on {} ({}): the graph written from LBA 0, read through the modelled host I/O stack ({}); features from host memory (their copy not modelled); modelled epochs from the device and host models",
+            "on {} ({}): the graph written from LBA 0, read through the modelled host I/O stack ({}, {} modelled host worker{}); features from host memory (their copy not modelled); modelled epochs from the device and host models",
             hw.device.name,
             hw_source(a.target.config.as_ref()),
             mode.name(),
+            host_workers,
+            if host_workers == 1 { "" } else { "s" },
         ));
         let clock_ns = AtomicU64::new(0);
         let mut stage = Some(ModelledHostStage {
@@ -383,6 +498,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             rows: &rows.bytes,
             row_bytes: rows.row_bytes(),
             clock_ns: &clock_ns,
+            workers: host_workers,
         });
         let pipeline = one_producer(config, move || stage.take())?;
         let clock = || Some(clock_ns.load(Ordering::SeqCst));
@@ -509,21 +625,6 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = record_err {
         return Err(e).context("writing the epoch records to stdout");
     }
-    let mut out = out.into_inner();
-    match outcome.test_accuracy {
-        Some(acc) => out.text(format!(
-            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)\n",
-            outcome.selected_epoch + 1,
-            eval_name(evaluation)
-        )),
-        None => out.text("test accuracy: the dataset has no test split\n"),
-    }
-    out.record(
-        crate::records::Record::new("train.result")
-            .with("test_accuracy", outcome.test_accuracy)
-            .with("selected_epoch", outcome.selected_epoch)
-            .with("evaluation", eval_name(evaluation)),
-    )?;
     if let Some(w) = metrics.as_mut() {
         let last = serde_json::json!({
             "test_accuracy": outcome.test_accuracy,
@@ -532,11 +633,10 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
         writeln!(w, "{last}")?;
         w.flush()?;
     }
-    out.note(
-        "times: wall clock, except 'modelled' (the producers' device-model time and the trainer's measured steps on one timeline); idle = the trainer waiting for input",
-    );
-    out.finish()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(TrainRun {
+        outcome,
+        evaluation,
+    })
 }
 
 fn eval_name(e: Evaluation) -> &'static str {
@@ -628,9 +728,14 @@ fn epoch_line(r: &EpochRecord, epochs: u32) -> String {
         r.workers.0,
         r.workers.1,
         r.modelled.map_or(String::new(), |m| format!(
-            "; modelled epoch {:.4} s, trainer idle {:.1}% (modelled)",
+            "; modelled epoch {:.4} s, trainer idle {:.1}% (modelled), {}",
             m.epoch_s,
-            100.0 * m.idle_fraction
+            100.0 * m.idle_fraction,
+            if m.modelled_steps {
+                "steps on the [trainer] accelerator"
+            } else {
+                "steps as measured here"
+            }
         )),
     )
 }

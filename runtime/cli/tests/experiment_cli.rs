@@ -1,7 +1,8 @@
 //! `sagessd experiment smartsage|agnes --quick`: every CSV with its columns, every plot (SVG and
 //! PNG, the paper's values drawn where it reports one), the report with every section, its
 //! "ours" column recomputed from the CSVs, and two runs byte-identical (every figure is
-//! modelled).
+//! modelled; the end-to-end figures train for real, and their modelled epochs price each step
+//! on the `[trainer]` accelerator).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,23 @@ use std::process::Command;
 
 fn run(out: &Path) {
     run_one("smartsage", out);
+}
+
+#[test]
+fn all_quick_runs_every_experiment_into_its_folder() {
+    let out = scratch("all");
+    run_one("all", &out);
+    for (dir, file) in [
+        ("smartsage", "report.md"),
+        ("smartsage", "fig18_end_to_end_cosmos-plus.csv"),
+        ("agnes", "report.md"),
+        ("agnes", "fig9_blocks_and_hyperbatches.csv"),
+    ] {
+        let bytes =
+            std::fs::read(out.join(dir).join(file)).unwrap_or_else(|e| panic!("{dir}/{file}: {e}"));
+        assert!(!bytes.is_empty(), "{dir}/{file} is empty");
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 fn run_one(which: &str, out: &Path) {
@@ -65,6 +83,15 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "fig14_cosmos-plus.png",
         "fig16_cosmos-plus.png",
         "fig17_cosmos-plus.png",
+        "fig6_end_to_end_breakdown_cosmos-plus.csv",
+        "fig7_trainer_idle_cosmos-plus.csv",
+        "fig18_end_to_end_cosmos-plus.csv",
+        "fig6_mmap_slowdown_cosmos-plus.svg",
+        "fig7_trainer_idle_cosmos-plus.svg",
+        "fig18_end_to_end_cosmos-plus.svg",
+        "fig6_mmap_slowdown_cosmos-plus.png",
+        "fig7_trainer_idle_cosmos-plus.png",
+        "fig18_end_to_end_cosmos-plus.png",
     ];
     for f in files {
         let (x, y) = (
@@ -72,6 +99,30 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
             std::fs::read(b.join("smartsage").join(f)).unwrap(),
         );
         assert!(!x.is_empty(), "{f} is empty");
+        if f == "report.md" {
+            // The report names its output folder (in each point's command line) and the
+            // training runs' wall-clock time; everything else in it is modelled.
+            let same = |bytes: Vec<u8>, out: &Path| -> String {
+                String::from_utf8(bytes)
+                    .unwrap()
+                    .replace(&out.display().to_string(), "OUT")
+                    .lines()
+                    .map(
+                        |l| match (l.find("These runs took"), l.find("of wall clock")) {
+                            (Some(i), Some(j)) if i < j => format!("{}{}", &l[..i], &l[j..]),
+                            _ => l.to_string(),
+                        },
+                    )
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            assert_eq!(
+                same(x, &a),
+                same(y, &b),
+                "report.md differs between two runs"
+            );
+            continue;
+        }
         assert_eq!(x, y, "{f} differs between two runs");
     }
     let dir = a.join("smartsage");
@@ -102,6 +153,62 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
     }
     let fig16 = rows(&dir.join("fig16_workers.csv"));
     assert_eq!(fig16.len(), 6, "3 designs × 2 worker counts");
+    let fig18 = rows(&dir.join("fig18_end_to_end_cosmos-plus.csv"));
+    let designs: Vec<&str> = fig18.iter().map(|r| r["design"].as_str()).collect();
+    assert_eq!(
+        designs,
+        [
+            "DRAM-only",
+            "SSD(mmap)",
+            "SmartSAGE(SW)",
+            "SmartSAGE(HW/SW)",
+            "SmartSAGE(oracle)"
+        ]
+    );
+    for col in [
+        "graph_to_memory_ratio",
+        "modelled_epoch_s",
+        "modelled_train_s",
+        "modelled_input_wait_s",
+        "trainer_idle_fraction",
+        "speedup_vs_mmap",
+        "performance_vs_dram_only",
+        "test_accuracy",
+    ] {
+        assert!(fig18[0].contains_key(col), "fig18 lacks {col}");
+    }
+    assert_eq!(
+        fig18[4]["device"], "newport",
+        "the oracle has dedicated ISP cores"
+    );
+    let accuracy: f64 = fig18[0]["test_accuracy"].parse().unwrap();
+    assert!(accuracy > 0.25, "4 classes: the model learns ({accuracy})");
+    assert!(
+        fig18
+            .iter()
+            .all(|r| r["test_accuracy"] == fig18[0]["test_accuracy"]),
+        "every design trains on the same minibatches"
+    );
+    let fig6 = rows(&dir.join("fig6_end_to_end_breakdown_cosmos-plus.csv"));
+    assert_eq!(fig6.len(), 2, "DRAM-only and SSD(mmap)");
+    assert!(fig6[0].contains_key("slowdown_vs_dram_only"));
+    assert_eq!(
+        rows(&dir.join("fig7_trainer_idle_cosmos-plus.csv")).len(),
+        5
+    );
+    let epoch = |design: &str| -> f64 {
+        fig18.iter().find(|r| r["design"] == design).unwrap()["modelled_epoch_s"]
+            .parse()
+            .unwrap()
+    };
+    for r in &fig18 {
+        let e: f64 = r["modelled_epoch_s"].parse().unwrap();
+        let train: f64 = r["modelled_train_s"].parse().unwrap();
+        let wait: f64 = r["modelled_input_wait_s"].parse().unwrap();
+        assert!(e > 0.0 && (train + wait - e).abs() < 1e-9, "{r:?}");
+        let vs: f64 = r["speedup_vs_mmap"].parse().unwrap();
+        assert!((vs - epoch("SSD(mmap)") / e).abs() < 1e-9, "{r:?}");
+    }
     assert_eq!(rows(&dir.join("fig17_hwsw_over_sw.csv")).len(), 2);
 
     // The report's "ours" column is what the CSV says: one memory ratio, so the mean speedups
@@ -111,6 +218,8 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "### Paper · ours · ratio",
         "### Fig. 14 and Fig. 16: time per minibatch",
         "### Fig. 17: SmartSAGE(HW/SW) over SmartSAGE(SW)",
+        "### Figs. 6, 7, 18: end-to-end training",
+        "sagessd train --dataset",
         "graph-to-memory ratio",
         "**Every number is modelled**",
     ] {
@@ -156,6 +265,30 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         (
             "SmartSAGE(HW/SW) over mmap, several workers, maximum",
             two(mmap) / two(hwsw),
+        ),
+        (
+            "slowdown of SSD(mmap) against in-memory processing, average",
+            epoch(mmap) / epoch("DRAM-only"),
+        ),
+        (
+            "slowdown of SSD(mmap) against in-memory processing, maximum",
+            epoch(mmap) / epoch("DRAM-only"),
+        ),
+        (
+            "training throughput of SmartSAGE(HW/SW) over SSD(mmap), average",
+            epoch(mmap) / epoch(hwsw),
+        ),
+        (
+            "training throughput of SmartSAGE(HW/SW) over SSD(mmap), maximum",
+            epoch(mmap) / epoch(hwsw),
+        ),
+        (
+            "performance of SmartSAGE(HW/SW) as a share of DRAM-only",
+            epoch("DRAM-only") / epoch(hwsw),
+        ),
+        (
+            "performance of SmartSAGE(oracle) as a share of DRAM-only",
+            epoch("DRAM-only") / epoch("SmartSAGE(oracle)"),
         ),
     ];
     let table: Vec<&str> = report

@@ -120,6 +120,29 @@ fn every_sampler_gives_the_same_loss_curve() {
         (&["--sampler", "isp", "--on-device"], "isp"),
         (&["--sampler", "mmap", "--on-device"], "mmap-modelled"),
         (&["--sampler", "uring", "--on-device"], "uring-modelled"),
+        (&["--sampler", "memory", "--on-device"], "dram-modelled"),
+        (
+            &[
+                "--sampler",
+                "mmap",
+                "--on-device",
+                "--workers",
+                "3",
+                "--modelled-steps",
+            ],
+            "mmap-modelled-workers",
+        ),
+        (
+            &[
+                "--sampler",
+                "isp",
+                "--on-device",
+                "--host-features",
+                "--workers",
+                "2",
+            ],
+            "isp-host-features",
+        ),
     ] {
         let (got, out) = run(extra, tag);
         assert_eq!(got, reference, "{tag} trained differently");
@@ -263,8 +286,20 @@ fn bad_flags_are_clear_errors() {
     };
     err(&["--sampler", "isp"], "sampler isp needs a device");
     err(
-        &["--sampler", "memory", "--on-device"],
-        "does not run on a device",
+        &["--sampler", "agnes", "--on-device", "--host-features"],
+        "--host-features is for --sampler isp --on-device",
+    );
+    err(&["--modelled-steps"], "add --on-device");
+    err(
+        &[
+            "--sampler",
+            "isp",
+            "--on-device",
+            "--host-features",
+            "--workers",
+            "9",
+        ],
+        "4 sampling slots",
     );
     err(
         &[

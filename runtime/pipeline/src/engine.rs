@@ -69,7 +69,8 @@ pub struct Minibatch {
     pub subgraph: SampledSubgraph,
     /// Its nodes' feature rows in node-list order, when the run has features.
     pub features: Option<Vec<u8>>,
-    /// Modelled time its group was ready (see [`SampledGroup::modelled_ready_ns`]).
+    /// Modelled time it was ready ([`crate::stage::Sampled::ready_ns`], else its group's
+    /// [`SampledGroup::modelled_ready_ns`]).
     pub modelled_ready_ns: Option<u64>,
 }
 
@@ -481,7 +482,7 @@ fn consume_group(
             index: group.first + k,
             subgraph: s.subgraph,
             features,
-            modelled_ready_ns: ready,
+            modelled_ready_ns: s.ready_ns.or(ready),
         })?;
         report.minibatches += 1;
     }

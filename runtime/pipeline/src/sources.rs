@@ -149,7 +149,11 @@ impl SampleStage for DeviceStage<'_> {
                 }
                 subs.into_iter()
                     .zip(rows)
-                    .map(|(subgraph, features)| Sampled { subgraph, features })
+                    .map(|(subgraph, features)| Sampled {
+                        subgraph,
+                        features,
+                        ready_ns: None,
+                    })
                     .collect()
             }
             DeviceSampler::Isp { features } => {
@@ -170,11 +174,13 @@ impl SampleStage for DeviceStage<'_> {
                             Sampled {
                                 subgraph,
                                 features: Some(rows),
+                                ready_ns: None,
                             }
                         } else {
                             Sampled {
                                 subgraph: SampledSubgraph::from_bytes(bytes)?,
                                 features: None,
+                                ready_ns: None,
                             }
                         })
                     })
@@ -203,10 +209,12 @@ fn host_sampling_ns(h: &HostStackConfig, s: &SampledSubgraph) -> u64 {
     h.sampling_ns(dst, s.edge_count())
 }
 
-/// A host sampler over the modelled host I/O stack of an emulated device (mmap with its page
-/// cache and faults, direct I/O, io_uring: [`sagessd_runtime::host_io`]) as the producer of an
-/// on-device run; its minibatches' feature rows are copied from host memory (a DRAM-resident
-/// feature table: that copy is not modelled).
+/// A host sampler over the modelled host I/O stack of an emulated device (the graph in DRAM,
+/// mmap with its page cache and faults, direct I/O, io_uring, in-storage sampling by ioctls:
+/// [`sagessd_runtime::host_io`]) as the producer of an on-device run, with `workers` modelled
+/// host workers sampling each group side by side in virtual time (they start a group together;
+/// each minibatch is ready when its worker finishes it); its minibatches' feature rows are
+/// copied from host memory (a DRAM-resident feature table: that copy is not modelled).
 #[derive(Debug)]
 pub struct ModelledHostStage<'a> {
     /// The sampler, owning its emulated device.
@@ -219,15 +227,29 @@ pub struct ModelledHostStage<'a> {
     pub row_bytes: usize,
     /// The modelled clock: the sampler's modelled time so far, ns (shared with the feed).
     pub clock_ns: &'a AtomicU64,
+    /// Modelled host workers (≥ 1).
+    pub workers: usize,
 }
 
 impl SampleStage for ModelledHostStage<'_> {
     fn sample(&mut self, group: &[Request]) -> Result<SampledGroup, SamplerError> {
-        let subs = self.sampler.sample_many(&self.fanouts, group)?;
+        let start_ns = self.sampler.host_stats().modelled_time_ns;
+        let requests: Vec<sagessd_runtime::host_io::Request> = group
+            .iter()
+            .map(|(seed, targets)| sagessd_runtime::host_io::Request {
+                seed: *seed,
+                targets: targets.clone(),
+            })
+            .collect();
+        let run = self
+            .sampler
+            .run_workers(self.workers.max(1), &self.fanouts, &requests)?;
         let t = std::time::Instant::now();
-        let minibatches = subs
+        let minibatches = run
+            .subgraphs
             .into_iter()
-            .map(|subgraph| {
+            .zip(run.done_ns)
+            .map(|(subgraph, done_ns)| {
                 let mut features = Vec::with_capacity(subgraph.node_count() * self.row_bytes);
                 for v in subgraph.view().nodes() {
                     let at = usize::try_from(v.get())
@@ -245,6 +267,7 @@ impl SampleStage for ModelledHostStage<'_> {
                 Ok(Sampled {
                     subgraph,
                     features: Some(features),
+                    ready_ns: Some(start_ns + done_ns),
                 })
             })
             .collect::<Result<Vec<_>, SamplerError>>()?;

@@ -13,6 +13,9 @@ pub struct Sampled {
     pub subgraph: SampledSubgraph,
     /// Its nodes' feature rows, when the sampler brought them (in-storage gather).
     pub features: Option<Vec<u8>>,
+    /// The modelled time this minibatch was ready, where the stage's modelled workers finish
+    /// a group's minibatches one by one (`None`: the group's [`SampledGroup::modelled_ready_ns`]).
+    pub ready_ns: Option<u64>,
 }
 
 /// What a sampling stage made of a group of minibatches.
@@ -71,6 +74,7 @@ impl<S: Sampler> SampleStage for HostSampling<S> {
                 .map(|subgraph| Sampled {
                     subgraph,
                     features: None,
+                    ready_ns: None,
                 })
                 .collect(),
             modelled_ready_ns: None,

@@ -342,6 +342,14 @@ fn several_workers_sample_what_one_does_deterministically() {
         };
         let (a, ha, da) = run(4);
         let (b, hb, db) = run(4);
+        // Each request is done when its worker's clock says, in the worker's order; a worker's
+        // last request ends it.
+        assert_eq!(a.done_ns.len(), reqs.len());
+        for w in 0..4 {
+            let mine: Vec<u64> = a.done_ns.iter().copied().skip(w).step_by(4).collect();
+            assert!(mine.windows(2).all(|p| p[0] <= p[1]), "{mode:?} worker {w}");
+            assert_eq!(mine.last().copied(), Some(a.worker_end_ns[w]), "{mode:?}");
+        }
         assert_eq!(a.subgraphs, one.subgraphs, "{mode:?}");
         assert_eq!(b.subgraphs, a.subgraphs);
         assert_eq!(
@@ -388,4 +396,45 @@ fn mmap_workers_touch_the_page_cache_in_time_order() {
         assert_eq!(h.cache_order_violations, 0, "{workers} workers: {h:?}");
         assert_eq!(h.submit_lag_ns, 0);
     }
+}
+
+#[test]
+fn dram_mode_equals_the_reference_with_no_io_and_costs_what_a_warm_mmap_does() {
+    let g = generate(&RmatParams::graph500(11, 8, 3)).unwrap();
+    let host = HostStackConfig::default();
+    let mut reference = ReferenceSampler::new(&g);
+    let mut dram = sampler(&g, HostIoMode::Memory, host.clone());
+    let mut mmap = sampler(&g, HostIoMode::Mmap, host.clone());
+    for (seed, fanouts) in REQUESTS {
+        let t = targets(seed, g.node_count());
+        let r = reference.sample(seed, fanouts, &t).unwrap();
+        let before = dram.host_stats().modelled_time_ns;
+        assert!(dram.sample(seed, fanouts, &t).unwrap() == r, "seed {seed}");
+        let dram_ns = dram.host_stats().modelled_time_ns - before;
+        // The same minibatch twice through mmap: the second pass finds every page cached and
+        // mapped, so it pays exactly the loads and the compute, as the DRAM mode does.
+        mmap.sample(seed, fanouts, &t).unwrap();
+        let before = mmap.host_stats().modelled_time_ns;
+        mmap.sample(seed, fanouts, &t).unwrap();
+        assert_eq!(
+            mmap.host_stats().modelled_time_ns - before,
+            dram_ns,
+            "seed {seed}"
+        );
+        // At least the sampling compute of every destination and sampled neighbour.
+        let v = r.view();
+        let dst: u64 = (0..v.layer_count())
+            .map(|l| u64::from(v.layer(l).counts.dst_count))
+            .sum();
+        assert!(dram_ns >= dst * host.node_ns + r.edge_count() * host.edge_sampled_ns);
+    }
+    let (h, st) = (dram.host_stats(), dram.stats());
+    assert_eq!((h.ios, h.syscalls, h.bytes_read), (0, 0, 0));
+    assert_eq!(st.driver.commands, 0, "no NVMe command during the runs");
+    assert_eq!(
+        h.host_cpu_ns, h.modelled_time_ns,
+        "all of it is host CPU time"
+    );
+    assert_eq!(dram.name(), "host DRAM");
+    assert_eq!(HostIoMode::from_name("dram"), Some(HostIoMode::Memory));
 }

@@ -11,6 +11,7 @@ use sagessd_runtime::minibatch::{Order, Request, epoch_requests};
 use crate::error::TrainError;
 use crate::features::FeatureDtype;
 use crate::mfg::Mfg;
+use crate::step_model::StepModel;
 use crate::trainer::{StepOutcome, Trainer};
 
 /// Runs minibatches through a pipeline: the caller's samplers, gatherers and workers.
@@ -74,6 +75,9 @@ pub struct FitConfig {
     /// Minibatches the pipeline's queue holds (its depth × group size), which bounds how far
     /// the modelled producers run ahead of the trainer.
     pub queue_minibatches: usize,
+    /// Where the producers model time: each step's modelled time on the `[trainer]`
+    /// accelerator instead of its measured time on this machine (`None`: measured).
+    pub step_model: Option<StepModel>,
 }
 
 /// Wall-clock seconds per stage over an epoch.
@@ -110,6 +114,11 @@ pub struct ModelledEpoch {
     pub epoch_s: f64,
     /// The trainer's idle share of it.
     pub idle_fraction: f64,
+    /// The steps' time on the modelled timeline, seconds.
+    pub train_s: f64,
+    /// Whether that is the accelerator model's ([`FitConfig::step_model`]) rather than the
+    /// steps' measured time on this machine.
+    pub modelled_steps: bool,
 }
 
 /// One epoch, as reported.
@@ -237,7 +246,11 @@ pub fn fit(
                 copy_ns += copied.as_nanos() as u64;
                 step_ns += (took - copied).as_nanos() as u64;
                 if let (Some(tl), Some(ready)) = (timeline.as_mut(), m.modelled_ready_ns) {
-                    tl.step(ready, took.as_nanos() as u64);
+                    let step = match &config.step_model {
+                        Some(model) => model.step_ns(&m.subgraph.view()),
+                        None => took.as_nanos() as u64,
+                    };
+                    tl.step(ready, step);
                 }
                 losses.push(out.loss);
                 total.loss += out.loss * out.count as f64;
@@ -298,6 +311,8 @@ pub fn fit(
             modelled: timeline.as_ref().zip(start_ns).map(|(t, s)| ModelledEpoch {
                 epoch_s: (t.end_ns - s) as f64 / 1e9,
                 idle_fraction: t.idle_fraction(),
+                train_s: t.busy_ns as f64 / 1e9,
+                modelled_steps: config.step_model.is_some(),
             }),
         };
         let improved = match (best, record.valid_accuracy) {

@@ -15,6 +15,7 @@ pub mod features;
 pub mod fit;
 pub mod mfg;
 pub mod model;
+pub mod step_model;
 pub mod trainer;
 
 #[cfg(test)]
@@ -27,4 +28,5 @@ pub use fit::{
 };
 pub use mfg::{Block, Mfg};
 pub use model::{GnnModel, ModelKind, build};
+pub use step_model::StepModel;
 pub use trainer::{DeviceChoice, StepOutcome, TrainConfig, Trainer, select_device};

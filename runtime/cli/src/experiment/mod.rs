@@ -1,8 +1,10 @@
 //! `sagessd experiment`: the seeds' comparisons rerun on the emulated devices, written as one
 //! tidy CSV per figure and a `report.md` that sets each figure beside the paper's value
-//! (`paper.rs`). Today: SmartSAGE's neighbour sampling figures (Figs. 14, 16, 17).
+//! (`paper.rs`). SmartSAGE: neighbour sampling (Figs. 14, 16, 17) and end-to-end training
+//! (Figs. 6, 7, 18); AGNES: block and hyperbatch sizes (Figs. 8, 9).
 
 mod agnes;
+pub(crate) mod end_to_end;
 mod paper;
 mod plot;
 mod smartsage;
@@ -33,12 +35,15 @@ pub(crate) struct Workload {
 /// Which seed's comparisons to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Which {
-    /// SmartSAGE: neighbour sampling with mmap, direct I/O and in storage, 1…N workers, at
-    /// several graph-to-memory ratios (Figs. 14, 16, 17).
+    /// SmartSAGE: neighbour sampling with mmap, direct I/O and in storage, 1…N workers, and
+    /// end-to-end training of every design point, at several graph-to-memory ratios (Figs. 6,
+    /// 7, 14, 16, 17, 18).
     Smartsage,
     /// AGNES: block-size and hyperbatch sweeps of the AGNES sampler on the device, with storage
     /// reads, bytes read and used, and the modelled epoch (Figs. 8, 9).
     Agnes,
+    /// Every experiment above, one after the other, each into its own subfolder.
+    All,
 }
 
 /// Flags of `experiment`.
@@ -64,6 +69,14 @@ pub(crate) fn run(args: ExperimentArgs) -> anyhow::Result<ExitCode> {
     match args.which {
         Which::Smartsage => run_smartsage(&args),
         Which::Agnes => run_agnes(&args),
+        Which::All => {
+            for run in [run_smartsage, run_agnes] {
+                if run(&args)? != ExitCode::SUCCESS {
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -87,10 +100,21 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let dir = args.out.join("smartsage");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let wall = std::time::Instant::now();
+    let e2e_sweep = if args.quick {
+        end_to_end::Sweep::quick()
+    } else {
+        end_to_end::Sweep::full()
+    };
     let mut devices = Vec::new();
+    let mut sections = Vec::new();
     for (source, hw) in hardware(args)? {
         eprintln!("experiment smartsage: {} ({source})", hw.device.name);
         devices.push((source, smartsage::run(&hw, &sweep)?));
+        eprintln!(
+            "experiment smartsage: end-to-end training on {}",
+            hw.device.name
+        );
+        sections.push(end_to_end::section(&hw, &e2e_sweep, &dir, args.quick)?);
     }
     let all: Vec<&smartsage::Point> = devices.iter().flat_map(|(_, p)| p).collect();
     let owned = |f: fn(&[smartsage::Point]) -> Vec<Record>| -> Vec<Record> {
@@ -130,13 +154,19 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
             plots.push(stem);
         }
     }
-    let report = smartsage_report(&sweep, &devices, args.quick, &plots);
+    let report = smartsage_report(&sweep, &devices, &sections, args.quick, &plots);
     write_file(&dir, "report.md", report.as_bytes())?;
     println!(
-        "experiment smartsage: {} design points on {} device(s) → {} (fig14_one_worker.csv, fig16_workers.csv, fig17_hwsw_over_sw.csv, report.md); {:.1} s wall clock",
+        "experiment smartsage: {} sampling and {} training design points on {} device(s) → {} (fig14_one_worker.csv, fig16_workers.csv, fig17_hwsw_over_sw.csv, {}report.md); {:.1} s wall clock",
         all.iter().map(|p| p.report.results.len()).sum::<usize>(),
+        sections.iter().map(|s| s.points.len()).sum::<usize>(),
         devices.len(),
         dir.display(),
+        sections
+            .iter()
+            .flat_map(|s| s.files.iter().filter(|f| f.ends_with(".csv")))
+            .map(|f| format!("{f}, "))
+            .collect::<String>(),
         wall.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
@@ -163,7 +193,7 @@ fn hardware(args: &ExperimentArgs) -> anyhow::Result<Vec<(String, sagessd_emulat
 }
 
 /// A device's name kept to characters every file system takes.
-fn file_safe(name: &str) -> String {
+pub(crate) fn file_safe(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -364,6 +394,7 @@ fn close(ours: f64, paper: f64) -> bool {
 fn smartsage_report(
     sweep: &smartsage::Sweep,
     devices: &[(String, Vec<smartsage::Point>)],
+    sections: &[end_to_end::Section],
     quick: bool,
     plots: &[String],
 ) -> String {
@@ -376,7 +407,7 @@ fn smartsage_report(
         .collect::<String>();
     let _ = writeln!(
         r,
-        "# SmartSAGE: neighbour sampling (Figs. 14, 16, 17)\n\n\
+        "# SmartSAGE: neighbour sampling and end-to-end training (Figs. 6, 7, 14, 16, 17, 18)\n\n\
          `sagessd experiment smartsage{}{configs}`. Designs: SSD(mmap) = mmap through the page \
          cache, SmartSAGE(SW) = direct I/O at queue depth 1, SmartSAGE(HW/SW) = in-storage \
          sampling, one NS_config per minibatch. The seed's graphs are many times larger than host \
@@ -389,7 +420,7 @@ fn smartsage_report(
         if quick { " --quick" } else { "" },
         sweep.ratios
     );
-    for (source, points) in devices {
+    for ((source, points), section) in devices.iter().zip(sections) {
         let Some(first) = points.first() else {
             continue;
         };
@@ -436,7 +467,7 @@ fn smartsage_report(
         let far = paper_table(
             &mut r,
             paper::SMARTSAGE,
-            &|key| smartsage::ours(points, key),
+            &|key| smartsage::ours(points, key).or_else(|| section.ours(key)),
             &|v| format!("{v:.1}×"),
             &|o| format!("{o:.2}×"),
         );
@@ -482,17 +513,28 @@ fn smartsage_report(
                 let _ = writeln!(r, "| {} | {w} | {s:.2}× |", p.ratio);
             }
         }
-        let _ = writeln!(r);
+        let _ = writeln!(r, "\n{}", section.report);
     }
     let _ = writeln!(
         r,
-        "## Files\n\n`fig14_one_worker.csv`, `fig16_workers.csv`, `fig17_hwsw_over_sw.csv`: one row \
-         per measured point, units in the column names. Plots (SVG and PNG; where the paper \
-         reports a value, Figs. 14 and 16, it is dashed): {}. Not in this experiment yet: \
-         SmartSAGE's Figs. 6, 7, 15 and 18 (end-to-end training).",
+        "## Files\n\n`fig14_one_worker.csv`, `fig16_workers.csv`, `fig17_hwsw_over_sw.csv`{}: one \
+         row per measured point, units in the column names. Plots (SVG and PNG; where the paper \
+         reports a value it is dashed): {}. Not in this experiment yet: SmartSAGE's Fig. 15 \
+         (coalescing granularity).",
+        sections
+            .iter()
+            .flat_map(|s| s.files.iter().filter(|f| f.ends_with(".csv")))
+            .map(|f| format!(", `{f}`"))
+            .collect::<String>(),
         plots
             .iter()
             .map(|p| format!("`{p}.svg`"))
+            .chain(
+                sections
+                    .iter()
+                    .flat_map(|s| s.files.iter().filter(|f| f.ends_with(".svg")))
+                    .map(|f| format!("`{f}`"))
+            )
             .collect::<Vec<_>>()
             .join(", ")
     );

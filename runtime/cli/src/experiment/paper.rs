@@ -1,6 +1,6 @@
 //! The seeds' reported figures that the experiments are compared with, each with the figure
-//! whose text states it (`shared/seeds/smartsage.txt`, the evaluation's paragraphs on Figs. 14
-//! and 16; `shared/seeds/agnes.txt`, those on Figs. 8 and 9). Values are only ever read from
+//! whose text states it (`shared/seeds/smartsage.txt`, the paragraphs on Fig. 6 and the
+//! evaluation's on Figs. 14, 16 and 18; `shared/seeds/agnes.txt`, those on Figs. 8 and 9). Values are only ever read from
 //! here, never fitted.
 
 /// One reported value.
@@ -59,6 +59,42 @@ pub(crate) const SMARTSAGE: &[PaperValue] = &[
         figure: "SmartSAGE Fig. 16",
         quantity: "neighbour sampling speedup of SmartSAGE(HW/SW) over mmap, several workers, maximum",
         value: 5.5,
+    },
+    PaperValue {
+        key: "fig6.mmap_slowdown_vs_dram.mean",
+        figure: "SmartSAGE Fig. 6",
+        quantity: "end-to-end training slowdown of SSD(mmap) against in-memory processing, average",
+        value: 9.8,
+    },
+    PaperValue {
+        key: "fig6.mmap_slowdown_vs_dram.max",
+        figure: "SmartSAGE Fig. 6",
+        quantity: "end-to-end training slowdown of SSD(mmap) against in-memory processing, maximum",
+        value: 19.6,
+    },
+    PaperValue {
+        key: "fig18.hwsw_vs_mmap.mean",
+        figure: "SmartSAGE Fig. 18",
+        quantity: "training throughput of SmartSAGE(HW/SW) over SSD(mmap), average",
+        value: 3.5,
+    },
+    PaperValue {
+        key: "fig18.hwsw_vs_mmap.max",
+        figure: "SmartSAGE Fig. 18",
+        quantity: "training throughput of SmartSAGE(HW/SW) over SSD(mmap), maximum",
+        value: 5.0,
+    },
+    PaperValue {
+        key: "fig18.hwsw_of_dram.mean",
+        figure: "SmartSAGE Fig. 18",
+        quantity: "performance of SmartSAGE(HW/SW) as a share of DRAM-only (the paper: an average 60 % loss)",
+        value: 0.4,
+    },
+    PaperValue {
+        key: "fig18.oracle_of_dram.mean",
+        figure: "SmartSAGE Fig. 18",
+        quantity: "performance of SmartSAGE(oracle) as a share of DRAM-only, average",
+        value: 0.7,
     },
 ];
 

@@ -1,0 +1,150 @@
+//! A training step in modelled time: the minibatch's GNN layers priced on the hardware
+//! description's `[trainer]` accelerator ([`TrainerConfig::step_ns`]) instead of measured on
+//! this machine, so that a modelled epoch is the same on every run and every machine, and
+//! stands for the accelerator the description names (SmartSAGE Figs. 6, 7, 18 train on a GPU).
+
+use sagessd_abi::subgraph::SubgraphView;
+use sagessd_emulator::trainer_model::{LayerShape, TrainerConfig};
+
+use crate::model::ModelKind;
+
+/// What prices a step: the accelerator and the model's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepModel {
+    /// The accelerator's rates.
+    pub accelerator: TrainerConfig,
+    /// The GNN.
+    pub model: ModelKind,
+    /// Input feature width.
+    pub in_dim: u64,
+    /// Hidden width.
+    pub hidden: u64,
+    /// Classes (the last layer's width).
+    pub classes: u64,
+    /// GAT's attention heads (ignored by the others).
+    pub heads: u64,
+    /// Bytes of one feature row on the host.
+    pub feature_row_bytes: u64,
+}
+
+/// Bytes per edge of a minibatch's index tensors (`i64` destination and source indices).
+const INDEX_BYTES_PER_EDGE: u64 = 16;
+/// Bytes per target of its label tensor (`i64`).
+const LABEL_BYTES: u64 = 8;
+/// GAT's extra operations per edge and head (score add, LeakyReLU, exponent, normalisation,
+/// weighting) \[estimate\].
+const GAT_EDGE_FLOPS_PER_HEAD: u64 = 5;
+
+impl StepModel {
+    /// The layers of `view` in GNN order (the farthest hop first), with their widths.
+    pub fn layers(&self, view: &SubgraphView<'_>) -> Vec<LayerShape> {
+        let count = view.layer_count();
+        (0..count)
+            .rev()
+            .enumerate()
+            .map(|(k, hop)| {
+                let c = view.layer(hop).counts;
+                let (matrices, edge_extra_flops) = match self.model {
+                    ModelKind::Sage => (2, 0),
+                    ModelKind::Gcn => (1, 0),
+                    ModelKind::Gat => (1, GAT_EDGE_FLOPS_PER_HEAD * self.heads.max(1)),
+                };
+                LayerShape {
+                    dst_nodes: u64::from(c.dst_count),
+                    src_nodes: u64::from(c.src_count),
+                    edges: u64::from(c.edge_count),
+                    in_dim: if k == 0 { self.in_dim } else { self.hidden },
+                    out_dim: if k + 1 == count {
+                        self.classes
+                    } else {
+                        self.hidden
+                    },
+                    matrices,
+                    edge_extra_flops,
+                }
+            })
+            .collect()
+    }
+
+    /// Bytes of the step's input copied to the accelerator: the input layer's feature rows, the
+    /// index tensors and the targets' labels.
+    pub fn input_bytes(&self, view: &SubgraphView<'_>) -> u64 {
+        let count = view.layer_count();
+        if count == 0 {
+            return 0;
+        }
+        let nodes = u64::from(view.layer(count - 1).counts.src_count);
+        let edges: u64 = (0..count)
+            .map(|l| u64::from(view.layer(l).counts.edge_count))
+            .sum();
+        let targets = u64::from(view.layer(0).counts.dst_count);
+        nodes
+            .saturating_mul(self.feature_row_bytes)
+            .saturating_add(edges.saturating_mul(INDEX_BYTES_PER_EDGE))
+            .saturating_add(targets.saturating_mul(LABEL_BYTES))
+    }
+
+    /// The modelled step over `view`, ns.
+    pub fn step_ns(&self, view: &SubgraphView<'_>) -> u64 {
+        self.accelerator
+            .step_ns(&self.layers(view), self.input_bytes(view))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
+
+    #[test]
+    fn layers_run_from_the_farthest_hop_with_the_models_widths() {
+        let g =
+            sagessd_runtime::rmat::generate(&sagessd_runtime::rmat::RmatParams::graph500(8, 8, 3))
+                .unwrap();
+        let sub = ReferenceSampler::new(&g)
+            .sample(7, &[5, 3], &[1, 2, 3])
+            .unwrap();
+        let view = sub.view();
+        let m = StepModel {
+            accelerator: TrainerConfig::default(),
+            model: ModelKind::Sage,
+            in_dim: 16,
+            hidden: 32,
+            classes: 4,
+            heads: 1,
+            feature_row_bytes: 64,
+        };
+        let layers = m.layers(&view);
+        assert_eq!(layers.len(), 2);
+        // GNN layer 0 reads the second hop's sources, in width 16, out 32; layer 1 outputs the
+        // three targets' four classes.
+        let (hop1, hop0) = (view.layer(1).counts, view.layer(0).counts);
+        assert_eq!(layers[0].src_nodes, u64::from(hop1.src_count));
+        assert_eq!((layers[0].in_dim, layers[0].out_dim), (16, 32));
+        assert_eq!(layers[1].dst_nodes, 3);
+        assert_eq!(u64::from(hop0.dst_count), 3);
+        assert_eq!(
+            (layers[1].in_dim, layers[1].out_dim, layers[1].matrices),
+            (32, 4, 2)
+        );
+        // Input: the rows of every node, 16 bytes per edge, 8 per target.
+        let edges = u64::from(hop0.edge_count + hop1.edge_count);
+        assert_eq!(
+            m.input_bytes(&view),
+            u64::from(hop1.src_count) * 64 + 16 * edges + 24
+        );
+        assert!(m.step_ns(&view) >= TrainerConfig::default().step_overhead_ns);
+        // GCN: one matrix; GAT: attention work on every edge.
+        let gcn = StepModel {
+            model: ModelKind::Gcn,
+            ..m
+        };
+        assert_eq!(gcn.layers(&view)[0].matrices, 1);
+        let gat = StepModel {
+            model: ModelKind::Gat,
+            heads: 4,
+            ..m
+        };
+        assert_eq!(gat.layers(&view)[1].edge_extra_flops, 20);
+    }
+}
