@@ -76,6 +76,9 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "fig14_one_worker.csv",
         "fig16_workers.csv",
         "fig17_hwsw_over_sw.csv",
+        "fig15_coalescing.csv",
+        "fig15_cosmos-plus.svg",
+        "fig15_cosmos-plus.png",
         "report.md",
         "fig14_cosmos-plus.svg",
         "fig16_cosmos-plus.svg",
@@ -126,7 +129,7 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         assert_eq!(x, y, "{f} differs between two runs");
     }
     let dir = a.join("smartsage");
-    for fig in ["fig14", "fig16", "fig17"] {
+    for fig in ["fig14", "fig15", "fig16", "fig17"] {
         let svg = std::fs::read_to_string(dir.join(format!("{fig}_cosmos-plus.svg"))).unwrap();
         assert!(
             svg.contains("<svg") && svg.contains("(modelled)"),
@@ -153,6 +156,33 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
     }
     let fig16 = rows(&dir.join("fig16_workers.csv"));
     assert_eq!(fig16.len(), 6, "3 designs × 2 worker counts");
+    // Fig. 15: the whole minibatch in one NS_config is Fig. 14's in-storage run; a finer
+    // granularity pays more commands (and resamples nodes shared between its NS_configs).
+    let fig15 = rows(&dir.join("fig15_coalescing.csv"));
+    let per_config: Vec<&str> = fig15
+        .iter()
+        .map(|r| r["targets_per_ns_config"].as_str())
+        .collect();
+    assert_eq!(per_config, ["256", "16"]);
+    assert_eq!(fig15[1]["ns_configs_per_minibatch"], "16");
+    let isp_one = fig14
+        .iter()
+        .find(|r| r["design"] == "SmartSAGE(HW/SW)")
+        .unwrap()["time_per_minibatch_ns"]
+        .parse::<f64>()
+        .unwrap();
+    let t15: Vec<f64> = fig15
+        .iter()
+        .map(|r| r["time_per_minibatch_ns"].parse().unwrap())
+        .collect();
+    assert_eq!(
+        t15[0], isp_one,
+        "one NS_config per minibatch is Fig. 14's run"
+    );
+    assert!(
+        t15[1] > t15[0],
+        "16 NS_configs per minibatch cost more: {t15:?}"
+    );
     let fig18 = rows(&dir.join("fig18_end_to_end_cosmos-plus.csv"));
     let designs: Vec<&str> = fig18.iter().map(|r| r["design"].as_str()).collect();
     assert_eq!(
@@ -218,6 +248,7 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "### Paper · ours · ratio",
         "### Fig. 14 and Fig. 16: time per minibatch",
         "### Fig. 17: SmartSAGE(HW/SW) over SmartSAGE(SW)",
+        "### Fig. 15: coalescing granularity",
         "### Figs. 6, 7, 18: end-to-end training",
         "sagessd train --dataset",
         "graph-to-memory ratio",

@@ -1,8 +1,9 @@
 //! SmartSAGE's neighbour sampling figures: one worker's sampling time with mmap, direct I/O
-//! (SmartSAGE(SW)) and in-storage sampling (SmartSAGE(HW/SW)) (Fig. 14), the same with 1…N
-//! workers contending for the device (Fig. 16), and ISP's speedup over direct I/O as workers are
-//! added (Fig. 17); each at several ratios of graph size to memory, since the seed's graphs are
-//! many times larger than host memory.
+//! (SmartSAGE(SW)) and in-storage sampling (SmartSAGE(HW/SW)) (Fig. 14), ISP as the minibatch is
+//! split over more NS_configs (Fig. 15), the same with 1…N workers contending for the device
+//! (Fig. 16), and ISP's speedup over direct I/O as workers are added (Fig. 17); each at several
+//! ratios of graph size to memory, since the seed's graphs are many times larger than host
+//! memory.
 //!
 //! The regime is made by scaling memory down, not the graph up: at ratio r, the host page cache
 //! and the controller's page buffer each hold 1/r of the graph's bytes. Every figure is modelled
@@ -25,6 +26,11 @@ pub(crate) struct Sweep {
     pub ratios: Vec<u32>,
     /// Host worker counts (those above the device's sampling slots are left out).
     pub workers: Vec<usize>,
+    /// Fig. 15: targets per NS_config, from the whole minibatch down (each must divide the
+    /// batch size).
+    pub targets_per_config: Vec<u32>,
+    /// Fig. 15's memory ratio (one of `ratios`).
+    pub coalescing_ratio: u32,
 }
 
 impl Sweep {
@@ -39,6 +45,8 @@ impl Sweep {
             },
             ratios: vec![1, 4, 16],
             workers: vec![1, 2, 4, 8],
+            targets_per_config: vec![1024, 256, 64, 16, 4, 1],
+            coalescing_ratio: 4,
         }
     }
 
@@ -53,6 +61,8 @@ impl Sweep {
             },
             ratios: vec![4],
             workers: vec![1, 2],
+            targets_per_config: vec![256, 16],
+            coalescing_ratio: 4,
         }
     }
 }
@@ -67,6 +77,9 @@ pub(crate) struct Point {
     pub memory_bytes: (u64, u64),
     /// The comparison.
     pub report: CompareReport,
+    /// Fig. 15, at the coalescing ratio only: for each targets-per-NS_config, in-storage
+    /// sampling's modelled time per whole minibatch (one worker).
+    pub coalescing: Vec<(u32, f64)>,
 }
 
 /// `hw` with the host page cache and the controller page buffer each holding `1/ratio` of
@@ -84,18 +97,19 @@ pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConf
 /// Runs the sweep on `hw`: a first small run finds the graph's size on the device, then one
 /// comparison (mmap, direct, ISP × every worker count) per memory ratio.
 pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
-    let config = |hw: HwConfig, batches: u32, modes, workers| CompareConfig {
-        scale: sweep.workload.scale,
-        edge_factor: 8,
-        graph_seed: 1,
-        batches,
-        batch_size: sweep.workload.batch_size,
-        fanouts: sweep.workload.fanouts.clone(),
-        seed: 1,
-        hw,
-        modes,
-        workers,
-    };
+    let config =
+        |hw: HwConfig, batches: u32, modes: Vec<HostIoMode>, workers: Vec<usize>| CompareConfig {
+            scale: sweep.workload.scale,
+            edge_factor: 8,
+            graph_seed: 1,
+            batches,
+            batch_size: sweep.workload.batch_size,
+            fanouts: sweep.workload.fanouts.clone(),
+            seed: 1,
+            hw,
+            modes,
+            workers,
+        };
     let probe = compare::run(
         &config(hw.clone(), 1, vec![HostIoMode::Isp], vec![1]),
         None,
@@ -119,7 +133,7 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
             .filter(|&w| w <= slots)
             .collect();
         let report = compare::run(
-            &config(scaled, sweep.workload.batches, modes, workers),
+            &config(scaled.clone(), sweep.workload.batches, modes, workers),
             None,
             &mut |_| {},
         )?;
@@ -128,14 +142,119 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
             "the samples of {} at ratio {ratio} differ from the in-memory reference",
             hw.device.name
         );
+        let coalescing = if ratio == sweep.coalescing_ratio {
+            coalescing(&scaled, sweep, &config)?
+        } else {
+            Vec::new()
+        };
         points.push(Point {
             device: hw.device.name.clone(),
             ratio,
             memory_bytes,
             report,
+            coalescing,
         });
     }
     Ok(points)
+}
+
+/// Fig. 15: in-storage sampling with `g` targets per NS_config for each `g` of the sweep, one
+/// worker. A minibatch of B targets becomes B/g NS_configs, each sampled and collected before the
+/// next: modelled as B/g times as many requests of g random targets each (as the whole
+/// minibatch's targets are random, its g-target slices are too), every subgraph checked against
+/// the in-memory reference. Returns (g, modelled time per whole minibatch).
+fn coalescing(
+    hw: &HwConfig,
+    sweep: &Sweep,
+    config: &dyn Fn(HwConfig, u32, Vec<HostIoMode>, Vec<usize>) -> CompareConfig,
+) -> anyhow::Result<Vec<(u32, f64)>> {
+    let batch = sweep.workload.batch_size;
+    let mut out = Vec::new();
+    for &g in &sweep.targets_per_config {
+        anyhow::ensure!(
+            g > 0 && batch % g == 0,
+            "{g} targets per NS_config do not divide minibatches of {batch}"
+        );
+        let per_batch = batch / g;
+        let mut c = config(
+            hw.clone(),
+            sweep.workload.batches * per_batch,
+            vec![HostIoMode::Isp],
+            vec![1],
+        );
+        c.batch_size = g;
+        let report = compare::run(&c, None, &mut |_| {})?;
+        anyhow::ensure!(
+            report.identical(),
+            "in-storage samples of {g}-target NS_configs differ from the in-memory reference"
+        );
+        let isp = report
+            .result(HostIoMode::Isp, 1)
+            .ok_or_else(|| anyhow::anyhow!("no ISP result"))?;
+        out.push((g, isp.time_per_minibatch_ns() * f64::from(per_batch)));
+    }
+    Ok(out)
+}
+
+/// Fig. 15: in-storage sampling's speedup over mmap (one worker, whole minibatches) against
+/// the targets per NS_config.
+pub(crate) fn fig15(points: &[Point]) -> Vec<Record> {
+    let mut rows = Vec::new();
+    for p in points {
+        let mmap = p.report.result(HostIoMode::Mmap, 1);
+        for &(g, ns) in &p.coalescing {
+            rows.push(
+                Record::new("smartsage.fig15")
+                    .with("device", p.device.as_str())
+                    .with("graph_to_memory_ratio", p.ratio)
+                    .with("targets_per_ns_config", g)
+                    .with(
+                        "ns_configs_per_minibatch",
+                        p.report.config.batch_size / g.max(1),
+                    )
+                    .with("time_per_minibatch_ns", ns)
+                    .with(
+                        "hwsw_speedup_vs_mmap",
+                        mmap.map(|m| m.time_per_minibatch_ns() / ns),
+                    )
+                    .with("timing", "modelled"),
+            );
+        }
+    }
+    rows
+}
+
+/// Fig. 15 of one device: ISP's speedup over mmap against the targets per NS_config.
+pub(crate) fn fig15_plot(points: &[Point]) -> Figure {
+    let series = points
+        .iter()
+        .filter(|p| !p.coalescing.is_empty())
+        .map(|p| {
+            let mmap = p
+                .report
+                .result(HostIoMode::Mmap, 1)
+                .map_or(f64::NAN, ModeResult::time_per_minibatch_ns);
+            Series {
+                label: format!("SmartSAGE(HW/SW), ratio {}, ours", p.ratio),
+                points: p
+                    .coalescing
+                    .iter()
+                    .map(|&(g, ns)| (f64::from(g).log2(), mmap / ns))
+                    .collect(),
+                paper: false,
+            }
+        })
+        .collect();
+    Figure {
+        title: format!(
+            "SmartSAGE Fig. 15 on {}: coalescing granularity, one worker (modelled)",
+            points.first().map_or("", |p| p.device.as_str())
+        ),
+        x_label: "targets per NS_config, log2 (0 = one target; the whole minibatch at the right)"
+            .into(),
+        y_label: "SmartSAGE(HW/SW) speedup over SSD(mmap) (×)".into(),
+        series,
+    }
 }
 
 /// The paper's names of the modes.
