@@ -172,7 +172,7 @@ fn coalescing(
     let mut out = Vec::new();
     for &g in &sweep.targets_per_config {
         anyhow::ensure!(
-            g > 0 && batch % g == 0,
+            g > 0 && batch.is_multiple_of(g),
             "{g} targets per NS_config do not divide minibatches of {batch}"
         );
         let per_batch = batch / g;
