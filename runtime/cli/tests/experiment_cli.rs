@@ -1,4 +1,4 @@
-//! `sagessd experiment smartsage|agnes --quick`: every CSV with its columns, every plot (SVG and
+//! `sagessd experiment smartsage|agnes|bgl|all --quick`: every CSV with its columns, every plot (SVG and
 //! PNG, the paper's values drawn where it reports one), the report with every section, its
 //! "ours" column recomputed from the CSVs, and two runs byte-identical (every figure is
 //! modelled; the end-to-end figures train for real, and their modelled epochs price each step
@@ -21,6 +21,8 @@ fn all_quick_runs_every_experiment_into_its_folder() {
         ("smartsage", "fig18_end_to_end_cosmos-plus.csv"),
         ("agnes", "report.md"),
         ("agnes", "fig9_blocks_and_hyperbatches.csv"),
+        ("bgl", "report.md"),
+        ("bgl", "bgl_feature_cache.csv"),
     ] {
         let bytes =
             std::fs::read(out.join(dir).join(file)).unwrap_or_else(|e| panic!("{dir}/{file}: {e}"));
@@ -406,6 +408,80 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
         ours("AGNES Fig. 8"),
         format!("{:.1}", epoch(none) as f64 / epoch(best) as f64)
     );
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+#[test]
+fn bgl_quick_counts_every_cache_order_and_size_reproducibly() {
+    let (a, b) = (scratch("bgl-a"), scratch("bgl-b"));
+    run_one("bgl", &a);
+    run_one("bgl", &b);
+    for f in [
+        "bgl_feature_cache.csv",
+        "bgl_hit_ratio.svg",
+        "bgl_hit_ratio.png",
+        "bgl_bytes_read.svg",
+        "bgl_bytes_read.png",
+    ] {
+        let (x, y) = (
+            std::fs::read(a.join("bgl").join(f)).unwrap(),
+            std::fs::read(b.join("bgl").join(f)).unwrap(),
+        );
+        assert!(!x.is_empty(), "{f} is empty");
+        assert_eq!(x, y, "{f} differs between two runs");
+    }
+    let dir = a.join("bgl");
+    let points = rows(&dir.join("bgl_feature_cache.csv"));
+    assert_eq!(points.len(), 8, "2 caches × 2 orders × 2 sizes");
+    let num = |r: &BTreeMap<String, String>, k: &str| -> f64 { r[k].parse().unwrap() };
+    for r in &points {
+        assert_eq!(r["timing"], "counts");
+        let ratio = num(r, "cache_hit_ratio");
+        assert!((0.0..=1.0).contains(&ratio), "{r:?}");
+        // Every row the cache missed was read: at least the missed rows' bytes.
+        let rows_gathered = num(r, "rows_gathered");
+        let row_bytes = 16.0 * 4.0;
+        assert!(
+            num(r, "bytes_read") >= (1.0 - ratio) * rows_gathered * row_bytes - 1e-6,
+            "{r:?}"
+        );
+    }
+    // Every policy and size gathered the same minibatches of an order.
+    for order in ["random", "bgl"] {
+        let gathered: Vec<&str> = points
+            .iter()
+            .filter(|r| r["order"] == order)
+            .map(|r| r["rows_gathered"].as_str())
+            .collect();
+        assert!(
+            gathered.len() == 4 && gathered.iter().all(|g| *g == gathered[0]),
+            "{order}: {gathered:?}"
+        );
+    }
+    // A larger cache never lowers FIFO's hit ratio for the same order.
+    for order in ["random", "bgl"] {
+        let fifo: Vec<f64> = points
+            .iter()
+            .filter(|r| r["cache"] == "BGL FIFO" && r["order"] == order)
+            .map(|r| num(r, "cache_hit_ratio"))
+            .collect();
+        assert!(fifo.len() == 2 && fifo[1] >= fifo[0], "{order}: {fifo:?}");
+    }
+    // The profile is wall clock (never compared between runs) and chose workers.
+    let profile = rows(&dir.join("bgl_profile.csv"));
+    assert_eq!(profile.len(), 1);
+    assert_eq!(profile[0]["timing"], "wall clock");
+    assert!(num(&profile[0], "sample_workers") >= 1.0);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for section in [
+        "## BGL's claims (§3.2.2), checked at every cache size",
+        "## Hit ratio and gather I/O",
+        "## Stage profile (§3.4), wall clock",
+        "**Counts**",
+    ] {
+        assert!(report.contains(section), "report lacks {section:?}");
+    }
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use sagessd_emulator::HwConfig;
 use sagessd_host_driver::{Device, LocalTransport, Transport};
 use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
-use sagessd_runtime::dataset::{Dataset, generate};
+use sagessd_runtime::dataset::Dataset;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler};
 use sagessd_runtime::sampler::Sampler;
 
@@ -102,20 +102,7 @@ impl Point {
 
 /// Generates (or reuses) the sweep's dataset under `dir`.
 pub(crate) fn dataset(dir: &Path, sweep: &Sweep) -> anyhow::Result<Dataset> {
-    let path = dir.join(format!("rmat-{}", sweep.workload.scale));
-    if let Ok(d) = Dataset::open(&path) {
-        return Ok(d);
-    }
-    let params = generate::GenerateParams {
-        name: format!("rmat-{}-8", sweep.workload.scale),
-        scale: sweep.workload.scale,
-        edge_factor: 8,
-        seed: 1,
-        feature_dim: 0,
-        feature_dtype: sagessd_runtime::npy::Dtype::F32,
-        classes: 1,
-    };
-    Ok(generate::generate(&path, &params)?)
+    Ok(super::generated(dir, sweep.workload.scale, 0, 1)?.1)
 }
 
 /// One epoch of AGNES with `block_bytes` blocks and hyperbatches of `hyperbatch` on a fresh

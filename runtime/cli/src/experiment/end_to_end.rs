@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use sagessd_emulator::HwConfig;
 #[cfg(feature = "train")]
-use sagessd_runtime::dataset::{Dataset, generate};
+use sagessd_runtime::dataset::Dataset;
 
 use super::plot::{Figure, Series};
 use super::{file_safe, paper};
@@ -173,24 +173,7 @@ pub(crate) struct Point {
 #[cfg(feature = "train")]
 /// The dataset the sweep trains on, generated into `dir` unless it is there.
 pub(crate) fn dataset(dir: &Path, sweep: &Sweep) -> anyhow::Result<(PathBuf, Dataset)> {
-    let path = dir.join(format!(
-        "rmat-{}-f{}-c{}",
-        sweep.scale, sweep.feature_dim, sweep.classes
-    ));
-    if let Ok(d) = Dataset::open(&path) {
-        return Ok((path, d));
-    }
-    let params = generate::GenerateParams {
-        name: format!("rmat-{}-8", sweep.scale),
-        scale: sweep.scale,
-        edge_factor: 8,
-        seed: 1,
-        feature_dim: sweep.feature_dim,
-        feature_dtype: sagessd_runtime::npy::Dtype::F32,
-        classes: sweep.classes,
-    };
-    let d = generate::generate(&path, &params)?;
-    Ok((path, d))
+    super::generated(dir, sweep.scale, sweep.feature_dim, sweep.classes)
 }
 
 #[cfg(feature = "train")]

@@ -1,9 +1,11 @@
 //! `sagessd experiment`: the seeds' comparisons rerun on the emulated devices, written as one
 //! tidy CSV per figure and a `report.md` that sets each figure beside the paper's value
 //! (`paper.rs`). SmartSAGE: neighbour sampling (Figs. 14, 16, 17) and end-to-end training
-//! (Figs. 6, 7, 18); AGNES: block and hyperbatch sizes (Figs. 8, 9).
+//! (Figs. 6, 7, 18); AGNES: block and hyperbatch sizes (Figs. 8, 9); BGL: the feature cache
+//! against its size and the minibatch order (§3.2), and the stage profile (§3.4).
 
 mod agnes;
+mod bgl;
 pub(crate) mod end_to_end;
 mod paper;
 mod plot;
@@ -42,6 +44,10 @@ pub(crate) enum Which {
     /// AGNES: block-size and hyperbatch sweeps of the AGNES sampler on the device, with storage
     /// reads, bytes read and used, and the modelled epoch (Figs. 8, 9).
     Agnes,
+    /// BGL: feature-cache hit ratio and gather I/O against the cache size, random against
+    /// proximity-aware order, FIFO against AGNES's threshold cache; the stage profile and the
+    /// workers it chooses (§3.2, §3.4).
+    Bgl,
     /// Every experiment above, one after the other, each into its own subfolder.
     All,
 }
@@ -69,8 +75,9 @@ pub(crate) fn run(args: ExperimentArgs) -> anyhow::Result<ExitCode> {
     match args.which {
         Which::Smartsage => run_smartsage(&args),
         Which::Agnes => run_agnes(&args),
+        Which::Bgl => run_bgl(&args),
         Which::All => {
-            for run in [run_smartsage, run_agnes] {
+            for run in [run_smartsage, run_agnes, run_bgl] {
                 if run(&args)? != ExitCode::SUCCESS {
                     return Ok(ExitCode::FAILURE);
                 }
@@ -173,6 +180,83 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
             .flat_map(|s| s.files.iter().filter(|f| f.ends_with(".csv")))
             .map(|f| format!("{f}, "))
             .collect::<String>(),
+        wall.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A generated dataset (R-MAT of `scale`, edge factor 8, seed 1; `feature_dim` f32 features
+/// and `classes` community labels) under `dir`, reused when a previous run left it there.
+pub(crate) fn generated(
+    dir: &Path,
+    scale: u32,
+    feature_dim: u32,
+    classes: u32,
+) -> anyhow::Result<(PathBuf, sagessd_runtime::dataset::Dataset)> {
+    use sagessd_runtime::dataset::{Dataset, generate};
+    let path = dir.join(format!("rmat-{scale}-f{feature_dim}-c{classes}"));
+    if let Ok(d) = Dataset::open(&path) {
+        return Ok((path, d));
+    }
+    let params = generate::GenerateParams {
+        name: format!("rmat-{scale}-8"),
+        scale,
+        edge_factor: 8,
+        seed: 1,
+        feature_dim,
+        feature_dtype: sagessd_runtime::npy::Dtype::F32,
+        classes,
+    };
+    let d = generate::generate(&path, &params)?;
+    Ok((path, d))
+}
+
+fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
+    let sweep = if args.quick {
+        bgl::Sweep::quick()
+    } else {
+        bgl::Sweep::full()
+    };
+    let dir = args.out.join("bgl");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if !args.config.is_empty() {
+        eprintln!("experiment bgl: gathers from this machine's files; --config is not used by it");
+    }
+    let wall = std::time::Instant::now();
+    let (path, dataset) = generated(&dir.join("dataset"), sweep.scale, sweep.feature_dim, 8)?;
+    eprintln!(
+        "experiment bgl: {} ({} nodes)",
+        path.display(),
+        dataset.manifest.node_count
+    );
+    let points = bgl::run(&dataset, &sweep)?;
+    write_file(
+        &dir,
+        "bgl_feature_cache.csv",
+        &csv(&bgl::records(&points, &sweep))?,
+    )?;
+    for (stem, figure) in bgl::plots(&points, &sweep) {
+        plot::write(&figure, &dir, stem)?;
+    }
+    // The profile's cache: the sweep's 10 % point (or its middle size).
+    let cache_bytes = points
+        .iter()
+        .find(|p| p.cache_percent == 10)
+        .or_else(|| points.get(points.len() / 2))
+        .map_or(1 << 20, |p| p.cache_bytes);
+    let (section, profile) = bgl::profile(&path, &sweep, cache_bytes)?;
+    if let Some(record) = profile {
+        write_file(&dir, "bgl_profile.csv", &csv(&[record])?)?;
+    }
+    write_file(
+        &dir,
+        "report.md",
+        bgl::report(&points, &sweep, &dataset, args.quick, &section).as_bytes(),
+    )?;
+    println!(
+        "experiment bgl: {} points → {} (bgl_feature_cache.csv, bgl_profile.csv, report.md); {:.1} s wall clock",
+        points.len(),
+        dir.display(),
         wall.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,446 @@
+//! BGL's feature cache (§3.2): the cache hit ratio and the gather I/O against the cache's size,
+//! for random minibatch order and BGL's proximity-aware order (randomised BFS sequences), with
+//! BGL's FIFO cache and AGNES's access-count-threshold cache; and, with training built in, the
+//! stage-throughput profile and the worker allocation that BGL-style resource isolation chooses
+//! on this machine (§3.4).
+//!
+//! The cache figures are counts (rows gathered, hits, reads, bytes), so two runs write
+//! identical CSVs; the profile is wall clock and says so.
+
+use std::path::Path;
+
+use anyhow::Context;
+use sagessd_runtime::dataset::{Dataset, Split};
+use sagessd_runtime::minibatch::{Order, epoch_requests};
+use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
+use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
+use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, Sampler, fnv1a};
+
+use super::plot::{Figure, Series};
+use crate::records::Record;
+
+/// The sweep.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sweep {
+    /// R-MAT scale of the generated dataset (edge factor 8).
+    pub scale: u32,
+    /// Feature width (f32).
+    pub feature_dim: u32,
+    /// Targets per minibatch.
+    pub batch_size: usize,
+    /// Fanouts, hop order.
+    pub fanouts: Vec<u16>,
+    /// Minibatches gathered per point: the first of an epoch.
+    pub minibatches: usize,
+    /// Cache sizes, percent of the feature table.
+    pub cache_percent: Vec<u32>,
+    /// Minibatches AGNES gathers together (its hyperbatch).
+    pub hyperbatch: usize,
+    /// AGNES: accesses after which a row is kept.
+    pub threshold: u32,
+    /// AGNES: bytes per feature block read.
+    pub block_bytes: usize,
+}
+
+impl Sweep {
+    /// The full sweep: minibatches that touch a few percent of the graph each, as in the
+    /// seed's datasets.
+    pub(crate) fn full() -> Self {
+        Self {
+            scale: 17,
+            feature_dim: 64,
+            batch_size: 64,
+            fanouts: vec![10, 5],
+            minibatches: 256,
+            cache_percent: vec![1, 5, 10, 25, 50],
+            hyperbatch: 8,
+            threshold: 2,
+            block_bytes: 64 << 10,
+        }
+    }
+
+    /// The reduced sweep of the test suite.
+    pub(crate) fn quick() -> Self {
+        Self {
+            scale: 11,
+            feature_dim: 16,
+            batch_size: 16,
+            fanouts: vec![5, 5],
+            minibatches: 32,
+            cache_percent: vec![5, 25],
+            hyperbatch: 4,
+            threshold: 2,
+            block_bytes: 16 << 10,
+        }
+    }
+}
+
+/// One cache policy, order and size: what gathering the minibatches' features did.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Point {
+    /// The cache.
+    pub cache: FeatureCache,
+    /// The minibatch order.
+    pub order: Order,
+    /// Cache size, percent of the feature table.
+    pub cache_percent: u32,
+    /// Cache size, bytes.
+    pub cache_bytes: usize,
+    /// What the gatherer counted.
+    pub stats: GatherStats,
+}
+
+/// The policy's name in the reports.
+pub(crate) fn policy(cache: FeatureCache) -> &'static str {
+    match cache {
+        FeatureCache::Bgl => "BGL FIFO",
+        FeatureCache::Agnes => "AGNES threshold",
+        FeatureCache::None => "none",
+    }
+}
+
+/// Gathers the first `sweep.minibatches` minibatches of an epoch of `dataset`'s training
+/// nodes, in each order, through each cache at each size. Every policy and size must return
+/// the same rows (checked): they differ only in what they read.
+pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
+    let graph = dataset.graph()?;
+    let path = dataset.dir().display().to_string();
+    let train = dataset
+        .split(Split::Train)?
+        .with_context(|| format!("{path}: no train split"))?;
+    let (dim, dtype) = dataset
+        .feature_shape()?
+        .with_context(|| format!("{path}: no features"))?;
+    let table_bytes = dataset.manifest.node_count as usize * dim * dtype.size_bytes();
+    let mut sampler = ReferenceSampler::new(&graph);
+    let mut points = Vec::new();
+    for order in [Order::Random, Order::Bgl] {
+        let requests = epoch_requests(order, &train, sweep.batch_size, 1, 0, 0, Some(&graph))
+            .map_err(anyhow::Error::msg)?;
+        let subs = requests
+            .iter()
+            .take(sweep.minibatches)
+            .map(|(seed, targets)| sampler.sample(*seed, &sweep.fanouts, targets))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut rows_checksum: Option<u64> = None;
+        for &pct in &sweep.cache_percent {
+            for cache in [FeatureCache::Bgl, FeatureCache::Agnes] {
+                let settings = CacheSettings {
+                    cache_bytes: table_bytes / 100 * pct as usize,
+                    threshold: sweep.threshold,
+                    block_bytes: sweep.block_bytes,
+                };
+                let mut g = FeatureGatherer::new(cache, FeatureFile::open(dataset)?, settings)
+                    .context("a feature cache")?;
+                let group = match cache {
+                    FeatureCache::Agnes => sweep.hyperbatch.max(1),
+                    _ => 1,
+                };
+                let mut sum = FNV_OFFSET;
+                for chunk in subs.chunks(group) {
+                    for rows in g.gather(chunk)? {
+                        sum = fnv1a(sum, &rows);
+                    }
+                }
+                anyhow::ensure!(
+                    *rows_checksum.get_or_insert(sum) == sum,
+                    "{} at {pct} % gathered other rows than the first cache did ({} order)",
+                    policy(cache),
+                    order.name()
+                );
+                points.push(Point {
+                    cache,
+                    order,
+                    cache_percent: pct,
+                    cache_bytes: settings.cache_bytes,
+                    stats: g.stats().clone(),
+                });
+            }
+        }
+    }
+    Ok(points)
+}
+
+/// The figure's rows.
+pub(crate) fn records(points: &[Point], sweep: &Sweep) -> Vec<Record> {
+    points
+        .iter()
+        .map(|p| {
+            let s = &p.stats;
+            Record::new("bgl.feature_cache")
+                .with("cache", policy(p.cache))
+                .with("order", p.order.name())
+                .with("cache_percent_of_features", p.cache_percent)
+                .with("cache_bytes", p.cache_bytes)
+                .with("minibatches", sweep.minibatches)
+                .with("rows_gathered", s.rows)
+                .with("cache_hit_ratio", s.hit_ratio())
+                .with("storage_reads", s.io.reads)
+                .with("bytes_read", s.io.bytes_read)
+                .with("bytes_used", s.io.bytes_used)
+                .with(
+                    "bytes_read_per_row_gathered",
+                    s.io.bytes_read as f64 / s.rows.max(1) as f64,
+                )
+                .with("timing", "counts")
+        })
+        .collect()
+}
+
+/// One line per cache and order of `value` against the cache size.
+fn lines(points: &[Point], value: fn(&Point) -> f64) -> Vec<Series> {
+    let mut out = Vec::new();
+    for cache in [FeatureCache::Bgl, FeatureCache::Agnes] {
+        for order in [Order::Random, Order::Bgl] {
+            out.push(Series {
+                label: format!("{}, {} order", policy(cache), order.name()),
+                points: points
+                    .iter()
+                    .filter(|p| p.cache == cache && p.order == order)
+                    .map(|p| (f64::from(p.cache_percent), value(p)))
+                    .collect(),
+                paper: false,
+            });
+        }
+    }
+    out
+}
+
+/// The two figures: hit ratio and bytes read against the cache size.
+pub(crate) fn plots(points: &[Point], sweep: &Sweep) -> Vec<(&'static str, Figure)> {
+    let x = "feature cache (percent of the feature table)".to_string();
+    let what = format!(
+        "{} minibatches of {} targets, fanouts {:?} (counts)",
+        sweep.minibatches, sweep.batch_size, sweep.fanouts
+    );
+    vec![
+        (
+            "bgl_hit_ratio",
+            Figure {
+                title: format!("BGL §3.2: feature-cache hit ratio, {what}"),
+                x_label: x.clone(),
+                y_label: "cache hit ratio (fraction of rows gathered)".into(),
+                series: lines(points, |p| p.stats.hit_ratio()),
+            },
+        ),
+        (
+            "bgl_bytes_read",
+            Figure {
+                title: format!("BGL §3.2: feature bytes read from storage, {what}"),
+                x_label: x,
+                y_label: "bytes read (MiB)".into(),
+                series: lines(points, |p| {
+                    p.stats.io.bytes_read as f64 / f64::from(1 << 20)
+                }),
+            },
+        ),
+    ]
+}
+
+fn hit(points: &[Point], cache: FeatureCache, order: Order, pct: u32) -> Option<f64> {
+    points
+        .iter()
+        .find(|p| p.cache == cache && p.order == order && p.cache_percent == pct)
+        .map(|p| p.stats.hit_ratio())
+}
+
+/// The report: the workload, the claims of BGL §3.2.2 checked at every size, the table.
+pub(crate) fn report(
+    points: &[Point],
+    sweep: &Sweep,
+    dataset: &Dataset,
+    quick: bool,
+    profile: &str,
+) -> String {
+    use sagessd_runtime::compare::human_bytes;
+    use std::fmt::Write as _;
+    let mut r = String::new();
+    let m = &dataset.manifest;
+    let _ = writeln!(
+        r,
+        "# BGL: feature cache and minibatch order (§3.2), stage profile (§3.4)\n\n\
+         `sagessd experiment bgl{}`. A generated dataset (R-MAT scale {}, {} nodes, {} f32 \
+         features a row, {} of features); the first {} minibatches of an epoch of {} training \
+         targets each, fanouts {:?}, sampled in memory; their rows gathered from the features \
+         file through each cache at each size: BGL's FIFO cache, minibatch by minibatch, reading \
+         a minibatch's missed rows in runs of adjacent sectors; AGNES's access-count-threshold cache (threshold {}), hyperbatches \
+         of {}, reading missed rows' {} blocks. Orders: a seeded random permutation, and BGL's \
+         proximity-aware order. **Counts**, not times: two runs write identical CSVs. Every cache \
+         returned the same rows (checked).\n",
+        if quick { " --quick" } else { "" },
+        sweep.scale,
+        m.node_count,
+        sweep.feature_dim,
+        human_bytes(
+            points.first().map_or(0, |p| p.cache_bytes as u64) * 100
+                / u64::from(points.first().map_or(1, |p| p.cache_percent.max(1)))
+        ),
+        sweep.minibatches,
+        sweep.batch_size,
+        sweep.fanouts,
+        sweep.threshold,
+        sweep.hyperbatch,
+        human_bytes(sweep.block_bytes as u64)
+    );
+    let _ = writeln!(
+        r,
+        "## BGL's claims (§3.2.2), checked at every cache size\n\n| claim | holds at |\n|---|---|"
+    );
+    let sizes = &sweep.cache_percent;
+    let count = |f: &dyn Fn(u32) -> Option<bool>| -> String {
+        let held: Vec<String> = sizes
+            .iter()
+            .filter(|&&p| f(p) == Some(true))
+            .map(|p| format!("{p} %"))
+            .collect();
+        format!(
+            "{} of {} sizes ({})",
+            held.len(),
+            sizes.len(),
+            held.join(", ")
+        )
+    };
+    let (fifo, agnes) = (FeatureCache::Bgl, FeatureCache::Agnes);
+    let _ = writeln!(
+        r,
+        "| proximity-aware order raises FIFO's hit ratio over random order | {} |",
+        count(&|p| Some(hit(points, fifo, Order::Bgl, p)? > hit(points, fifo, Order::Random, p)?))
+    );
+    let _ = writeln!(
+        r,
+        "| FIFO with proximity-aware order has the highest hit ratio of the candidates | {} |",
+        count(&|p| {
+            let best = hit(points, fifo, Order::Bgl, p)?;
+            Some(
+                [
+                    hit(points, fifo, Order::Random, p)?,
+                    hit(points, agnes, Order::Random, p)?,
+                    hit(points, agnes, Order::Bgl, p)?,
+                ]
+                .iter()
+                .all(|&o| best >= o),
+            )
+        })
+    );
+    let _ = writeln!(
+        r,
+        "\nThe paper's candidates are static, LRU, LFU and FIFO caches; ours are FIFO and AGNES's \
+         threshold cache, which keeps a row once it has been asked for {} times.\n",
+        sweep.threshold
+    );
+    let _ = writeln!(
+        r,
+        "## Hit ratio and gather I/O\n\n| cache | order | cache size | hit ratio | storage reads | read | used | read per row gathered |\n|---|---|---|---|---|---|---|---|"
+    );
+    for p in points {
+        let s = &p.stats;
+        let _ = writeln!(
+            r,
+            "| {} | {} | {} % ({}) | {:.1} % | {} | {} | {} | {:.0} B |",
+            policy(p.cache),
+            p.order.name(),
+            p.cache_percent,
+            human_bytes(p.cache_bytes as u64),
+            100.0 * s.hit_ratio(),
+            s.io.reads,
+            human_bytes(s.io.bytes_read),
+            human_bytes(s.io.bytes_used),
+            s.io.bytes_read as f64 / s.rows.max(1) as f64
+        );
+    }
+    let _ = writeln!(r, "\n{profile}");
+    let _ = writeln!(
+        r,
+        "## Files\n\n`bgl_feature_cache.csv`: one row per cache, order and size, units in the \
+         column names. Plots (SVG and PNG): `bgl_hit_ratio.svg`, `bgl_bytes_read.svg`."
+    );
+    r
+}
+
+/// The stage profile of one training epoch on this machine's files, BGL order and FIFO cache,
+/// `--workers auto` (wall clock), as a report section and a record; without training built in,
+/// a section that says so.
+pub(crate) fn profile(
+    dataset_dir: &Path,
+    sweep: &Sweep,
+    cache_bytes: usize,
+) -> anyhow::Result<(String, Option<Record>)> {
+    #[cfg(not(feature = "train"))]
+    {
+        let _ = (dataset_dir, sweep, cache_bytes);
+        eprintln!(
+            "experiment bgl: the stage profile SKIPPED: this sagessd was built without the `train` feature (libtorch)"
+        );
+        Ok((
+            "## Stage profile (§3.4)\n\n**Not run**: this sagessd was built without the `train` feature (libtorch).\n".into(),
+            None,
+        ))
+    }
+    #[cfg(feature = "train")]
+    {
+        use std::cell::RefCell;
+        let fanouts = sweep
+            .fanouts
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let argv: Vec<String> = [
+            "--dataset",
+            &dataset_dir.display().to_string(),
+            "--sampler",
+            "direct",
+            "--order",
+            "bgl",
+            "--features",
+            "bgl",
+            "--feature-cache",
+            &(cache_bytes.div_ceil(1 << 20)).max(1).to_string(),
+            "--workers",
+            "auto",
+            "--epochs",
+            "1",
+            "--batch-size",
+            &sweep.batch_size.to_string(),
+            "--fanouts",
+            &fanouts,
+            "--compute",
+            "cpu",
+            "--threads",
+            "1",
+            "--quiet",
+        ]
+        .map(String::from)
+        .to_vec();
+        let command = format!("sagessd train {}", argv.join(" "));
+        let args = crate::train::parse_args(&argv)?;
+        let run = crate::train::fit_run(&args, &RefCell::new(crate::records::Output::silent()))
+            .with_context(|| command.clone())?;
+        let e = run.outcome.epochs.first().context("the profile's epoch")?;
+        let t = &e.throughput;
+        let section = format!(
+            "## Stage profile (§3.4), wall clock\n\n`{command}`: one epoch on this machine's \
+             files (direct I/O sampling, BGL order, FIFO feature cache). Profiled on one worker \
+             per stage, then given workers in proportion to each stage's time per minibatch \
+             over the trainer's (BGL's resource isolation, by profiling). Over the epoch the \
+             stages sustained, with their workers: sampling {:.0} minibatches/s, gather {:.0}, \
+             training {:.0}; **{} sampling and {} gather workers** chosen, trainer idle {:.1} %. Wall clock on this machine: another machine \
+             chooses differently.\n",
+            t.sample_minibatches_per_s,
+            t.gather_minibatches_per_s,
+            t.train_minibatches_per_s,
+            e.workers.0,
+            e.workers.1,
+            100.0 * e.idle_fraction
+        );
+        let record = Record::new("bgl.profile")
+            .with("sample_minibatches_per_s", t.sample_minibatches_per_s)
+            .with("gather_minibatches_per_s", t.gather_minibatches_per_s)
+            .with("train_minibatches_per_s", t.train_minibatches_per_s)
+            .with("sample_workers", e.workers.0)
+            .with("gather_workers", e.workers.1)
+            .with("trainer_idle_fraction", e.idle_fraction)
+            .with("timing", "wall clock");
+        Ok((section, Some(record)))
+    }
+}
