@@ -418,19 +418,23 @@ pub(crate) fn profile(
             .with_context(|| command.clone())?;
         let e = run.outcome.epochs.first().context("the profile's epoch")?;
         let t = &e.throughput;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let section = format!(
             "## Stage profile (§3.4), wall clock\n\n`{command}`: one epoch on this machine's \
              files (direct I/O sampling, BGL order, FIFO feature cache). Profiled on one worker \
              per stage, then given workers in proportion to each stage's time per minibatch \
              over the trainer's (BGL's resource isolation, by profiling). Over the epoch the \
              stages sustained, with their workers: sampling {:.0} minibatches/s, gather {:.0}, \
-             training {:.0}; **{} sampling and {} gather workers** chosen, trainer idle {:.1} %. Wall clock on this machine: another machine \
-             chooses differently.\n",
+             training {:.0}; **{} sampling and {} gather workers** chosen (at most {} \
+             producer workers: this machine's {} cores less the trainer's), trainer idle \
+             {:.1} %. Wall clock on this machine: another machine chooses differently.\n",
             t.sample_minibatches_per_s,
             t.gather_minibatches_per_s,
             t.train_minibatches_per_s,
             e.workers.0,
             e.workers.1,
+            cores.saturating_sub(1).max(1),
+            cores,
             100.0 * e.idle_fraction
         );
         let record = Record::new("bgl.profile")
