@@ -4,8 +4,9 @@
 //! traffic at the memory bandwidth, the backward pass twice that, plus the minibatch's copy to
 //! the accelerator and a fixed per-step overhead (kernel launches, the loss read back).
 //!
-//! Peak rates make this a lower bound on a real step (small GNN kernels reach a fraction of
-//! peak), so a modelled epoch leans towards being input-bound, never the other way. The numbers
+//! Peak rates make this an optimistic price for a real step (small GNN kernels reach a fraction
+//! of peak; the first layer's backward pass, which needs no input gradient, is charged in full),
+//! so a modelled epoch leans towards being input-bound. The numbers
 //! are a datasheet's, never fitted to a paper's result.
 
 use serde::{Deserialize, Serialize};
@@ -63,33 +64,45 @@ pub struct LayerShape {
     pub in_dim: u64,
     /// Output width.
     pub out_dim: u64,
-    /// Weight matrices applied to each destination row (GraphSAGE: its own row and the
-    /// aggregate, 2; GCN and GAT: 1).
+    /// Weight matrices applied to each of `product_rows` (GraphSAGE: a row's own and its
+    /// aggregate's, 2; GCN and GAT: 1).
     pub matrices: u64,
-    /// Extra multiply-adds per edge beyond aggregating `in_dim` values (GAT's attention scores:
-    /// a few per output feature; 0 for the others).
+    /// Rows the weight products run over: the destination rows (GraphSAGE, GCN) or every source
+    /// row (GAT projects before it attends).
+    pub product_rows: u64,
+    /// Width of the rows aggregated over the edges (the input width, or GAT's projected width).
+    pub aggregate_dim: u64,
+    /// Extra operations per edge beyond aggregating `aggregate_dim` values (GAT's attention:
+    /// a few per head; 0 for the others).
     pub edge_extra_flops: u64,
 }
 
 impl LayerShape {
-    /// Floating-point operations of its forward pass: aggregating each edge's source row (one
-    /// add per element, plus `edge_extra_flops`), then `matrices` products of the destination
-    /// rows with `in_dim × out_dim` weights (a multiply and an add per weight per row).
+    /// Floating-point operations of its forward pass: aggregating each edge's row (one add per
+    /// element of `aggregate_dim`, plus `edge_extra_flops`), then `matrices` products of
+    /// `product_rows` rows with `in_dim × out_dim` weights (a multiply and an add per weight
+    /// per row).
     pub fn forward_flops(&self) -> u128 {
         let aggregate = product(&[
             self.edges,
-            self.in_dim.saturating_add(self.edge_extra_flops),
+            self.aggregate_dim.saturating_add(self.edge_extra_flops),
         ]);
-        let products = product(&[2, self.dst_nodes, self.matrices, self.in_dim, self.out_dim]);
+        let products = product(&[
+            2,
+            self.product_rows,
+            self.matrices,
+            self.in_dim,
+            self.out_dim,
+        ]);
         aggregate.saturating_add(products)
     }
 
-    /// Bytes its forward pass moves through memory: each edge's gathered source row, the
-    /// source rows read once by the products, the output rows and the weights.
+    /// Bytes its forward pass moves through memory: each edge's gathered row, the source rows
+    /// read once, the output rows and the weights.
     pub fn forward_bytes(&self) -> u128 {
         let (i, o) = (self.in_dim, self.out_dim);
         [
-            product(&[self.edges, i]),
+            product(&[self.edges, self.aggregate_dim]),
             product(&[self.src_nodes, i]),
             product(&[self.dst_nodes, o]),
             product(&[self.matrices, i, o]),
@@ -174,9 +187,9 @@ mod tests {
             host_copy_mb_per_s: 1_000,
             step_overhead_ns: 50,
         };
-        // Compute-bound: 10 edges × 8 + 2 × 4 dst × 2 matrices × 8 × 16 = 80 + 2,048 = 2,128
-        // FLOP → 3 ns at 1 FLOP/ps; bytes 4 × (80 + 6 × 8 + 4 × 16 + 2 × 128) = 1,792 → 18 ns
-        // at 100 B/ns. Memory-bound, then: 18 ns forward, 54 with backward.
+        // 10 edges × 8 + 2 × 4 rows × 2 matrices × 8 × 16 = 80 + 2,048 = 2,128 FLOP → 3 ns at
+        // 1 FLOP/ps; bytes 4 × (80 + 6 × 8 + 4 × 16 + 2 × 128) = 1,792 → 18 ns at 100 B/ns:
+        // memory-bound, 18 ns forward, 54 with backward.
         let l = LayerShape {
             dst_nodes: 4,
             src_nodes: 6,
@@ -184,6 +197,8 @@ mod tests {
             in_dim: 8,
             out_dim: 16,
             matrices: 2,
+            product_rows: 4,
+            aggregate_dim: 8,
             edge_extra_flops: 0,
         };
         assert_eq!(l.forward_flops(), 2_128);
@@ -199,6 +214,8 @@ mod tests {
             in_dim: 1_000,
             out_dim: 1_000,
             matrices: 1,
+            product_rows: 1,
+            aggregate_dim: 1_000,
             edge_extra_flops: 0,
         };
         assert_eq!(t.step_ns(&[wide], 0), 3 * 40_080 + 50);
@@ -232,6 +249,8 @@ mod tests {
             in_dim: u64::MAX,
             out_dim: u64::MAX,
             matrices: 2,
+            product_rows: u64::MAX,
+            aggregate_dim: u64::MAX,
             edge_extra_flops: 0,
         };
         assert_eq!(

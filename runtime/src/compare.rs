@@ -1,9 +1,8 @@
-//! The comparison engine behind `sagessd demo` and `sagessd compare`: the host sampling modes
-//! (mmap, direct I/O, io_uring-style async I/O) and in-storage sampling (ISP), each with one or
-//! several host workers, on the same emulated device model, every subgraph checked byte for
-//! byte against the in-memory reference. `demo` is this engine with quick defaults (every mode,
-//! one worker); `compare` runs one and four workers by default. Both print
-//! [`CompareReport::render`].
+//! The comparison engine behind `sagessd compare` and the sampling experiments: the host
+//! sampling modes (the graph in DRAM, mmap, direct I/O, io_uring-style async I/O) and in-storage
+//! sampling (ISP), each with one or several host workers, on the same emulated device model,
+//! every subgraph checked byte for byte against the in-memory reference. `compare` runs one and
+//! four workers by default and prints [`CompareReport::render`].
 //!
 //! Steps: generate an R-MAT graph; sample every minibatch with the in-memory reference (the
 //! oracle); then, per (workers, mode), build a fresh emulated SSD from the hardware description,
@@ -587,7 +586,7 @@ pub fn run(
 /// what it holds, and the driver then keeps to that).
 const DEVICE_JOBS_IN_FLIGHT: usize = 4;
 
-/// What sampling through a real transport (`sagessd demo --device URI`) measured: no modelled
+/// What sampling through a real transport (`sagessd compare --device URI`) measured: no modelled
 /// time exists there, so only correctness and wall-clock time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceRunReport {
@@ -607,7 +606,7 @@ pub struct DeviceRunReport {
 }
 
 impl DeviceRunReport {
-    /// The report as `sagessd demo --device` prints it.
+    /// The report as `sagessd compare --device` prints it.
     pub fn render(&self) -> String {
         let mut out = format!(
             "in-storage sampling on {}: {} minibatches, {} of subgraphs\n",
@@ -635,7 +634,7 @@ impl DeviceRunReport {
 
 /// Writes the graph to `device`, attaches it, and samples every minibatch in storage (one
 /// NS_SUBMIT + NS_COLLECTs each, several jobs in flight), checking each subgraph against the
-/// in-memory reference: the demo for devices behind a real transport (NVMe/TCP, Linux
+/// in-memory reference: the comparison for devices behind a real transport (NVMe/TCP, Linux
 /// passthrough).
 pub fn run_on_device<T: Transport>(
     config: &CompareConfig,
@@ -731,7 +730,7 @@ impl CompareReport {
             * u64::from(self.device.block_size_bytes)
     }
 
-    /// The report as `sagessd demo` and `sagessd compare` print it: deterministic for a
+    /// The report as `sagessd compare` prints it: deterministic for a
     /// configuration (virtual time and counters only).
     pub fn render(&self) -> String {
         let c = &self.config;

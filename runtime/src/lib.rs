@@ -14,7 +14,7 @@
 //! * [`sampler`]: the [`sampler::Sampler`] trait with its one output type, the in-memory
 //!   reference (the oracle) and the raw in-storage sampler;
 //! * [`bench`](mod@bench): the in-memory sampler benchmark (`sagessd bench sampler`), harness-compatible;
-//! * [`compare`]: the experiment behind `sagessd demo` and `sagessd compare` (host modes and
+//! * [`compare`]: the experiment behind `sagessd compare` and the sampling experiments (host modes and
 //!   ISP on the same emulated device, several workers, checked against the reference);
 //! * [`dataset`]: dataset folders (manifest + `.npy` arrays), generated or imported; [`npy`]:
 //!   the NumPy array files they are made of;

@@ -1,7 +1,7 @@
 //! `sagessd demo`: the README's main job. A GNN trained end to end on a graph that memory
 //! holds an eighth of, fed by each of SmartSAGE's design points (DRAM-only, mmap, direct I/O,
 //! in-storage sampling on the emulated Cosmos+ and on its Newport-class sibling): accuracy,
-//! modelled epoch and trainer idle per design, one plot, in about a minute.
+//! modelled epoch and trainer idle per design, one plot, in about 10 s (release build).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

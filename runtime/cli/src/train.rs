@@ -87,7 +87,8 @@ pub(crate) struct TrainArgs {
     /// Dropout probability.
     #[arg(long, default_value_t = 0.5)]
     dropout: f64,
-    /// The sampler (on a device: agnes, hyperbatch or isp).
+    /// The sampler (on a device: agnes, hyperbatch or isp; on the in-process emulator's
+    /// modelled host also memory, mmap, direct and uring).
     #[arg(long, value_enum, default_value_t = SamplerKind::Memory)]
     sampler: SamplerKind,
     /// Minibatches per hyperbatch (--sampler hyperbatch).
@@ -262,8 +263,12 @@ pub(crate) fn fit_run(
         "--host-features is for --sampler isp --on-device (the samplers on the host always take their features from host memory)"
     );
     anyhow::ensure!(
-        !a.modelled_steps || a.target.on_device,
-        "--modelled-steps prices the steps of a modelled epoch: add --on-device (the in-process emulator)"
+        !a.modelled_steps || (a.target.on_device && a.target.device.endpoint == Endpoint::Local),
+        "--modelled-steps prices the steps of a modelled epoch: add --on-device on the in-process emulator (local:), the only device that models time"
+    );
+    anyhow::ensure!(
+        !a.host_features || a.target.device.endpoint == Endpoint::Local,
+        "--host-features runs in-storage sampling from the in-process emulator's modelled host (local:); on a real device, ISP gathers the features in storage"
     );
     if a.target.on_device {
         anyhow::ensure!(
@@ -399,7 +404,8 @@ pub(crate) fn fit_run(
                     hidden: a.hidden as u64,
                     classes: classes as u64,
                     heads: a.heads as u64,
-                    feature_row_bytes: (dim * feature_dtype.size_bytes()) as u64,
+                    // The rows cross as f32 (f16 features are widened on the host).
+                    feature_row_bytes: (dim * 4) as u64,
                 })
             })
             .transpose()?,
@@ -465,6 +471,11 @@ pub(crate) fn fit_run(
     };
     let outcome = if let Some(mode) = modelled_host {
         let hw = load_hw(a.target.config.as_ref())?;
+        anyhow::ensure!(
+            mode != sagessd_runtime::host_io::HostIoMode::Isp || hw.firmware.isp,
+            "--sampler isp: {} has no in-storage processing (firmware.isp = false)",
+            hw.device.name
+        );
         anyhow::ensure!(
             mode != sagessd_runtime::host_io::HostIoMode::Isp
                 || host_workers <= usize::from(hw.firmware.isp_slots),

@@ -400,3 +400,72 @@ fn json_output_is_one_record_per_epoch_and_the_result() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each epoch's modelled epoch seconds in a `--metrics-out` file, as written.
+fn modelled_epochs(metrics: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(metrics).expect("metrics file");
+    text.lines()
+        .filter_map(|l| {
+            let at = l.find("\"epoch_s\":")? + 10;
+            Some(l[at..l[at..].find(',')? + at].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn modelled_steps_repeat_exactly_and_modelled_workers_shorten_the_epoch() {
+    let dir = scratch("modelled");
+    let d = dir.to_str().unwrap();
+    ok(&[
+        "dataset",
+        "generate",
+        "--out",
+        d,
+        "--scale",
+        "12",
+        "--features",
+        "8",
+        "--classes",
+        "4",
+    ]);
+    let run = |tag: &str, workers: &str, steps: bool| -> Vec<String> {
+        let m = dir.join(format!("{tag}.jsonl"));
+        let mut args = vec![
+            "train",
+            "--dataset",
+            d,
+            "--on-device",
+            "--sampler",
+            "direct",
+            "--workers",
+            workers,
+            "--epochs",
+            "2",
+            "--batch-size",
+            "256",
+            "--fanouts",
+            "10,10",
+            "--compute",
+            "cpu",
+            "--quiet",
+            "--metrics-out",
+            m.to_str().unwrap(),
+        ];
+        if steps {
+            args.push("--modelled-steps");
+        }
+        ok(&args);
+        let e = modelled_epochs(&m);
+        assert_eq!(e.len(), 2, "{tag}: one modelled epoch a line");
+        e
+    };
+    // Priced on the accelerator, the modelled epoch is the same on every run.
+    let (a, b) = (run("a", "1", true), run("b", "1", true));
+    assert_eq!(a, b, "modelled steps give the same epoch twice");
+    // Sampling 256 targets by direct reads takes far longer than a modelled step: four modelled
+    // host workers overlap their reads, and the epoch is shorter.
+    let four = run("four", "4", true);
+    let secs = |v: &[String]| -> f64 { v[0].parse().unwrap() };
+    assert!(secs(&four) < secs(&a), "{four:?} vs {a:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

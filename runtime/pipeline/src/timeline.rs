@@ -1,5 +1,6 @@
 //! The modelled epoch: one virtual timeline joining the producers' modelled times (when each
-//! minibatch is ready, on the device model) and the trainer's measured step times. Step `i`
+//! minibatch is ready, on the device model) and the trainer's step times (measured, or priced on
+//! a modelled accelerator). Step `i`
 //! starts at `max(ready_i, end of step i-1)`; the trainer idles in between (SmartSAGE Fig. 7
 //! and Fig. 18's end-to-end time and idle fraction, for any hardware description).
 //!

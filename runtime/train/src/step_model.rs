@@ -23,7 +23,8 @@ pub struct StepModel {
     pub classes: u64,
     /// GAT's attention heads (ignored by the others).
     pub heads: u64,
-    /// Bytes of one feature row on the host.
+    /// Bytes of one feature row as it crosses to the accelerator (f32: f16 rows are widened
+    /// on the host first).
     pub feature_row_bytes: u64,
 }
 
@@ -44,23 +45,45 @@ impl StepModel {
             .enumerate()
             .map(|(k, hop)| {
                 let c = view.layer(hop).counts;
-                let (matrices, edge_extra_flops) = match self.model {
-                    ModelKind::Sage => (2, 0),
-                    ModelKind::Gcn => (1, 0),
-                    ModelKind::Gat => (1, GAT_EDGE_FLOPS_PER_HEAD * self.heads.max(1)),
-                };
-                LayerShape {
-                    dst_nodes: u64::from(c.dst_count),
-                    src_nodes: u64::from(c.src_count),
-                    edges: u64::from(c.edge_count),
-                    in_dim: if k == 0 { self.in_dim } else { self.hidden },
-                    out_dim: if k + 1 == count {
-                        self.classes
-                    } else {
-                        self.hidden
+                let last = k + 1 == count;
+                let in_dim = if k == 0 { self.in_dim } else { self.hidden };
+                let (dst, src) = (u64::from(c.dst_count), u64::from(c.src_count));
+                match self.model {
+                    // Self and neighbour weights on the destination rows; aggregation of the
+                    // sources' input rows.
+                    ModelKind::Sage | ModelKind::Gcn => LayerShape {
+                        dst_nodes: dst,
+                        src_nodes: src,
+                        edges: u64::from(c.edge_count),
+                        in_dim,
+                        out_dim: if last { self.classes } else { self.hidden },
+                        matrices: if self.model == ModelKind::Sage { 2 } else { 1 },
+                        product_rows: dst,
+                        aggregate_dim: in_dim,
+                        edge_extra_flops: 0,
                     },
-                    matrices,
-                    edge_extra_flops,
+                    // One projection of every source row (heads × per-head width: the hidden
+                    // width, or heads × classes at the last layer, averaged after), attention
+                    // on every edge, aggregation of the projected rows.
+                    ModelKind::Gat => {
+                        let heads = self.heads.max(1);
+                        let out_dim = if last {
+                            heads * self.classes
+                        } else {
+                            self.hidden
+                        };
+                        LayerShape {
+                            dst_nodes: dst,
+                            src_nodes: src,
+                            edges: u64::from(c.edge_count),
+                            in_dim,
+                            out_dim,
+                            matrices: 1,
+                            product_rows: src,
+                            aggregate_dim: out_dim,
+                            edge_extra_flops: GAT_EDGE_FLOPS_PER_HEAD * heads,
+                        }
+                    }
                 }
             })
             .collect()
@@ -140,11 +163,20 @@ mod tests {
             ..m
         };
         assert_eq!(gcn.layers(&view)[0].matrices, 1);
+        // GAT projects every source row, to heads × classes at the last layer, and aggregates
+        // the projected rows.
         let gat = StepModel {
             model: ModelKind::Gat,
             heads: 4,
             ..m
         };
-        assert_eq!(gat.layers(&view)[1].edge_extra_flops, 20);
+        let g = gat.layers(&view);
+        assert_eq!(g[1].edge_extra_flops, 20);
+        assert_eq!(g[0].product_rows, u64::from(hop1.src_count));
+        assert_eq!((g[1].out_dim, g[1].aggregate_dim), (16, 16));
+        assert_eq!(
+            (layers[0].product_rows, layers[0].aggregate_dim),
+            (layers[0].dst_nodes, 16)
+        );
     }
 }

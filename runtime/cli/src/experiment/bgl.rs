@@ -14,7 +14,7 @@ use sagessd_runtime::dataset::{Dataset, Split};
 use sagessd_runtime::minibatch::{Order, epoch_requests};
 use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
 use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
-use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, Sampler, fnv1a};
+use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, fnv1a};
 
 use super::plot::{Figure, Series};
 use crate::records::Record;
@@ -130,18 +130,11 @@ pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>
                     threshold: sweep.threshold,
                     block_bytes: sweep.block_bytes,
                 };
-                let mut g = FeatureGatherer::new(cache, FeatureFile::open(dataset)?, settings)
-                    .context("a feature cache")?;
                 let group = match cache {
                     FeatureCache::Agnes => sweep.hyperbatch.max(1),
                     _ => 1,
                 };
-                let mut sum = FNV_OFFSET;
-                for chunk in subs.chunks(group) {
-                    for rows in g.gather(chunk)? {
-                        sum = fnv1a(sum, &rows);
-                    }
-                }
+                let (stats, sum) = gather_counts(dataset, &subs, cache, settings, group)?;
                 anyhow::ensure!(
                     *rows_checksum.get_or_insert(sum) == sum,
                     "{} at {pct} % gathered other rows than the first cache did ({} order)",
@@ -153,12 +146,33 @@ pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>
                     order,
                     cache_percent: pct,
                     cache_bytes: settings.cache_bytes,
-                    stats: g.stats().clone(),
+                    stats,
                 });
             }
         }
     }
     Ok(points)
+}
+
+/// Gathers the rows of every subgraph of `subs` from `dataset`'s features file through a
+/// fresh `cache` with `settings`, `group` subgraphs at a time (AGNES's hyperbatch; 1 for BGL):
+/// what it did, and a checksum of the rows it returned (equal for every cache that works).
+pub(crate) fn gather_counts(
+    dataset: &Dataset,
+    subs: &[SampledSubgraph],
+    cache: FeatureCache,
+    settings: CacheSettings,
+    group: usize,
+) -> anyhow::Result<(GatherStats, u64)> {
+    let mut g = FeatureGatherer::new(cache, FeatureFile::open(dataset)?, settings)
+        .context("a feature cache")?;
+    let mut sum = FNV_OFFSET;
+    for chunk in subs.chunks(group.max(1)) {
+        for rows in g.gather(chunk)? {
+            sum = fnv1a(sum, &rows);
+        }
+    }
+    Ok((g.stats().clone(), sum))
 }
 
 /// The figure's rows.
@@ -379,12 +393,7 @@ pub(crate) fn profile(
     #[cfg(feature = "train")]
     {
         use std::cell::RefCell;
-        let fanouts = sweep
-            .fanouts
-            .iter()
-            .map(u16::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let fanouts = super::fanouts_arg(&sweep.fanouts);
         let argv: Vec<String> = [
             "--dataset",
             &dataset_dir.display().to_string(),

@@ -48,7 +48,7 @@ pub(crate) struct Sweep {
     /// Epochs per design point.
     pub epochs: u32,
     /// Modelled host workers sampling side by side (the in-storage designs: one job in flight
-    /// each, at most the device's sampling slots).
+    /// each, so at most the device's sampling slots; the report says when that caps them).
     pub workers: usize,
     /// Graph bytes over memory bytes.
     pub ratios: Vec<u32>,
@@ -83,7 +83,7 @@ impl Sweep {
         }
     }
 
-    /// The README's main job: one memory ratio, in about a minute.
+    /// The README's main job: one memory ratio, in about 10 s (release build).
     pub(crate) fn demo() -> Self {
         Self {
             scale: 15,
@@ -235,13 +235,8 @@ pub(crate) fn run(
     let (path, dataset) = dataset(&dir.join("dataset"), sweep)?;
     let bytes = graph_bytes(&dataset)?;
     drop(dataset);
-    let fanouts = sweep
-        .fanouts
-        .iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let argv = |config: &Path, design: Design| -> Vec<String> {
+    let fanouts = super::fanouts_arg(&sweep.fanouts);
+    let argv = |config: &Path, design: Design, workers: usize| -> Vec<String> {
         let mut v: Vec<String> = vec![
             "--dataset".into(),
             path.display().to_string(),
@@ -254,7 +249,7 @@ pub(crate) fn run(
             [
                 "--modelled-steps",
                 "--workers",
-                &sweep.workers.to_string(),
+                &workers.to_string(),
                 "--epochs",
                 &sweep.epochs.to_string(),
                 "--batch-size",
@@ -282,13 +277,38 @@ pub(crate) fn run(
                 points.push(Point { ratio, ..d.clone() });
                 continue;
             }
+            // On the Newport-class device itself, the oracle is the HW/SW run.
+            if design == Design::Oracle
+                && base.device.name == hw.device.name
+                && let Some(h) = points
+                    .iter()
+                    .find(|p: &&Point| p.design == Design::HwSw && p.ratio == ratio)
+            {
+                points.push(Point {
+                    design,
+                    ..h.clone()
+                });
+                continue;
+            }
             let scaled = super::smartsage::with_memory(base, bytes, ratio);
             let config = dir.join(format!(
                 "{}-ratio{ratio}.toml",
                 file_safe(&base.device.name)
             ));
             write_config(&config, &scaled)?;
-            let p = train(design, &base.device.name, ratio, argv(&config, design))?;
+            // One sampling job in flight per worker: in storage, no more than the slots.
+            let workers = match design {
+                Design::HwSw | Design::Oracle => sweep
+                    .workers
+                    .min(usize::from(base.firmware.isp_slots).max(1)),
+                _ => sweep.workers,
+            };
+            let p = train(
+                design,
+                &base.device.name,
+                ratio,
+                argv(&config, design, workers),
+            )?;
             progress(&p);
             if design == Design::DramOnly {
                 dram = Some(p.clone());
@@ -577,7 +597,8 @@ fn report(
          GraphSAGE (hidden 64, Adam, lr 0.01) trained for {} epoch(s) on a generated dataset \
          (R-MAT scale {}, edge factor 8, {} f32 features, {} classes, 60 % of the nodes in the \
          training split), minibatches of {} targets, fanouts {:?}, {} modelled host workers \
-         sampling side by side (each group of {} minibatches started together). Designs: \
+         sampling side by side (each group of {} minibatches started together; in storage one \
+         job in flight per worker, so at most {}'s {} and {}'s {} sampling slots). Designs: \
          DRAM-only = the graph in host memory (loads only), SSD(mmap), SmartSAGE(SW) = direct \
          I/O, SmartSAGE(HW/SW) = in-storage sampling on {}, SmartSAGE(oracle) = in-storage \
          sampling on {} (dedicated ISP cores). Feature rows come from host memory in every \
@@ -594,6 +615,10 @@ fn report(
         sweep.fanouts,
         sweep.workers,
         sweep.workers,
+        hw.device.name,
+        hw.firmware.isp_slots,
+        oracle.device.name,
+        oracle.firmware.isp_slots,
         hw.device.name,
         oracle.device.name,
         t.peak_gflop_per_s,
@@ -624,17 +649,18 @@ fn report(
             p.test_accuracy.map_or("-".into(), |a| format!("{a:.4}"))
         );
     }
-    let busy = points
+    let least_idle = points
         .iter()
         .map(|p| p.idle_fraction)
-        .fold(f64::INFINITY, f64::min);
+        .reduce(f64::min)
+        .unwrap_or(0.0);
     let _ = writeln!(
         r,
         "\nWhat the model shows: the least idle design keeps the trainer waiting {:.0} % of its \
          epoch{}. Every design trains on the same minibatches, so equal accuracies are expected \
          (a check, not a result).\n",
-        100.0 * busy,
-        if busy > 0.5 {
+        100.0 * least_idle,
+        if least_idle > 0.5 {
             ": at these rates every design is bound by its input, and the end-to-end ratios \
              follow the sampling ratios (Figs. 14, 16) rather than the paper's, whose DRAM-only \
              design kept its GPU busy"
@@ -670,9 +696,10 @@ fn report(
         );
     }
     let _ = writeln!(r, "Each point is one command (rerun any of them alone):\n");
+    let first_ratio = points.first().map(|p| p.ratio);
     for p in points
         .iter()
-        .filter(|p| p.ratio == points[0].ratio || p.design != Design::DramOnly)
+        .filter(|p| Some(p.ratio) == first_ratio || p.design != Design::DramOnly)
     {
         let _ = writeln!(
             r,
