@@ -4,6 +4,8 @@
 //! through the host driver's NVMe WRITEs, attached with GRAPH_ATTACH, and sampled through
 //! NS_SUBMIT/NS_COLLECT, and the results are compared byte for byte with the host samplers.
 
+pub mod fuzz;
+
 use sagessd_emulator::HwConfig;
 use sagessd_host_driver::{Device, LocalTransport};
 

@@ -1,0 +1,4 @@
+//! libFuzzer target `ns_config`: the body is `sagessd_tests::fuzz::ns_config` (see its documentation).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sagessd_tests::fuzz::ns_config(data));

@@ -1,0 +1,154 @@
+//! The bodies of the fuzz targets (`fuzz/fuzz_targets/*.rs` call them under libFuzzer;
+//! `tests/tests/fuzz_corpora.rs` replays every file of `fuzz/corpus/` through them in the test
+//! suite). Each takes arbitrary bytes, hands them to one parser the way a host, a network peer
+//! or a file would, and checks what the parser accepted against the limits it was given: a
+//! parser may refuse anything, but must never panic, and what it accepts must be in bounds.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use sagessd_abi::graph::GraphDescriptor;
+use sagessd_abi::ns_config::{NsConfig, NsLimits};
+use sagessd_abi::subgraph::SubgraphView;
+use sagessd_abi::tcp::Framing;
+use sagessd_abi::tcp::stream::read_pdu;
+
+/// A fuzz target: its name (the `fuzz/fuzz_targets/` file and the corpus folder) and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, in corpus-folder order.
+pub const TARGETS: &[Target] = &[
+    ("graph_descriptor", graph_descriptor),
+    ("hw_config", hw_config),
+    ("npy", npy),
+    ("ns_config", ns_config),
+    ("subgraph", subgraph),
+    ("tcp_pdus", tcp_pdus),
+];
+
+/// Little-endian `u64` from the first 8 bytes of `data` (missing bytes are 0), and the rest.
+fn take_u64(data: &[u8]) -> (u64, &[u8]) {
+    let n = data.len().min(8);
+    let mut b = [0u8; 8];
+    b[..n].copy_from_slice(&data[..n]);
+    (u64::from_le_bytes(b), &data[n..])
+}
+
+/// An NS_config payload checked against limits and a node count taken from its first bytes:
+/// an accepted config has no more targets than the limit, every target inside the graph, and
+/// every fanout within the limit.
+pub fn ns_config(data: &[u8]) {
+    let (word, rest) = take_u64(data);
+    let limits = NsLimits {
+        max_targets: (word & 0xffff) as u32,
+        max_fanout: ((word >> 16) & 0xffff) as u16,
+    };
+    let node_count = word >> 32;
+    if let Ok(c) = NsConfig::parse(rest, &limits, node_count) {
+        let targets: Vec<u64> = c.targets().collect();
+        assert!(targets.len() <= limits.max_targets as usize);
+        assert!(targets.iter().all(|&t| t < node_count), "{targets:?}");
+        assert!(c.fanouts().iter().all(|&f| f <= limits.max_fanout));
+    }
+}
+
+/// A subgraph (what NS_COLLECT returns): an accepted one's every layer has `dst_count + 1`
+/// non-decreasing row pointers ending at its edge count, and every source index below its
+/// `src_count`.
+pub fn subgraph(data: &[u8]) {
+    let Ok(v) = SubgraphView::parse(data) else {
+        return;
+    };
+    assert!(v.as_bytes().len() <= data.len());
+    for l in 0..v.layer_count() {
+        let layer = v.layer(l);
+        let c = layer.counts;
+        assert_eq!(layer.indptr.len(), c.dst_count as usize + 1);
+        assert_eq!(layer.indices.len(), c.edge_count as usize);
+        assert!(layer.indptr.windows(2).all(|w| w[0].get() <= w[1].get()));
+        assert_eq!(layer.indptr.last().map(|p| p.get()), Some(c.edge_count));
+        assert!(layer.indices.iter().all(|i| i.get() < c.src_count));
+    }
+    let _ = v.nodes().len();
+}
+
+/// A GRAPH_ATTACH descriptor (with its optional FEAT extension) against a namespace whose LBA
+/// size and length come from the first bytes: an accepted one's regions lie inside the
+/// namespace.
+pub fn graph_descriptor(data: &[u8]) {
+    let (word, rest) = take_u64(data);
+    let block_size = if word & 1 == 0 { 512 } else { 4096 };
+    let namespace_blocks = word >> 1;
+    if let Ok(d) = GraphDescriptor::parse(rest, block_size, namespace_blocks) {
+        let ends = [
+            d.indptr.slba.checked_add(d.indptr.block_count),
+            d.indices.slba.checked_add(d.indices.block_count),
+        ];
+        assert!(
+            ends.iter()
+                .all(|e| e.is_some_and(|e| e <= namespace_blocks)),
+            "{d:?} in {namespace_blocks} blocks"
+        );
+        let mut wire = [0u8; 128];
+        let n = d.encode(&mut wire);
+        assert_eq!(n, d.wire_len());
+    }
+}
+
+/// A hardware description (TOML): parsing validates, so an accepted one validates again.
+pub fn hw_config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(hw) = sagessd_emulator::HwConfig::from_toml_str(text) {
+        assert!(hw.validate().is_ok());
+    }
+}
+
+/// A `.npy` file's bytes: an accepted header's data starts inside the file.
+pub fn npy(data: &[u8]) {
+    if let Ok((h, body)) = sagessd_runtime::npy::parse_bytes(Path::new("fuzz.npy"), data) {
+        assert!(h.data_offset as usize <= data.len());
+        assert!(body.len() <= data.len());
+    }
+}
+
+/// A byte stream from an NVMe/TCP peer, read PDU by PDU under framing chosen by the first
+/// byte, until the stream ends or the reader refuses it: no PDU may claim more data than the
+/// framing allows.
+pub fn tcp_pdus(data: &[u8]) {
+    let Some((&mode, stream)) = data.split_first() else {
+        return;
+    };
+    let framing = Framing {
+        header_digest: mode & 1 != 0,
+        data_digest: mode & 2 != 0,
+        max_data_bytes: 1 << (8 + (mode >> 4) % 10),
+        data_alignment_bytes: 4 << ((mode >> 2) & 3),
+    };
+    let allowed: Vec<u8> = (0..=0xffu8).collect();
+    let mut r = Cursor::new(stream);
+    for _ in 0..64 {
+        match read_pdu(&mut r, &framing, &allowed) {
+            Ok(pdu) => {
+                assert!(pdu.data.len() <= framing.max_data_bytes, "{:?}", pdu.layout);
+                let _ = pdu.pdu_type();
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_short_inputs_are_refused_quietly() {
+        for (_, target) in TARGETS {
+            target(&[]);
+            target(&[0xff; 3]);
+            target(&[0; 64]);
+        }
+    }
+}

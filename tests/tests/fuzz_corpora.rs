@@ -1,0 +1,172 @@
+//! The fuzz targets in the test suite: every file of every corpus in `fuzz/corpus/<target>/`
+//! replayed through its target's body (`sagessd_tests::fuzz`), and inputs the project's own
+//! encoders make (a real NS_config, subgraph, GRAPH_ATTACH descriptor, hardware description,
+//! `.npy` file and NVMe/TCP PDU stream) run through the same bodies, accepted where they should
+//! be. `SAGESSD_WRITE_FUZZ_SEEDS=1` writes those encoder inputs into the corpora as their seeds.
+//! The coverage-guided runs themselves are `cargo +nightly fuzz run <target>` in `fuzz/`.
+
+use std::path::{Path, PathBuf};
+
+use sagessd_abi::graph::{GraphDescriptor, LbaRange};
+use sagessd_abi::nvme::SubmissionEntry;
+use sagessd_abi::subgraph::SubgraphView;
+use sagessd_abi::tcp::stream::write_pdu;
+use sagessd_abi::tcp::{CapsuleCmd, CommonHeader, Framing};
+use sagessd_runtime::rmat::{RmatParams, generate};
+use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
+use sagessd_tests::fuzz::TARGETS;
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target)
+}
+
+/// Inputs made by the project's own encoders, per target: the shapes real hosts, peers and
+/// files produce, so that the fuzzer starts past every magic number.
+fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
+    let le = |limits_targets: u64, fanout: u64, nodes: u64| {
+        (limits_targets | fanout << 16 | nodes << 32).to_le_bytes()
+    };
+    match target {
+        "ns_config" => {
+            let (_, payload) =
+                sagessd_host_driver::ns::ns_submit(7, &[4, 2], &[1, 2, 3]).expect("an NS_config");
+            vec![[&le(1024, 64, 1000)[..], &payload].concat()]
+        }
+        "subgraph" => {
+            let g = generate(&RmatParams::graph500(6, 4, 1)).expect("a graph");
+            let sub = ReferenceSampler::new(&g)
+                .sample(3, &[3, 2], &[1, 2, 5])
+                .expect("a sample");
+            vec![sub.as_bytes().to_vec()]
+        }
+        "graph_descriptor" => {
+            let d = GraphDescriptor {
+                node_count: 100,
+                edge_count: 400,
+                id_width_bytes: 4,
+                indptr: LbaRange {
+                    slba: 0,
+                    block_count: 2,
+                },
+                indices: LbaRange {
+                    slba: 2,
+                    block_count: 4,
+                },
+                features: None,
+            };
+            let mut wire = [0u8; 128];
+            let n = d.encode(&mut wire);
+            // 512-byte LBAs (bit 0 clear), a namespace of 64 blocks.
+            vec![[&(64u64 << 1).to_le_bytes()[..], &wire[..n]].concat()]
+        }
+        "hw_config" => ["cosmos-plus.toml", "newport.toml"]
+            .iter()
+            .map(|f| {
+                std::fs::read(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("../hw-configs")
+                        .join(f),
+                )
+                .expect("a shipped hardware description")
+            })
+            .collect(),
+        "npy" => {
+            // The header a dataset writer puts before an int64 vector of 3.
+            let dir = std::env::temp_dir().join(format!("sagessd-fuzz-npy-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let g = sagessd_runtime::graph::CsrGraph::from_edges(2, &[(0, 1), (1, 0)])
+                .expect("a graph");
+            let w = sagessd_runtime::dataset::DatasetWriter::create(&dir).expect("a writer");
+            w.graph(&g).expect("the graph's arrays");
+            let bytes = std::fs::read(dir.join("indptr.npy")).expect("indptr.npy");
+            let _ = std::fs::remove_dir_all(&dir);
+            vec![bytes]
+        }
+        "tcp_pdus" => {
+            let framing = Framing {
+                header_digest: false,
+                data_digest: false,
+                max_data_bytes: 1 << 12,
+                data_alignment_bytes: 4,
+            };
+            let cmd = CapsuleCmd {
+                ch: CommonHeader {
+                    pdu_type: sagessd_abi::tcp::pdu_type::CAPSULE_CMD,
+                    hlen: 72,
+                    ..CommonHeader::default()
+                },
+                sqe: SubmissionEntry::read_write(true, 1, 1, 0, 1),
+            };
+            let mut out = Vec::new();
+            write_pdu(&mut out, &framing, &cmd, &[0x5a; 64]).expect("a capsule");
+            // Mode byte 0: no digests, 256-byte data limit bits (`max_data_bytes` from bits 4..).
+            vec![[&[0x40u8][..], &out].concat()]
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn every_corpus_replays_without_a_panic() {
+    let write = std::env::var_os("SAGESSD_WRITE_FUZZ_SEEDS").is_some();
+    for (name, target) in TARGETS {
+        let dir = corpus_dir(name);
+        if write {
+            std::fs::create_dir_all(&dir).expect("the corpus folder");
+            for (i, input) in encoder_inputs(name).iter().enumerate() {
+                std::fs::write(dir.join(format!("seed-encoder-{i}")), input).expect("a seed");
+            }
+        }
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e} (each target has a corpus)", dir.display()))
+            .map(|e| e.expect("a corpus entry").path())
+            .collect();
+        assert!(!files.is_empty(), "{}: an empty corpus", dir.display());
+        for f in &files {
+            let bytes = std::fs::read(f).expect("a corpus file");
+            target(&bytes);
+        }
+        eprintln!("fuzz corpus {name}: {} inputs replayed", files.len());
+    }
+}
+
+#[test]
+fn the_encoders_inputs_are_accepted() {
+    // What the project itself sends or writes must get past each parser, or the fuzzer's
+    // seeds would start at a refusal.
+    let ns = &encoder_inputs("ns_config")[0];
+    let limits = sagessd_abi::ns_config::NsLimits {
+        max_targets: 1024,
+        max_fanout: 64,
+    };
+    assert!(sagessd_abi::ns_config::NsConfig::parse(&ns[8..], &limits, 1000).is_ok());
+    assert!(SubgraphView::parse(&encoder_inputs("subgraph")[0]).is_ok());
+    let d = &encoder_inputs("graph_descriptor")[0];
+    assert!(GraphDescriptor::parse(&d[8..], 512, 64).is_ok());
+    for toml in encoder_inputs("hw_config") {
+        let text = std::str::from_utf8(&toml).expect("UTF-8");
+        assert!(sagessd_emulator::HwConfig::from_toml_str(text).is_ok());
+    }
+    let npy = &encoder_inputs("npy")[0];
+    assert!(sagessd_runtime::npy::parse_bytes(Path::new("x.npy"), npy).is_ok());
+    let tcp = &encoder_inputs("tcp_pdus")[0];
+    let framing = Framing {
+        header_digest: false,
+        data_digest: false,
+        max_data_bytes: 1 << 12,
+        data_alignment_bytes: 4,
+    };
+    let pdu = sagessd_abi::tcp::stream::read_pdu(
+        &mut std::io::Cursor::new(&tcp[1..]),
+        &framing,
+        &[sagessd_abi::tcp::pdu_type::CAPSULE_CMD],
+    )
+    .expect("the capsule reads back");
+    assert_eq!(pdu.data, vec![0x5a; 64]);
+    // And a wrong one is refused: the check can fail.
+    let mut bad = ns[8..].to_vec();
+    bad[0] ^= 0xff;
+    assert!(sagessd_abi::ns_config::NsConfig::parse(&bad, &limits, 1000).is_err());
+}
