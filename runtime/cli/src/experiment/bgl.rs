@@ -392,8 +392,6 @@ pub(crate) fn profile(
     }
     #[cfg(feature = "train")]
     {
-        use std::cell::RefCell;
-        let fanouts = super::fanouts_arg(&sweep.fanouts);
         let argv: Vec<String> = [
             "--dataset",
             &dataset_dir.display().to_string(),
@@ -407,24 +405,11 @@ pub(crate) fn profile(
             &(cache_bytes.div_ceil(1 << 20)).max(1).to_string(),
             "--workers",
             "auto",
-            "--epochs",
-            "1",
-            "--batch-size",
-            &sweep.batch_size.to_string(),
-            "--fanouts",
-            &fanouts,
-            "--compute",
-            "cpu",
-            "--threads",
-            "1",
-            "--quiet",
         ]
         .map(String::from)
         .to_vec();
-        let command = format!("sagessd train {}", argv.join(" "));
-        let args = crate::train::parse_args(&argv)?;
-        let run = crate::train::fit_run(&args, &RefCell::new(crate::records::Output::silent()))
-            .with_context(|| command.clone())?;
+        let batch = u32::try_from(sweep.batch_size).context("the batch size")?;
+        let (command, run) = super::train_quietly(argv, 1, batch, &sweep.fanouts)?;
         let e = run.outcome.epochs.first().context("the profile's epoch")?;
         let t = &e.throughput;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -14,8 +14,6 @@
 //! reachable.
 #![cfg_attr(not(feature = "train"), allow(dead_code))]
 
-#[cfg(feature = "train")]
-use std::cell::RefCell;
 use std::path::Path;
 #[cfg(feature = "train")]
 use std::path::PathBuf;
@@ -28,8 +26,6 @@ use sagessd_runtime::dataset::Dataset;
 
 use super::plot::{Figure, Series};
 use super::{file_safe, paper};
-#[cfg(feature = "train")]
-use crate::records::Output;
 use crate::records::Record;
 
 /// The sweep: the dataset, the training run and the memory ratios.
@@ -192,12 +188,16 @@ fn write_config(path: &Path, hw: &HwConfig) -> anyhow::Result<()> {
 
 #[cfg(feature = "train")]
 /// Trains one design point: `sagessd train` with `argv`, silently; the mean modelled epoch.
-fn train(design: Design, device: &str, ratio: u32, argv: Vec<String>) -> anyhow::Result<Point> {
-    let command = format!("sagessd train {}", argv.join(" "));
-    let args = crate::train::parse_args(&argv)?;
+fn train(
+    design: Design,
+    device: &str,
+    ratio: u32,
+    sweep: &Sweep,
+    argv: Vec<String>,
+) -> anyhow::Result<Point> {
     let wall = std::time::Instant::now();
-    let run = crate::train::fit_run(&args, &RefCell::new(Output::silent()))
-        .with_context(|| format!("{} at ratio {ratio}: {command}", design.name()))?;
+    let (command, run) = super::train_quietly(argv, sweep.epochs, sweep.batch_size, &sweep.fanouts)
+        .with_context(|| format!("{} at ratio {ratio}", design.name()))?;
     let epochs = &run.outcome.epochs;
     let modelled: Vec<_> = epochs.iter().filter_map(|e| e.modelled).collect();
     anyhow::ensure!(
@@ -235,7 +235,6 @@ pub(crate) fn run(
     let (path, dataset) = dataset(&dir.join("dataset"), sweep)?;
     let bytes = graph_bytes(&dataset)?;
     drop(dataset);
-    let fanouts = super::fanouts_arg(&sweep.fanouts);
     let argv = |config: &Path, design: Design, workers: usize| -> Vec<String> {
         let mut v: Vec<String> = vec![
             "--dataset".into(),
@@ -245,25 +244,7 @@ pub(crate) fn run(
             config.display().to_string(),
         ];
         v.extend(design.sampler_args().iter().map(|s| s.to_string()));
-        v.extend(
-            [
-                "--modelled-steps",
-                "--workers",
-                &workers.to_string(),
-                "--epochs",
-                &sweep.epochs.to_string(),
-                "--batch-size",
-                &sweep.batch_size.to_string(),
-                "--fanouts",
-                &fanouts,
-                "--compute",
-                "cpu",
-                "--threads",
-                "1",
-                "--quiet",
-            ]
-            .map(String::from),
-        );
+        v.extend(["--modelled-steps", "--workers", &workers.to_string()].map(String::from));
         v
     };
     let mut points = Vec::new();
@@ -307,6 +288,7 @@ pub(crate) fn run(
                 design,
                 &base.device.name,
                 ratio,
+                sweep,
                 argv(&config, design, workers),
             )?;
             progress(&p);

@@ -185,13 +185,43 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Fanouts as `sagessd train --fanouts` takes them.
-pub(crate) fn fanouts_arg(fanouts: &[u16]) -> String {
-    fanouts
+/// One `sagessd train` run inside an experiment: `argv` (dataset, sampler, workers, …) plus the
+/// flags every such run shares (`epochs`, `batch_size`, `fanouts`, the CPU with one libtorch
+/// thread, no progress bar), printing nothing. Returns its command line, for the report, and
+/// what it trained.
+#[cfg(feature = "train")]
+pub(crate) fn train_quietly(
+    mut argv: Vec<String>,
+    epochs: u32,
+    batch_size: u32,
+    fanouts: &[u16],
+) -> anyhow::Result<(String, crate::train::TrainRun)> {
+    let fanouts = fanouts
         .iter()
         .map(u16::to_string)
         .collect::<Vec<_>>()
-        .join(",")
+        .join(",");
+    argv.extend(
+        [
+            "--epochs",
+            &epochs.to_string(),
+            "--batch-size",
+            &batch_size.to_string(),
+            "--fanouts",
+            &fanouts,
+            "--compute",
+            "cpu",
+            "--threads",
+            "1",
+            "--quiet",
+        ]
+        .map(String::from),
+    );
+    let command = format!("sagessd train {}", argv.join(" "));
+    let args = crate::train::parse_args(&argv)?;
+    let out = std::cell::RefCell::new(crate::records::Output::silent());
+    let run = crate::train::fit_run(&args, &out).with_context(|| command.clone())?;
+    Ok((command, run))
 }
 
 /// A generated dataset (R-MAT of `scale`, edge factor 8, seed 1; `feature_dim` f32 features
