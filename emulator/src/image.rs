@@ -40,6 +40,16 @@ impl Ssd {
             path: path.to_owned(),
             source,
         })?;
+        Self::from_image_bytes(config, &bytes, path)
+    }
+
+    /// The device an image's `bytes` hold (read from `path`, which errors name): every field
+    /// is checked against `config` and the checksum before anything is restored.
+    pub fn from_image_bytes(
+        config: &HwConfig,
+        bytes: &[u8],
+        path: &Path,
+    ) -> Result<Self, EmulatorError> {
         let bad = |field: &str, reason: String| EmulatorError::Image {
             path: path.to_owned(),
             field: field.to_owned(),

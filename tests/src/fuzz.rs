@@ -18,6 +18,7 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, in corpus-folder order.
 pub const TARGETS: &[Target] = &[
+    ("device_image", device_image),
     ("graph_descriptor", graph_descriptor),
     ("hw_config", hw_config),
     ("npy", npy),
@@ -92,6 +93,21 @@ pub fn graph_descriptor(data: &[u8]) {
         let mut wire = [0u8; 128];
         let n = d.encode(&mut wire);
         assert_eq!(n, d.wire_len());
+    }
+}
+
+/// A device image (`sagessd emulator serve --image`) for the small test device: the input is
+/// the image without its trailing CRC32C, which is appended so that the loader gets past the
+/// checksum to every field behind it. An accepted image is a device that answers.
+pub fn device_image(data: &[u8]) {
+    let crc = sagessd_abi::crc32c::crc32c(data);
+    let bytes = [data, &crc.to_le_bytes()[..]].concat();
+    if let Ok(ssd) = sagessd_emulator::Ssd::from_image_bytes(
+        &crate::small_config(),
+        &bytes,
+        Path::new("fuzz.img"),
+    ) {
+        assert!(ssd.block_size_bytes() > 0);
     }
 }
 

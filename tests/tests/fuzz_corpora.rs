@@ -6,6 +6,7 @@
 //! The coverage-guided runs themselves are `cargo +nightly fuzz run <target>` in `fuzz/`.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::nvme::SubmissionEntry;
@@ -22,6 +23,13 @@ fn corpus_dir(target: &str) -> PathBuf {
         .join(target)
 }
 
+/// A path of its own for each call (the tests run in parallel and each makes its inputs).
+fn scratch(tag: &str) -> PathBuf {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::SeqCst);
+    std::env::temp_dir().join(format!("sagessd-fuzz-{tag}-{}-{call}", std::process::id()))
+}
+
 /// Inputs made by the project's own encoders, per target: the shapes real hosts, peers and
 /// files produce, so that the fuzzer starts past every magic number.
 fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
@@ -29,6 +37,24 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
         (limits_targets | fanout << 16 | nodes << 32).to_le_bytes()
     };
     match target {
+        "device_image" => {
+            // A small device with one block written, saved, without its trailing checksum.
+            let path = scratch("img");
+            let config = sagessd_tests::small_config();
+            let mut ssd = sagessd_emulator::Ssd::new(&config).expect("a device");
+            let block = ssd.block_size_bytes() as usize;
+            ssd.submit(
+                1,
+                SubmissionEntry::read_write(true, 1, 1, 0, 1),
+                vec![0x5a; block],
+            )
+            .expect("a write");
+            ssd.reap().expect("its completion");
+            ssd.save_image(&path).expect("saved");
+            let bytes = std::fs::read(&path).expect("the image");
+            let _ = std::fs::remove_file(&path);
+            vec![bytes[..bytes.len() - 4].to_vec()]
+        }
         "ns_config" => {
             let (_, payload) =
                 sagessd_host_driver::ns::ns_submit(7, &[4, 2], &[1, 2, 3]).expect("an NS_config");
@@ -74,7 +100,7 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
             .collect(),
         "npy" => {
             // The header a dataset writer puts before an int64 vector of 3.
-            let dir = std::env::temp_dir().join(format!("sagessd-fuzz-npy-{}", std::process::id()));
+            let dir = scratch("npy");
             let _ = std::fs::remove_dir_all(&dir);
             let g = sagessd_runtime::graph::CsrGraph::from_edges(2, &[(0, 1), (1, 0)])
                 .expect("a graph");
@@ -149,6 +175,17 @@ fn the_encoders_inputs_are_accepted() {
         let text = std::str::from_utf8(&toml).expect("UTF-8");
         assert!(sagessd_emulator::HwConfig::from_toml_str(text).is_ok());
     }
+    let image = &encoder_inputs("device_image")[0];
+    let crc = sagessd_abi::crc32c::crc32c(image);
+    let whole = [&image[..], &crc.to_le_bytes()[..]].concat();
+    assert!(
+        sagessd_emulator::Ssd::from_image_bytes(
+            &sagessd_tests::small_config(),
+            &whole,
+            Path::new("x.img")
+        )
+        .is_ok()
+    );
     let npy = &encoder_inputs("npy")[0];
     assert!(sagessd_runtime::npy::parse_bytes(Path::new("x.npy"), npy).is_ok());
     let tcp = &encoder_inputs("tcp_pdus")[0];
