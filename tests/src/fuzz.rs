@@ -18,6 +18,7 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, in corpus-folder order.
 pub const TARGETS: &[Target] = &[
+    ("dataset_manifest", dataset_manifest),
     ("device_image", device_image),
     ("graph_descriptor", graph_descriptor),
     ("hw_config", hw_config),
@@ -109,6 +110,25 @@ pub fn device_image(data: &[u8]) {
     ) {
         assert!(ssd.block_size_bytes() > 0);
     }
+}
+
+/// A dataset folder's `manifest.toml` (the arrays it names absent): the opener parses and
+/// checks it, then looks for the arrays; it must refuse with an error, never panic, and accept
+/// nothing, since no array exists.
+pub fn dataset_manifest(data: &[u8]) {
+    thread_local! {
+        static DIR: std::path::PathBuf = {
+            let d = std::env::temp_dir()
+                .join(format!("sagessd-fuzz-manifest-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&d);
+            d
+        };
+    }
+    DIR.with(|dir| {
+        if std::fs::write(dir.join("manifest.toml"), data).is_ok() {
+            assert!(sagessd_runtime::dataset::Dataset::open(dir).is_err());
+        }
+    });
 }
 
 /// A hardware description (TOML): parsing validates, so an accepted one validates again.

@@ -37,6 +37,23 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
         (limits_targets | fanout << 16 | nodes << 32).to_le_bytes()
     };
     match target {
+        "dataset_manifest" => {
+            // The manifest a generated dataset carries.
+            let dir = scratch("manifest");
+            let params = sagessd_runtime::dataset::generate::GenerateParams {
+                name: "fuzz".into(),
+                scale: 4,
+                edge_factor: 2,
+                seed: 1,
+                feature_dim: 2,
+                feature_dtype: sagessd_runtime::npy::Dtype::F32,
+                classes: 2,
+            };
+            sagessd_runtime::dataset::generate::generate(&dir, &params).expect("a dataset");
+            let bytes = std::fs::read(dir.join("manifest.toml")).expect("its manifest");
+            let _ = std::fs::remove_dir_all(&dir);
+            vec![bytes]
+        }
         "device_image" => {
             // A small device with one block written, saved, without its trailing checksum.
             let path = scratch("img");
