@@ -185,11 +185,14 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
             .with("selected_epoch", outcome.selected_epoch)
             .with("evaluation", eval_name(evaluation)),
     )?;
-    out.note(if a.modelled_steps {
-        "times: wall clock, except 'modelled' (the producers' device-model time and the [trainer] accelerator's modelled steps on one timeline); idle = the trainer waiting for input"
-    } else {
-        "times: wall clock, except 'modelled' (the producers' device-model time and the trainer's measured steps on one timeline); idle = the trainer waiting for input"
-    });
+    out.note(format!(
+        "times: wall clock, except 'modelled' (the producers' device-model time and {} on one timeline); idle = the trainer waiting for input",
+        if a.modelled_steps {
+            "the [trainer] accelerator's modelled steps"
+        } else {
+            "the trainer's measured steps"
+        }
+    ));
     out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

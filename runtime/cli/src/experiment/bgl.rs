@@ -285,10 +285,7 @@ pub(crate) fn report(
         sweep.scale,
         m.node_count,
         sweep.feature_dim,
-        human_bytes(
-            points.first().map_or(0, |p| p.cache_bytes as u64) * 100
-                / u64::from(points.first().map_or(1, |p| p.cache_percent.max(1)))
-        ),
+        human_bytes(m.node_count * u64::from(sweep.feature_dim) * 4),
         sweep.minibatches,
         sweep.batch_size,
         sweep.fanouts,

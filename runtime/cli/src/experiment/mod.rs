@@ -777,18 +777,14 @@ fn smartsage_report(
             sweep.workload.batch_size
         );
         for p in points {
-            let mmap = p
-                .report
-                .result(sagessd_runtime::host_io::HostIoMode::Mmap, 1)
-                .map_or(f64::NAN, |m| m.time_per_minibatch_ns());
-            for &(g, ns) in &p.coalescing {
+            for (g, ns, speedup) in p.coalescing_speedups() {
                 let _ = writeln!(
                     r,
                     "| {} | {g} | {} | {:.3} | {:.2}× |",
                     p.ratio,
                     sweep.workload.batch_size / g.max(1),
                     ns / 1e6,
-                    mmap / ns
+                    speedup.unwrap_or(f64::NAN)
                 );
             }
         }

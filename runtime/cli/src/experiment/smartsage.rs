@@ -82,6 +82,20 @@ pub(crate) struct Point {
     pub coalescing: Vec<(u32, f64)>,
 }
 
+impl Point {
+    /// Fig. 15's points: targets per NS_config, in-storage sampling's modelled time per whole
+    /// minibatch, and its speedup over one mmap worker (when mmap ran).
+    pub(crate) fn coalescing_speedups(&self) -> impl Iterator<Item = (u32, f64, Option<f64>)> + '_ {
+        let mmap = self
+            .report
+            .result(HostIoMode::Mmap, 1)
+            .map(ModeResult::time_per_minibatch_ns);
+        self.coalescing
+            .iter()
+            .map(move |&(g, ns)| (g, ns, mmap.map(|m| m / ns)))
+    }
+}
+
 /// `hw` with the host page cache and the controller page buffer each holding `1/ratio` of
 /// `graph_bytes` (within the firmware's page-buffer limits: a multiple of 8 pages, 16 to 32,768).
 pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
@@ -201,8 +215,7 @@ fn coalescing(
 pub(crate) fn fig15(points: &[Point]) -> Vec<Record> {
     let mut rows = Vec::new();
     for p in points {
-        let mmap = p.report.result(HostIoMode::Mmap, 1);
-        for &(g, ns) in &p.coalescing {
+        for (g, ns, speedup) in p.coalescing_speedups() {
             rows.push(
                 Record::new("smartsage.fig15")
                     .with("device", p.device.as_str())
@@ -213,10 +226,7 @@ pub(crate) fn fig15(points: &[Point]) -> Vec<Record> {
                         p.report.config.batch_size / g.max(1),
                     )
                     .with("time_per_minibatch_ns", ns)
-                    .with(
-                        "hwsw_speedup_vs_mmap",
-                        mmap.map(|m| m.time_per_minibatch_ns() / ns),
-                    )
+                    .with("hwsw_speedup_vs_mmap", speedup)
                     .with("timing", "modelled"),
             );
         }
@@ -229,20 +239,13 @@ pub(crate) fn fig15_plot(points: &[Point]) -> Figure {
     let series = points
         .iter()
         .filter(|p| !p.coalescing.is_empty())
-        .map(|p| {
-            let mmap = p
-                .report
-                .result(HostIoMode::Mmap, 1)
-                .map_or(f64::NAN, ModeResult::time_per_minibatch_ns);
-            Series {
-                label: format!("SmartSAGE(HW/SW), ratio {}, ours", p.ratio),
-                points: p
-                    .coalescing
-                    .iter()
-                    .map(|&(g, ns)| (f64::from(g).log2(), mmap / ns))
-                    .collect(),
-                paper: false,
-            }
+        .map(|p| Series {
+            label: format!("SmartSAGE(HW/SW), ratio {}, ours", p.ratio),
+            points: p
+                .coalescing_speedups()
+                .map(|(g, _, x)| (f64::from(g).log2(), x.unwrap_or(f64::NAN)))
+                .collect(),
+            paper: false,
         })
         .collect();
     Figure {
