@@ -276,6 +276,11 @@ pub struct FirmwareSection {
     /// feature gather); each sampling slot holds a DRAM buffer of this size.
     #[serde(default)]
     pub max_feature_bytes: u32,
+    /// Pages programmed between two checkpoints of the FTL's tables (optional, default 0:
+    /// automatic, 64 checkpoints' worth); smaller means a shorter replay at boot and more flash
+    /// spent on checkpoints.
+    #[serde(default)]
+    pub checkpoint_interval_pages: u32,
 }
 
 /// `firmware.isp` when absent: devices do in-storage processing unless they say otherwise.
@@ -301,6 +306,7 @@ impl FirmwareSection {
             // A device without in-storage sampling has no tunnel to it either.
             tunnel: self.isp,
             max_feature_bytes: self.max_feature_bytes,
+            checkpoint_interval_pages: self.checkpoint_interval_pages,
         }
     }
 }

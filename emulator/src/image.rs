@@ -1,17 +1,18 @@
 //! Device images: an emulated SSD's persistent state in one file, so that data written once
 //! survives emulator restarts (`sagessd emulator serve --image PATH`).
 //!
-//! The image holds what a real SSD keeps across a power cycle. That is the NAND array (each
-//! block's program pointer and every programmed page) and the firmware's saved state: FTL
-//! mapping, block tables, counters and the attached graph ([`Firmware::save_state`]). It is
-//! written at a clean shutdown, once the device is quiet. Controller DRAM (the page buffer,
-//! sampling jobs) is volatile and not kept.
+//! The image holds what a real SSD keeps across a power cycle: the NAND array, each block's
+//! program pointer and every programmed page with its spare area. Nothing else: the firmware
+//! keeps its mapping, block tables, counters and the attached graph on the flash itself
+//! (checkpoints plus each page's out-of-band record) and boots from it with
+//! [`Firmware::recover`], exactly as a board does. Saving first asks for a checkpoint, so the
+//! next boot has nothing to replay. Controller DRAM (the page buffer, sampling jobs) is volatile
+//! and not kept.
 //!
 //! Format, little-endian: magic `SGSSDIMG`, version, the geometry and namespace format it
-//! belongs to, the program pointers, the page count and each page (number, contents), the
-//! firmware state (length, bytes), then a CRC32C of everything before it. A file that does not
-//! match its configuration or its checksum is refused with an error naming the file and the
-//! field.
+//! belongs to, the program pointers, the page count and each page (number, data and spare),
+//! then a CRC32C of everything before it. A file that does not match its configuration or its
+//! checksum is refused with an error naming the file and the field.
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -21,6 +22,8 @@ use sagessd_abi::crc32c::{crc32c, crc32c_update};
 use sagessd_firmware::hal::Flash;
 use sagessd_firmware::{Firmware, RestoreError};
 
+use crate::nand::NandArray;
+
 use crate::config::HwConfig;
 use crate::error::EmulatorError;
 use crate::ssd::Ssd;
@@ -28,7 +31,7 @@ use crate::ssd::Ssd;
 /// Magic of a device image.
 const MAGIC: [u8; 8] = *b"SGSSDIMG";
 /// Version of the image format.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 impl Ssd {
     /// The device saved in `path`, or a freshly formatted one if `path` does not exist yet.
@@ -112,7 +115,7 @@ impl Ssd {
         if page_count > g.page_count() {
             return Err(bad("page count", format!("{page_count}")));
         }
-        let page_bytes = g.page_size_bytes as usize;
+        let page_bytes = g.window_bytes();
         // The count must fit the bytes that follow before anything is allocated for it.
         if page_count.saturating_mul(4 + page_bytes as u64) > r.bytes.len() as u64 {
             return Err(bad(
@@ -125,19 +128,22 @@ impl Ssd {
             let ppn = r.u32("page number")?;
             pages.push((ppn, r.take(page_bytes, "page contents")?.into()));
         }
-        let state_len = r.u64("firmware state length")? as usize;
-        let state = r.take(state_len, "firmware state")?;
         if !r.bytes.is_empty() {
-            return Err(bad("length", "bytes after the firmware state".into()));
+            return Err(bad("length", "bytes after the last page".into()));
         }
         let (mut nand, dram) = Self::parts(config)?;
         nand.load_contents(next_page, pages)
             .map_err(|field| bad(field, "out of range for the geometry".into()))?;
-        let firmware = Firmware::restore(config.firmware.to_firmware_config(), nand, dram, state)
-            .map_err(|e| match e {
+        let (firmware, _) = Firmware::recover(
+            config.firmware.to_firmware_config(),
+            nand,
+            dram,
+            &mut NandArray::wait_for_completion,
+        )
+        .map_err(|e| match e {
             RestoreError::Config(c) => config.firmware_error(c),
-            RestoreError::Truncated(f) => bad(&format!("firmware state: {f}"), "truncated".into()),
-            RestoreError::Invalid(f) => bad(&format!("firmware state: {f}"), "invalid".into()),
+            RestoreError::Invalid(f) => bad(f, "does not match this configuration".into()),
+            RestoreError::Flash(e) => bad("nand", format!("the array refused a boot read: {e:?}")),
         })?;
         Ok(Self::around(config, firmware))
     }
@@ -147,18 +153,11 @@ impl Ssd {
     /// first.
     pub fn save_image(&mut self, path: &Path) -> Result<(), EmulatorError> {
         self.settle()?;
+        self.checkpoint()?;
         let io = |source| EmulatorError::ImageIo {
             path: path.to_owned(),
             source,
         };
-        let mut state = Vec::new();
-        self.firmware()
-            .save_state(&mut |b| state.extend_from_slice(b))
-            .map_err(|_| EmulatorError::Image {
-                path: path.to_owned(),
-                field: "firmware state".into(),
-                reason: "the firmware is not quiet".into(),
-            })?;
         let tmp = path.with_extension("tmp");
         let file = fs::File::create(&tmp).map_err(io)?;
         let mut w = Summed {
@@ -192,8 +191,6 @@ impl Ssd {
             w.put(&ppn.to_le_bytes()).map_err(io)?;
             w.put(data).map_err(io)?;
         }
-        w.put(&(state.len() as u64).to_le_bytes()).map_err(io)?;
-        w.put(&state).map_err(io)?;
         let crc = !w.crc;
         let mut inner = w.inner;
         inner.write_all(&crc.to_le_bytes()).map_err(io)?;

@@ -1,7 +1,9 @@
 //! The NAND flash array: sparse page storage plus a resource-based timing model.
 //!
 //! [`NandArray`] implements the firmware's [`Flash`] HAL. Its contents are a sparse map from
-//! physical page number to page data; an absent page is erased and reads as `0xFF`. Each block
+//! physical page number to page contents (its data, then its spare area: the firmware's
+//! out-of-band record); an absent page is erased and reads as `0xFF`, and an erase frees the
+//! block's pages. Each block
 //! remembers its next programmable page, so programs out of order (or onto programmed pages)
 //! fail with [`FlashError::NotErased`], as on real NAND.
 //!
@@ -260,6 +262,8 @@ pub struct NandArray {
     geometry: Geometry,
     timing: NandTiming,
     page_size_bytes: usize,
+    /// Bytes of a page as stored and moved to DRAM: its data, then its spare area.
+    window_bytes: usize,
     pages: FastMap<u32, Box<[u8]>>,
     /// Per block: the lowest page that may still be programmed.
     next_page: Vec<u32>,
@@ -304,6 +308,7 @@ impl NandArray {
             geometry,
             timing,
             page_size_bytes: geometry.page_size_bytes as usize,
+            window_bytes: geometry.window_bytes(),
             pages: FastMap::default(),
             next_page: vec![0; geometry.block_count() as usize],
             planes: 1,
@@ -370,7 +375,8 @@ impl NandArray {
         self.pages.len()
     }
 
-    /// The programmed pages in ascending physical page order, with their contents: what a
+    /// The programmed pages in ascending physical page order, with their contents (data, then
+    /// spare): what a
     /// device image saves (erased pages are implied).
     pub fn programmed_pages(&self) -> Vec<(u32, &[u8])> {
         let mut pages: Vec<(u32, &[u8])> = self.pages.iter().map(|(p, d)| (*p, &d[..])).collect();
@@ -407,7 +413,7 @@ impl NandArray {
             if u64::from(ppn) >= g.page_count() || !below_pointer {
                 return Err("page number");
             }
-            if data.len() != self.page_size_bytes {
+            if data.len() != self.window_bytes {
                 return Err("page size");
             }
             if map.insert(ppn, data).is_some() {
@@ -417,6 +423,14 @@ impl NandArray {
         self.next_page = next_page;
         self.pages = map;
         Ok(())
+    }
+
+    /// Waits for the next completion: issues what is staged and processes events until an
+    /// operation has finished (or none is left). What a booting firmware calls when it has
+    /// nothing to do but wait for the flash ([`sagessd_firmware::Firmware::recover`]).
+    pub fn wait_for_completion(&mut self) {
+        self.issue_staged(self.now_ns);
+        while !self.has_finished() && self.process_next_event().is_some() {}
     }
 
     /// Operations accepted and not yet returned by [`Flash::poll`] (staged, queued, running or
@@ -727,7 +741,7 @@ impl NandArray {
     }
 
     fn check_dram(&self, offset: usize, dram: &[u8]) -> Result<(), FlashError> {
-        match offset.checked_add(self.page_size_bytes) {
+        match offset.checked_add(self.window_bytes) {
             Some(end) if end <= dram.len() => Ok(()),
             _ => Err(FlashError::OutOfRange),
         }
@@ -776,7 +790,7 @@ impl Flash for NandArray {
                     return Err(FlashError::NotErased);
                 }
                 self.next_page[block] = page + 1;
-                let data = dram[dram_offset_bytes..dram_offset_bytes + self.page_size_bytes].into();
+                let data = dram[dram_offset_bytes..dram_offset_bytes + self.window_bytes].into();
                 (g.die_of(ppn), OpKind::Program { ppn: ppn.0, data })
             }
             FlashOp::Erase { block } => {
@@ -819,7 +833,7 @@ impl Flash for NandArray {
                 ReadData::Page(ppn) => self.pages.get(ppn),
                 ReadData::Snapshot(page) => page.as_ref(),
             };
-            match dram.get_mut(offset..offset + self.page_size_bytes) {
+            match dram.get_mut(offset..offset + self.window_bytes) {
                 Some(window) => match page {
                     Some(page) => window.copy_from_slice(page),
                     None => window.fill(0xFF),
@@ -840,6 +854,8 @@ mod tests {
     use sagessd_firmware::hal::{PhysBlock, PhysPage};
 
     const PAGE: usize = 4096;
+    /// A page's DRAM window: its data, then its spare area.
+    const WINDOW: usize = PAGE + sagessd_firmware::hal::SPARE_BYTES;
 
     /// 2 channels × 2 ways × 1 die, 4 blocks of 4 pages, round timings.
     fn array() -> NandArray {
@@ -880,15 +896,15 @@ mod tests {
     fn read(die: u32, page: u32, slot: usize) -> FlashOp {
         FlashOp::Read {
             ppn: ppn(die, page),
-            dram_offset_bytes: slot * PAGE,
+            dram_offset_bytes: slot * WINDOW,
         }
     }
 
     #[test]
     fn erased_pages_read_ff_and_programs_round_trip() {
         let mut nand = array();
-        let mut dram = vec![0u8; 4 * PAGE];
-        dram[..PAGE].fill(0xAB);
+        let mut dram = vec![0u8; 4 * WINDOW];
+        dram[..WINDOW].fill(0xAB);
         nand.submit(1, read(0, 0, 1), &dram).unwrap();
         let program = FlashOp::Program {
             ppn: ppn(0, 0),
@@ -898,8 +914,9 @@ mod tests {
         nand.submit(3, read(0, 0, 2), &dram).unwrap();
         let done = run(&mut nand, &mut dram);
         assert_eq!(done.iter().map(|d| d.0).collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert!(dram[PAGE..2 * PAGE].iter().all(|b| *b == 0xFF));
-        assert!(dram[2 * PAGE..3 * PAGE].iter().all(|b| *b == 0xAB));
+        // Data and spare both: erased reads 0xFF, a program stores the whole window.
+        assert!(dram[WINDOW..2 * WINDOW].iter().all(|b| *b == 0xFF));
+        assert!(dram[2 * WINDOW..3 * WINDOW].iter().all(|b| *b == 0xAB));
         assert_eq!(nand.stats().pages_read, 2);
         assert_eq!(nand.stats().pages_programmed, 1);
     }
@@ -907,7 +924,7 @@ mod tests {
     #[test]
     fn program_order_and_erase_are_enforced() {
         let mut nand = array();
-        let dram = vec![0u8; PAGE];
+        let dram = vec![0u8; WINDOW];
         let program = |page| FlashOp::Program {
             ppn: ppn(1, page),
             dram_offset_bytes: 0,
@@ -961,7 +978,7 @@ mod tests {
     #[test]
     fn reads_on_different_channels_overlap_completely() {
         let mut nand = array();
-        let mut dram = vec![0u8; 2 * PAGE];
+        let mut dram = vec![0u8; 2 * WINDOW];
         nand.submit(1, read(0, 0, 0), &dram).unwrap(); // die 0, channel 0
         nand.submit(2, read(1, 0, 1), &dram).unwrap(); // die 1, channel 1
         let done = run(&mut nand, &mut dram);
@@ -973,7 +990,7 @@ mod tests {
     #[test]
     fn reads_on_one_die_serialise() {
         let mut nand = array();
-        let mut dram = vec![0u8; 2 * PAGE];
+        let mut dram = vec![0u8; 2 * WINDOW];
         nand.submit(1, read(0, 0, 0), &dram).unwrap();
         nand.submit(2, read(0, 1, 1), &dram).unwrap();
         let done = run(&mut nand, &mut dram);
@@ -985,7 +1002,7 @@ mod tests {
     #[test]
     fn ways_on_one_channel_interleave_but_contend_for_the_bus() {
         let mut nand = array();
-        let mut dram = vec![0u8; 2 * PAGE];
+        let mut dram = vec![0u8; 2 * WINDOW];
         let t = *nand.timing();
         // Dies 0 and 2 are ways 0 and 1 of channel 0.
         nand.submit(1, read(0, 0, 0), &dram).unwrap();
@@ -1005,7 +1022,7 @@ mod tests {
     #[test]
     fn program_holds_the_channel_only_for_its_data_in() {
         let mut nand = array();
-        let mut dram = vec![0u8; 2 * PAGE];
+        let mut dram = vec![0u8; 2 * WINDOW];
         let t = *nand.timing();
         let program = FlashOp::Program {
             ppn: ppn(0, 0),
@@ -1023,7 +1040,7 @@ mod tests {
     #[test]
     fn operations_on_a_die_complete_in_submission_order() {
         let mut nand = array();
-        let mut dram = vec![0u8; 2 * PAGE];
+        let mut dram = vec![0u8; 2 * WINDOW];
         let program = FlashOp::Program {
             ppn: ppn(3, 0),
             dram_offset_bytes: 0,
@@ -1048,7 +1065,7 @@ mod tests {
     #[test]
     fn reads_on_different_planes_of_a_die_share_one_sense() {
         let mut nand = array().with_planes(2);
-        let mut dram = vec![0u8; 3 * PAGE];
+        let mut dram = vec![0u8; 3 * WINDOW];
         let t = *nand.timing();
         // Die 0: pages 0 and 4 are in blocks 0 and 1 (planes 0 and 1), page 8 in block 2
         // (plane 0 again).
@@ -1070,7 +1087,7 @@ mod tests {
     #[test]
     fn programs_on_different_planes_share_one_tprog() {
         let mut nand = array().with_planes(2);
-        let mut dram = vec![0u8; PAGE];
+        let mut dram = vec![0u8; WINDOW];
         let t = *nand.timing();
         let program = |page| FlashOp::Program {
             ppn: ppn(0, page),
@@ -1090,7 +1107,7 @@ mod tests {
     #[test]
     fn one_plane_never_groups() {
         let mut nand = array();
-        let mut dram = vec![0u8; 2 * PAGE];
+        let mut dram = vec![0u8; 2 * WINDOW];
         nand.submit(1, read(0, 0, 0), &dram).unwrap();
         nand.submit(2, read(0, 4, 1), &dram).unwrap();
         let done = run(&mut nand, &mut dram);
@@ -1100,7 +1117,7 @@ mod tests {
     #[test]
     fn issue_time_and_advance_bound_what_poll_returns() {
         let mut nand = array();
-        let mut dram = vec![0u8; PAGE];
+        let mut dram = vec![0u8; WINDOW];
         nand.submit(1, read(0, 0, 0), &dram).unwrap();
         nand.issue_staged(1_000_000);
         let lat = nand.timing().read_latency_ns();

@@ -442,8 +442,10 @@ impl Ssd {
 
     /// The device around a booted firmware.
     pub(crate) fn around(config: &HwConfig, mut firmware: Firmware<NandArray, Vec<u8>>) -> Self {
-        // Anything the firmware started while booting is issued at time zero.
-        firmware.flash_mut().issue_staged(0);
+        // A recovering boot took flash time: the device is ready when it ended. Anything the
+        // firmware started while booting is issued then.
+        let ready_ns = firmware.flash().now_ns();
+        firmware.flash_mut().issue_staged(ready_ns);
         Self {
             name: config.device.name.clone(),
             firmware,
@@ -458,10 +460,10 @@ impl Ssd {
             controller: config.controller.clone(),
             isp: config.firmware.isp,
             cycles_per_command: config.cores.cycles_per_command,
-            now_ns: 0,
-            fw_time_ns: 0,
+            now_ns: ready_ns,
+            fw_time_ns: ready_ns,
             isp_core: config.cores.isp_cores > 0 && config.firmware.isp,
-            isp_time_ns: 0,
+            isp_time_ns: ready_ns,
             isp_hot: false,
             hot: true,
             retry_blocked: false,
@@ -632,6 +634,14 @@ impl Ssd {
         while let Step::Ran = self.step(None)? {}
         self.now_ns = self.now_ns.max(self.fw_time_ns);
         Ok(())
+    }
+
+    /// Writes a checkpoint of the FTL's tables if anything changed since the last one, and
+    /// waits for it: a clean stop, after which a boot has nothing to replay.
+    pub fn checkpoint(&mut self) -> Result<(), EmulatorError> {
+        self.firmware.request_checkpoint();
+        self.hot = true;
+        self.settle()
     }
 
     /// The firmware (for saving its state).

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Version of this interface; sagessd_fw_abi_version() must return the same number. */
-#define SAGESSD_FW_ABI_VERSION 3u
+#define SAGESSD_FW_ABI_VERSION 4u
 
 /* ---- Return codes of every function: >= 0 success, < 0 error. ---------------------------- */
 #define SAGESSD_OK              0
@@ -114,9 +114,16 @@ typedef struct sagessd_config {
                                            buffer per slot); 0: no in-storage feature gather */
 } sagessd_config;                       /* 32 bytes */
 
+/* Bytes of a page's spare (out-of-band) area the firmware uses. A page's DRAM window is
+   page_size_bytes of data followed by these: a PROGRAM stores both, a READ returns both. The
+   firmware keeps each page's owner and sequence numbers there and rebuilds its mapping from
+   them after a power cut, so the board must keep them with the page and must report a page
+   whose program was interrupted, when read, as erased (all 0xFF) or as SAGESSD_FLASH_MEDIA. */
+#define SAGESSD_FW_SPARE_BYTES 64u
+
 /* Flash operations the firmware asks the board to start (`kind` of submit). */
-#define SAGESSD_FLASH_READ    0u   /* read page `address` into dram_page (page_size_bytes) */
-#define SAGESSD_FLASH_PROGRAM 1u   /* program page `address` from dram_page */
+#define SAGESSD_FLASH_READ    0u   /* read page `address` into dram_page (data, then spare) */
+#define SAGESSD_FLASH_PROGRAM 1u   /* program page `address` from dram_page (data, then spare) */
 #define SAGESSD_FLASH_ERASE   2u   /* erase block `address` (dram_page is NULL) */
 
 /* Return values of the board's submit. */

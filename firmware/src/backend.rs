@@ -1,6 +1,7 @@
-//! The storage back end shared by host commands and the ISP engine: FTL, page buffer and the
-//! flash queue, plus the work counters they feed.
+//! The storage back end shared by host commands and the ISP engine: FTL, page buffer, the flash
+//! queue and the checkpoint writer, plus the work counters they feed.
 
+use crate::checkpoint::Checkpointer;
 use crate::dram::Region;
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::Ftl;
@@ -8,13 +9,14 @@ use crate::hal::{FlashOp, Geometry};
 use crate::page_buffer::{Acquire, PageBuffer};
 use crate::work::WorkCounters;
 
-/// FTL + page buffer + flash queue.
+/// FTL + page buffer + flash queue + checkpoint writer.
 #[derive(Debug)]
 pub(crate) struct Backend {
     pub geometry: Geometry,
     pub ftl: Ftl,
     pub buffer: PageBuffer,
     pub queue: FlashQueue,
+    pub checkpoint: Checkpointer,
     pub work: WorkCounters,
 }
 

@@ -1,202 +1,582 @@
-//! The firmware's persistent state: what must survive a power cycle besides the flash pages
-//! themselves. That is the FTL's mapping and block tables, its counters, and the attached
-//! graph. [`Firmware::save_state`] writes it when the device is quiet;
-//! [`Firmware::restore`] boots from it. The emulator keeps it in its device image next to the
-//! NAND contents. A board would write it to reserved flash blocks at shutdown.
+//! FTL checkpoints on flash: the mapping and block tables written to reserved blocks from time
+//! to time, so that a boot replays only the pages programmed since (`crate::recovery`).
 //!
-//! Format, all little-endian: magic `SGFWSTAT`, version, the geometry and logical capacity it
-//! belongs to, the FTL's scalars, the attached graph (flag + 128 bytes: descriptor and feature region), then the FTL's
-//! DRAM tables byte for byte. Restoring checks every field a later lookup trusts, so a damaged
-//! state is an error naming the field, never a panic.
+//! ```plain
+//!   slot 0 blocks ─┐   two slots of `blocks_per_slot` reserved blocks each, at the top of the
+//!   slot 1 blocks ─┘   dies; a checkpoint goes to the slot not holding the newest one, so a
+//!                      power cut while one is written leaves the previous one whole
+//! ```
+//!
+//! A checkpoint is one byte stream, its *payload*, cut into pages: a 256-byte header, the block
+//! states, then the logical-to-physical table. Page `i` of a slot lives in slot
+//! block `i % blocks_per_slot` at page `i / blocks_per_slot` (so consecutive pages go to
+//! different dies and program in parallel); its spare area says "checkpoint page `i` of
+//! checkpoint `id`, snapshot sequence `S`". A checkpoint is valid only if every one of its pages
+//! reads back with that record: a torn one (the power went while it was written) is skipped.
+//!
+//! Writing one: once requested, new programs wait (writes park, garbage collection pauses) until
+//! those in flight have finished; then the tables are frozen — nothing changes them until the
+//! last page is programmed — the slot's blocks are erased, and the pages are programmed through
+//! a few DRAM windows. Reads go on meanwhile.
+//!
+//! Header, little-endian: magic `SGCKPT01`, version, the geometry (6 × u32), logical pages,
+//! payload bytes, graph flag, checkpoint id (u64), snapshot sequence (u64: every page programmed
+//! later has a program sequence at least this), the FTL counters (4 × u64), then at byte 128 the
+//! attached graph's descriptor (128 bytes, its feature region included).
 
 use sagessd_abi::graph::GraphDescriptor;
 
-use crate::config::{ConfigError, FirmwareConfig};
-use crate::dispatch::Firmware;
-use crate::hal::Flash;
+use crate::dram::Region;
+use crate::flash_queue::{FlashQueue, Tag, TagKind};
+use crate::ftl::{Ftl, FtlStats};
+use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage};
+use crate::oob::{PageKind, Spare};
 
-/// Magic of a saved firmware state.
-pub const STATE_MAGIC: [u8; 8] = *b"SGFWSTAT";
-/// Bytes kept for the attached graph: its descriptor and feature region.
-const GRAPH_STATE_BYTES: usize = 128;
+/// Magic of a checkpoint header.
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"SGCKPT01";
+/// Version of the checkpoint format.
+pub const CHECKPOINT_VERSION: u32 = 1;
+/// Bytes of the header at the start of the payload.
+pub(crate) const HEADER_BYTES: usize = 256;
+/// Byte of the header where the graph descriptor starts.
+const GRAPH_AT: usize = 128;
+/// DRAM windows checkpoint pages are programmed from (and read into at boot): this many pages
+/// of a checkpoint are in flight at once.
+pub(crate) const CHECKPOINT_WINDOWS: usize = 16;
+/// Consecutive failed attempts after which the commands waiting for a checkpoint fail.
+const MAX_ATTEMPTS: u32 = 3;
 
-/// Version of the state format.
-pub const STATE_VERSION: u32 = 2;
-
-/// Why a saved state cannot be restored. Each variant names what is wrong.
+/// Where checkpoints live and how big one is, for a geometry and capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestoreError {
-    /// The configuration itself is invalid (as [`Firmware::new`] would say).
-    Config(ConfigError),
-    /// The state ends before `field`.
-    Truncated(&'static str),
-    /// `field` has a value this firmware cannot use (magic, version, geometry, a table entry).
-    Invalid(&'static str),
+pub(crate) struct CheckpointLayout {
+    geometry: Geometry,
+    /// Pages of one checkpoint.
+    pub pages: u32,
+    /// Payload bytes of one checkpoint.
+    pub payload_bytes: u32,
+    /// Reserved blocks per slot.
+    pub blocks_per_slot: u32,
 }
 
-/// [`Firmware::save_state`] was called while commands, flash operations or garbage collection
-/// were under way; the state would not be consistent.
+impl CheckpointLayout {
+    /// The layout for `logical_pages` on `geometry`; `None` if a checkpoint does not fit the
+    /// 32-bit sizes or would need more than a quarter of the flash.
+    pub fn new(geometry: &Geometry, logical_pages: u32) -> Option<Self> {
+        let payload = payload_bytes(geometry, logical_pages)?;
+        let page = u64::from(geometry.page_size_bytes);
+        let pages = u32::try_from(payload.div_ceil(page)).ok()?;
+        let by_size = pages.div_ceil(geometry.pages_per_block);
+        // Spread over dies for parallel programs, but keep at least 8 pages per block.
+        let spread = geometry
+            .die_count()
+            .min(CHECKPOINT_WINDOWS as u32)
+            .min(pages.div_ceil(8));
+        let blocks_per_slot = by_size.max(spread).max(1);
+        (u64::from(blocks_per_slot) * 2 * 4 <= u64::from(geometry.block_count())).then_some(Self {
+            geometry: *geometry,
+            pages,
+            payload_bytes: u32::try_from(payload).ok()?,
+            blocks_per_slot,
+        })
+    }
+
+    /// Blocks both slots reserve.
+    pub fn reserved_blocks(&self) -> u32 {
+        2 * self.blocks_per_slot
+    }
+
+    /// Block `j` of slot `slot`: the slots' blocks are numbered `k = slot × blocks_per_slot + j`
+    /// and taken from the top of the dies, die `k % dies`.
+    pub fn block(&self, slot: u32, j: u32) -> PhysBlock {
+        let g = &self.geometry;
+        let k = slot * self.blocks_per_slot + j;
+        let die = k % g.die_count();
+        PhysBlock(die * g.blocks_per_die + g.blocks_per_die - 1 - k / g.die_count())
+    }
+
+    /// Whether `block` belongs to a slot.
+    pub fn is_reserved(&self, block: PhysBlock) -> bool {
+        let g = &self.geometry;
+        let (die, in_die) = (block.0 / g.blocks_per_die, block.0 % g.blocks_per_die);
+        let from_top = g.blocks_per_die - 1 - in_die;
+        let k = u64::from(from_top) * u64::from(g.die_count()) + u64::from(die);
+        k < u64::from(self.reserved_blocks())
+    }
+
+    /// Which page of slot `slot` physical page `ppn` is, if it is one.
+    pub fn index_of(&self, slot: u32, ppn: PhysPage) -> Option<u32> {
+        let g = &self.geometry;
+        let block = PhysBlock(ppn.0 / g.pages_per_block);
+        let j = (0..self.blocks_per_slot).find(|j| self.block(slot, *j) == block)?;
+        let i = (ppn.0 % g.pages_per_block) * self.blocks_per_slot + j;
+        (i < self.pages).then_some(i)
+    }
+
+    /// Where page `i` of slot `slot` lives.
+    pub fn page(&self, slot: u32, i: u32) -> PhysPage {
+        self.block(slot, i % self.blocks_per_slot)
+            .page(&self.geometry, i / self.blocks_per_slot)
+    }
+}
+
+/// Payload bytes for `logical_pages` on `geometry`: header, block states, L2P.
+fn payload_bytes(geometry: &Geometry, logical_pages: u32) -> Option<u64> {
+    let blocks = u64::from(geometry.block_count());
+    let l2p = u64::from(logical_pages) * 4;
+    let total = HEADER_BYTES as u64 + blocks + l2p;
+    (total <= u64::from(u32::MAX)).then_some(total)
+}
+
+/// Blocks the checkpoint slots reserve on `geometry`, sized for the largest capacity it could
+/// offer (`upper_logical_pages`), so that the capacity can be derived after subtracting them.
+pub(crate) fn reserved_block_count(geometry: &Geometry, upper_logical_pages: u32) -> Option<u32> {
+    CheckpointLayout::new(geometry, upper_logical_pages).map(|l| l.reserved_blocks())
+}
+
+/// One piece of the payload: where it sits in the stream, and what holds it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Piece {
+    /// Bytes of the header.
+    Header,
+    /// A DRAM table.
+    Table(Region),
+}
+
+/// The payload's pieces in stream order, each with its first payload byte.
+pub(crate) fn pieces(ftl: &Ftl) -> [(usize, Piece); 3] {
+    let [states, l2p] = ftl.checkpointed_tables();
+    [
+        (0, Piece::Header),
+        (HEADER_BYTES, Piece::Table(states)),
+        (HEADER_BYTES + states.len, Piece::Table(l2p)),
+    ]
+}
+
+/// Calls `each(payload_offset, piece_offset, len, piece)` for every run of payload bytes
+/// `[start, start + len)` covers.
+pub(crate) fn for_each_run(
+    ftl: &Ftl,
+    start: usize,
+    len: usize,
+    mut each: impl FnMut(usize, usize, usize, Piece),
+) {
+    let pieces = pieces(ftl);
+    let end = start + len;
+    for (at, piece) in pieces {
+        let piece_len = match piece {
+            Piece::Header => HEADER_BYTES,
+            Piece::Table(r) => r.len,
+        };
+        let (lo, hi) = (start.max(at), end.min(at + piece_len));
+        if lo < hi {
+            each(lo - start, lo - at, hi - lo, piece);
+        }
+    }
+}
+
+/// The header's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NotQuiet;
-
-/// Reads little-endian fields off a byte slice, naming the field that is missing.
-pub(crate) struct Reader<'a> {
-    bytes: &'a [u8],
+pub(crate) struct Header {
+    pub id: u64,
+    pub snapshot_seq: u64,
+    pub stats: FtlStats,
+    pub graph: Option<GraphDescriptor>,
 }
 
-impl<'a> Reader<'a> {
-    pub fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes }
-    }
-
-    pub fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], RestoreError> {
-        if self.bytes.len() < n {
-            return Err(RestoreError::Truncated(field));
+impl Header {
+    /// The header bytes for this checkpoint of `ftl`.
+    pub fn encode(&self, ftl: &Ftl, layout: &CheckpointLayout, out: &mut [u8; HEADER_BYTES]) {
+        out.fill(0);
+        let g = ftl.geometry();
+        out[0..8].copy_from_slice(&CHECKPOINT_MAGIC);
+        let words = [
+            CHECKPOINT_VERSION,
+            g.channels,
+            g.ways,
+            g.dies_per_way,
+            g.blocks_per_die,
+            g.pages_per_block,
+            g.page_size_bytes,
+            ftl.logical_pages(),
+            layout.payload_bytes,
+            u32::from(self.graph.is_some()),
+        ];
+        for (i, w) in words.iter().enumerate() {
+            out[8 + 4 * i..12 + 4 * i].copy_from_slice(&w.to_le_bytes());
         }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    pub fn u32(&mut self, field: &'static str) -> Result<u32, RestoreError> {
-        let b = self.take(4, field)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    pub fn u64(&mut self, field: &'static str) -> Result<u64, RestoreError> {
-        Ok(u64::from(self.u32(field)?) | (u64::from(self.u32(field)?) << 32))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-}
-
-/// Fails with `Invalid(field)` unless `ok`.
-pub(crate) fn require(ok: bool, field: &'static str) -> Result<(), RestoreError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(RestoreError::Invalid(field))
-    }
-}
-
-impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
-    /// Writes the persistent state to `sink`, in pieces. Fails (writing nothing) unless the
-    /// firmware is quiet: no command parked, no flash operation queued or in flight, no garbage
-    /// collection under way.
-    pub fn save_state(&self, sink: &mut dyn FnMut(&[u8])) -> Result<(), NotQuiet> {
-        if !self.is_quiet() {
-            return Err(NotQuiet);
+        let s = &self.stats;
+        let longs = [
+            self.id,
+            self.snapshot_seq,
+            s.host_pages_written,
+            s.gc_pages_moved,
+            s.blocks_erased,
+            s.media_failures,
+        ];
+        for (i, v) in longs.iter().enumerate() {
+            out[48 + 8 * i..56 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
-        sink(&STATE_MAGIC);
-        sink(&STATE_VERSION.to_le_bytes());
-        let mut wire = [0u8; GRAPH_STATE_BYTES];
-        match self.graph() {
-            Some(g) => {
-                g.encode(&mut wire);
-                sink(&1u32.to_le_bytes());
+        if let Some(graph) = self.graph {
+            let mut wire = [0u8; HEADER_BYTES - GRAPH_AT];
+            graph.encode(&mut wire);
+            out[GRAPH_AT..].copy_from_slice(&wire);
+        }
+    }
+
+    /// Parses a header read back for `ftl`'s configuration; `Err` names the field that does
+    /// not match.
+    pub fn decode(
+        bytes: &[u8; HEADER_BYTES],
+        ftl: &Ftl,
+        layout: &CheckpointLayout,
+        block_size_bytes: u32,
+        namespace_blocks: u64,
+    ) -> Result<Self, &'static str> {
+        let u32_at =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        if bytes[0..8] != CHECKPOINT_MAGIC {
+            return Err("checkpoint magic");
+        }
+        let g = ftl.geometry();
+        let expect = [
+            (CHECKPOINT_VERSION, "checkpoint version"),
+            (g.channels, "checkpoint geometry.channels"),
+            (g.ways, "checkpoint geometry.ways"),
+            (g.dies_per_way, "checkpoint geometry.dies_per_way"),
+            (g.blocks_per_die, "checkpoint geometry.blocks_per_die"),
+            (g.pages_per_block, "checkpoint geometry.pages_per_block"),
+            (g.page_size_bytes, "checkpoint geometry.page_size_bytes"),
+            (ftl.logical_pages(), "checkpoint logical_pages"),
+            (layout.payload_bytes, "checkpoint payload_bytes"),
+        ];
+        for (i, (want, field)) in expect.iter().enumerate() {
+            if u32_at(8 + 4 * i) != *want {
+                return Err(field);
             }
-            None => sink(&0u32.to_le_bytes()),
         }
-        sink(&wire);
-        self.ftl().save(self.dram_bytes(), sink);
-        Ok(())
-    }
-
-    /// Boots from a state [`Self::save_state`] wrote, over `flash` holding the pages it
-    /// describes. `dram` must be zeroed, as for [`Self::new`].
-    pub fn restore(
-        config: FirmwareConfig,
-        flash: F,
-        dram: M,
-        state: &[u8],
-    ) -> Result<Self, RestoreError> {
-        let mut fw = Self::new(config, flash, dram).map_err(RestoreError::Config)?;
-        let mut r = Reader::new(state);
-        require(r.take(8, "magic")? == STATE_MAGIC, "magic")?;
-        require(r.u32("version")? == STATE_VERSION, "version")?;
-        let has_graph = r.u32("graph flag")?;
-        let wire = r.take(GRAPH_STATE_BYTES, "graph")?;
-        let graph = match has_graph {
+        let graph = match u32_at(44) {
             0 => None,
             1 => Some(
-                GraphDescriptor::parse(wire, fw.block_size_bytes(), fw.namespace_block_count())
-                    .map_err(|_| RestoreError::Invalid("graph"))?,
+                GraphDescriptor::parse(&bytes[GRAPH_AT..], block_size_bytes, namespace_blocks)
+                    .map_err(|_| "checkpoint graph")?,
             ),
-            _ => return Err(RestoreError::Invalid("graph flag")),
+            _ => return Err("checkpoint graph flag"),
         };
-        fw.restore_ftl(&mut r)?;
-        require(r.is_empty(), "length")?;
-        fw.set_graph(graph);
-        Ok(fw)
+        Ok(Self {
+            id: u64_at(48),
+            snapshot_seq: u64_at(56),
+            stats: FtlStats {
+                host_pages_written: u64_at(64),
+                gc_pages_moved: u64_at(72),
+                blocks_erased: u64_at(80),
+                media_failures: u64_at(88),
+            },
+            graph,
+        })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::vec::Vec;
+/// What the checkpoint writer is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Idle,
+    /// Requested: waiting for the programs in flight to finish.
+    Draining,
+    /// Tables frozen; erasing the slot's blocks (`issued` queued, `done` finished).
+    Erasing {
+        issued: u32,
+        done: u32,
+    },
+    /// Programming page `next` onwards; `done` pages finished; `busy` marks the windows in use.
+    Programming {
+        next: u32,
+        done: u32,
+        busy: u32,
+    },
+}
 
-    use crate::tests::{Device, small_config, small_geometry};
+/// Checkpoint counters, for the footprint and `device info` reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Checkpoints completed since boot.
+    pub written: u64,
+    /// Attempts abandoned after a program or erase failure.
+    pub failed: u64,
+    /// Flash pages programmed for checkpoints since boot.
+    pub pages_programmed: u64,
+    /// Pages of one checkpoint.
+    pub pages_per_checkpoint: u32,
+    /// Blocks the two checkpoint slots reserve.
+    pub reserved_blocks: u32,
+}
 
-    use super::*;
+/// The checkpoint writer.
+#[derive(Debug)]
+pub(crate) struct Checkpointer {
+    pub layout: CheckpointLayout,
+    windows: Region,
+    window_bytes: usize,
+    stage: Stage,
+    /// The slot being written, or to be written next.
+    slot: u32,
+    /// Id the next checkpoint gets; the newest on flash is `next_id - 1`.
+    next_id: u64,
+    /// The newest checkpoint id whose pages are all on flash.
+    durable_id: u64,
+    /// The header of the checkpoint being written.
+    header: [u8; HEADER_BYTES],
+    /// Snapshot sequence of the checkpoint being written.
+    snapshot_seq: u64,
+    /// Whether the current attempt saw a failure.
+    failing: bool,
+    /// Consecutive failed attempts.
+    attempts: u32,
+    /// Bumped when waiting commands must give up (see [`Self::gave_up`]).
+    give_ups: u32,
+    pub stats: CheckpointStats,
+}
 
-    #[test]
-    fn a_restored_device_reads_what_was_written_and_damage_is_named() {
-        let mut d = Device::new(small_geometry(), small_config(), 3);
-        // Enough overwrites that GC has moved pages and erased blocks.
-        let block = 512;
-        for round in 0u8..6 {
-            for lba in (0..600u64).step_by(8) {
-                let data: Vec<u8> = (0..8 * block)
-                    .map(|i| (i as u8) ^ round ^ lba as u8)
-                    .collect();
-                assert!(d.write(lba, &data).is_success());
+/// A waiting command's claim: complete once the checkpoint with this id is durable.
+pub(crate) type Ticket = u64;
+
+impl Checkpointer {
+    /// A writer whose next checkpoint is `next_id`, into slot `slot`.
+    pub fn new(layout: CheckpointLayout, windows: Region, window_bytes: usize) -> Self {
+        Self {
+            layout,
+            windows,
+            window_bytes,
+            stage: Stage::Idle,
+            slot: 0,
+            next_id: 1,
+            durable_id: 0,
+            header: [0; HEADER_BYTES],
+            snapshot_seq: 0,
+            failing: false,
+            attempts: 0,
+            give_ups: 0,
+            stats: CheckpointStats {
+                pages_per_checkpoint: layout.pages,
+                reserved_blocks: layout.reserved_blocks(),
+                ..CheckpointStats::default()
+            },
+        }
+    }
+
+    /// Continues after the newest valid checkpoint found at boot: `newest` (id, slot), if any.
+    pub fn resume_after(&mut self, newest: Option<(u64, u32)>, highest_id_seen: u64) {
+        if let Some((id, slot)) = newest {
+            self.durable_id = id;
+            self.slot = 1 - slot;
+        }
+        self.next_id = highest_id_seen.max(self.durable_id) + 1;
+    }
+
+    /// The DRAM window `k` (data then spare).
+    pub fn window(&self, k: usize) -> Region {
+        self.windows.sub(k * self.window_bytes, self.window_bytes)
+    }
+
+    /// Asks for a checkpoint that includes every table change made so far; returns the ticket
+    /// to wait on.
+    pub fn request(&mut self) -> Ticket {
+        match self.stage {
+            Stage::Idle => {
+                self.stage = Stage::Draining;
+                self.next_id
+            }
+            Stage::Draining => self.next_id,
+            // The snapshot is taken: the changes since go into the one after it.
+            Stage::Erasing { .. } | Stage::Programming { .. } => self.next_id + 1,
+        }
+    }
+
+    /// Whether programs must wait: a checkpoint is requested or being written.
+    pub fn holds_programs(&self) -> bool {
+        self.stage != Stage::Idle
+    }
+
+    /// Whether the tables are frozen (a snapshot is being written): nothing may change them.
+    pub fn tables_frozen(&self) -> bool {
+        matches!(
+            self.stage,
+            Stage::Erasing { .. } | Stage::Programming { .. }
+        )
+    }
+
+    /// Whether the checkpoint `ticket` names is on flash.
+    pub fn is_durable(&self, ticket: Ticket) -> bool {
+        self.durable_id >= ticket
+    }
+
+    /// How often waiting commands were told to give up; a waiter that saw a smaller count when
+    /// it started waiting fails.
+    pub fn gave_up(&self) -> u32 {
+        self.give_ups
+    }
+
+    /// Whether nothing is requested or under way.
+    pub fn is_idle(&self) -> bool {
+        self.stage == Stage::Idle
+    }
+
+    /// Advances the writer: starts the snapshot once `ftl` has no program in flight and GC is
+    /// at a safe point, queues erases, then programs. Returns whether anything changed.
+    pub fn step(
+        &mut self,
+        dram: &mut [u8],
+        ftl: &mut Ftl,
+        queue: &mut FlashQueue,
+        graph: Option<GraphDescriptor>,
+    ) -> bool {
+        match self.stage {
+            Stage::Idle => false,
+            Stage::Draining => {
+                if !ftl.can_snapshot() {
+                    return false;
+                }
+                self.snapshot_seq = ftl.take_snapshot_seq();
+                let header = Header {
+                    id: self.next_id,
+                    snapshot_seq: self.snapshot_seq,
+                    stats: ftl.stats,
+                    graph,
+                };
+                let mut bytes = [0u8; HEADER_BYTES];
+                header.encode(ftl, &self.layout, &mut bytes);
+                self.header = bytes;
+                self.failing = false;
+                self.stage = Stage::Erasing { issued: 0, done: 0 };
+                true
+            }
+            Stage::Erasing { issued, done } => {
+                let total = self.layout.blocks_per_slot;
+                let mut n = issued;
+                while n < total && queue.has_room(1) {
+                    let block = self.layout.block(self.slot, n);
+                    queue.push(
+                        Tag::new(TagKind::CheckpointErase, 0, 0),
+                        FlashOp::Erase { block },
+                    );
+                    n += 1;
+                }
+                if done == total {
+                    if self.failing {
+                        self.abandon();
+                    } else {
+                        self.stage = Stage::Programming {
+                            next: 0,
+                            done: 0,
+                            busy: 0,
+                        };
+                    }
+                    return true;
+                }
+                self.stage = Stage::Erasing { issued: n, done };
+                n != issued
+            }
+            Stage::Programming {
+                mut next,
+                done,
+                mut busy,
+            } => {
+                if done == self.layout.pages {
+                    if self.failing {
+                        self.abandon();
+                    } else {
+                        self.finish();
+                    }
+                    return true;
+                }
+                let mut progress = false;
+                while next < self.layout.pages && queue.has_room(1) {
+                    let Some(k) = (0..CHECKPOINT_WINDOWS).find(|k| busy & (1 << k) == 0) else {
+                        break;
+                    };
+                    let window = self.window(k);
+                    self.fill_window(dram, ftl, next, window);
+                    let op = FlashOp::Program {
+                        ppn: self.layout.page(self.slot, next),
+                        dram_offset_bytes: window.start,
+                    };
+                    queue.push(Tag::new(TagKind::CheckpointProgram, 0, k as u16), op);
+                    busy |= 1 << k;
+                    next += 1;
+                    progress = true;
+                }
+                self.stage = Stage::Programming { next, done, busy };
+                progress
             }
         }
-        d.settle();
-        assert!(d.fw.ftl_stats().blocks_erased > 0, "GC ran");
-        let mut state = Vec::new();
-        d.fw.save_state(&mut |b| state.extend_from_slice(b))
-            .expect("quiet");
-        let expected: Vec<Vec<u8>> = (0..600u64).step_by(8).map(|lba| d.read(lba, 8).1).collect();
+    }
 
-        let mut restored = d.reboot(&state).expect("restores");
-        assert_eq!(restored.fw.ftl_stats(), d.fw.ftl_stats());
-        for (i, lba) in (0..600u64).step_by(8).enumerate() {
-            assert_eq!(restored.read(lba, 8).1, expected[i], "lba {lba}");
-        }
-        // It keeps working: more overwrites, then the same check.
-        let data = std::vec![0xEEu8; 8 * block];
-        assert!(restored.write(0, &data).is_success());
-        assert_eq!(restored.read(0, 8).1, data);
-
-        let mut bad_magic = state.clone();
-        bad_magic[0] ^= 1;
-        assert_eq!(
-            d.reboot(&bad_magic).err(),
-            Some(RestoreError::Invalid("magic"))
-        );
-        assert_eq!(
-            d.reboot(&state[..state.len() - 1]).err(),
-            Some(RestoreError::Truncated("dies"))
-        );
-        let mut long = state.clone();
-        long.push(0);
-        assert_eq!(d.reboot(&long).err(), Some(RestoreError::Invalid("length")));
-
-        // Damage anywhere is refused or boots a device that still answers every command.
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        for _ in 0..300 {
-            rng = sagessd_abi::sample::mix(rng);
-            let mut damaged = state.clone();
-            let at = (rng % damaged.len() as u64) as usize;
-            damaged[at] ^= (rng >> 32) as u8 | 1;
-            if let Ok(mut dev) = d.reboot(&damaged) {
-                let _ = dev.read(0, 8);
-                let _ = dev.write(8, &std::vec![1u8; 8 * block]);
-                let _ = dev.read(8, 8);
+    /// Copies checkpoint page `i` and its spare record into `window`.
+    fn fill_window(&self, dram: &mut [u8], ftl: &Ftl, i: u32, window: Region) {
+        let page = ftl.geometry().page_size_bytes as usize;
+        let start = i as usize * page;
+        window.bytes_mut(dram)[..page].fill(0);
+        for_each_run(ftl, start, page, |at, from, len, piece| {
+            let to = window.start + at;
+            match piece {
+                Piece::Header => dram[to..to + len].copy_from_slice(&self.header[from..from + len]),
+                Piece::Table(r) => dram.copy_within(r.start + from..r.start + from + len, to),
             }
+        });
+        Spare {
+            kind: PageKind::Checkpoint,
+            index: i,
+            data_seq: self.next_id,
+            program_seq: self.snapshot_seq,
+        }
+        .encode(&mut window.bytes_mut(dram)[page..]);
+    }
+
+    /// Handles the completion of one of the writer's flash operations.
+    pub fn complete(&mut self, kind: TagKind, window: u16, result: Result<(), FlashError>) {
+        if result.is_err() {
+            self.failing = true;
+        }
+        match (self.stage, kind) {
+            (Stage::Erasing { issued, done }, TagKind::CheckpointErase) => {
+                self.stage = Stage::Erasing {
+                    issued,
+                    done: done + 1,
+                };
+            }
+            (Stage::Programming { next, done, busy }, TagKind::CheckpointProgram) => {
+                self.stats.pages_programmed += 1;
+                self.stage = Stage::Programming {
+                    next,
+                    done: done + 1,
+                    busy: busy & !(1u32 << window),
+                };
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self) {
+        self.durable_id = self.next_id;
+        self.next_id += 1;
+        self.slot = 1 - self.slot;
+        self.attempts = 0;
+        self.stats.written += 1;
+        self.stage = Stage::Idle;
+    }
+
+    /// Gives the attempt up (a program or erase failed): the previous checkpoint stays the
+    /// newest. A new attempt starts at once; after [`MAX_ATTEMPTS`] the waiters are failed.
+    fn abandon(&mut self) {
+        self.stats.failed += 1;
+        self.next_id += 1;
+        self.attempts += 1;
+        if self.attempts >= MAX_ATTEMPTS {
+            self.attempts = 0;
+            self.give_ups = self.give_ups.wrapping_add(1);
+            self.stage = Stage::Idle;
+        } else {
+            self.stage = Stage::Draining;
         }
     }
 }

@@ -39,6 +39,10 @@ pub struct FirmwareConfig {
     /// Bytes of node features one sampling job may return (its DRAM feature buffer); 0: no
     /// in-storage feature gather.
     pub max_feature_bytes: u32,
+    /// Pages programmed between two checkpoints of the FTL's tables, which bounds the replay at
+    /// boot; 0: automatic (64 checkpoints' worth of pages, so checkpoints cost at most 1/64 of
+    /// the flash writes).
+    pub checkpoint_interval_pages: u32,
 }
 
 impl Default for FirmwareConfig {
@@ -57,6 +61,7 @@ impl Default for FirmwareConfig {
             max_transfer_bytes: 128 * 1024,
             tunnel: true,
             max_feature_bytes: 0,
+            checkpoint_interval_pages: 0,
         }
     }
 }

@@ -17,16 +17,18 @@ use zerocopy::FromBytes;
 
 use crate::admin::{Admin, Facts, NSID};
 use crate::backend::Backend;
+use crate::checkpoint::{CheckpointLayout, CheckpointStats, Checkpointer, Header, Ticket};
 use crate::config::{
     ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_SLOTS, MAX_PAGES_PER_COMMAND,
 };
 use crate::dram::{DramLayout, DramRegions, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats, logical_page_count};
-use crate::hal::{Flash, FlashCompletion, PhysPage};
+use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp, PhysPage};
 use crate::host::{CommandId, DmaError, HostInterface};
 use crate::isp::{Collect, Isp};
 use crate::page_buffer::{Acquire, PageBuffer};
+use crate::recovery::BootReport;
 use crate::work::WorkCounters;
 
 /// Most logical pages one poll trims, bounding the time a poll can take.
@@ -137,6 +139,12 @@ enum Op {
     Read(Transfer),
     Write(Transfer),
     Deallocate(Trim),
+    /// A Flush, a finished Dataset Management or a GRAPH_ATTACH waiting for the checkpoint that
+    /// makes it durable; `give_ups`: the writer's give-up count when it started waiting.
+    Durable {
+        ticket: Ticket,
+        give_ups: u32,
+    },
     /// `window`: the byte offset of a windowed collect; `zero_fill`: a tunnel Read, whose
     /// buffer is zero past the subgraph's end (a window may start past it); `discard`: end the
     /// job without returning it.
@@ -186,6 +194,8 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     /// `asleep_epoch`; cleared when it moves on.
     asleep: u64,
     asleep_epoch: u32,
+    /// What the boot found (blank for [`Self::new`]).
+    boot: BootReport,
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
@@ -231,7 +241,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         if arena.len() < layout.total_bytes {
             return Err(ConfigError::DramTooSmall);
         }
-        let ftl = Ftl::format(geometry, &layout, pages, arena);
+        let checkpoint_layout =
+            CheckpointLayout::new(&geometry, pages).ok_or(ConfigError::TooLittleFlash)?;
+        let ftl = Ftl::format(geometry, &layout, pages, checkpoint_layout, arena);
+        let checkpoint = Checkpointer::new(
+            checkpoint_layout,
+            layout.checkpoint_windows,
+            geometry.window_bytes(),
+        );
         let buffer = PageBuffer::new(
             layout.slot_meta,
             layout.slot_data,
@@ -266,6 +283,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 ftl,
                 buffer,
                 queue: FlashQueue::default(),
+                checkpoint,
                 work: WorkCounters::default(),
             },
             isp,
@@ -280,6 +298,10 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             next_seq: 0,
             flash_in_flight: 0,
             namespace_blocks,
+            boot: BootReport {
+                blank: true,
+                ..BootReport::default()
+            },
         })
     }
 
@@ -318,6 +340,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         &mut self.flash
     }
 
+    /// Takes the firmware apart into its flash and its DRAM arena: what is left of a device
+    /// when its controller stops (a power cut, or a shutdown before [`Self::recover`] boots
+    /// another firmware over the same flash).
+    pub fn into_parts(self) -> (F, M) {
+        (self.flash, self.dram)
+    }
+
     /// Empties the DRAM page buffer of every page no command is using, so that the next reads
     /// come from flash (the buffer is write-through: nothing is lost). The emulator uses it to
     /// start measurements cold, as a board would be after a power cycle.
@@ -325,24 +354,33 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         self.backend.buffer.drop_unpinned(self.dram.as_mut());
     }
 
-    /// Whether no command is parked and no flash operation or garbage collection is under
-    /// way: the persistent state is consistent ([`Self::save_state`]). Sampling jobs may still
-    /// hold results; they do not persist.
+    /// Whether no command is parked and no flash operation, garbage collection or checkpoint
+    /// is under way. Sampling jobs may still hold results; they do not persist.
     pub fn is_quiet(&self) -> bool {
         self.commands.iter().all(Option::is_none)
             && self.backend.queue.is_empty()
             && self.flash_in_flight == 0
             && !self.backend.ftl.gc_running()
+            && self.backend.checkpoint.is_idle()
     }
 
-    /// The attached graph, if any.
-    pub(crate) fn graph(&self) -> Option<GraphDescriptor> {
-        self.graph
+    /// Asks for a checkpoint of the FTL's tables if anything changed since the last one (a
+    /// clean shutdown does, so that the next boot replays nothing); [`Self::is_quiet`] says
+    /// when it is written.
+    pub fn request_checkpoint(&mut self) {
+        if self.backend.ftl.changed_since_snapshot() || !self.backend.checkpoint.is_idle() {
+            self.backend.checkpoint.request();
+        }
     }
 
-    /// Attaches a restored graph.
-    pub(crate) fn set_graph(&mut self, graph: Option<GraphDescriptor>) {
-        self.graph = graph;
+    /// Checkpoint counters since boot.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.backend.checkpoint.stats
+    }
+
+    /// What the boot found and did.
+    pub fn boot_report(&self) -> BootReport {
+        self.boot
     }
 
     /// The FTL.
@@ -350,26 +388,49 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         &self.backend.ftl
     }
 
+    /// The FTL and the arena, both mutable (boot).
+    pub(crate) fn ftl_dram(&mut self) -> (&mut Ftl, &mut [u8]) {
+        (&mut self.backend.ftl, self.dram.as_mut())
+    }
+
+    /// The checkpoint writer.
+    pub(crate) fn checkpointer(&self) -> &Checkpointer {
+        &self.backend.checkpoint
+    }
+
     /// The DRAM arena.
     pub(crate) fn dram_bytes(&self) -> &[u8] {
         self.dram.as_ref()
     }
 
-    /// Restores the FTL's saved state into this freshly formatted firmware.
-    pub(crate) fn restore_ftl(
+    /// Starts a flash operation directly (boot, before the flash queue is in use).
+    pub(crate) fn submit_boot_op(&mut self, tag: u32, op: FlashOp) -> Result<(), FlashError> {
+        self.flash.submit(tag, op, self.dram.as_ref())
+    }
+
+    /// Collects a flash completion directly (boot).
+    pub(crate) fn poll_boot_flash(&mut self) -> Option<FlashCompletion> {
+        self.flash.poll(self.dram.as_mut())
+    }
+
+    /// Ends a boot: the checkpoint's graph is attached again, the checkpoint writer continues
+    /// after the newest checkpoint found, and the report is kept.
+    pub(crate) fn finish_boot(
         &mut self,
-        r: &mut crate::checkpoint::Reader<'_>,
-    ) -> Result<(), crate::checkpoint::RestoreError> {
-        self.backend.ftl.restore(self.dram.as_mut(), r)
+        checkpoint: Option<(Header, u32)>,
+        highest_id: u64,
+        report: BootReport,
+    ) {
+        self.graph = checkpoint.and_then(|(h, _)| h.graph);
+        self.backend
+            .checkpoint
+            .resume_after(checkpoint.map(|(h, slot)| (h.id, slot)), highest_id);
+        self.boot = report;
     }
 
     /// Whether nothing is parked, queued, running or in flight.
     pub fn is_idle(&self) -> bool {
-        self.commands.iter().all(Option::is_none)
-            && self.isp.is_idle()
-            && self.backend.queue.is_empty()
-            && self.flash_in_flight == 0
-            && !self.backend.ftl.gc_running()
+        self.is_quiet() && self.isp.is_idle()
     }
 
     /// Abandons every command and sampling job, as a controller reset (CC.EN cleared) does: from
@@ -516,7 +577,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             };
         }
         match cmd {
-            IoCommand::Flush => Err((Status::SUCCESS, 0)),
+            // Every write completes only once programmed (the device reports no volatile write
+            // cache), so a Flush has nothing to make durable; it takes a checkpoint when the
+            // pages a boot would replay are at least a checkpoint's worth.
+            IoCommand::Flush => {
+                let b = &self.backend;
+                if b.ftl.programs_since_snapshot() >= u64::from(b.checkpoint.layout.pages) {
+                    Ok(Some(self.durable()))
+                } else {
+                    Err((Status::SUCCESS, 0))
+                }
+            }
             IoCommand::Read { slba, block_count } => {
                 let t = self.transfer(slba, block_count)?;
                 let health = &mut self.admin.health;
@@ -566,7 +637,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     }
                 }
                 self.graph = Some(g);
-                Err((Status::SUCCESS, 0))
+                Ok(Some(self.durable()))
             }
             IoCommand::NsSubmit { data_len_bytes } => {
                 let tag = self.ns_submit(host, id, data_len_bytes as usize)?;
@@ -596,6 +667,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 })),
             },
             IoCommand::Unsupported(_) => Err((Status::INVALID_OPCODE, 0)),
+        }
+    }
+
+    /// A command that completes once a checkpoint holding the current state is on flash.
+    fn durable(&mut self) -> Op {
+        Op::Durable {
+            ticket: self.backend.checkpoint.request(),
+            give_ups: self.backend.checkpoint.gave_up(),
         }
     }
 
@@ -785,6 +864,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             self.flash_completed(c);
             progress = true;
         }
+        progress |= self.step_checkpoint();
         progress |= self.backend.ftl.gc_step(
             self.dram.as_mut(),
             &mut self.backend.queue,
@@ -810,6 +890,25 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             taken += self.drain_flash_queue();
         }
         progress || taken > 0
+    }
+
+    /// Requests a checkpoint when the interval's pages have been programmed since the last one,
+    /// and advances the writer; programs are held while one is requested or written.
+    fn step_checkpoint(&mut self) -> bool {
+        let b = &mut self.backend;
+        let interval = match self.config.checkpoint_interval_pages {
+            0 => (u64::from(b.checkpoint.layout.pages) * 64)
+                .max(u64::from(b.geometry.pages_per_block) * u64::from(b.geometry.die_count())),
+            n => u64::from(n),
+        };
+        if b.checkpoint.is_idle() && b.ftl.programs_since_snapshot() >= interval {
+            b.checkpoint.request();
+        }
+        let progress = b
+            .checkpoint
+            .step(self.dram.as_mut(), &mut b.ftl, &mut b.queue, self.graph);
+        b.ftl.hold_programs = b.checkpoint.holds_programs();
+        progress
     }
 
     /// The ISP half of [`Self::poll`]: one step of the subgraph generator (starting a queued
@@ -863,10 +962,18 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let dram = self.dram.as_mut();
         match tag.kind {
             TagKind::Fill => {
-                self.backend
-                    .buffer
-                    .fill_done(dram, u32::from(tag.index), c.result.is_ok())
+                // The page read must be the one asked for: its spare record names it.
+                let slot = u32::from(tag.index);
+                let buffer = &self.backend.buffer;
+                let named = buffer
+                    .lpn_of(dram, slot)
+                    .is_none_or(|lpn| Ftl::read_is_of(buffer.spare_region(slot).bytes(dram), lpn));
+                buffer.fill_done(dram, slot, c.result.is_ok() && named)
             }
+            TagKind::CheckpointErase | TagKind::CheckpointProgram => self
+                .backend
+                .checkpoint
+                .complete(tag.kind, tag.index, c.result),
             TagKind::Program => {
                 let Some(cmd) = self
                     .commands
@@ -962,6 +1069,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
             // Handled above: trimming looks at the whole command table.
             Op::Deallocate(_) => (false, false, 0),
+            Op::Durable { ticket, give_ups } => {
+                let writer = &io.backend.checkpoint;
+                if writer.is_durable(*ticket) {
+                    (true, true, 0)
+                } else if writer.gave_up() != *give_ups {
+                    cmd.status = Status::WRITE_FAULT;
+                    (true, true, 0)
+                } else {
+                    (false, false, 0)
+                }
+            }
             Op::Collect {
                 tag,
                 data_len_bytes,
@@ -1041,8 +1159,16 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let Op::Deallocate(mut t) = cmd.op else {
             return false;
         };
+        // A checkpoint is copying the mapping out: it must not change meanwhile.
+        if self.backend.checkpoint.tables_frozen() {
+            return false;
+        }
         let done = self.step_trim(host, cmd.id, &mut t, &mut cmd.status);
-        if done {
+        if done && cmd.status.is_success() {
+            // Trims are not on flash until a checkpoint holds them.
+            cmd.op = self.durable();
+            self.commands[i] = Some(cmd);
+        } else if done {
             host.note_work(&self.backend.work);
             host.complete(
                 cmd.id,
@@ -1251,6 +1377,10 @@ impl Io<'_> {
             if !status.is_success() {
                 self.backend.buffer.detach_slot(dram, slot);
             }
+            // The spare says whose data this is; data the host never fully sent is nobody's.
+            let owner = status.is_success().then_some(lpn);
+            let spare = self.backend.buffer.spare_region(slot);
+            self.backend.ftl.stamp(spare.bytes_mut(dram), owner, None);
             let op = crate::hal::FlashOp::Program {
                 ppn,
                 dram_offset_bytes: self.backend.slot(slot).start,

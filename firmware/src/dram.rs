@@ -6,6 +6,7 @@
 
 use sagessd_abi::ns_config::{MAX_LAYERS, ns_config_size_bytes};
 
+use crate::checkpoint::CHECKPOINT_WINDOWS;
 use crate::config::FirmwareConfig;
 use crate::hal::Geometry;
 
@@ -103,10 +104,12 @@ pub(crate) struct DramLayout {
     pub dies: Region,
     /// Page-buffer slot metadata, 12 bytes per slot.
     pub slot_meta: Region,
-    /// Page-buffer slot data, one flash page per slot.
+    /// Page-buffer slot data, one flash-page window (data, then spare) per slot.
     pub slot_data: Region,
-    /// One page for garbage-collection copies.
+    /// One page window for garbage-collection copies.
     pub gc_page: Region,
+    /// The checkpoint writer's page windows (also boot's read windows).
+    pub checkpoint_windows: Region,
     /// Node-id → local-id hash table of the running job, `u32` (local id + 1, 0: empty).
     pub node_hash: Region,
     /// Global neighbour positions of the running layer, `u64` per sampled edge.
@@ -148,7 +151,7 @@ impl DramLayout {
         };
         let blocks = geometry.block_count() as usize;
         let pages = usize::try_from(geometry.page_count()).ok()?;
-        let page = geometry.page_size_bytes as usize;
+        let page = geometry.window_bytes();
         let slots = config.page_buffer_pages as usize;
         let nodes = config.max_subgraph_nodes as usize;
         let edges = config.max_subgraph_edges as usize;
@@ -161,6 +164,7 @@ impl DramLayout {
         let slot_meta = take(slots.checked_mul(SLOT_META_BYTES)?)?;
         let slot_data = take(slots.checked_mul(page)?)?;
         let gc_page = take(page)?;
+        let checkpoint_windows = take(CHECKPOINT_WINDOWS.checked_mul(page)?)?;
         let node_hash = take(hash_capacity(config.max_subgraph_nodes).checked_mul(4)?)?;
         let entries = take(edges.checked_mul(8)?)?;
         let gather_items = nodes.checked_mul(2)?.max(edges);
@@ -192,6 +196,7 @@ impl DramLayout {
             slot_meta,
             slot_data,
             gc_page,
+            checkpoint_windows,
             node_hash,
             entries,
             gather_keys,
@@ -221,7 +226,7 @@ pub struct DramRegion {
 }
 
 /// Most regions an arena has: the shared ones plus four per sampling slot.
-const MAX_REGIONS: usize = 15 + 5 * crate::config::MAX_ISP_SLOTS;
+const MAX_REGIONS: usize = 16 + 5 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-slot regions (one row per sampling slot).
 const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
@@ -349,9 +354,14 @@ impl DramLayout {
         push(
             "page_buffer_data",
             self.slot_data,
-            "page_size_bytes x page_buffer_pages",
+            "(page_size_bytes + 64 B spare) x page_buffer_pages",
         );
-        push("gc_page", self.gc_page, "page_size_bytes");
+        push("gc_page", self.gc_page, "page_size_bytes + 64 B spare");
+        push(
+            "checkpoint_windows",
+            self.checkpoint_windows,
+            "(page_size_bytes + 64 B spare) x 16",
+        );
         push(
             "node_hash",
             self.node_hash,
@@ -469,7 +479,7 @@ mod tests {
             let total = Fw::dram_size_bytes(&config, &geometry).unwrap();
             assert_eq!(regions.total_bytes(), total);
             let count = regions.iter().count();
-            assert_eq!(count, 15 + 5 * usize::from(isp_slots));
+            assert_eq!(count, 16 + 5 * usize::from(isp_slots));
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(
                 sum <= total && total < sum + super::DRAM_REGION_ALIGN_BYTES * count,
@@ -477,7 +487,7 @@ mod tests {
             );
             let find = |name: &str| regions.iter().find(|r| r.name == name).unwrap().size_bytes;
             assert_eq!(find("p2l"), 4 * 64 * 8);
-            assert_eq!(find("page_buffer_data"), 16 * 2048);
+            assert_eq!(find("page_buffer_data"), 16 * (2048 + 64));
             assert_eq!(find("node_hash"), 4 * 2048);
             assert_eq!(find("gather_keys"), 8 * 3000);
             assert_eq!(find("slot0.config"), 32 + 8 * 100);

@@ -1,9 +1,12 @@
 //! An in-memory NAND fake with the constraints of real flash, for tests.
 //!
-//! [`MemFlash`] keeps every page in RAM, enforces erase-before-program and in-order programming
-//! within a block, and delivers completions out of order across dies (in order within a die)
-//! under a seeded generator, so tests exercise the firmware's asynchronous paths. Reads of chosen
-//! pages can be made to fail, to test media-error handling. It counts what it did.
+//! [`MemFlash`] keeps every page (data and spare) in RAM, enforces erase-before-program and
+//! in-order programming within a block, and delivers completions out of order across dies (in
+//! order within a die) under a seeded generator, so tests exercise the firmware's asynchronous
+//! paths. Faults are injected on demand: reads, programs or erases of chosen pages and blocks
+//! fail, and [`MemFlash::power_cut`] loses the operations in flight the way a power loss does
+//! (each die's operation under way is either finished, torn or never started; everything queued
+//! behind it is lost). It counts what it did.
 
 extern crate alloc;
 
@@ -11,7 +14,7 @@ use alloc::collections::BTreeSet;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry, PhysPage};
+use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry, PhysBlock, PhysPage};
 
 /// Counts of operations performed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,17 +27,34 @@ pub struct MemFlashStats {
     pub erases: u64,
 }
 
-/// A RAM-backed NAND array (cloning it is a power cut: the copy keeps the pages and the
-/// operations in flight).
+/// What a power cut did to the operation each die had under way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CutReport {
+    /// Operations lost before they started.
+    pub lost: u32,
+    /// Operations that finished but were never reported.
+    pub finished: u32,
+    /// Programs left torn (the page fails its reads).
+    pub torn_programs: u32,
+    /// Erases left torn (every page of the block fails its reads until it is erased again).
+    pub torn_erases: u32,
+}
+
+/// A RAM-backed NAND array (cloning it copies the pages and the operations in flight).
 #[derive(Clone, Debug)]
 pub struct MemFlash {
     geometry: Geometry,
+    window: usize,
     pages: Vec<u8>,
     next_page: Vec<u32>,
     pending: Vec<(u32, FlashOp)>,
     queue_depth: usize,
     rng: u64,
     failing_reads: BTreeSet<u32>,
+    failing_programs: BTreeSet<u32>,
+    failing_erases: BTreeSet<u32>,
+    /// Pages that fail every read until their block is erased (torn by a power cut).
+    torn: BTreeSet<u32>,
     /// What has been done so far.
     pub stats: MemFlashStats,
 }
@@ -43,15 +63,20 @@ impl MemFlash {
     /// An erased array of `geometry`, accepting up to `queue_depth` operations at once, with
     /// completion order drawn from `seed`.
     pub fn new(geometry: Geometry, queue_depth: usize, seed: u64) -> Self {
-        let bytes = geometry.page_count() as usize * geometry.page_size_bytes as usize;
+        let window = geometry.window_bytes();
+        let bytes = geometry.page_count() as usize * window;
         Self {
             geometry,
+            window,
             pages: vec![0xFF; bytes],
             next_page: vec![0; geometry.block_count() as usize],
             pending: Vec::new(),
             queue_depth,
             rng: seed | 1,
             failing_reads: BTreeSet::new(),
+            failing_programs: BTreeSet::new(),
+            failing_erases: BTreeSet::new(),
+            torn: BTreeSet::new(),
             stats: MemFlashStats::default(),
         }
     }
@@ -61,10 +86,69 @@ impl MemFlash {
         self.failing_reads.insert(ppn.0);
     }
 
-    /// The bytes of page `ppn` as stored.
+    /// Makes the next program of `ppn` fail with [`FlashError::Media`] (the page is consumed).
+    pub fn fail_program_of(&mut self, ppn: PhysPage) {
+        self.failing_programs.insert(ppn.0);
+    }
+
+    /// Makes every later erase of `block` fail with [`FlashError::Media`].
+    pub fn fail_erases_of(&mut self, block: PhysBlock) {
+        self.failing_erases.insert(block.0);
+    }
+
+    /// The data bytes of page `ppn` as stored.
     pub fn page(&self, ppn: PhysPage) -> &[u8] {
-        let size = self.geometry.page_size_bytes as usize;
-        &self.pages[ppn.0 as usize * size..(ppn.0 as usize + 1) * size]
+        let start = ppn.0 as usize * self.window;
+        &self.pages[start..start + self.geometry.page_size_bytes as usize]
+    }
+
+    /// Operations submitted and not yet completed.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Cuts the power: the operation under way on each die (its oldest pending one) is, as
+    /// drawn from `seed`, never started, finished without being reported, or torn; every other
+    /// pending operation is lost. `dram` is the controller's arena as the cut found it (a
+    /// program's data is still in its window). Afterwards nothing is pending.
+    pub fn power_cut(&mut self, seed: u64, dram: &[u8]) -> CutReport {
+        let mut rng = seed | 1;
+        let mut report = CutReport::default();
+        let mut dies_seen = BTreeSet::new();
+        let mut scratch = dram.to_vec();
+        let ppb = self.geometry.pages_per_block;
+        for (_, op) in core::mem::take(&mut self.pending) {
+            if !dies_seen.insert(self.die_of(&op)) {
+                report.lost += 1;
+                continue;
+            }
+            rng = sagessd_abi::sample::mix(rng);
+            match (rng % 3, op) {
+                (0, _) | (_, FlashOp::Read { .. }) => report.lost += 1,
+                (1, op) => match self.perform(op, &mut scratch) {
+                    Ok(()) => report.finished += 1,
+                    Err(_) => report.lost += 1,
+                },
+                (_, FlashOp::Program { ppn, .. }) => {
+                    let block = (ppn.0 / ppb) as usize;
+                    if ppn.0 % ppb == self.next_page[block] {
+                        self.next_page[block] += 1;
+                        self.torn.insert(ppn.0);
+                        report.torn_programs += 1;
+                    } else {
+                        report.lost += 1;
+                    }
+                }
+                (_, FlashOp::Erase { block }) => {
+                    for p in 0..ppb {
+                        self.torn.insert(block.0 * ppb + p);
+                    }
+                    self.next_page[block.0 as usize] = ppb;
+                    report.torn_erases += 1;
+                }
+            }
+        }
+        report
     }
 
     fn next_random(&mut self) -> u64 {
@@ -83,7 +167,7 @@ impl MemFlash {
     }
 
     fn perform(&mut self, op: FlashOp, dram: &mut [u8]) -> Result<(), FlashError> {
-        let size = self.geometry.page_size_bytes as usize;
+        let size = self.window;
         let ppb = self.geometry.pages_per_block;
         match op {
             FlashOp::Read {
@@ -94,7 +178,7 @@ impl MemFlash {
                     .get_mut(dram_offset_bytes..dram_offset_bytes + size)
                     .ok_or(FlashError::OutOfRange)?;
                 self.stats.reads += 1;
-                if self.failing_reads.contains(&ppn.0) {
+                if self.failing_reads.contains(&ppn.0) || self.torn.contains(&ppn.0) {
                     return Err(FlashError::Media);
                 }
                 dst.copy_from_slice(
@@ -113,13 +197,23 @@ impl MemFlash {
                     return Err(FlashError::NotErased);
                 }
                 self.next_page[block] += 1;
+                if self.failing_programs.remove(&ppn.0) {
+                    self.torn.insert(ppn.0);
+                    return Err(FlashError::Media);
+                }
                 self.pages[ppn.0 as usize * size..(ppn.0 as usize + 1) * size].copy_from_slice(src);
                 self.stats.programs += 1;
             }
             FlashOp::Erase { block } => {
+                if self.failing_erases.contains(&block.0) {
+                    return Err(FlashError::Media);
+                }
                 let start = block.0 as usize * ppb as usize * size;
                 self.pages[start..start + ppb as usize * size].fill(0xFF);
                 self.next_page[block.0 as usize] = 0;
+                for p in 0..ppb {
+                    self.torn.remove(&(block.0 * ppb + p));
+                }
                 self.stats.erases += 1;
             }
         }

@@ -26,6 +26,10 @@ pub(crate) enum TagKind {
     GcProgram = 4,
     /// Garbage-collection erase.
     GcErase = 5,
+    /// Erase of a checkpoint slot's block.
+    CheckpointErase = 6,
+    /// Program of a checkpoint page from window `index`.
+    CheckpointProgram = 7,
 }
 
 /// A decoded flash tag.
@@ -54,6 +58,8 @@ impl Tag {
             3 => TagKind::GcRead,
             4 => TagKind::GcProgram,
             5 => TagKind::GcErase,
+            6 => TagKind::CheckpointErase,
+            7 => TagKind::CheckpointProgram,
             _ => return None,
         };
         Some(Self {
@@ -155,6 +161,8 @@ mod tests {
             TagKind::GcRead,
             TagKind::GcProgram,
             TagKind::GcErase,
+            TagKind::CheckpointErase,
+            TagKind::CheckpointProgram,
         ] {
             let t = Tag::new(kind, 0x0ABC, 0xFFFF);
             assert_eq!(Tag::decode(t.encode()), Some(t));

@@ -16,10 +16,15 @@
 //! The mapping unit is one flash page; partial-page writes are read-modify-write (the dispatcher
 //! does that through the page buffer).
 
-use crate::checkpoint::{Reader, RestoreError, require};
+mod rebuild;
+
+pub(crate) use rebuild::{BlockScan, Replayed};
+
+use crate::checkpoint::{CheckpointLayout, reserved_block_count};
 use crate::dram::{DramLayout, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
-use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage};
+use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage, SPARE_BYTES};
+use crate::oob::{PageKind, ReadSpare, Spare};
 use crate::work::WorkCounters;
 
 const BLOCK_USED: u8 = 0;
@@ -27,6 +32,12 @@ const BLOCK_FREE: u8 = 1;
 const BLOCK_ACTIVE: u8 = 2;
 const BLOCK_BAD: u8 = 3;
 const BLOCK_GC: u8 = 4;
+/// A block of a checkpoint slot: never in a free list, never a GC victim.
+const BLOCK_RESERVED: u8 = 5;
+
+/// The logical page written into the spare of a page programmed with data that belongs to no
+/// logical page (a write whose host transfer failed): recovery ignores it.
+const NO_OWNER: u32 = u32::MAX;
 
 /// L2P value of a logical page whose data the media lost (a GC copy could not read it): reads
 /// fail with an unrecovered-read error until the page is written or trimmed.
@@ -100,19 +111,34 @@ pub(crate) struct Ftl {
     full: bool,
     /// Logical pages currently mapped.
     mapped_pages: u64,
+    /// The program sequence the next programmed page gets.
+    program_seq: u64,
+    /// Programs stamped and not yet finished.
+    programs_in_flight: u32,
+    /// Pages programmed since the last checkpoint's snapshot.
+    programs_since_snapshot: u64,
+    /// Whether a trim changed the mapping since the last checkpoint's snapshot.
+    trimmed_since_snapshot: bool,
+    /// Set while a checkpoint is requested or written: no new program may start.
+    pub hold_programs: bool,
+    /// Where checkpoints live.
+    pub checkpoint_layout: CheckpointLayout,
     pub stats: FtlStats,
 }
 
-/// Logical pages a geometry offers: everything but one active and one reserve block per die and
-/// one spare, less over-provisioning. `None` if nothing is left.
+/// Logical pages a geometry offers: everything but the checkpoint slots, one active and one
+/// reserve block per die and one spare, less over-provisioning. `None` if nothing is left.
 pub(crate) fn logical_page_count(
     geometry: &Geometry,
     over_provisioning_percent: u8,
 ) -> Option<u32> {
-    let usable = geometry
+    let ppb = u64::from(geometry.pages_per_block);
+    let without_slots = geometry
         .block_count()
         .checked_sub(2 * geometry.die_count() + 1)?;
-    let pages = u64::from(usable) * u64::from(geometry.pages_per_block);
+    let upper = u32::try_from(u64::from(without_slots) * ppb).ok()?;
+    let usable = without_slots.checked_sub(reserved_block_count(geometry, upper)?)?;
+    let pages = u64::from(usable) * ppb;
     let pages = pages * (100 - u64::from(over_provisioning_percent)) / 100;
     u32::try_from(pages).ok().filter(|p| *p > 0)
 }
@@ -125,6 +151,7 @@ impl Ftl {
         geometry: Geometry,
         layout: &DramLayout,
         logical_pages: u32,
+        checkpoint_layout: CheckpointLayout,
         dram: &mut [u8],
     ) -> Self {
         let mut ftl = Self {
@@ -144,202 +171,88 @@ impl Ftl {
             gc: Gc::Idle,
             full: false,
             mapped_pages: 0,
+            program_seq: 1,
+            programs_in_flight: 0,
+            programs_since_snapshot: 0,
+            trimmed_since_snapshot: false,
+            hold_programs: false,
+            checkpoint_layout,
             stats: FtlStats::default(),
         };
         layout.block_valid.bytes_mut(dram).fill(0);
         layout.dies.bytes_mut(dram).fill(0);
         for b in (0..geometry.block_count()).rev() {
-            ftl.push_free(dram, PhysBlock(b));
+            if checkpoint_layout.is_reserved(PhysBlock(b)) {
+                ftl.block_state.bytes_mut(dram)[b as usize] = BLOCK_RESERVED;
+            } else {
+                ftl.push_free(dram, PhysBlock(b));
+            }
         }
         ftl
     }
 
-    /// Writes the FTL's persistent state (scalars, then its DRAM tables) to `sink`. Garbage
-    /// collection must be idle (the caller checks).
-    pub fn save(&self, dram: &[u8], sink: &mut dyn FnMut(&[u8])) {
-        let g = &self.geometry;
-        for v in [
-            g.channels,
-            g.ways,
-            g.dies_per_way,
-            g.blocks_per_die,
-            g.pages_per_block,
-            g.page_size_bytes,
-            self.logical_pages,
-            self.free_blocks,
-            self.reserve_blocks,
-            self.next_die,
-            u32::from(self.gc_active.is_some()),
-            self.gc_active.map_or(0, |(b, _)| b.0),
-            self.gc_active.map_or(0, |(_, p)| p),
-            u32::from(self.full),
-        ] {
-            sink(&v.to_le_bytes());
-        }
-        let s = &self.stats;
-        for v in [
-            self.mapped_pages,
-            s.host_pages_written,
-            s.gc_pages_moved,
-            s.blocks_erased,
-            s.media_failures,
-        ] {
-            sink(&v.to_le_bytes());
-        }
-        for region in self.tables() {
-            sink(region.bytes(dram));
-        }
+    /// The array's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
     }
 
-    /// The DRAM tables that persist, in their saved order (the GC page is scratch).
-    fn tables(&self) -> [Region; 6] {
-        [
-            self.l2p,
-            self.p2l,
-            self.block_valid,
-            self.block_next_free,
-            self.block_state,
-            self.dies,
-        ]
+    /// Logical pages of the capacity.
+    pub fn logical_pages(&self) -> u32 {
+        self.logical_pages
     }
 
-    /// Replaces this freshly formatted FTL's state with a saved one, checking every value a later
-    /// lookup or allocation trusts.
-    pub fn restore(&mut self, dram: &mut [u8], r: &mut Reader<'_>) -> Result<(), RestoreError> {
-        let g = self.geometry;
-        for (want, field) in [
-            (g.channels, "geometry.channels"),
-            (g.ways, "geometry.ways"),
-            (g.dies_per_way, "geometry.dies_per_way"),
-            (g.blocks_per_die, "geometry.blocks_per_die"),
-            (g.pages_per_block, "geometry.pages_per_block"),
-            (g.page_size_bytes, "geometry.page_size_bytes"),
-            (self.logical_pages, "logical_pages"),
-        ] {
-            require(r.u32(field)? == want, field)?;
-        }
-        let blocks = g.block_count();
-        let dies = g.die_count();
-        let ppb = g.pages_per_block;
-        let free_blocks = r.u32("free_blocks")?;
-        require(free_blocks <= blocks, "free_blocks")?;
-        let reserve_blocks = r.u32("reserve_blocks")?;
-        require(reserve_blocks <= blocks, "reserve_blocks")?;
-        let next_die = r.u32("next_die")?;
-        require(next_die < dies, "next_die")?;
-        let gc_active = match (r.u32("gc_active")?, r.u32("gc_block")?, r.u32("gc_page")?) {
-            (0, _, _) => None,
-            (1, b, p) if b < blocks && p <= ppb => Some((PhysBlock(b), p)),
-            _ => return Err(RestoreError::Invalid("gc_active")),
-        };
-        let full = match r.u32("full")? {
-            0 => false,
-            1 => true,
-            _ => return Err(RestoreError::Invalid("full")),
-        };
-        let mapped_pages = r.u64("mapped_pages")?;
-        require(
-            mapped_pages <= u64::from(self.logical_pages),
-            "mapped_pages",
-        )?;
-        let stats = FtlStats {
-            host_pages_written: r.u64("host_pages_written")?,
-            gc_pages_moved: r.u64("gc_pages_moved")?,
-            blocks_erased: r.u64("blocks_erased")?,
-            media_failures: r.u64("media_failures")?,
-        };
-        let names = [
-            "l2p",
-            "p2l",
-            "block_valid",
-            "block_next_free",
-            "block_state",
-            "dies",
-        ];
-        for (region, name) in self.tables().into_iter().zip(names) {
-            let bytes = r.take(region.len, name)?;
-            region.bytes_mut(dram).copy_from_slice(bytes);
-        }
-        let pages = g.page_count();
-        let all = |region: Region, ok: &dyn Fn(u32) -> bool, dram: &[u8]| {
-            (0..region.len / 4).all(|i| ok(region.u32(dram, i)))
-        };
-        let logical = self.logical_pages;
-        require(
-            all(self.l2p, &|v| v == L2P_LOST || u64::from(v) <= pages, dram),
-            "l2p",
-        )?;
-        require(all(self.p2l, &|v| v <= logical, dram), "p2l")?;
-        require(all(self.block_valid, &|v| v <= ppb, dram), "block_valid")?;
-        require(
-            all(self.block_next_free, &|v| v <= blocks, dram),
-            "block_next_free",
-        )?;
-        require(
-            self.block_state.bytes(dram).iter().all(|s| *s <= BLOCK_GC),
-            "block_state",
-        )?;
-        let die_ok = (0..dies).all(|d| {
-            self.die_word(dram, d, DIE_FREE_HEAD) <= blocks
-                && self.die_word(dram, d, DIE_FREE_COUNT) <= g.blocks_per_die
-                && self.die_word(dram, d, DIE_ACTIVE) <= blocks
-                && self.die_word(dram, d, DIE_NEXT_PAGE) <= ppb
-        });
-        require(die_ok, "dies")?;
-        self.check_free_lists(dram, free_blocks, gc_active)?;
-        self.free_blocks = free_blocks;
-        self.reserve_blocks = reserve_blocks;
-        self.next_die = next_die;
-        self.gc_active = gc_active;
-        self.gc = Gc::Idle;
-        self.full = full;
-        self.mapped_pages = mapped_pages;
-        self.stats = stats;
-        Ok(())
+    /// The tables a checkpoint holds, in payload order: block states, L2P. The rest (P2L,
+    /// valid counts, free lists, the dies' open blocks) is derived from them at boot.
+    pub fn checkpointed_tables(&self) -> [Region; 2] {
+        [self.block_state, self.l2p]
     }
 
-    /// Checks that restored tables agree with each other: each die's free list holds exactly
-    /// its count of its own free blocks (no cycle), the counts add up to `free_blocks`, every
-    /// free block is on a list, open active blocks are active and on their die, and no block is
-    /// mid-GC (GC was idle when the state was saved).
-    fn check_free_lists(
-        &self,
-        dram: &[u8],
-        free_blocks: u32,
-        gc_active: Option<(PhysBlock, u32)>,
-    ) -> Result<(), RestoreError> {
-        let g = self.geometry;
-        let states = self.block_state.bytes(dram);
-        let mut listed = 0u32;
-        for die in 0..g.die_count() {
-            let count = self.die_word(dram, die, DIE_FREE_COUNT);
-            let mut next = self.die_word(dram, die, DIE_FREE_HEAD);
-            for _ in 0..count {
-                let b = next
-                    .checked_sub(1)
-                    .ok_or(RestoreError::Invalid("free list"))?;
-                let on_die = self.die_of_block(PhysBlock(b)) == die;
-                require(on_die && states[b as usize] == BLOCK_FREE, "free list")?;
-                next = self.block_next_free.u32(dram, b as usize);
-            }
-            require(next == 0, "free list")?;
-            listed += count;
-            // An active block with pages left is written next: it must be active, on its die.
-            let active = self.die_word(dram, die, DIE_ACTIVE);
-            let open = self.die_word(dram, die, DIE_NEXT_PAGE) < g.pages_per_block;
-            if let Some(b) = active.checked_sub(1).filter(|_| open) {
-                let on_die = self.die_of_block(PhysBlock(b)) == die;
-                require(on_die && states[b as usize] == BLOCK_ACTIVE, "dies")?;
-            }
+    /// Writes the spare record of a page about to be programmed with logical page `lpn`'s data
+    /// (`None`: data that belongs to no logical page) into `spare`, and counts the program as in
+    /// flight until [`Self::program_finished`]. `data_seq`: the version a GC copy keeps; a host
+    /// write's version is its program sequence.
+    pub fn stamp(&mut self, spare: &mut [u8], lpn: Option<u32>, data_seq: Option<u64>) {
+        let program_seq = self.program_seq;
+        self.program_seq += 1;
+        self.programs_in_flight += 1;
+        self.programs_since_snapshot += 1;
+        Spare {
+            kind: PageKind::Data,
+            index: lpn.unwrap_or(NO_OWNER),
+            data_seq: data_seq.unwrap_or(program_seq),
+            program_seq,
         }
-        require(listed == free_blocks, "free_blocks")?;
-        let free_states = states.iter().filter(|s| **s == BLOCK_FREE).count();
-        require(free_states == free_blocks as usize, "block_state")?;
-        require(!states.contains(&BLOCK_GC), "block_state")?;
-        if let Some((b, _)) = gc_active.filter(|(_, p)| *p < g.pages_per_block) {
-            require(states[b.0 as usize] == BLOCK_ACTIVE, "gc_active")?;
-        }
-        Ok(())
+        .encode(&mut spare[..SPARE_BYTES]);
+    }
+
+    /// Whether a checkpoint snapshot may be taken now: no program in flight and garbage
+    /// collection between pages (it re-reads the tables when it goes on).
+    pub fn can_snapshot(&self) -> bool {
+        self.programs_in_flight == 0 && matches!(self.gc, Gc::Idle | Gc::Scan { .. })
+    }
+
+    /// Starts a checkpoint's snapshot: returns its sequence (every page programmed from now on
+    /// has a program sequence at least this) and restarts the counts of changes since.
+    pub fn take_snapshot_seq(&mut self) -> u64 {
+        self.programs_since_snapshot = 0;
+        self.trimmed_since_snapshot = false;
+        self.program_seq
+    }
+
+    /// Pages programmed since the last snapshot.
+    pub fn programs_since_snapshot(&self) -> u64 {
+        self.programs_since_snapshot
+    }
+
+    /// Whether anything changed the mapping since the last snapshot.
+    pub fn changed_since_snapshot(&self) -> bool {
+        self.programs_since_snapshot > 0 || self.trimmed_since_snapshot
+    }
+
+    /// Whether a read of logical page `lpn` that returned `spare` got that page's data: the
+    /// record must name it.
+    pub fn read_is_of(spare: &[u8], lpn: u32) -> bool {
+        matches!(Spare::decode(spare), ReadSpare::Valid(s) if s.kind == PageKind::Data && s.index == lpn)
     }
 
     /// Free blocks as a percentage of the blocks beyond the logical capacity (the spare),
@@ -421,6 +334,9 @@ impl Ftl {
         }
         let dies = self.geometry.die_count();
         let ppb = self.geometry.pages_per_block;
+        if self.hold_programs {
+            return None;
+        }
         for k in 0..dies {
             let die = (self.next_die + k) % dies;
             let active = self.die_word(dram, die, DIE_ACTIVE);
@@ -449,6 +365,9 @@ impl Ftl {
     }
 
     fn allocate_for_gc(&mut self, dram: &mut [u8]) -> Option<PhysPage> {
+        if self.hold_programs {
+            return None;
+        }
         let ppb = self.geometry.pages_per_block;
         let (block, page) = match self.gc_active {
             Some((b, p)) if p < ppb => (b, p),
@@ -482,6 +401,7 @@ impl Ftl {
     /// Records that a program of `ppn` finished (successfully or not): a block whose last page is
     /// done leaves the active state and becomes a GC candidate.
     pub fn program_finished(&mut self, dram: &mut [u8], ppn: PhysPage, ok: bool) {
+        self.programs_in_flight = self.programs_in_flight.saturating_sub(1);
         if !ok {
             self.stats.media_failures += 1;
         }
@@ -523,6 +443,7 @@ impl Ftl {
     pub fn trim(&mut self, dram: &mut [u8], lpn: u32) {
         if let Some(old) = self.lookup(dram, lpn) {
             self.invalidate(dram, old);
+            self.trimmed_since_snapshot = true;
         }
         if lpn < self.logical_pages {
             self.l2p.set_u32(dram, lpn as usize, 0);
@@ -554,6 +475,9 @@ impl Ftl {
         queue: &mut FlashQueue,
         work: &mut WorkCounters,
     ) -> bool {
+        if self.hold_programs {
+            return false;
+        }
         match self.gc {
             Gc::Idle => {
                 if self.free_blocks > self.reserve_blocks + 1 || self.full {
@@ -628,7 +552,19 @@ impl Ftl {
             (Gc::Reading { victim, page }, TagKind::GcRead) => {
                 let from = victim.page(&self.geometry, page);
                 let lpn = self.p2l.u32(dram, from.0 as usize);
-                if result.is_err() {
+                let spare_at = self.gc_page.start + self.geometry.page_size_bytes as usize;
+                let spare = &dram[spare_at..spare_at + SPARE_BYTES];
+                // A page whose record does not name its logical page is as lost as one the
+                // media could not read.
+                let version = match Spare::decode(spare) {
+                    ReadSpare::Valid(s)
+                        if lpn != 0 && s.kind == PageKind::Data && s.index == lpn - 1 =>
+                    {
+                        Some(s.data_seq)
+                    }
+                    _ => None,
+                };
+                if result.is_err() || (lpn != 0 && version.is_none()) {
                     // The data is lost: reads must say so, not return zeros or a stale page.
                     self.stats.media_failures += 1;
                     if lpn != 0 {
@@ -653,6 +589,8 @@ impl Ftl {
                 // free block for GC, so both room and a page exist; if not, rescan later.
                 match (queue.has_room(1), self.allocate(dram, true)) {
                     (true, Some(to)) => {
+                        let spare = &mut dram[spare_at..spare_at + SPARE_BYTES];
+                        self.stamp(spare, Some(lpn - 1), version);
                         let op = FlashOp::Program {
                             ppn: to,
                             dram_offset_bytes: self.gc_page.start,

@@ -10,6 +10,12 @@
 //! its outcome arrives later from [`Flash::poll`], never from inside `submit`. Data moves by DMA
 //! into and out of the firmware's DRAM arena, addressed by byte offset, exactly as a NAND
 //! controller's DMA engine addresses the board's DRAM.
+//!
+//! Every page has a spare (out-of-band) area next to its data, as NAND pages do. A page
+//! operation's DRAM window is [`Geometry::window_bytes`] long: the page's data, then
+//! [`SPARE_BYTES`] of spare, which a program stores and a read returns with the data. The FTL
+//! keeps each page's logical owner and sequence numbers there (`crate::oob`), which is what lets
+//! it rebuild its mapping after a power cut.
 
 /// The shape of the NAND array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +69,11 @@ impl Geometry {
             && matches!(total, Some(t) if t < u64::from(u32::MAX))
     }
 
+    /// Bytes of a page operation's DRAM window: the page's data, then its spare area.
+    pub fn window_bytes(&self) -> usize {
+        self.page_size_bytes as usize + SPARE_BYTES
+    }
+
     /// The channel a die sits on. Dies are numbered channel-first (die `d` is on channel
     /// `d % channels`, way `(d / channels) % ways`), so consecutive dies use different channels.
     pub fn channel_of(&self, die: u32) -> u32 {
@@ -80,6 +91,11 @@ impl Geometry {
     }
 }
 
+/// Bytes of a page's spare (out-of-band) area that travel with it, after its data, in every
+/// page operation's DRAM window. A multiple of the arena's cache line, so that windows stay
+/// line-aligned.
+pub const SPARE_BYTES: usize = 64;
+
 /// A physical page number: `(die * blocks_per_die + block) * pages_per_block + page`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PhysPage(pub u32);
@@ -95,24 +111,26 @@ impl PhysBlock {
     }
 }
 
-/// One flash operation. `dram_offset_bytes` addresses a page-sized window of the DRAM arena.
+/// One flash operation. `dram_offset_bytes` addresses a window of [`Geometry::window_bytes`]
+/// of the DRAM arena: the page's data, then its spare area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlashOp {
-    /// Read a page into DRAM.
+    /// Read a page (data and spare) into DRAM.
     Read {
         /// The page.
         ppn: PhysPage,
         /// Where its data lands.
         dram_offset_bytes: usize,
     },
-    /// Program an erased page from DRAM. The window must stay untouched until completion.
+    /// Program an erased page (data and spare) from DRAM. The window must stay untouched until
+    /// completion.
     Program {
         /// The page.
         ppn: PhysPage,
         /// Where its data is.
         dram_offset_bytes: usize,
     },
-    /// Erase a block (every page reads 0xFF afterwards).
+    /// Erase a block (every page, spare included, reads 0xFF afterwards).
     Erase {
         /// The block.
         block: PhysBlock,
@@ -128,7 +146,9 @@ pub enum FlashError {
     OutOfRange,
     /// A program targeted a page that is not erased, or pages of a block out of order.
     NotErased,
-    /// The media reported a failure.
+    /// The media reported a failure: a program or erase that did not take, or a read whose data
+    /// the error correction could not recover (a page whose program was cut short by a power
+    /// loss reads either as erased or with this error).
     Media,
 }
 
@@ -148,7 +168,10 @@ pub struct FlashCompletion {
 /// relies on it: a block's pages are programmed in order, and a block is erased only after the
 /// reads queued against it); finish a Read's DMA into DRAM before reporting it; read a Program's
 /// data no later than its completion; keep erased pages at 0xFF; refuse a program that is not
-/// the next page of its block.
+/// the next page of its block; move a page's spare area with its data; after a power loss,
+/// report a page whose program was interrupted either as erased or with [`FlashError::Media`]
+/// when it is read (never as the data it was being given), and a block whose erase was
+/// interrupted as failing its reads until it is erased again.
 pub trait Flash {
     /// The array's geometry; constant for the life of the implementation.
     fn geometry(&self) -> Geometry;

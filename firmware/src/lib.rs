@@ -37,14 +37,17 @@ mod ftl;
 pub mod hal;
 pub mod host;
 mod isp;
+mod oob;
 mod page_buffer;
+mod recovery;
 pub mod work;
 
 #[cfg(test)]
 mod tests;
 
-pub use checkpoint::{NotQuiet, RestoreError, STATE_MAGIC, STATE_VERSION};
+pub use checkpoint::{CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CheckpointStats};
 pub use config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_SLOTS};
 pub use dispatch::{Busy, Firmware};
 pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};
 pub use ftl::FtlStats;
+pub use recovery::{BootReport, RestoreError};

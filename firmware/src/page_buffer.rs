@@ -8,6 +8,7 @@
 
 use crate::config::PAGE_BUFFER_WAYS;
 use crate::dram::{Region, SLOT_META_BYTES};
+use crate::hal::SPARE_BYTES;
 
 const EMPTY: u8 = 0;
 const LOADING: u8 = 1;
@@ -245,10 +246,22 @@ impl PageBuffer {
         }
     }
 
-    /// The arena window holding slot `slot`'s page.
+    /// The arena window holding slot `slot`'s page (its data; the spare follows).
     pub fn slot_region(&self, slot: u32) -> Region {
         let size = self.page_size_bytes as usize;
-        self.data.sub(slot as usize * size, size)
+        self.data.sub(slot as usize * (size + SPARE_BYTES), size)
+    }
+
+    /// The spare area that follows slot `slot`'s page.
+    pub fn spare_region(&self, slot: u32) -> Region {
+        let size = self.page_size_bytes as usize;
+        self.data
+            .sub(slot as usize * (size + SPARE_BYTES) + size, SPARE_BYTES)
+    }
+
+    /// The logical page slot `slot` belongs to, if any.
+    pub fn lpn_of(&self, dram: &[u8], slot: u32) -> Option<u32> {
+        self.get(dram, slot).key.checked_sub(1)
     }
 }
 
@@ -258,14 +271,15 @@ mod tests {
     use std::vec;
 
     fn buffer(slots: u32) -> (PageBuffer, std::vec::Vec<u8>) {
-        let mut dram = vec![0u8; slots as usize * (SLOT_META_BYTES + 16)];
+        let window = 16 + SPARE_BYTES;
+        let mut dram = vec![0u8; slots as usize * (SLOT_META_BYTES + window)];
         let meta = Region {
             start: 0,
             len: slots as usize * SLOT_META_BYTES,
         };
         let data = Region {
             start: meta.len,
-            len: slots as usize * 16,
+            len: slots as usize * window,
         };
         (PageBuffer::new(meta, data, slots, 16, &mut dram), dram)
     }

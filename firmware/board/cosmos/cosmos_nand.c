@@ -23,11 +23,14 @@
 #include <stddef.h>
 
 #define BOUNCE_BYTES SAGESSD_COSMOS_BOUNCE_BYTES
+
+/* The library's spare record must fit the page's spare region. */
+_Static_assert(BYTES_PER_SPARE_REGION_OF_PAGE >= SAGESSD_FW_SPARE_BYTES, "spare region too small");
 #define IN_FLIGHT 0xFFu
 
 typedef struct {
     uint32_t tag;       /* the library's tag */
-    uint8_t *dram_page; /* a read's destination window in the arena */
+    uint8_t *dram_page; /* a read's destination window in the arena (data, then spare) */
     uint16_t req;       /* the scheduler request, REQ_SLOT_TAG_NONE when the bounce is free */
     uint8_t kind;       /* SAGESSD_FLASH_* */
     uint8_t status;     /* REQ_STATUS_* once retired, IN_FLIGHT before */
@@ -132,8 +135,10 @@ static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t add
         r->reqOpt.dataBufFormat = REQ_OPT_DATA_BUF_ADDR;
         r->dataBufInfo.addr = SAGESSD_COSMOS_DEV_ADDR(bounce_of(b));
         if (kind == SAGESSD_FLASH_PROGRAM) {
-            copy(bounce_of(b), dram_page, BYTES_PER_DATA_REGION_OF_PAGE);
-            for (uint32_t i = 0; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
+            /* The window's data, then the library's spare record at the start of the page's
+             * spare region; the rest of that region stays erased. */
+            copy(bounce_of(b), dram_page, BYTES_PER_DATA_REGION_OF_PAGE + SAGESSD_FW_SPARE_BYTES);
+            for (uint32_t i = SAGESSD_FW_SPARE_BYTES; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
                 bounce_of(b)[BYTES_PER_DATA_REGION_OF_PAGE + i] = 0xFF;
         }
     }
@@ -169,7 +174,7 @@ unsigned int sagessd_cosmos_flash_poll(void)
          * still delivers the data; FAIL comes after the scheduler's retries. */
         uint32_t result = e->status == REQ_STATUS_FAIL ? SAGESSD_FLASH_MEDIA : SAGESSD_FLASH_OK;
         if (e->kind == SAGESSD_FLASH_READ && result == SAGESSD_FLASH_OK)
-            copy(e->dram_page, bounce_of(b), BYTES_PER_DATA_REGION_OF_PAGE);
+            copy(e->dram_page, bounce_of(b), BYTES_PER_DATA_REGION_OF_PAGE + SAGESSD_FW_SPARE_BYTES);
         if (sagessd_fw_flash_complete(e->tag, result) != SAGESSD_OK)
             break; /* the library's queue is full: report the rest next time */
         e->req = REQ_SLOT_TAG_NONE;

@@ -67,7 +67,8 @@ impl Flash for BoardFlash {
     }
 
     fn submit(&mut self, tag: u32, op: FlashOp, dram: &[u8]) -> Result<(), FlashError> {
-        let page = self.geometry.page_size_bytes as usize;
+        // A page's window: its data, then its spare area.
+        let page = self.geometry.window_bytes();
         let window = |offset: usize| -> Result<*mut u8, FlashError> {
             match offset.checked_add(page) {
                 Some(end) if end <= self.arena_len && end <= dram.len() => {
@@ -111,7 +112,8 @@ impl Flash for BoardFlash {
             return Err(FlashError::Busy);
         }
         // SAFETY: `submit` is the board's non-null callback, called with the context it gave
-        // and, for reads and programs, a pointer to `page_size_bytes` bytes inside the arena
+        // and, for reads and programs, a pointer to a page window (`page_size_bytes` + spare)
+        // inside the arena
         // (checked above); the arena stays valid for the library's life. The header's contract
         // is that `submit` only starts the operation and returns.
         let rc = unsafe { (self.submit)(self.ctx, tag, kind, address, dram_page) };

@@ -47,6 +47,10 @@ fn expected() -> BTreeMap<String, i64> {
         assert!(m.insert(k.to_string(), v).is_none(), "{k} listed twice");
     };
     put("SAGESSD_FW_ABI_VERSION", ABI_VERSION.into());
+    put(
+        "SAGESSD_FW_SPARE_BYTES",
+        sagessd_firmware::hal::SPARE_BYTES as i64,
+    );
     put("SAGESSD_OK", OK.into());
     put("SAGESSD_COMPLETED", COMPLETED.into());
     put("SAGESSD_PENDING", PENDING.into());

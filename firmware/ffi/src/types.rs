@@ -10,7 +10,7 @@ use sagessd_firmware::hal::Geometry;
 use sagessd_firmware::{ConfigError, FirmwareConfig};
 
 /// `SAGESSD_FW_ABI_VERSION`: bumped on every incompatible change of the header.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// `SAGESSD_OK`: success.
 pub const OK: i32 = 0;
@@ -212,6 +212,7 @@ impl SagessdConfig {
             // A board's stock host stack may refuse vendor opcodes: always offer the tunnel.
             tunnel: true,
             max_feature_bytes: self.max_feature_bytes,
+            checkpoint_interval_pages: 0,
         })
     }
 }

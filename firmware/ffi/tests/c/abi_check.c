@@ -36,6 +36,7 @@ HAS_TYPE(((sagessd_flash_ops *)0)->submit,
 int main(void)
 {
     VALUE(SAGESSD_FW_ABI_VERSION);
+    VALUE(SAGESSD_FW_SPARE_BYTES);
     VALUE(SAGESSD_OK);
     VALUE(SAGESSD_COMPLETED);
     VALUE(SAGESSD_PENDING);

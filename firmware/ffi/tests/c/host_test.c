@@ -47,6 +47,8 @@
 /* ---- The device: 2 channels x 2 ways, 16 blocks of 8 pages of 2 KiB (512 KiB raw). -------- */
 static const sagessd_geometry GEOMETRY = {2, 2, 1, 16, 8, 2048};
 #define PAGE_BYTES 2048u
+/* A page as the fake stores it and as the library's windows hold it: data, then spare. */
+#define WINDOW_BYTES (PAGE_BYTES + SAGESSD_FW_SPARE_BYTES)
 #define PAGES (2u * 2u * 1u * 16u * 8u)
 #define BLOCKS (2u * 2u * 1u * 16u)
 #define PAGES_PER_BLOCK 8u
@@ -69,7 +71,7 @@ static sagessd_config good_config(void)
 }
 
 /* ---- RAM-backed NAND with deferred completions. ----------------------------------------- */
-static uint8_t nand[PAGES * PAGE_BYTES];
+static uint8_t nand[PAGES * WINDOW_BYTES];
 static uint32_t next_page[BLOCKS]; /* programs of a block must come in page order */
 
 typedef struct {
@@ -105,7 +107,7 @@ static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t add
     } else {
         CHECK(kind == SAGESSD_FLASH_READ || kind == SAGESSD_FLASH_PROGRAM, "kind %u", kind);
         CHECK(dram_page != NULL && dram_page >= arena_start &&
-                  dram_page + PAGE_BYTES <= arena_end,
+                  dram_page + WINDOW_BYTES <= arena_end,
               "the DRAM page lies inside the arena");
         if (address >= PAGES)
             return -1;
@@ -131,7 +133,7 @@ static int complete_one_flash_op(void)
     switch (op.kind) {
     case SAGESSD_FLASH_READ:
         flash_reads++;
-        memcpy(op.dram_page, &nand[(size_t)op.address * PAGE_BYTES], PAGE_BYTES);
+        memcpy(op.dram_page, &nand[(size_t)op.address * WINDOW_BYTES], WINDOW_BYTES);
         break;
     case SAGESSD_FLASH_PROGRAM: {
         uint32_t block = op.address / PAGES_PER_BLOCK;
@@ -141,12 +143,12 @@ static int complete_one_flash_op(void)
             break;
         }
         next_page[block]++;
-        memcpy(&nand[(size_t)op.address * PAGE_BYTES], op.dram_page, PAGE_BYTES);
+        memcpy(&nand[(size_t)op.address * WINDOW_BYTES], op.dram_page, WINDOW_BYTES);
         break;
     }
     case SAGESSD_FLASH_ERASE:
-        memset(&nand[(size_t)op.address * PAGES_PER_BLOCK * PAGE_BYTES], 0xFF,
-               PAGES_PER_BLOCK * PAGE_BYTES);
+        memset(&nand[(size_t)op.address * PAGES_PER_BLOCK * WINDOW_BYTES], 0xFF,
+               PAGES_PER_BLOCK * WINDOW_BYTES);
         next_page[op.address] = 0;
         break;
     }

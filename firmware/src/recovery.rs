@@ -1,0 +1,471 @@
+//! Booting from flash after a clean stop or a power cut: [`Firmware::recover`].
+//!
+//! ```plain
+//!   1. read the first page of both checkpoint slots; take the newest checkpoint whose every
+//!      page reads back intact (a torn one is skipped), or none
+//!   2. read the first page of every block: erased, rewritten or untouched since the snapshot
+//!   3. replay: scan the blocks written since, page by page until an erased or unreadable one
+//!   4. rebuild the derived tables, erase the blocks left free (one may hold a page whose
+//!      program was cut short yet reads as erased), continue the sequences
+//! ```
+//!
+//! The rules of steps 2 and 3 live with the tables (`crate::ftl` `rebuild`). Boot runs to
+//! completion before the firmware takes a command; it drives the flash directly, through the
+//! checkpoint windows, and calls `wait` whenever it has nothing to do but wait for the flash (a
+//! board spins or sleeps; the emulator advances its NAND clock).
+
+use crate::checkpoint::{CHECKPOINT_WINDOWS, HEADER_BYTES, Header, Piece, for_each_run};
+use crate::config::{ConfigError, FirmwareConfig};
+use crate::dispatch::Firmware;
+use crate::ftl::{BlockScan, Replayed};
+use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage};
+use crate::oob::{PageKind, ReadSpare, Spare};
+
+/// Why the firmware cannot boot from the flash it was given. Each variant names what is wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreError {
+    /// The configuration itself is invalid (as [`Firmware::new`] would say).
+    Config(ConfigError),
+    /// The flash holds a checkpoint this configuration cannot use: `field` differs (geometry,
+    /// capacity, the attached graph).
+    Invalid(&'static str),
+    /// The flash refused an operation outright (out of range: the HAL and the geometry
+    /// disagree).
+    Flash(FlashError),
+}
+
+/// What a boot found and did, for `device info` and the footprint report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BootReport {
+    /// The checkpoint booted from (`None`: none was valid; everything was replayed).
+    pub checkpoint_id: Option<u64>,
+    /// Checkpoints found torn and skipped.
+    pub torn_checkpoints: u32,
+    /// Pages read: checkpoint, first pages, replay.
+    pub pages_read: u64,
+    /// Pages the replay took into the mapping.
+    pub pages_replayed: u64,
+    /// Blocks erased before use.
+    pub blocks_erased: u64,
+    /// The flash held nothing: a formatted device.
+    pub blank: bool,
+}
+
+/// One boot step's reads: where to read next, and what to do with each page read.
+trait Scan<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
+    /// The next page to read, if any is due now.
+    fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage>;
+    /// Handles the read of `ppn` into window `k`.
+    fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool);
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
+    /// Boots from what `flash` holds: the newest intact checkpoint plus a replay of the pages
+    /// programmed after it, so that every write whose completion was posted is mapped again and
+    /// any other write reads as its old or its new data. On blank flash this is [`Self::new`].
+    /// `dram` must be zeroed, as for [`Self::new`].
+    pub fn recover(
+        config: FirmwareConfig,
+        flash: F,
+        dram: M,
+        wait: &mut dyn FnMut(&mut F),
+    ) -> Result<(Self, BootReport), RestoreError> {
+        let mut fw = Self::new(config, flash, dram).map_err(RestoreError::Config)?;
+        let mut report = BootReport::default();
+        let (checkpoint, highest_id) = fw.load_checkpoint(wait, &mut report)?;
+        let snapshot_seq = checkpoint.map_or(0, |(h, _)| h.snapshot_seq);
+        match checkpoint {
+            Some(_) => {
+                let (ftl, dram) = fw.ftl_dram();
+                ftl.adopt_checkpoint(dram).map_err(RestoreError::Invalid)?;
+            }
+            None => {
+                let (ftl, dram) = fw.ftl_dram();
+                ftl.adopt_blank(dram);
+            }
+        }
+        let mut first = FirstPages {
+            next_block: 0,
+            snapshot_seq,
+            programmed: 0,
+        };
+        fw.run_scan(&mut first, wait, &mut report)?;
+        let mut replay = ReplayScan {
+            next_block: 0,
+            cursors: [None; CHECKPOINT_WINDOWS],
+            snapshot_seq,
+            highest_seq: snapshot_seq,
+            replayed: 0,
+        };
+        fw.run_scan(&mut replay, wait, &mut report)?;
+        report.pages_replayed = replay.replayed;
+        report.blank = checkpoint.is_none() && first.programmed == 0;
+        let stats = checkpoint.map(|(h, _)| h.stats).unwrap_or_default();
+        let next_seq = replay.highest_seq.saturating_add(1);
+        let (ftl, dram) = fw.ftl_dram();
+        ftl.finish_recovery(dram, next_seq, stats);
+        if !report.blank {
+            report.blocks_erased = fw.erase_free_blocks(wait)?;
+        }
+        fw.finish_boot(checkpoint, highest_id, report);
+        Ok((fw, report))
+    }
+
+    /// Step 1: the newest intact checkpoint, copied into the tables, with its slot; and the
+    /// highest checkpoint id seen (torn ones included), so ids never repeat.
+    fn load_checkpoint(
+        &mut self,
+        wait: &mut dyn FnMut(&mut F),
+        report: &mut BootReport,
+    ) -> Result<(Option<(Header, u32)>, u64), RestoreError> {
+        let mut heads = [None; 2];
+        for (slot, head) in heads.iter_mut().enumerate() {
+            let ppn = self.checkpointer().layout.page(slot as u32, 0);
+            if let Some(Spare {
+                kind: PageKind::Checkpoint,
+                index: 0,
+                data_seq,
+                program_seq,
+            }) = self.read_one(ppn, wait, report)?
+            {
+                *head = Some((data_seq, program_seq));
+            }
+        }
+        let highest = heads.iter().flatten().map(|(id, _)| *id).max().unwrap_or(0);
+        let mut order = [0u32, 1];
+        if heads[1].map(|h| h.0) > heads[0].map(|h| h.0) {
+            order = [1, 0];
+        }
+        for slot in order {
+            let Some((id, seq)) = heads[slot as usize] else {
+                continue;
+            };
+            let mut copy = CheckpointCopy {
+                slot,
+                id,
+                snapshot_seq: seq,
+                next: 0,
+                intact: true,
+                header: [0; HEADER_BYTES],
+            };
+            self.run_scan(&mut copy, wait, report)?;
+            if !copy.intact {
+                report.torn_checkpoints += 1;
+                continue;
+            }
+            let header = Header::decode(
+                &copy.header,
+                self.ftl(),
+                &self.checkpointer().layout,
+                self.block_size_bytes(),
+                self.namespace_block_count(),
+            )
+            .map_err(RestoreError::Invalid)?;
+            if header.id != id || header.snapshot_seq != seq {
+                report.torn_checkpoints += 1;
+                continue;
+            }
+            report.checkpoint_id = Some(id);
+            return Ok((Some((header, slot)), highest));
+        }
+        Ok((None, highest))
+    }
+
+    /// Reads one page into window 0 and returns its spare record if the read succeeded and the
+    /// record is intact.
+    fn read_one(
+        &mut self,
+        ppn: PhysPage,
+        wait: &mut dyn FnMut(&mut F),
+        report: &mut BootReport,
+    ) -> Result<Option<Spare>, RestoreError> {
+        struct One {
+            ppn: Option<PhysPage>,
+            spare: Option<Spare>,
+        }
+        impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for One {
+            fn next(&mut self, _: &mut Firmware<F, M>) -> Option<PhysPage> {
+                self.ppn.take()
+            }
+            fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, _: PhysPage, ok: bool) {
+                if let (true, ReadSpare::Valid(s)) = (ok, fw.window_spare(k)) {
+                    self.spare = Some(s);
+                }
+            }
+        }
+        let mut one = One {
+            ppn: Some(ppn),
+            spare: None,
+        };
+        self.run_scan(&mut one, wait, report)?;
+        Ok(one.spare)
+    }
+
+    /// The spare record read into window `k`.
+    fn window_spare(&self, k: usize) -> ReadSpare {
+        let window = self.checkpointer().window(k);
+        let page = self.ftl().geometry().page_size_bytes as usize;
+        Spare::decode(&window.bytes(self.dram_bytes())[page..])
+    }
+
+    /// Runs `scan`'s reads through the checkpoint windows until it has none left.
+    fn run_scan(
+        &mut self,
+        scan: &mut dyn Scan<F, M>,
+        wait: &mut dyn FnMut(&mut F),
+        report: &mut BootReport,
+    ) -> Result<(), RestoreError> {
+        let mut reading: [Option<PhysPage>; CHECKPOINT_WINDOWS] = [None; CHECKPOINT_WINDOWS];
+        let mut held: Option<PhysPage> = None;
+        loop {
+            while let Some(k) = reading.iter().position(Option::is_none) {
+                let Some(ppn) = held.take().or_else(|| scan.next(self)) else {
+                    break;
+                };
+                let op = FlashOp::Read {
+                    ppn,
+                    dram_offset_bytes: self.checkpointer().window(k).start,
+                };
+                match self.submit_boot_op(k as u32, op) {
+                    Ok(()) => reading[k] = Some(ppn),
+                    Err(FlashError::Busy) => {
+                        held = Some(ppn);
+                        break;
+                    }
+                    Err(e) => return Err(RestoreError::Flash(e)),
+                }
+            }
+            if reading.iter().all(Option::is_none) {
+                if held.is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+            match self.poll_boot_flash() {
+                Some(c) => {
+                    let k = c.tag as usize;
+                    if let Some(ppn) = reading.get_mut(k).and_then(Option::take) {
+                        report.pages_read += 1;
+                        scan.done(self, k, ppn, c.result.is_ok());
+                    }
+                }
+                None => wait(self.flash_mut()),
+            }
+        }
+    }
+
+    /// Step 4's erases: every block recovery left free. A block whose erase fails is retired.
+    fn erase_free_blocks(&mut self, wait: &mut dyn FnMut(&mut F)) -> Result<u64, RestoreError> {
+        let blocks = self.ftl().geometry().block_count();
+        let mut next = 0u32;
+        let mut in_flight = 0u32;
+        let mut erased = 0u64;
+        loop {
+            while next < blocks {
+                let block = PhysBlock(next);
+                if !self.ftl().is_free_block(self.dram_bytes(), block) {
+                    next += 1;
+                    continue;
+                }
+                match self.submit_boot_op(next, FlashOp::Erase { block }) {
+                    Ok(()) => {
+                        in_flight += 1;
+                        next += 1;
+                    }
+                    Err(FlashError::Busy) => break,
+                    Err(e) => return Err(RestoreError::Flash(e)),
+                }
+            }
+            if in_flight == 0 && next >= blocks {
+                return Ok(erased);
+            }
+            match self.poll_boot_flash() {
+                Some(c) => {
+                    in_flight -= 1;
+                    erased += 1;
+                    if c.result.is_err() {
+                        let (ftl, dram) = self.ftl_dram();
+                        ftl.retire_free_block(dram, PhysBlock(c.tag));
+                    }
+                }
+                None => wait(self.flash_mut()),
+            }
+        }
+    }
+}
+
+/// Step 1's copy of one checkpoint into the tables.
+struct CheckpointCopy {
+    slot: u32,
+    id: u64,
+    snapshot_seq: u64,
+    next: u32,
+    intact: bool,
+    header: [u8; HEADER_BYTES],
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for CheckpointCopy {
+    fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
+        let layout = fw.checkpointer().layout;
+        (self.intact && self.next < layout.pages).then(|| {
+            self.next += 1;
+            layout.page(self.slot, self.next - 1)
+        })
+    }
+
+    fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
+        let index = fw.checkpointer().layout.index_of(self.slot, ppn);
+        let expected = index.map(|i| Spare {
+            kind: PageKind::Checkpoint,
+            index: i,
+            data_seq: self.id,
+            program_seq: self.snapshot_seq,
+        });
+        let (Some(i), true, ReadSpare::Valid(s)) = (index, ok, fw.window_spare(k)) else {
+            self.intact = false;
+            return;
+        };
+        if Some(s) != expected {
+            self.intact = false;
+            return;
+        }
+        let window = fw.checkpointer().window(k);
+        let mut header = self.header;
+        let (ftl, dram) = fw.ftl_dram();
+        let page = ftl.geometry().page_size_bytes as usize;
+        for_each_run(ftl, i as usize * page, page, |at, to, len, piece| {
+            let from = window.start + at;
+            match piece {
+                Piece::Header => header[to..to + len].copy_from_slice(&dram[from..from + len]),
+                Piece::Table(r) => dram.copy_within(from..from + len, r.start + to),
+            }
+        });
+        self.header = header;
+    }
+}
+
+/// Step 2: the first page of every block that needs a look.
+struct FirstPages {
+    next_block: u32,
+    snapshot_seq: u64,
+    /// Blocks found holding anything.
+    programmed: u64,
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
+    fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
+        let g = fw.ftl().geometry();
+        while self.next_block < g.block_count() {
+            let block = PhysBlock(self.next_block);
+            self.next_block += 1;
+            if fw.ftl().needs_scan(fw.dram_bytes(), block) {
+                return Some(block.page(&g, 0));
+            }
+        }
+        None
+    }
+
+    fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
+        let g = fw.ftl().geometry();
+        let scan = match (ok, fw.window_spare(k)) {
+            (true, ReadSpare::Erased) => BlockScan::Erased,
+            (true, ReadSpare::Valid(s)) if s.kind == PageKind::Data => BlockScan::Data {
+                program_seq: s.program_seq,
+            },
+            _ => BlockScan::Garbled,
+        };
+        if scan != BlockScan::Erased {
+            self.programmed += 1;
+        }
+        let block = PhysBlock(ppn.0 / g.pages_per_block);
+        let (ftl, dram) = fw.ftl_dram();
+        let start = ftl.classify(dram, block, scan, self.snapshot_seq);
+        ftl.set_replay_start(dram, block, start);
+    }
+}
+
+/// Step 3: each block to replay, page by page; one cursor per window.
+struct ReplayScan {
+    next_block: u32,
+    /// The block each window's next read belongs to, and that page.
+    cursors: [Option<(PhysBlock, u32)>; CHECKPOINT_WINDOWS],
+    snapshot_seq: u64,
+    highest_seq: u64,
+    replayed: u64,
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
+    fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
+        let g = fw.ftl().geometry();
+        // A cursor whose next page is due: a parked one first, else a new block.
+        if let Some(c) = self
+            .cursors
+            .iter_mut()
+            .find_map(|c| c.take_if(|(_, p)| *p & PARKED == 0))
+        {
+            let (block, page) = c;
+            self.park(block, page);
+            return Some(block.page(&g, page));
+        }
+        while self.next_block < g.block_count() {
+            let block = PhysBlock(self.next_block);
+            self.next_block += 1;
+            let start = fw.ftl().replay_start(fw.dram_bytes(), block);
+            if start < g.pages_per_block && fw.ftl().needs_scan(fw.dram_bytes(), block) {
+                self.park(block, start);
+                return Some(block.page(&g, start));
+            }
+        }
+        None
+    }
+
+    fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
+        let g = fw.ftl().geometry();
+        let (block, page) = (
+            PhysBlock(ppn.0 / g.pages_per_block),
+            ppn.0 % g.pages_per_block,
+        );
+        let slot = self
+            .cursors
+            .iter()
+            .position(|c| *c == Some((block, page | PARKED)));
+        if let Some(i) = slot {
+            self.cursors[i] = None;
+        }
+        let (true, ReadSpare::Valid(s)) = (ok, fw.window_spare(k)) else {
+            return;
+        };
+        if s.kind != PageKind::Data {
+            return;
+        }
+        self.highest_seq = self.highest_seq.max(s.program_seq);
+        let page_seen = Replayed {
+            ppn,
+            lpn: s.index,
+            data_seq: s.data_seq,
+            program_seq: s.program_seq,
+        };
+        if s.program_seq >= self.snapshot_seq && s.index < fw.ftl().logical_pages() {
+            self.replayed += 1;
+        }
+        let (ftl, dram) = fw.ftl_dram();
+        ftl.replay(dram, page_seen, self.snapshot_seq);
+        if page + 1 < g.pages_per_block
+            && let Some(i) = slot
+        {
+            self.cursors[i] = Some((block, page + 1));
+        }
+    }
+}
+
+/// Marks a cursor whose read is in flight.
+const PARKED: u32 = 1 << 31;
+
+impl ReplayScan {
+    /// Records that `block`'s page `page` is being read.
+    fn park(&mut self, block: PhysBlock, page: u32) {
+        if let Some(c) = self.cursors.iter_mut().find(|c| c.is_none()) {
+            *c = Some((block, page | PARKED));
+        }
+    }
+}
