@@ -87,6 +87,10 @@ use crate::config::NandConfig;
 use crate::dram::Dram;
 use crate::event_queue::EventQueue;
 
+mod faults;
+
+pub use faults::{CutReport, NandFaults};
+
 /// The timing parameters of the array, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NandTiming {
@@ -242,6 +246,8 @@ struct Channel {
 #[derive(Debug)]
 struct Finished {
     tag: u32,
+    /// The media failed the operation (an injected fault).
+    failed: bool,
     read: Option<(usize, ReadData)>,
 }
 
@@ -285,6 +291,11 @@ pub struct NandArray {
     stats: NandStats,
     /// The controller DRAM page data streams into (reads) and out of (programs), if modelled.
     dram: Option<Dram>,
+    /// Pages that fail every read until their block is erased: torn by a power cut, or a
+    /// program that failed.
+    torn: rustc_hash::FxHashSet<u32>,
+    /// Injected faults, if any.
+    faults: Option<NandFaults>,
 }
 
 impl NandArray {
@@ -327,6 +338,8 @@ impl NandArray {
                 ..NandStats::default()
             },
             dram: None,
+            torn: Default::default(),
+            faults: None,
         }
     }
 
@@ -654,7 +667,7 @@ impl NandArray {
         let n = g.members.len() as u64;
         let busy_ns = match phase {
             BusPhase::ReadCommand => {
-                let sense_done = s + n * cmd + t.t_read_ns;
+                let sense_done = s + n * cmd + t.t_read_ns + self.spike_ns(op_id);
                 self.schedule(sense_done, EventKind::SenseDone, op_id);
                 n * cmd
             }
@@ -671,14 +684,17 @@ impl NandArray {
                 g.data_end_ns = g.data_end_ns.max(end);
                 if g.ungranted == 0 {
                     let done = g.data_end_ns + t.t_program_ns;
-                    for m in g.members.clone() {
+                    let members = g.members.clone();
+                    let done = done + self.spike_ns(members[0]);
+                    for m in members {
                         self.schedule(done, EventKind::Done, m);
                     }
                 }
                 end - s
             }
             BusPhase::Erase => {
-                self.schedule(s + cmd + t.t_erase_ns, EventKind::Done, op_id);
+                let done = s + cmd + t.t_erase_ns + self.spike_ns(op_id);
+                self.schedule(done, EventKind::Done, op_id);
                 cmd
             }
         };
@@ -692,7 +708,17 @@ impl NandArray {
         let Some(op) = self.ops.remove(&op_id) else {
             return;
         };
+        let mut failed = false;
         let read = match op.kind {
+            OpKind::Read { ppn, .. }
+            | OpKind::Program { ppn, .. }
+            | OpKind::Erase { block: ppn }
+                if self.fails(op_id, &op.kind) =>
+            {
+                self.fail_media(&op.kind, ppn);
+                failed = true;
+                None
+            }
             OpKind::Read {
                 ppn,
                 dram_offset_bytes,
@@ -707,6 +733,10 @@ impl NandArray {
             }
             OpKind::Erase { block } => {
                 self.stats.blocks_erased += 1;
+                let ppb = self.geometry.pages_per_block;
+                for p in block * ppb..(block + 1) * ppb {
+                    self.torn.remove(&p);
+                }
                 let first = block * self.geometry.pages_per_block;
                 let pages_per_block = self.geometry.pages_per_block;
                 for f in &mut self.finished {
@@ -723,7 +753,11 @@ impl NandArray {
                 None
             }
         };
-        self.finished.push_back(Finished { tag: op.tag, read });
+        self.finished.push_back(Finished {
+            tag: op.tag,
+            failed,
+            read,
+        });
         let die = op.die as usize;
         let g = self.die_group[die]
             .as_mut()
@@ -827,8 +861,22 @@ impl Flash for NandArray {
 
     fn poll(&mut self, dram: &mut [u8]) -> Option<FlashCompletion> {
         let done = self.finished.pop_front()?;
-        let mut result = Ok(());
-        if let Some((offset, data)) = done.read {
+        let mut result = if done.failed {
+            Err(FlashError::Media)
+        } else {
+            Ok(())
+        };
+        if let Some((offset, data)) = done.read
+            && result.is_ok()
+        {
+            if let ReadData::Page(ppn) = data
+                && self.torn.contains(&ppn)
+            {
+                return Some(FlashCompletion {
+                    tag: done.tag,
+                    result: Err(FlashError::Media),
+                });
+            }
             let page = match &data {
                 ReadData::Page(ppn) => self.pages.get(ppn),
                 ReadData::Snapshot(page) => page.as_ref(),

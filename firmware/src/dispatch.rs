@@ -998,6 +998,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 if c.result.is_ok() && cmd.status.is_success() {
                     self.backend.ftl.commit(dram, lpn, ppn, None);
                     self.backend.ftl.stats.host_pages_written += 1;
+                } else if c.result == Err(FlashError::Media) && cmd.status.is_success() {
+                    // The media failed the page (its block is being retired): the slot still
+                    // holds the data, pinned; program it again elsewhere.
+                    self.pages.set(dram, owner, index, PageIo::Owned(slot));
+                    return;
                 } else {
                     // The slot holds data flash does not: nobody may find it any more.
                     self.backend.buffer.detach_slot(dram, slot);

@@ -34,6 +34,8 @@ const BLOCK_BAD: u8 = 3;
 const BLOCK_GC: u8 = 4;
 /// A block of a checkpoint slot: never in a free list, never a GC victim.
 const BLOCK_RESERVED: u8 = 5;
+/// A block a program failed in: written no further, and retired (bad) when GC has emptied it.
+const BLOCK_RETIRING: u8 = 6;
 
 /// The logical page written into the spare of a page programmed with data that belongs to no
 /// logical page (a write whose host transfer failed): recovery ignores it.
@@ -404,12 +406,32 @@ impl Ftl {
         self.programs_in_flight = self.programs_in_flight.saturating_sub(1);
         if !ok {
             self.stats.media_failures += 1;
+            self.retire(dram, self.block_of(ppn));
         }
         if ppn.0 % self.geometry.pages_per_block == self.geometry.pages_per_block - 1 {
             let b = self.block_of(ppn).0 as usize;
             if self.block_state.bytes(dram)[b] == BLOCK_ACTIVE {
                 self.block_state.bytes_mut(dram)[b] = BLOCK_USED;
             }
+        }
+    }
+
+    /// Stops writing `block` (a program failed in it): no further page is allocated from it,
+    /// and GC retires it once it has moved its valid pages out.
+    fn retire(&mut self, dram: &mut [u8], block: PhysBlock) {
+        let ppb = self.geometry.pages_per_block;
+        let die = self.die_of_block(block);
+        if self.die_word(dram, die, DIE_ACTIVE) == block.0 + 1 {
+            self.set_die_word(dram, die, DIE_NEXT_PAGE, ppb);
+        }
+        if let Some((b, _)) = self.gc_active
+            && b == block
+        {
+            self.gc_active = Some((b, ppb));
+        }
+        let state = &mut self.block_state.bytes_mut(dram)[block.0 as usize];
+        if matches!(*state, BLOCK_ACTIVE | BLOCK_USED) {
+            *state = BLOCK_RETIRING;
         }
     }
 
@@ -533,7 +555,7 @@ impl Ftl {
         let states = self.block_state.bytes(dram);
         let ppb = self.geometry.pages_per_block;
         (0..self.geometry.block_count())
-            .filter(|b| states[*b as usize] == BLOCK_USED)
+            .filter(|b| matches!(states[*b as usize], BLOCK_USED | BLOCK_RETIRING))
             .map(|b| (self.block_valid.u32(dram, b as usize), b))
             .filter(|(valid, _)| *valid < ppb)
             .min()
@@ -638,11 +660,12 @@ impl Ftl {
                         .set_u32(dram, victim.page(&self.geometry, p).0 as usize, 0);
                 }
                 self.block_valid.set_u32(dram, victim.0 as usize, 0);
-                if result.is_ok() {
+                let retiring = self.block_state.bytes(dram)[victim.0 as usize] == BLOCK_RETIRING;
+                if result.is_ok() && !retiring {
                     self.stats.blocks_erased += 1;
                     self.push_free(dram, victim);
                 } else {
-                    self.stats.media_failures += 1;
+                    self.stats.media_failures += u64::from(result.is_err());
                     self.block_state.bytes_mut(dram)[victim.0 as usize] = BLOCK_BAD;
                 }
                 self.gc = Gc::Idle;

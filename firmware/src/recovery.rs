@@ -4,7 +4,8 @@
 //!   1. read the first page of both checkpoint slots; take the newest checkpoint whose every
 //!      page reads back intact (a torn one is skipped), or none
 //!   2. read the first page of every block: erased, rewritten or untouched since the snapshot
-//!   3. replay: scan the blocks written since, page by page until an erased or unreadable one
+//!   3. replay: scan the blocks written since, page by page until an erased one (an unreadable
+//!      page is skipped)
 //!   4. rebuild the derived tables, erase the blocks left free (one may hold a page whose
 //!      program was cut short yet reads as erased), continue the sequences
 //! ```
@@ -103,7 +104,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let stats = checkpoint.map(|(h, _)| h.stats).unwrap_or_default();
         let next_seq = replay.highest_seq.saturating_add(1);
         let (ftl, dram) = fw.ftl_dram();
-        ftl.finish_recovery(dram, next_seq, stats);
+        ftl.finish_recovery(dram, next_seq, stats, report.pages_replayed, report.blank);
         if !report.blank {
             report.blocks_erased = fw.erase_free_blocks(wait)?;
         }
@@ -432,24 +433,28 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
         if let Some(i) = slot {
             self.cursors[i] = None;
         }
-        let (true, ReadSpare::Valid(s)) = (ok, fw.window_spare(k)) else {
-            return;
-        };
-        if s.kind != PageKind::Data {
+        // The block's programmed pages end at its first erased one. An unreadable page (a
+        // program that failed, or was torn) is skipped: the pages after it still count.
+        let spare = fw.window_spare(k);
+        if ok && spare == ReadSpare::Erased {
             return;
         }
-        self.highest_seq = self.highest_seq.max(s.program_seq);
-        let page_seen = Replayed {
-            ppn,
-            lpn: s.index,
-            data_seq: s.data_seq,
-            program_seq: s.program_seq,
-        };
-        if s.program_seq >= self.snapshot_seq && s.index < fw.ftl().logical_pages() {
-            self.replayed += 1;
+        if let (true, ReadSpare::Valid(s)) = (ok, spare)
+            && s.kind == PageKind::Data
+        {
+            self.highest_seq = self.highest_seq.max(s.program_seq);
+            let page_seen = Replayed {
+                ppn,
+                lpn: s.index,
+                data_seq: s.data_seq,
+                program_seq: s.program_seq,
+            };
+            if s.program_seq >= self.snapshot_seq && s.index < fw.ftl().logical_pages() {
+                self.replayed += 1;
+            }
+            let (ftl, dram) = fw.ftl_dram();
+            ftl.replay(dram, page_seen, self.snapshot_seq);
         }
-        let (ftl, dram) = fw.ftl_dram();
-        ftl.replay(dram, page_seen, self.snapshot_seq);
         if page + 1 < g.pages_per_block
             && let Some(i) = slot
         {

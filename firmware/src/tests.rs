@@ -89,6 +89,29 @@ impl Device {
         id
     }
 
+    /// Submits a write of `data` at `slba` without waiting for it.
+    pub fn submit_write(&mut self, slba: u64, data: &[u8]) -> CommandId {
+        let blocks = (data.len() / self.fw.block_size_bytes() as usize) as u32;
+        self.submit(
+            1,
+            SubmissionEntry::read_write(true, 0, 1, slba, blocks),
+            data.to_vec(),
+        )
+    }
+
+    /// Whether `id` has completed (successfully).
+    pub fn is_complete(&self, id: CommandId) -> bool {
+        self.host
+            .completions
+            .iter()
+            .any(|(c, cqe)| *c == id && cqe.status().is_success())
+    }
+
+    /// One poll.
+    pub fn poll_once(&mut self) {
+        self.fw.poll(&mut self.host);
+    }
+
     /// Polls until `id` completes; returns its completion and host buffer.
     fn wait(&mut self, id: CommandId) -> (CompletionEntry, Vec<u8>) {
         for _ in 0..10_000_000 {
@@ -1161,3 +1184,5 @@ fn a_reset_abandons_commands_and_jobs_and_leaves_each_page_old_or_new() {
     d.settle();
     assert_eq!(d.read(base, 32), (Status::SUCCESS, fresh));
 }
+
+mod recovery;

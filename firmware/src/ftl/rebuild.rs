@@ -23,8 +23,8 @@
 //! end every derived table (P2L, valid counts, free lists) is rebuilt from the L2P table.
 
 use super::{
-    BLOCK_ACTIVE, BLOCK_BAD, BLOCK_FREE, BLOCK_GC, BLOCK_RESERVED, BLOCK_USED, Ftl, FtlStats, Gc,
-    L2P_LOST,
+    BLOCK_ACTIVE, BLOCK_BAD, BLOCK_FREE, BLOCK_GC, BLOCK_RESERVED, BLOCK_RETIRING, BLOCK_USED, Ftl,
+    FtlStats, Gc, L2P_LOST,
 };
 use crate::hal::{PhysBlock, PhysPage};
 
@@ -62,7 +62,7 @@ impl Ftl {
         for b in 0..self.geometry.block_count() {
             let state = self.block_state.bytes(dram)[b as usize];
             let reserved = layout.is_reserved(PhysBlock(b));
-            if state > BLOCK_RESERVED || reserved != (state == BLOCK_RESERVED) {
+            if state > BLOCK_RETIRING || reserved != (state == BLOCK_RESERVED) {
                 return Err("checkpoint block states");
             }
         }
@@ -123,6 +123,7 @@ impl Ftl {
             BlockScan::Data { .. } => match state {
                 BLOCK_ACTIVE => (BLOCK_USED, 0, false),
                 BLOCK_USED | BLOCK_GC => (BLOCK_USED, ppb, false),
+                BLOCK_RETIRING => (BLOCK_RETIRING, ppb, false),
                 // Free at the snapshot yet holding older data: nothing in it can be trusted.
                 _ => (BLOCK_USED, ppb, true),
             },
@@ -168,8 +169,17 @@ impl Ftl {
 
     /// Ends recovery: rebuilds P2L, valid counts and free lists from the L2P table and the block
     /// states, closes every block (new writes open fresh ones) and continues the program
-    /// sequence after `next_program_seq`.
-    pub fn finish_recovery(&mut self, dram: &mut [u8], next_program_seq: u64, stats: FtlStats) {
+    /// sequence after `next_program_seq`. `replayed` pages (and, unless the flash was blank,
+    /// the blocks found erased since) make the state newer than the checkpoint's: the next one
+    /// is due.
+    pub fn finish_recovery(
+        &mut self,
+        dram: &mut [u8],
+        next_program_seq: u64,
+        stats: FtlStats,
+        replayed: u64,
+        blank: bool,
+    ) {
         let g = self.geometry;
         self.p2l.bytes_mut(dram).fill(0);
         self.block_valid.bytes_mut(dram).fill(0);
@@ -204,8 +214,8 @@ impl Ftl {
         self.full = false;
         self.program_seq = next_program_seq.max(1);
         self.programs_in_flight = 0;
-        self.programs_since_snapshot = 0;
-        self.trimmed_since_snapshot = false;
+        self.programs_since_snapshot = replayed;
+        self.trimmed_since_snapshot = !blank;
         self.stats = stats;
     }
 

@@ -1,0 +1,199 @@
+//! Fault injection in the NAND model, seeded and deterministic: media failures of reads,
+//! programs and erases, latency spikes, and power cuts.
+//!
+//! Every draw is a hash of the plan's seed and the operation's number (operations are numbered
+//! in submission order), so the same calls give the same faults on every run. A failed program
+//! consumes its page, which then fails its reads until the block is erased; a failed erase
+//! leaves every page of its block failing; a failed read is transient (the next read of the
+//! page may succeed).
+//!
+//! [`NandArray::power_cut`] is what a power loss does to the array at the current instant: an
+//! operation already finished keeps its effect; on each die the operations whose array phase
+//! had begun (a read's sense, a program's tPROG, an erase's tBERS) either completed or are torn
+//! (a torn program's page fails its reads; a torn erase leaves its block failing until erased
+//! again); everything else (queued, staged, or still moving data over the channel) never
+//! happened. Afterwards nothing is in flight and the clock stands where it was.
+
+use std::collections::BTreeSet;
+
+use sagessd_abi::sample::mix;
+
+use super::{NandArray, OpKind};
+
+/// A fault plan: rates in parts per million of operations, and a seed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NandFaults {
+    /// Seed of every draw.
+    pub seed: u64,
+    /// Reads that fail (uncorrectable), per million.
+    pub read_fail_ppm: u32,
+    /// Programs that fail, per million.
+    pub program_fail_ppm: u32,
+    /// Erases that fail, per million.
+    pub erase_fail_ppm: u32,
+    /// Operations whose array phase takes `spike_ns` longer, per million.
+    pub spike_ppm: u32,
+    /// Extra array time of a spiked operation.
+    pub spike_ns: u64,
+}
+
+/// What a power cut did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CutReport {
+    /// Operations that never happened (queued, staged, or still on the channel).
+    pub lost: u32,
+    /// Operations in their array phase that completed.
+    pub completed: u32,
+    /// Programs left torn.
+    pub torn_programs: u32,
+    /// Erases left torn.
+    pub torn_erases: u32,
+}
+
+impl NandFaults {
+    /// Whether draw `salt` of operation `op_id` falls under `ppm`.
+    fn hits(&self, op_id: u64, salt: u64, ppm: u32) -> bool {
+        let draw = mix(self.seed ^ mix(op_id.wrapping_mul(8).wrapping_add(salt)));
+        ppm > 0 && draw % 1_000_000 < u64::from(ppm)
+    }
+}
+
+impl NandArray {
+    /// The same array with `faults` injected.
+    pub fn with_faults(mut self, faults: NandFaults) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// Replaces the fault plan (`None`: no faults).
+    pub fn set_faults(&mut self, faults: Option<NandFaults>) {
+        self.faults = faults;
+    }
+
+    /// Whether operation `op_id` fails.
+    pub(super) fn fails(&self, op_id: u64, kind: &OpKind) -> bool {
+        let Some(f) = &self.faults else {
+            return false;
+        };
+        match kind {
+            OpKind::Read { .. } => f.hits(op_id, 1, f.read_fail_ppm),
+            OpKind::Program { .. } => f.hits(op_id, 2, f.program_fail_ppm),
+            OpKind::Erase { .. } => f.hits(op_id, 3, f.erase_fail_ppm),
+        }
+    }
+
+    /// Extra array time of operation `op_id`.
+    pub(super) fn spike_ns(&self, op_id: u64) -> u64 {
+        match &self.faults {
+            Some(f) if f.hits(op_id, 4, f.spike_ppm) => f.spike_ns,
+            _ => 0,
+        }
+    }
+
+    /// Applies a media failure of `kind` at page or block `at`.
+    pub(super) fn fail_media(&mut self, kind: &OpKind, at: u32) {
+        let ppb = self.geometry.pages_per_block;
+        match kind {
+            OpKind::Read { .. } => {}
+            OpKind::Program { .. } => {
+                self.torn.insert(at);
+            }
+            OpKind::Erase { .. } => {
+                for p in at * ppb..(at + 1) * ppb {
+                    self.pages.remove(&p);
+                    self.torn.insert(p);
+                }
+            }
+        }
+    }
+
+    /// Pages that fail their reads (torn or failed, not yet erased).
+    pub fn torn_page_count(&self) -> usize {
+        self.torn.len()
+    }
+
+    /// Cuts the power now (see the module documentation); `seed` draws whether each operation
+    /// in its array phase completed or was torn.
+    pub fn power_cut(&mut self, seed: u64) -> CutReport {
+        let mut report = CutReport::default();
+        let mut rng = seed | 1;
+        let ppb = self.geometry.pages_per_block;
+        let mut in_array = BTreeSet::new();
+        for g in self.die_group.iter().flatten() {
+            if g.ungranted == 0 && g.started_ns.is_some() {
+                in_array.extend(g.members.iter().copied());
+            }
+        }
+        // Blocks whose program pointer a lost operation moved: it is set back from what the
+        // block really holds.
+        let mut touched = BTreeSet::new();
+        let mut ids: Vec<u64> = self.ops.keys().copied().collect();
+        ids.sort_unstable();
+        for op_id in ids {
+            let Some(op) = self.ops.remove(&op_id) else {
+                continue;
+            };
+            let running = in_array.contains(&op_id);
+            rng = mix(rng);
+            let completes = rng % 2 == 0;
+            match op.kind {
+                OpKind::Program { ppn, data } if running => {
+                    if completes {
+                        self.pages.insert(ppn, data);
+                        report.completed += 1;
+                    } else {
+                        self.torn.insert(ppn);
+                        report.torn_programs += 1;
+                    }
+                }
+                OpKind::Erase { block } if running => {
+                    for p in block * ppb..(block + 1) * ppb {
+                        self.pages.remove(&p);
+                        if completes {
+                            self.torn.remove(&p);
+                        } else {
+                            self.torn.insert(p);
+                        }
+                    }
+                    if completes {
+                        report.completed += 1;
+                    } else {
+                        self.next_page[block as usize] = ppb;
+                        report.torn_erases += 1;
+                    }
+                }
+                OpKind::Program { ppn, .. } => {
+                    touched.insert(ppn / ppb);
+                    report.lost += 1;
+                }
+                OpKind::Erase { block } => {
+                    touched.insert(block);
+                    report.lost += 1;
+                }
+                OpKind::Read { .. } => report.lost += 1,
+            }
+        }
+        for block in touched {
+            let first = block * ppb;
+            let written = (0..ppb)
+                .rev()
+                .find(|p| self.pages.contains_key(&(first + p)) || self.torn.contains(&(first + p)))
+                .map_or(0, |p| p + 1);
+            self.next_page[block as usize] = written;
+        }
+        self.staged.clear();
+        self.noted = None;
+        self.events = Default::default();
+        self.finished.clear();
+        for g in &mut self.die_group {
+            *g = None;
+        }
+        for q in &mut self.die_queue {
+            q.clear();
+        }
+        for c in &mut self.channels {
+            *c = Default::default();
+        }
+        report
+    }
+}
