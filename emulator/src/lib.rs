@@ -44,6 +44,7 @@
 pub mod check;
 pub mod config;
 pub mod cores;
+pub mod crash_sim;
 pub mod dram;
 pub mod error;
 mod event_queue;

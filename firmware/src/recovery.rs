@@ -3,7 +3,8 @@
 //! ```plain
 //!   1. read the first page of both checkpoint slots; take the newest checkpoint whose every
 //!      page reads back intact (a torn one is skipped), or none
-//!   2. read the first page of every block: erased, rewritten or untouched since the snapshot
+//!   2. read the first readable page of every block: erased, rewritten or untouched since the
+//!      snapshot
 //!   3. replay: scan the blocks written since, page by page until an erased one (an unreadable
 //!      page is skipped)
 //!   4. rebuild the derived tables, erase the blocks left free (one may hold a page whose
@@ -89,6 +90,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             next_block: 0,
             snapshot_seq,
             programmed: 0,
+            follow: [None; CHECKPOINT_WINDOWS],
         };
         fw.run_scan(&mut first, wait, &mut report)?;
         let mut replay = ReplayScan {
@@ -345,16 +347,24 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for CheckpointCopy {
     }
 }
 
-/// Step 2: the first page of every block that needs a look.
+/// Step 2: the first readable page of every block that needs a look. An unreadable page 0 may
+/// be a torn erase (nothing after it reads either), a torn first program (erased after it) or a
+/// program that failed (the block went on, or was retired, with good pages after it): the pages
+/// after it decide.
 struct FirstPages {
     next_block: u32,
     snapshot_seq: u64,
     /// Blocks found holding anything.
     programmed: u64,
+    /// Pages to read next because the page before them in their block was unreadable.
+    follow: [Option<PhysPage>; CHECKPOINT_WINDOWS],
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
     fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
+        if let Some(ppn) = self.follow.iter_mut().find_map(Option::take) {
+            return Some(ppn);
+        }
         let g = fw.ftl().geometry();
         while self.next_block < g.block_count() {
             let block = PhysBlock(self.next_block);
@@ -368,17 +378,30 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
 
     fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
         let g = fw.ftl().geometry();
+        let (block, page) = (
+            PhysBlock(ppn.0 / g.pages_per_block),
+            ppn.0 % g.pages_per_block,
+        );
         let scan = match (ok, fw.window_spare(k)) {
-            (true, ReadSpare::Erased) => BlockScan::Erased,
+            // Erased: at page 0 the block is erased; after unreadable pages it holds nothing
+            // readable.
+            (true, ReadSpare::Erased) if page == 0 => BlockScan::Erased,
+            (true, ReadSpare::Erased) => BlockScan::Garbled,
             (true, ReadSpare::Valid(s)) if s.kind == PageKind::Data => BlockScan::Data {
                 program_seq: s.program_seq,
             },
+            _ if page + 1 < g.pages_per_block => {
+                if let Some(slot) = self.follow.iter_mut().find(|f| f.is_none()) {
+                    *slot = Some(block.page(&g, page + 1));
+                    return;
+                }
+                BlockScan::Garbled
+            }
             _ => BlockScan::Garbled,
         };
         if scan != BlockScan::Erased {
             self.programmed += 1;
         }
-        let block = PhysBlock(ppn.0 / g.pages_per_block);
         let (ftl, dram) = fw.ftl_dram();
         let start = ftl.classify(dram, block, scan, self.snapshot_seq);
         ftl.set_replay_start(dram, block, start);

@@ -5,9 +5,9 @@
 //! The rules, with `S` the checkpoint's snapshot sequence (every page programmed after the
 //! snapshot has a program sequence ≥ `S`, every page before it < `S`):
 //!
-//! * A block's first page tells what happened to it since the snapshot. Erased, or unreadable:
-//!   the block was erased since (GC moved its valid pages, and those copies are replayed), so
-//!   no mapping may point into it any more. Programmed at or after `S`: erased and rewritten
+//! * A block's first readable page tells what happened to it since the snapshot. Erased, or
+//!   nothing readable: the block was erased since (GC moved its valid pages, and those copies
+//!   are replayed), so no mapping may point into it any more. Programmed at or after `S`: erased and rewritten
 //!   since; its checkpoint mappings are dropped and all of it is replayed. Programmed before
 //!   `S`: its contents are the checkpoint's, except that a block open for writing at the
 //!   snapshot is scanned for the pages added after it.
