@@ -15,7 +15,8 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 
 # --- 2. apt packages -------------------------------------------------------------------------
 #   gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm   the board self-test (tests/board)
-#   qemu-system-x86, busybox-static, nvme-cli, kmod, cpio          the Linux guest (tests/qemu)
+#   qemu-system-x86, busybox-static, nvme-cli, kmod, cpio,         the Linux guest (tests/qemu)
+#   e2fsprogs                                                      (its ext4 survives a SIGKILL)
 #   fonts-dejavu-core                                              the experiments' plot labels
 #   qemu-utils                                                     see below
 # A fresh machine of this kind ships qemu-utils 10.0.2 from bookworm-backports (not in its apt
@@ -23,7 +24,7 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 # installed, newer qemu-utils unless told to take the release's own and allowed to downgrade.
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
 packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 fonts-dejavu-core
-          busybox-static nvme-cli kmod cpio)
+          busybox-static nvme-cli kmod cpio e2fsprogs)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

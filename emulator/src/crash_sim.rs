@@ -353,8 +353,16 @@ impl Run {
         self.steps += 1;
         if self.steps > STEP_LIMIT {
             return Err(format!(
-                "stuck after {STEP_LIMIT} steps\n{:?}",
-                self.fw.ftl_stats()
+                "stuck after {STEP_LIMIT} steps {}: {:?} {:?}, {} commands in flight, quiet {}",
+                if self.outcome.boot.pages_read > 0 {
+                    "after the boot"
+                } else {
+                    "before the cut"
+                },
+                self.fw.ftl_stats(),
+                self.fw.checkpoint_stats(),
+                self.in_flight.len(),
+                self.fw.is_quiet(),
             ));
         }
         if self.fw.poll(&mut self.host) {

@@ -17,8 +17,8 @@
 //! * [`NandArray`] ([`nand`]) is the flash: sparse storage, program-order rules, and dies and
 //!   channels as resources that are busy, not a constant latency.
 //! * [`PcieLink`] ([`pcie`]) and [`CoreModel`] ([`cores`]) time the link and the firmware.
-//! * [`Ssd::open_image`] / [`Ssd::save_image`] ([`image`]) keep a device's flash and FTL state
-//!   in a file across runs.
+//! * [`Ssd::open_image`] / [`Ssd::close_image`] ([`image`]) keep a device's flash in a file,
+//!   written through as pages are programmed, so it survives the emulator being killed.
 //! * [`trainer_model::TrainerConfig`] prices a GNN training step on the host's accelerator, for
 //!   modelled training epochs.
 //! * [`Target`] ([`target`]) serves an [`Ssd`] over NVMe/TCP, for the Linux kernel's initiator

@@ -79,17 +79,22 @@
 
 use rustc_hash::FxHashMap as FastMap;
 use std::collections::VecDeque;
+use std::path::Path;
 
 use sagessd_firmware::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry};
 use sagessd_firmware::work::WorkCounters;
 
 use crate::config::NandConfig;
 use crate::dram::Dram;
+use crate::error::EmulatorError;
 use crate::event_queue::EventQueue;
 
 mod faults;
+mod store;
 
 pub use faults::{CutReport, NandFaults};
+pub use store::ImageFormat;
+use store::{FileStore, PageState, PageStore};
 
 /// The timing parameters of the array, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +152,8 @@ pub struct NandStats {
     pub channel_bytes: Vec<u64>,
     /// Sum over dies of the time each was busy with an operation.
     pub die_busy_ns: u64,
+    /// Programs, erases or reads a flash file could not do (each failed as a media error).
+    pub store_errors: u64,
 }
 
 impl NandStats {
@@ -270,7 +277,7 @@ pub struct NandArray {
     page_size_bytes: usize,
     /// Bytes of a page as stored and moved to DRAM: its data, then its spare area.
     window_bytes: usize,
-    pages: FastMap<u32, Box<[u8]>>,
+    store: PageStore,
     /// Per block: the lowest page that may still be programmed.
     next_page: Vec<u32>,
     /// Planes per die (1: no multi-plane operation).
@@ -291,9 +298,6 @@ pub struct NandArray {
     stats: NandStats,
     /// The controller DRAM page data streams into (reads) and out of (programs), if modelled.
     dram: Option<Dram>,
-    /// Pages that fail every read until their block is erased: torn by a power cut, or a
-    /// program that failed.
-    torn: rustc_hash::FxHashSet<u32>,
     /// Injected faults, if any.
     faults: Option<NandFaults>,
 }
@@ -320,7 +324,7 @@ impl NandArray {
             timing,
             page_size_bytes: geometry.page_size_bytes as usize,
             window_bytes: geometry.window_bytes(),
-            pages: FastMap::default(),
+            store: PageStore::default(),
             next_page: vec![0; geometry.block_count() as usize],
             planes: 1,
             die_group: (0..dies).map(|_| None).collect(),
@@ -338,7 +342,6 @@ impl NandArray {
                 ..NandStats::default()
             },
             dram: None,
-            torn: Default::default(),
             faults: None,
         }
     }
@@ -385,57 +388,20 @@ impl NandArray {
 
     /// Pages currently holding programmed data.
     pub fn programmed_page_count(&self) -> usize {
-        self.pages.len()
+        self.store.programmed_count()
     }
 
-    /// The programmed pages in ascending physical page order, with their contents (data, then
-    /// spare): what a
-    /// device image saves (erased pages are implied).
-    pub fn programmed_pages(&self) -> Vec<(u32, &[u8])> {
-        let mut pages: Vec<(u32, &[u8])> = self.pages.iter().map(|(p, d)| (*p, &d[..])).collect();
-        pages.sort_unstable_by_key(|(p, _)| *p);
-        pages
+    /// The same array kept in the flash file at `path` (created erased if it does not exist):
+    /// every program and erase is written through to it as it happens (see `store`).
+    pub fn with_file(mut self, path: &Path, format: ImageFormat) -> Result<Self, EmulatorError> {
+        self.store = PageStore::File(FileStore::open(path, &self.geometry, format)?);
+        self.next_page = self.store.program_pointers(&self.geometry);
+        Ok(self)
     }
 
-    /// Per block, the lowest page that may still be programmed.
-    pub fn next_pages(&self) -> &[u32] {
-        &self.next_page
-    }
-
-    /// Replaces the array's contents with saved ones (a device image): program pointers per
-    /// block and programmed pages. Every value is checked; `Err` names the field that is wrong
-    /// and leaves the array as it was.
-    pub fn load_contents(
-        &mut self,
-        next_page: Vec<u32>,
-        pages: Vec<(u32, Box<[u8]>)>,
-    ) -> Result<(), &'static str> {
-        let g = self.geometry;
-        if next_page.len() != g.block_count() as usize {
-            return Err("next_page count");
-        }
-        if next_page.iter().any(|p| *p > g.pages_per_block) {
-            return Err("next_page");
-        }
-        let mut map = FastMap::default();
-        for (ppn, data) in pages {
-            let block = (ppn / g.pages_per_block) as usize;
-            let below_pointer = next_page
-                .get(block)
-                .is_some_and(|next| ppn % g.pages_per_block < *next);
-            if u64::from(ppn) >= g.page_count() || !below_pointer {
-                return Err("page number");
-            }
-            if data.len() != self.window_bytes {
-                return Err("page size");
-            }
-            if map.insert(ppn, data).is_some() {
-                return Err("page number (repeated)");
-            }
-        }
-        self.next_page = next_page;
-        self.pages = map;
-        Ok(())
+    /// Makes everything the array has written durable (`fsync` of a flash file).
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.store.sync()
     }
 
     /// Waits for the next completion: issues what is staged and processes events until an
@@ -727,16 +693,20 @@ impl NandArray {
                 Some((dram_offset_bytes, ReadData::Page(ppn)))
             }
             OpKind::Program { ppn, data } => {
-                self.stats.pages_programmed += 1;
-                self.pages.insert(ppn, data);
+                // A flash file that cannot take the page (a full disk) fails the program, as
+                // media would: the firmware writes it elsewhere or fails the command.
+                match self.store.program(ppn, data) {
+                    Ok(()) => self.stats.pages_programmed += 1,
+                    Err(_) => {
+                        self.stats.store_errors += 1;
+                        let _ = self.store.tear(ppn);
+                        failed = true;
+                    }
+                }
                 None
             }
             OpKind::Erase { block } => {
                 self.stats.blocks_erased += 1;
-                let ppb = self.geometry.pages_per_block;
-                for p in block * ppb..(block + 1) * ppb {
-                    self.torn.remove(&p);
-                }
                 let first = block * self.geometry.pages_per_block;
                 let pages_per_block = self.geometry.pages_per_block;
                 for f in &mut self.finished {
@@ -744,11 +714,12 @@ impl NandArray {
                         && let ReadData::Page(ppn) = *data
                         && (first..first + pages_per_block).contains(&ppn)
                     {
-                        *data = ReadData::Snapshot(self.pages.get(&ppn).cloned());
+                        *data = ReadData::Snapshot(self.store.copy(ppn, self.window_bytes));
                     }
                 }
-                for ppn in first..first + self.geometry.pages_per_block {
-                    self.pages.remove(&ppn);
+                if self.store.erase(first, pages_per_block).is_err() {
+                    self.stats.store_errors += 1;
+                    failed = true;
                 }
                 None
             }
@@ -869,25 +840,26 @@ impl Flash for NandArray {
         if let Some((offset, data)) = done.read
             && result.is_ok()
         {
-            if let ReadData::Page(ppn) = data
-                && self.torn.contains(&ppn)
-            {
-                return Some(FlashCompletion {
-                    tag: done.tag,
-                    result: Err(FlashError::Media),
-                });
-            }
-            let page = match &data {
-                ReadData::Page(ppn) => self.pages.get(ppn),
-                ReadData::Snapshot(page) => page.as_ref(),
-            };
-            match dram.get_mut(offset..offset + self.window_bytes) {
-                Some(window) => match page {
-                    Some(page) => window.copy_from_slice(page),
-                    None => window.fill(0xFF),
+            result = match (dram.get_mut(offset..offset + self.window_bytes), data) {
+                (None, _) => Err(FlashError::OutOfRange),
+                (Some(_), ReadData::Page(ppn)) if self.store.state(ppn) == PageState::Torn => {
+                    Err(FlashError::Media)
+                }
+                (Some(window), ReadData::Page(ppn)) => match self.store.read(ppn, window) {
+                    Ok(()) => Ok(()),
+                    Err(_) => {
+                        self.stats.store_errors += 1;
+                        Err(FlashError::Media)
+                    }
                 },
-                None => result = Err(FlashError::OutOfRange),
-            }
+                (Some(window), ReadData::Snapshot(page)) => {
+                    match page {
+                        Some(page) => window.copy_from_slice(&page),
+                        None => window.fill(0xFF),
+                    }
+                    Ok(())
+                }
+            };
         }
         Some(FlashCompletion {
             tag: done.tag,

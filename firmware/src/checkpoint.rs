@@ -44,7 +44,7 @@ const GRAPH_AT: usize = 128;
 /// of a checkpoint are in flight at once.
 pub(crate) const CHECKPOINT_WINDOWS: usize = 16;
 /// Consecutive failed attempts after which the commands waiting for a checkpoint fail.
-const MAX_ATTEMPTS: u32 = 3;
+const MAX_ATTEMPTS: u32 = 16;
 
 /// Where checkpoints live and how big one is, for a geometry and capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,6 +334,8 @@ pub(crate) struct Checkpointer {
     attempts: u32,
     /// Bumped when waiting commands must give up (see [`Self::gave_up`]).
     give_ups: u32,
+    /// Whether a request came after the snapshot being written: another checkpoint follows.
+    again: bool,
     pub stats: CheckpointStats,
 }
 
@@ -356,6 +358,7 @@ impl Checkpointer {
             failing: false,
             attempts: 0,
             give_ups: 0,
+            again: false,
             stats: CheckpointStats {
                 pages_per_checkpoint: layout.pages,
                 reserved_blocks: layout.reserved_blocks(),
@@ -387,8 +390,12 @@ impl Checkpointer {
                 self.next_id
             }
             Stage::Draining => self.next_id,
-            // The snapshot is taken: the changes since go into the one after it.
-            Stage::Erasing { .. } | Stage::Programming { .. } => self.next_id + 1,
+            // The snapshot is taken: the changes since go into the one after it, which starts
+            // as soon as this one ends.
+            Stage::Erasing { .. } | Stage::Programming { .. } => {
+                self.again = true;
+                self.next_id + 1
+            }
         }
     }
 
@@ -562,7 +569,12 @@ impl Checkpointer {
         self.slot = 1 - self.slot;
         self.attempts = 0;
         self.stats.written += 1;
-        self.stage = Stage::Idle;
+        self.stage = if self.again {
+            Stage::Draining
+        } else {
+            Stage::Idle
+        };
+        self.again = false;
     }
 
     /// Gives the attempt up (a program or erase failed): the previous checkpoint stays the
@@ -574,6 +586,7 @@ impl Checkpointer {
         if self.attempts >= MAX_ATTEMPTS {
             self.attempts = 0;
             self.give_ups = self.give_ups.wrapping_add(1);
+            self.again = false;
             self.stage = Stage::Idle;
         } else {
             self.stage = Stage::Draining;

@@ -34,8 +34,8 @@ const BLOCK_BAD: u8 = 3;
 const BLOCK_GC: u8 = 4;
 /// A block of a checkpoint slot: never in a free list, never a GC victim.
 const BLOCK_RESERVED: u8 = 5;
-/// A block a program failed in: written no further, and retired (bad) when GC has emptied it.
-const BLOCK_RETIRING: u8 = 6;
+/// Blocks at most waiting for retirement at once.
+const MAX_RETIRING: usize = 64;
 
 /// The logical page written into the spare of a page programmed with data that belongs to no
 /// logical page (a write whose host transfer failed): recovery ignores it.
@@ -125,6 +125,8 @@ pub(crate) struct Ftl {
     pub hold_programs: bool,
     /// Where checkpoints live.
     pub checkpoint_layout: CheckpointLayout,
+    /// Blocks a program failed in, to be marked bad at their next erase.
+    retiring: heapless::Vec<u32, MAX_RETIRING>,
     pub stats: FtlStats,
 }
 
@@ -179,6 +181,7 @@ impl Ftl {
             trimmed_since_snapshot: false,
             hold_programs: false,
             checkpoint_layout,
+            retiring: heapless::Vec::new(),
             stats: FtlStats::default(),
         };
         layout.block_valid.bytes_mut(dram).fill(0);
@@ -406,7 +409,7 @@ impl Ftl {
         self.programs_in_flight = self.programs_in_flight.saturating_sub(1);
         if !ok {
             self.stats.media_failures += 1;
-            self.retire(dram, self.block_of(ppn));
+            self.retire(self.block_of(ppn));
         }
         if ppn.0 % self.geometry.pages_per_block == self.geometry.pages_per_block - 1 {
             let b = self.block_of(ppn).0 as usize;
@@ -416,22 +419,13 @@ impl Ftl {
         }
     }
 
-    /// Stops writing `block` (a program failed in it): no further page is allocated from it,
-    /// and GC retires it once it has moved its valid pages out.
-    fn retire(&mut self, dram: &mut [u8], block: PhysBlock) {
-        let ppb = self.geometry.pages_per_block;
-        let die = self.die_of_block(block);
-        if self.die_word(dram, die, DIE_ACTIVE) == block.0 + 1 {
-            self.set_die_word(dram, die, DIE_NEXT_PAGE, ppb);
-        }
-        if let Some((b, _)) = self.gc_active
-            && b == block
-        {
-            self.gc_active = Some((b, ppb));
-        }
-        let state = &mut self.block_state.bytes_mut(dram)[block.0 as usize];
-        if matches!(*state, BLOCK_ACTIVE | BLOCK_USED) {
-            *state = BLOCK_RETIRING;
+    /// Marks `block` for retirement (a program failed in it): it is written on like any other
+    /// (its programs in flight must finish before GC may pick it), and GC marks it bad instead
+    /// of freeing it once it has emptied it. Best effort: past [`MAX_RETIRING`] blocks waiting,
+    /// a block is not marked (its next failure marks it again).
+    fn retire(&mut self, block: PhysBlock) {
+        if !self.retiring.contains(&block.0) {
+            let _ = self.retiring.push(block.0);
         }
     }
 
@@ -555,7 +549,7 @@ impl Ftl {
         let states = self.block_state.bytes(dram);
         let ppb = self.geometry.pages_per_block;
         (0..self.geometry.block_count())
-            .filter(|b| matches!(states[*b as usize], BLOCK_USED | BLOCK_RETIRING))
+            .filter(|b| states[*b as usize] == BLOCK_USED)
             .map(|b| (self.block_valid.u32(dram, b as usize), b))
             .filter(|(valid, _)| *valid < ppb)
             .min()
@@ -660,7 +654,13 @@ impl Ftl {
                         .set_u32(dram, victim.page(&self.geometry, p).0 as usize, 0);
                 }
                 self.block_valid.set_u32(dram, victim.0 as usize, 0);
-                let retiring = self.block_state.bytes(dram)[victim.0 as usize] == BLOCK_RETIRING;
+                let retiring = match self.retiring.iter().position(|b| *b == victim.0) {
+                    Some(i) => {
+                        self.retiring.swap_remove(i);
+                        true
+                    }
+                    None => false,
+                };
                 if result.is_ok() && !retiring {
                     self.stats.blocks_erased += 1;
                     self.push_free(dram, victim);

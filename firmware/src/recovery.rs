@@ -156,14 +156,23 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 report.torn_checkpoints += 1;
                 continue;
             }
-            let header = Header::decode(
+            let header = match Header::decode(
                 &copy.header,
                 self.ftl(),
                 &self.checkpointer().layout,
                 self.block_size_bytes(),
                 self.namespace_block_count(),
-            )
-            .map_err(RestoreError::Invalid)?;
+            ) {
+                Ok(h) => h,
+                // Pages that read back intact but do not hold a checkpoint of this format:
+                // skipped like a torn one.
+                Err("checkpoint magic" | "checkpoint version") => {
+                    report.torn_checkpoints += 1;
+                    continue;
+                }
+                // A checkpoint of another configuration: booting would lose it.
+                Err(field) => return Err(RestoreError::Invalid(field)),
+            };
             if header.id != id || header.snapshot_seq != seq {
                 report.torn_checkpoints += 1;
                 continue;

@@ -4,7 +4,10 @@
 # The whole product inside one VM: sagessd's emulator serves an NVMe/TCP target on loopback, the
 # guest kernel's nvme-tcp host connects to it, nvme-cli identifies it and sends a hand-made
 # NS_SUBMIT, `sagessd compare` samples through the kernel's generic device /dev/ng0n1, and
-# `sagessd sample --on-device` runs AGNES's block samplers and ISP through it.
+# `sagessd sample --on-device` runs AGNES's block samplers and ISP through it. Last, an ext4 file
+# system on the namespace must survive a SIGKILL of the emulator while the kernel stays
+# connected: the kernel reconnects to the restarted emulator, and e2fsck finds the file system
+# clean with every synced file intact.
 
 NQN=nqn.2026-11.io.sagessd:emulator
 
@@ -97,7 +100,43 @@ stop_emulator() { # SIGTERM: a clean stop saves the image; fails if the emulator
     kill "$pid"
     while [ -e "/proc/$pid" ] && ! grep -q '^State:.*zombie' "/proc/$pid/status"; do sleep 0.1; done
     cat /tmp/emulator.log
-    grep -q '^saved the device to /tmp/flash.img' /tmp/emulator.log
+    grep -q '^checkpointed and synced the device in /tmp/flash.img' /tmp/emulator.log
+}
+
+kill_emulator() { # SIGKILL: no clean stop, no checkpoint; only what the flash file holds
+    pid=$(cat /tmp/emulator.pid)
+    kill -9 "$pid"
+    while [ -e "/proc/$pid" ] && ! grep -q '^State:.*zombie' "/proc/$pid/status"; do sleep 0.1; done
+}
+
+ext4_write() { # a 64 MiB ext4 on the namespace, files written and synced, their sums kept
+    modprobe ext4
+    mkfs.ext4 -q -F -b 4096 /dev/nvme0n1 16384
+    mkdir -p /mnt/fs
+    mount -t ext4 /dev/nvme0n1 /mnt/fs
+    for i in 1 2 3 4 5 6; do
+        dd if=/dev/urandom of=/mnt/fs/file$i bs=65536 count=16 2>/dev/null
+    done
+    mkdir /mnt/fs/dir
+    echo "written before the kill" >/mnt/fs/dir/note
+    sync
+    (cd /mnt/fs && md5sum file1 file2 file3 file4 file5 file6 dir/note) >/tmp/sums
+    cat /tmp/sums
+}
+
+io_works() { # one direct read of the namespace completes (the kernel has reconnected)
+    timeout 5 dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null
+}
+
+ext4_fsck() { # unmounted (what the kernel still held is written now), the file system is clean
+    umount /mnt/fs
+    e2fsck -fn /dev/nvme0n1
+}
+
+ext4_intact() { # every file synced before the kill reads back as it was
+    mount -t ext4 /dev/nvme0n1 /mnt/fs
+    (cd /mnt/fs && md5sum -c /tmp/sums)
+    umount /mnt/fs
 }
 
 check emulator-start start_emulator
@@ -115,12 +154,22 @@ check emulator-stop stop_emulator
 # Restart from the image: the graph written and attached before is still there.
 check restart start_emulator
 check relisten wait_for 30 serving
-check reconnect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN"
+# A short reconnect delay: the kill below makes the kernel reconnect on its own.
+check reconnect timeout 30 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" \
+    --reconnect-delay=1 --ctrl-loss-tmo=120
 check renamespace wait_for 20 namespace_present
 check persisted same_after_restart
 check sample-on-device sample_on_device
 if [ -x /bin/sagessd-train ]; then
     check train-on-device train_on_device
 fi
+# SIGKILL with the kernel connected and a file system mounted, then a restart from the flash.
+check ext4-write ext4_write
+check emulator-kill kill_emulator
+check restart-after-kill start_emulator
+check relisten-after-kill wait_for 30 serving
+check reconnected wait_for 60 io_works
+check ext4-fsck ext4_fsck
+check ext4-intact ext4_intact
 check redisconnect timeout 30 nvme disconnect -n "$NQN"
 check final-stop stop_emulator

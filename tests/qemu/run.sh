@@ -18,7 +18,7 @@
 #                   null_blk) instead of `sagessd emulator serve` (tests/qemu/smoke.sh instead of
 #                   tests/qemu/guest.sh)
 #
-# Needs qemu-system-x86 busybox-static nvme-cli kmod cpio (apt), and apt lists for the kernel:
+# Needs qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs (apt), and apt lists for the kernel:
 # the first run downloads linux-image-6.1.0-NN-amd64 (apt-get download, ~70 MB, never installed)
 # into target/qemu/kernel/ and reuses it afterwards. Each run rebuilds target/qemu/initramfs.cpio.gz,
 # keeps the serial console in target/qemu/console.log, and exits 0 only if the guest printed
@@ -44,7 +44,8 @@ die() { printf 'qemu-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
 scenario="$here/guest.sh"
 expected=(emulator-start listening modprobe connect namespace list id-ctrl
           demo tunnel ns-submit disconnect emulator-stop restart relisten reconnect renamespace
-          persisted sample-on-device redisconnect final-stop)
+          persisted sample-on-device ext4-write emulator-kill restart-after-kill
+          relisten-after-kill reconnected ext4-fsck ext4-intact redisconnect final-stop)
 binary=""
 train_binary=""
 next_is_train=""
@@ -80,9 +81,9 @@ if [ -n "$train_binary" ]; then
 fi
 
 export PATH="$PATH:/usr/sbin:/sbin" # nvme, modprobe and depmod for non-root users
-for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout; do
+for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout mke2fs e2fsck; do
     command -v "$tool" >/dev/null 2>&1 ||
-        die "$tool not found (apt-get install qemu-system-x86 busybox-static nvme-cli kmod cpio)"
+        die "$tool not found (apt-get install qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs)"
 done
 mkdir -p "$out"
 start=$(date +%s.%N)
@@ -135,6 +136,12 @@ for applet in $("$stage/bin/busybox" --list); do
 done
 cp "$(command -v nvme)" "$stage/sbin/nvme"
 copy_libs "$stage/sbin/nvme"
+# e2fsprogs, for the file system that must survive the emulator's SIGKILL.
+for tool in mke2fs e2fsck; do
+    cp "$(command -v "$tool")" "$stage/sbin/$tool"
+    copy_libs "$stage/sbin/$tool"
+done
+ln -s mke2fs "$stage/sbin/mkfs.ext4"
 case "$(ldd "$binary" 2>&1)" in
     *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd --no-default-features" ;;
 esac
@@ -145,7 +152,7 @@ copy_libs "$stage/bin/sagessd"
 # and the wheel's site-packages behind it (torch/ and the CUDA runtime it loads, nvidia/) stay
 # on the host; the guest mounts site-packages over 9p at its real path and gets the link.
 virtfs=()
-modules=(nvme-tcp nvmet-tcp null_blk)
+modules=(nvme-tcp nvmet-tcp null_blk ext4)
 if [ -n "$train_binary" ]; then
     torch_lib=$(ldd "$train_binary" | awk '$1 == "libtorch_cpu.so" { print $3 }')
     [ -n "$torch_lib" ] || die "$train_binary does not link libtorch_cpu.so"

@@ -97,19 +97,52 @@ pub fn graph_descriptor(data: &[u8]) {
     }
 }
 
-/// A device image (`sagessd emulator serve --image`) for the small test device: the input is
-/// the image without its trailing CRC32C, which is appended so that the loader gets past the
-/// checksum to every field behind it. An accepted image is a device that answers.
+/// Bytes of a flash file's header the CRC covers (see `sagessd_emulator::nand` `store`).
+pub const IMAGE_HEADER_FIELDS: usize = 52;
+
+/// A device image (`sagessd emulator serve --image`: the flash file) for the small test device,
+/// then a boot from it. The input is the header's fields (their CRC32C is appended, so that the
+/// opener gets past it) followed by what the file holds from byte 4096 on: page states, spare
+/// areas, page data (the file is padded with zeros to its length). The boot then recovers from
+/// whatever flash that is; an accepted image is a device that answers.
 pub fn device_image(data: &[u8]) {
-    let crc = sagessd_abi::crc32c::crc32c(data);
-    let bytes = [data, &crc.to_le_bytes()[..]].concat();
-    if let Ok(ssd) = sagessd_emulator::Ssd::from_image_bytes(
-        &crate::small_config(),
-        &bytes,
-        Path::new("fuzz.img"),
-    ) {
+    if let Ok(Ok(mut ssd)) = open_device_image(data) {
         assert!(ssd.block_size_bytes() > 0);
+        assert!(ssd.settle().is_ok());
     }
+}
+
+/// The file [`device_image`] builds from its input, opened as the small device: `Err` if the
+/// file could not be written, else what the opener said.
+pub fn open_device_image(
+    data: &[u8],
+) -> std::io::Result<Result<sagessd_emulator::Ssd, sagessd_emulator::EmulatorError>> {
+    use std::io::Write;
+    thread_local! {
+        static PATH: std::path::PathBuf = std::env::temp_dir()
+            .join(format!("sagessd-fuzz-image-{}.img", std::process::id()));
+    }
+    let fields = &data[..data.len().min(IMAGE_HEADER_FIELDS)];
+    let rest = data.get(IMAGE_HEADER_FIELDS..).unwrap_or(&[]);
+    let crc = sagessd_abi::crc32c::crc32c(fields);
+    let config = crate::small_config();
+    let g = config.nand.geometry();
+    let pages = g.page_count();
+    // The length the small device's geometry needs, so that the opener reaches the states.
+    let len = 4096
+        + pages.div_ceil(4096) * 4096
+        + (pages * 64).div_ceil(4096) * 4096
+        + pages * u64::from(g.page_size_bytes);
+    PATH.with(|path| {
+        let mut file = std::fs::File::create(path)?;
+        let mut header = [fields, &crc.to_le_bytes()[..]].concat();
+        header.resize(4096, 0);
+        file.write_all(&header)?;
+        file.write_all(rest)?;
+        file.set_len(len.max(4096 + rest.len() as u64))?;
+        drop(file);
+        Ok(sagessd_emulator::Ssd::open_image(&config, path))
+    })
 }
 
 /// A dataset folder's `manifest.toml` (the arrays it names absent): the opener parses and

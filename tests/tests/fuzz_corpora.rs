@@ -55,22 +55,34 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
             vec![bytes]
         }
         "device_image" => {
-            // A small device with one block written, saved, without its trailing checksum.
+            // A small device with blocks written, closed cleanly, then written again (so the
+            // boot has pages to replay): the header's fields, then the states and spare areas.
             let path = scratch("img");
+            let _ = std::fs::remove_file(&path);
             let config = sagessd_tests::small_config();
-            let mut ssd = sagessd_emulator::Ssd::new(&config).expect("a device");
+            let mut ssd = sagessd_emulator::Ssd::open_image(&config, &path).expect("a device");
             let block = ssd.block_size_bytes() as usize;
-            ssd.submit(
-                1,
-                SubmissionEntry::read_write(true, 1, 1, 0, 1),
-                vec![0x5a; block],
-            )
-            .expect("a write");
-            ssd.reap().expect("its completion");
-            ssd.save_image(&path).expect("saved");
+            for (cid, lba) in [(1u16, 0u64), (2, 64)] {
+                ssd.submit(
+                    1,
+                    SubmissionEntry::read_write(true, cid, 1, lba, 4),
+                    vec![0x5a; 4 * block],
+                )
+                .expect("a write");
+                ssd.reap().expect("its completion");
+                if cid == 1 {
+                    ssd.close_image(&path).expect("a clean stop");
+                }
+            }
+            drop(ssd);
             let bytes = std::fs::read(&path).expect("the image");
             let _ = std::fs::remove_file(&path);
-            vec![bytes[..bytes.len() - 4].to_vec()]
+            let g = config.nand.geometry();
+            let pages = g.page_count() as usize;
+            let regions_end =
+                4096 + pages.div_ceil(4096) * 4096 + (pages * 64).div_ceil(4096) * 4096;
+            let fields = &bytes[..sagessd_tests::fuzz::IMAGE_HEADER_FIELDS];
+            vec![[fields, &bytes[4096..regions_end]].concat()]
         }
         "ns_config" => {
             let (_, payload) =
@@ -192,17 +204,8 @@ fn the_encoders_inputs_are_accepted() {
         let text = std::str::from_utf8(&toml).expect("UTF-8");
         assert!(sagessd_emulator::HwConfig::from_toml_str(text).is_ok());
     }
-    let image = &encoder_inputs("device_image")[0];
-    let crc = sagessd_abi::crc32c::crc32c(image);
-    let whole = [&image[..], &crc.to_le_bytes()[..]].concat();
-    assert!(
-        sagessd_emulator::Ssd::from_image_bytes(
-            &sagessd_tests::small_config(),
-            &whole,
-            Path::new("x.img")
-        )
-        .is_ok()
-    );
+    let image = sagessd_tests::fuzz::open_device_image(&encoder_inputs("device_image")[0]);
+    assert!(matches!(image, Ok(Ok(_))), "the device-image seed boots");
     let npy = &encoder_inputs("npy")[0];
     assert!(sagessd_runtime::npy::parse_bytes(Path::new("x.npy"), npy).is_ok());
     let tcp = &encoder_inputs("tcp_pdus")[0];

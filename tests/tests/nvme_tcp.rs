@@ -105,7 +105,7 @@ fn a_graph_written_over_tcp_survives_a_clean_stop_and_restart_from_the_image() {
         load_graph(&mut device, &graph, 0).expect("load over TCP");
         device.sample(9, &[4, 4], &targets).expect("sample")
     };
-    target.stop().save_image(&path).expect("clean stop saves");
+    target.stop().close_image(&path).expect("clean stop");
 
     // A new emulator process would do exactly this: boot from the image, nothing re-written.
     let target = serve();

@@ -96,20 +96,14 @@ impl NandArray {
         match kind {
             OpKind::Read { .. } => {}
             OpKind::Program { .. } => {
-                self.torn.insert(at);
+                let _ = self.store.tear(at);
             }
             OpKind::Erase { .. } => {
                 for p in at * ppb..(at + 1) * ppb {
-                    self.pages.remove(&p);
-                    self.torn.insert(p);
+                    let _ = self.store.tear(p);
                 }
             }
         }
-    }
-
-    /// Pages that fail their reads (torn or failed, not yet erased).
-    pub fn torn_page_count(&self) -> usize {
-        self.torn.len()
     }
 
     /// Cuts the power now (see the module documentation); `seed` draws whether each operation
@@ -138,26 +132,21 @@ impl NandArray {
             let completes = rng % 2 == 0;
             match op.kind {
                 OpKind::Program { ppn, data } if running => {
-                    if completes {
-                        self.pages.insert(ppn, data);
+                    if completes && self.store.program(ppn, data).is_ok() {
                         report.completed += 1;
                     } else {
-                        self.torn.insert(ppn);
+                        let _ = self.store.tear(ppn);
                         report.torn_programs += 1;
                     }
                 }
                 OpKind::Erase { block } if running => {
-                    for p in block * ppb..(block + 1) * ppb {
-                        self.pages.remove(&p);
-                        if completes {
-                            self.torn.remove(&p);
-                        } else {
-                            self.torn.insert(p);
-                        }
-                    }
+                    let _ = self.store.erase(block * ppb, ppb);
                     if completes {
                         report.completed += 1;
                     } else {
+                        for p in block * ppb..(block + 1) * ppb {
+                            let _ = self.store.tear(p);
+                        }
                         self.next_page[block as usize] = ppb;
                         report.torn_erases += 1;
                     }
@@ -173,13 +162,11 @@ impl NandArray {
                 OpKind::Read { .. } => report.lost += 1,
             }
         }
-        for block in touched {
-            let first = block * ppb;
-            let written = (0..ppb)
-                .rev()
-                .find(|p| self.pages.contains_key(&(first + p)) || self.torn.contains(&(first + p)))
-                .map_or(0, |p| p + 1);
-            self.next_page[block as usize] = written;
+        if !touched.is_empty() {
+            let pointers = self.store.program_pointers(&self.geometry);
+            for block in touched {
+                self.next_page[block as usize] = pointers[block as usize];
+            }
         }
         self.staged.clear();
         self.noted = None;

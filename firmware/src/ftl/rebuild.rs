@@ -23,8 +23,8 @@
 //! end every derived table (P2L, valid counts, free lists) is rebuilt from the L2P table.
 
 use super::{
-    BLOCK_ACTIVE, BLOCK_BAD, BLOCK_FREE, BLOCK_GC, BLOCK_RESERVED, BLOCK_RETIRING, BLOCK_USED, Ftl,
-    FtlStats, Gc, L2P_LOST,
+    BLOCK_ACTIVE, BLOCK_BAD, BLOCK_FREE, BLOCK_GC, BLOCK_RESERVED, BLOCK_USED, Ftl, FtlStats, Gc,
+    L2P_LOST,
 };
 use crate::hal::{PhysBlock, PhysPage};
 
@@ -62,7 +62,7 @@ impl Ftl {
         for b in 0..self.geometry.block_count() {
             let state = self.block_state.bytes(dram)[b as usize];
             let reserved = layout.is_reserved(PhysBlock(b));
-            if state > BLOCK_RETIRING || reserved != (state == BLOCK_RESERVED) {
+            if state > BLOCK_RESERVED || reserved != (state == BLOCK_RESERVED) {
                 return Err("checkpoint block states");
             }
         }
@@ -123,7 +123,6 @@ impl Ftl {
             BlockScan::Data { .. } => match state {
                 BLOCK_ACTIVE => (BLOCK_USED, 0, false),
                 BLOCK_USED | BLOCK_GC => (BLOCK_USED, ppb, false),
-                BLOCK_RETIRING => (BLOCK_RETIRING, ppb, false),
                 // Free at the snapshot yet holding older data: nothing in it can be trusted.
                 _ => (BLOCK_USED, ppb, true),
             },

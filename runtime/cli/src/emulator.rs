@@ -32,8 +32,10 @@ pub(crate) struct ServeArgs {
     /// time, as fast as the host drives it.
     #[arg(long)]
     pace: bool,
-    /// Device image: the flash contents and FTL state are loaded from it if it exists, and
-    /// saved to it at a clean stop (SIGINT/SIGTERM), so what was written survives restarts.
+    /// Device image: a (sparse) file that is the device's flash, created erased if it does not
+    /// exist (its folder must). Every page is written to it as it is programmed and the device
+    /// boots from it with power-loss recovery, so every completed write survives a restart,
+    /// even after SIGKILL; a clean stop (SIGINT/SIGTERM) adds a checkpoint and an fsync.
     /// Without it the device starts empty and is lost at exit.
     #[arg(long, value_name = "PATH")]
     image: Option<PathBuf>,
@@ -87,8 +89,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let signal = wait_for(&signals);
     let mut ssd = target.stop();
     if let Some(path) = &args.image {
-        ssd.save_image(path)?;
-        println!("saved the device to {}", path.display());
+        ssd.close_image(path)?;
+        println!("checkpointed and synced the device in {}", path.display());
     }
     let stats = ssd.stats();
     println!(
