@@ -118,6 +118,11 @@ impl Dram {
         }
     }
 
+    /// Busy intervals the calendar holds (what its memory grows with).
+    pub fn interval_count(&self) -> usize {
+        self.busy.len()
+    }
+
     /// Forgets busy intervals that end at or before `t_ns` (no request will name an earlier
     /// time).
     pub fn forget_before(&mut self, t_ns: u64) {

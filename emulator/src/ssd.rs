@@ -649,6 +649,15 @@ impl Ssd {
         &self.firmware
     }
 
+    /// Busy intervals the controller DRAM's calendar holds: bounded by the transfers still in
+    /// flight, however long the device runs.
+    pub fn dram_calendar_len(&self) -> usize {
+        self.firmware
+            .flash()
+            .dram()
+            .map_or(0, crate::dram::Dram::interval_count)
+    }
+
     /// The host's current virtual time.
     pub fn now_ns(&self) -> u64 {
         self.now_ns
@@ -875,9 +884,10 @@ impl Ssd {
     }
 
     /// Lets the DRAM forget its past: no request will name a time before the earlier core's
-    /// next call or the NAND's next event.
+    /// next call or the NAND's next event. An idle ISP core does not hold it back: when it is
+    /// woken, its next call is no earlier than the firmware core's time then.
     fn forget_dram(&mut self) {
-        let isp = if self.isp_core {
+        let isp = if self.isp_core && self.isp_hot {
             self.isp_time_ns
         } else {
             u64::MAX

@@ -389,6 +389,12 @@ impl Ftl {
         Some(block.page(&self.geometry, page))
     }
 
+    /// Whether GC's frontier is used up and no die has a free block to open.
+    fn gc_has_no_block(&self) -> bool {
+        let ppb = self.geometry.pages_per_block;
+        self.gc_active.is_none_or(|(_, p)| p >= ppb) && self.free_blocks == 0
+    }
+
     /// Whether host writes cannot get pages until something is trimmed or overwritten.
     pub fn is_full(&self) -> bool {
         self.full
@@ -619,6 +625,14 @@ impl Ftl {
                             from,
                             to,
                         };
+                    }
+                    // No block left for the copy (retired blocks have eaten the spare): GC gives
+                    // up and the device is full; writes fail until a trim or an overwrite frees
+                    // space, rather than waiting for a block that will never come.
+                    (true, None) if !self.hold_programs && self.gc_has_no_block() => {
+                        self.block_state.bytes_mut(dram)[victim.0 as usize] = BLOCK_USED;
+                        self.gc = Gc::Idle;
+                        self.full = true;
                     }
                     _ => self.gc = Gc::Scan { victim, page },
                 }

@@ -69,7 +69,7 @@ pub fn load_graph_with_progress<T: Transport>(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<GraphDescriptor, LoadError> {
     let desc = write_graph_with_progress(device, graph, start_lba, progress)?;
-    device.attach_graph(&desc)?;
+    attach(device, &desc)?;
     Ok(desc)
 }
 
@@ -184,8 +184,23 @@ pub fn load_graph_with_features<T: Transport>(
         range: LbaRange { slba, block_count },
         row_bytes,
     });
-    device.attach_graph(&desc)?;
+    attach(device, &desc)?;
     Ok(desc)
+}
+
+/// Attaches `desc` for in-storage sampling. A device without it (it answers Invalid Command
+/// Opcode) is left with no graph attached: its host-side samplers read the same layout without
+/// one, and an in-storage sampler says the device has none.
+fn attach<T: Transport>(device: &mut Device<T>, desc: &GraphDescriptor) -> Result<(), LoadError> {
+    match device.attach_graph(desc) {
+        Err(e) if e.status() == Some(sagessd_abi::nvme::Status::INVALID_OPCODE) => {
+            tracing::info!(
+                "the device has no in-storage sampling: the graph is written, not attached"
+            );
+            Ok(())
+        }
+        other => Ok(other?),
+    }
 }
 
 #[cfg(test)]

@@ -111,6 +111,7 @@ kill_emulator() { # SIGKILL: no clean stop, no checkpoint; only what the flash f
 
 ext4_write() { # a 64 MiB ext4 on the namespace, files written and synced, their sums kept
     modprobe ext4
+    modprobe crc32c_generic # ext4 asks the crypto API for crc32c, not the module loader
     mkfs.ext4 -q -F -b 4096 /dev/nvme0n1 16384
     mkdir -p /mnt/fs
     mount -t ext4 /dev/nvme0n1 /mnt/fs

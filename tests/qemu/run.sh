@@ -152,7 +152,7 @@ copy_libs "$stage/bin/sagessd"
 # and the wheel's site-packages behind it (torch/ and the CUDA runtime it loads, nvidia/) stay
 # on the host; the guest mounts site-packages over 9p at its real path and gets the link.
 virtfs=()
-modules=(nvme-tcp nvmet-tcp null_blk ext4)
+modules=(nvme-tcp nvmet-tcp null_blk ext4 crc32c_generic)
 if [ -n "$train_binary" ]; then
     torch_lib=$(ldd "$train_binary" | awk '$1 == "libtorch_cpu.so" { print $3 }')
     [ -n "$torch_lib" ] || die "$train_binary does not link libtorch_cpu.so"

@@ -20,6 +20,7 @@ pub type Target = (&'static str, fn(&[u8]));
 pub const TARGETS: &[Target] = &[
     ("dataset_manifest", dataset_manifest),
     ("device_image", device_image),
+    ("edge_list", edge_list),
     ("graph_descriptor", graph_descriptor),
     ("hw_config", hw_config),
     ("npy", npy),
@@ -143,6 +144,18 @@ pub fn open_device_image(
         drop(file);
         Ok(sagessd_emulator::Ssd::open_image(&config, path))
     })
+}
+
+/// A SNAP edge list, as `dataset import snap` reads it: what the reader accepts is two node ids
+/// below 2^63 per edge, no self loop, and no more edges than lines.
+pub fn edge_list(data: &[u8]) {
+    if let Ok(edges) = sagessd_runtime::dataset::snap::parse_edges(data, Path::new("fuzz.txt")) {
+        let lines = data.split(|b| *b == b'\n').count();
+        assert!(edges.len() <= lines);
+        for (u, v) in edges {
+            assert!(u != v && u <= i64::MAX as u64 && v <= i64::MAX as u64);
+        }
+    }
 }
 
 /// A dataset folder's `manifest.toml` (the arrays it names absent): the opener parses and

@@ -84,6 +84,9 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
             let fields = &bytes[..sagessd_tests::fuzz::IMAGE_HEADER_FIELDS];
             vec![[fields, &bytes[4096..regions_end]].concat()]
         }
+        "edge_list" => vec![
+            b"# a SNAP edge list\n% another comment\n10 20\n20\t30\n30 10\n10 10\n\n7 9\n".to_vec(),
+        ],
         "ns_config" => {
             let (_, payload) =
                 sagessd_host_driver::ns::ns_submit(7, &[4, 2], &[1, 2, 3]).expect("an NS_config");
@@ -198,6 +201,9 @@ fn the_encoders_inputs_are_accepted() {
     };
     assert!(sagessd_abi::ns_config::NsConfig::parse(&ns[8..], &limits, 1000).is_ok());
     assert!(SubgraphView::parse(&encoder_inputs("subgraph")[0]).is_ok());
+    let edges = &encoder_inputs("edge_list")[0];
+    let parsed = sagessd_runtime::dataset::snap::parse_edges(&edges[..], Path::new("x.txt"));
+    assert_eq!(parsed.expect("the edge-list seed parses").len(), 4);
     let d = &encoder_inputs("graph_descriptor")[0];
     assert!(GraphDescriptor::parse(&d[8..], 512, 64).is_ok());
     for toml in encoder_inputs("hw_config") {

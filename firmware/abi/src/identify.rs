@@ -71,6 +71,10 @@ impl ControllerInfo<'_> {
         out[513] = 0x44; // CQES: 16 B
         out[516..520].copy_from_slice(&self.namespace_count.to_le_bytes()); // NN
         out[520..522].copy_from_slice(&(1u16 << 2).to_le_bytes()); // ONCS: Dataset Management
+        // VWC: no volatile write cache. A write completes only once its pages are programmed,
+        // and the mapping is rebuilt from the pages after a power loss, so every completed
+        // write is durable; a Flush has nothing to flush, and FUA changes nothing.
+        out[525] = 0;
         let v = VENDOR_AREA_OFFSET;
         out[v..v + 4].copy_from_slice(b"SAGE");
         out[v + 4..v + 8].copy_from_slice(&self.limits.max_targets.to_le_bytes());

@@ -77,7 +77,7 @@ pub(crate) struct DatasetGenerateArgs {
 /// Flags of `dataset import snap`.
 #[derive(Debug, Args)]
 pub(crate) struct SnapImportArgs {
-    /// The file (or folder) to import.
+    /// The edge-list file to import (plain, or gzip-compressed as `.gz`).
     input: PathBuf,
     /// Dataset folder to write.
     #[arg(long, value_name = "DIR")]

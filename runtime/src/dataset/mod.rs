@@ -178,7 +178,20 @@ impl Dataset {
         };
         let m = &d.manifest;
         let n = m.node_count;
-        let expect = |name: &str, entry: &ArrayEntry, dtypes: &[Dtype], shape: &[Option<u64>]| {
+        // `shape`: each dimension as the manifest field that gives it (its name and value, and
+        // the rows that value means), or free.
+        let expect = |name: &str,
+                      entry: &ArrayEntry,
+                      dtypes: &[Dtype],
+                      shape: &[Option<(&str, u64, u64)>]| {
+            let crc = &entry.crc32c;
+            if crc.len() != 8 || !crc.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(field_error(
+                    &path,
+                    format!("{name}.crc32c"),
+                    format!("{crc:?} is not a CRC32C (8 hexadecimal digits)"),
+                ));
+            }
             let file = d.dir.join(&entry.file);
             let h = npy::read_header(&file)?;
             if !dtypes.contains(&h.dtype) || entry.dtype != h.dtype.descr() {
@@ -193,12 +206,30 @@ impl Dataset {
                     ),
                 ));
             }
+            // The array agrees with its own entry but not with the count another field gives:
+            // that field is the one to name.
+            if h.shape == entry.shape && h.shape.len() == shape.len() {
+                for (got, want) in h.shape.iter().zip(shape) {
+                    if let Some((field, value, rows)) = want
+                        && got != rows
+                    {
+                        return Err(field_error(
+                            &path,
+                            *field,
+                            format!(
+                                "{value} means {rows} rows of {name}, but {} has {got}",
+                                entry.file
+                            ),
+                        ));
+                    }
+                }
+            }
             let fits = h.shape == entry.shape
                 && h.shape.len() == shape.len()
                 && h.shape
                     .iter()
                     .zip(shape)
-                    .all(|(a, b)| b.is_none_or(|b| *a == b));
+                    .all(|(a, b)| b.is_none_or(|(_, _, rows)| *a == rows));
             if !fits {
                 return Err(field_error(
                     &path,
@@ -212,13 +243,20 @@ impl Dataset {
             Ok(())
         };
         let ids = [Dtype::I64, Dtype::I32];
-        expect("indptr", &m.indptr, &[Dtype::I64], &[Some(n + 1)])?;
-        expect("indices", &m.indices, &ids, &[Some(m.edge_count)])?;
+        let nodes = Some(("node_count", n, n));
+        let indptr_rows = Some(("node_count", n, n.saturating_add(1)));
+        expect("indptr", &m.indptr, &[Dtype::I64], &[indptr_rows])?;
+        expect(
+            "indices",
+            &m.indices,
+            &ids,
+            &[Some(("edge_count", m.edge_count, m.edge_count))],
+        )?;
         if let Some(f) = &m.features {
-            expect("features", f, &[Dtype::F32, Dtype::F16], &[Some(n), None])?;
+            expect("features", f, &[Dtype::F32, Dtype::F16], &[nodes, None])?;
         }
         if let Some(l) = &m.labels {
-            expect("labels", l, &[Dtype::I64], &[Some(n)])?;
+            expect("labels", l, &[Dtype::I64], &[nodes])?;
         }
         for (name, split) in [("train", &m.train), ("valid", &m.valid), ("test", &m.test)] {
             if let Some(s) = split {
@@ -226,7 +264,7 @@ impl Dataset {
             }
         }
         if let Some(ids) = &m.node_ids {
-            expect("node_ids", ids, &[Dtype::I64], &[Some(n)])?;
+            expect("node_ids", ids, &[Dtype::I64], &[nodes])?;
         }
         Ok(d)
     }
@@ -496,7 +534,10 @@ mod tests {
         )
         .unwrap();
         let err = Dataset::open(&dir).unwrap_err().to_string();
-        assert!(err.contains("indptr.shape"), "{err}");
+        assert!(
+            err.contains("node_count: 255 means 256 rows of indptr"),
+            "{err}"
+        );
         fs::write(dir.join(MANIFEST), manifest.replace("node_count", "nodes")).unwrap();
         let err = Dataset::open(&dir).unwrap_err().to_string();
         assert!(err.contains("manifest.toml"), "{err}");
@@ -541,6 +582,63 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("line 1") && err.contains("target"), "{err}");
+        // Ids past int64, a third column, a folder: each refused, naming the line or the input.
+        fs::write(&plain, "1 2\n18446744073709551615 3\n").unwrap();
+        let err = snap::import(&plain, &dir.join("out3"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2") && err.contains("2^63"), "{err}");
+        fs::write(&plain, "1 2\n3 4 0.5\n").unwrap();
+        let err = snap::import(&plain, &dir.join("out3"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 2") && err.contains("third column"),
+            "{err}"
+        );
+        let err = snap::import(&dir, &dir.join("out3"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a folder"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_count_the_arrays_disagree_with_and_a_malformed_crc_are_named() {
+        let dir = scratch("counts");
+        let _ = fs::remove_dir_all(&dir);
+        let p = generate::GenerateParams {
+            name: "counts".into(),
+            scale: 6,
+            edge_factor: 4,
+            seed: 1,
+            feature_dim: 0,
+            feature_dtype: Dtype::F32,
+            classes: 2,
+        };
+        let d = generate::generate(&dir, &p).expect("generates");
+        let manifest = fs::read_to_string(dir.join(MANIFEST)).unwrap();
+        let edges = d.manifest.edge_count;
+        fs::write(
+            dir.join(MANIFEST),
+            manifest.replace(
+                &format!("edge_count = {edges}"),
+                &format!("edge_count = {}", edges + 1),
+            ),
+        )
+        .unwrap();
+        let err = Dataset::open(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("edge_count") && !err.contains("indices.shape"),
+            "{err}"
+        );
+        let crc = &d.manifest.indices.crc32c;
+        fs::write(dir.join(MANIFEST), manifest.replace(crc.as_str(), "xyz")).unwrap();
+        let err = Dataset::open(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("indices.crc32c") && err.contains("xyz"),
+            "{err}"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -13,8 +13,15 @@ use crate::graph::CsrGraph;
 
 use super::{Dataset, DatasetError, DatasetWriter, FORMAT_VERSION, Manifest, field_error};
 
-/// Imports the edge list `input` into dataset folder `dir`.
+/// Imports the edge list `input` (one file, plain or `.gz`) into dataset folder `dir`.
 pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, DatasetError> {
+    if input.is_dir() {
+        return Err(field_error(
+            input,
+            "input",
+            "is a folder; `import snap` reads one edge-list file (plain or .gz)",
+        ));
+    }
     let file = File::open(input).map_err(|source| DatasetError::Io {
         path: input.to_owned(),
         source,
@@ -25,39 +32,7 @@ pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, Data
     } else {
         Box::new(file)
     };
-    let mut edges: Vec<(u64, u64)> = Vec::new();
-    for (number, line) in BufReader::with_capacity(1 << 20, reader)
-        .lines()
-        .enumerate()
-    {
-        let line =
-            line.map_err(|e| field_error(input, format!("line {}", number + 1), e.to_string()))?;
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('%') {
-            continue;
-        }
-        let mut fields = line.split_whitespace();
-        let mut id = |which: &str| -> Result<u64, DatasetError> {
-            let text = fields.next().ok_or_else(|| {
-                field_error(
-                    input,
-                    format!("line {}", number + 1),
-                    format!("no {which} node id"),
-                )
-            })?;
-            text.parse().map_err(|_| {
-                field_error(
-                    input,
-                    format!("line {}", number + 1),
-                    format!("{which} node id {text:?} is not a non-negative integer"),
-                )
-            })
-        };
-        let (u, v) = (id("source")?, id("target")?);
-        if u != v {
-            edges.push((u, v));
-        }
-    }
+    let edges = parse_edges(reader, input)?;
     if edges.is_empty() {
         return Err(field_error(input, "edges", "the file has no edge"));
     }
@@ -117,4 +92,56 @@ pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, Data
         node_ids: Some(w.ids("node_ids.npy", &node_ids)?),
     };
     w.finish(&manifest)
+}
+
+/// The edges of an edge list read from `reader` (`path` names it in errors), self loops
+/// dropped: two node ids per line, each a non-negative integer below 2^63 (`node_ids.npy` holds
+/// them as int64); a line with a third column is refused rather than read as an unweighted
+/// edge.
+pub fn parse_edges(reader: impl Read, path: &Path) -> Result<Vec<(u64, u64)>, DatasetError> {
+    let mut edges: Vec<(u64, u64)> = Vec::new();
+    for (number, line) in BufReader::with_capacity(1 << 20, reader)
+        .lines()
+        .enumerate()
+    {
+        let at = || format!("line {}", number + 1);
+        let line = line.map_err(|e| field_error(path, at(), e.to_string()))?;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('%') {
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let mut id = |which: &str| -> Result<u64, DatasetError> {
+            let text = fields
+                .next()
+                .ok_or_else(|| field_error(path, at(), format!("no {which} node id")))?;
+            match text.parse::<u64>() {
+                Ok(id) if id <= i64::MAX as u64 => Ok(id),
+                Ok(_) => Err(field_error(
+                    path,
+                    at(),
+                    format!("{which} node id {text} is 2^63 or more (node_ids.npy holds int64)"),
+                )),
+                Err(_) => Err(field_error(
+                    path,
+                    at(),
+                    format!("{which} node id {text:?} is not a non-negative integer"),
+                )),
+            }
+        };
+        let (u, v) = (id("source")?, id("target")?);
+        if let Some(extra) = fields.next() {
+            return Err(field_error(
+                path,
+                at(),
+                format!(
+                    "a third column ({extra:?}): weighted or temporal edge lists are not supported"
+                ),
+            ));
+        }
+        if u != v {
+            edges.push((u, v));
+        }
+    }
+    Ok(edges)
 }

@@ -1,0 +1,47 @@
+//! Memory that must stay bounded however long a device runs: regressions of what an
+//! independent campaign measured growing (issue 12).
+
+use sagessd_abi::nvme::{Status, SubmissionEntry};
+use sagessd_emulator::{HwConfig, Ssd};
+
+/// 4 KiB random reads on cosmos-plus (an ISP core that stays idle) once grew the controller
+/// DRAM's calendar by one interval per read, never pruned (~40 B per read of RSS).
+#[test]
+fn the_dram_calendar_stays_bounded_while_the_isp_core_idles() {
+    let hw = HwConfig::cosmos_plus();
+    assert!(
+        hw.cores.isp_cores > 0 && hw.firmware.isp,
+        "the case needs an ISP core"
+    );
+    let mut ssd = Ssd::new(&hw).expect("device");
+    let block = ssd.block_size_bytes() as usize;
+    let blocks = (4096 / block) as u32;
+    let region = 256u64;
+    for i in 0..region {
+        let sqe = SubmissionEntry::read_write(true, 1, 1, i * u64::from(blocks), blocks);
+        let done = ssd.execute(1, sqe, vec![i as u8; 4096]).expect("write");
+        assert_eq!(done.cqe.status(), Status::SUCCESS);
+    }
+    let mut most = 0;
+    let mut x = 1u64;
+    for n in 0..20_000u32 {
+        x = sagessd_abi::sample::mix(x);
+        let slba = x % region * u64::from(blocks);
+        let cid = (n % 1000) as u16 + 2;
+        let done = ssd
+            .execute(
+                1,
+                SubmissionEntry::read_write(false, cid, 1, slba, blocks),
+                vec![0; 4096],
+            )
+            .expect("read");
+        assert_eq!(done.cqe.status(), Status::SUCCESS);
+        if n > 1000 {
+            most = most.max(ssd.dram_calendar_len());
+        }
+    }
+    assert!(
+        most < 64,
+        "the calendar held {most} intervals after 20,000 reads"
+    );
+}
