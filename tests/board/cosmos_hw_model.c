@@ -814,9 +814,11 @@ void SchedulingNandReq(void)
         uint32_t address = kind == SAGESSD_FLASH_ERASE ? nand_block
                                                        : nand_block * USER_PAGES_PER_BLOCK + page;
         unsigned int status = cosmos_nand_execute(kind, address, data);
-        /* GenerateSpareDataBufAddr: a read also lands the page's spare bytes after its data. */
+        /* GenerateSpareDataBufAddr: a read also lands the page's spare region after its data:
+         * the library's record (which the RAM NAND keeps) and, past it, bytes the glue must
+         * not copy into the library's window. */
         if (kind == SAGESSD_FLASH_READ)
-            for (unsigned i = 0; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
+            for (unsigned i = SAGESSD_FW_SPARE_BYTES; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
                 data[BYTES_PER_DATA_REGION_OF_PAGE + i] = 0x5Au;
         /* GetFromNandReqQ, with the board's one-line hook before PutToFreeReqQ. */
         sagessd_cosmos_nand_done(r, status);

@@ -302,7 +302,9 @@ static uint8_t arena[ARENA_BYTES] SELFTEST_DDR __attribute__((aligned(64)));
 
 /* ---------------------------------------------------------------- RAM-backed NAND -------------- */
 
-static uint8_t nand[NAND_PAGES][PAGE_BYTES] SELFTEST_DDR;
+/* Each page as the library's windows hold it: its data, then its spare record. */
+#define WINDOW_BYTES (PAGE_BYTES + SAGESSD_FW_SPARE_BYTES)
+static uint8_t nand[NAND_PAGES][WINDOW_BYTES] SELFTEST_DDR;
 /* Next programmable page of each block; pages at and past it are erased. */
 static uint16_t write_point[NAND_BLOCKS];
 
@@ -349,7 +351,7 @@ static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t add
     case SAGESSD_FLASH_PROGRAM:
         if (address >= PAGES)
             fail("flash submit: page address out of range");
-        if (dram_page == NULL || dram_page < arena || dram_page + PAGE_BYTES > arena + arena_used)
+        if (dram_page == NULL || dram_page < arena || dram_page + WINDOW_BYTES > arena + arena_used)
             fail("flash submit: DRAM page outside the arena");
         break;
     case SAGESSD_FLASH_ERASE:
@@ -365,7 +367,7 @@ static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t add
         flash_stats.busy++;
         return SAGESSD_FLASH_SUBMIT_BUSY;
     }
-    uint64_t hash = kind == SAGESSD_FLASH_PROGRAM ? fnv1a(FNV_OFFSET, dram_page, PAGE_BYTES) : 0;
+    uint64_t hash = kind == SAGESSD_FLASH_PROGRAM ? fnv1a(FNV_OFFSET, dram_page, WINDOW_BYTES) : 0;
     pending[pending_count++] = (flash_op){tag, kind, address, dram_page, hash};
     return SAGESSD_FLASH_SUBMIT_STARTED;
 }
@@ -377,7 +379,7 @@ static uint32_t flash_execute(const flash_op *op)
     switch (op->kind) {
     case SAGESSD_FLASH_READ:
         flash_stats.reads++;
-        copy_bytes(op->dram_page, nand[op->address], PAGE_BYTES);
+        copy_bytes(op->dram_page, nand[op->address], WINDOW_BYTES);
         return SAGESSD_FLASH_OK;
     case SAGESSD_FLASH_PROGRAM: {
         uint32_t block = op->address / PAGES_PER_BLOCK;
@@ -396,17 +398,17 @@ static uint32_t flash_execute(const flash_op *op)
             }
             platform_exit(1);
         }
-        if (fnv1a(FNV_OFFSET, op->dram_page, PAGE_BYTES) != op->page_hash)
+        if (fnv1a(FNV_OFFSET, op->dram_page, WINDOW_BYTES) != op->page_hash)
             fail("the firmware changed a page while its PROGRAM was in flight");
         write_point[block]++;
-        copy_bytes(nand[op->address], op->dram_page, PAGE_BYTES);
+        copy_bytes(nand[op->address], op->dram_page, WINDOW_BYTES);
         return SAGESSD_FLASH_OK;
     }
     default: {
         uint32_t first = op->address * PAGES_PER_BLOCK;
         flash_stats.erases++;
         for (uint32_t p = 0; p < PAGES_PER_BLOCK; p++)
-            fill_bytes(nand[first + p], 0xFF, PAGE_BYTES);
+            fill_bytes(nand[first + p], 0xFF, WINDOW_BYTES);
         write_point[op->address] = 0;
         return SAGESSD_FLASH_OK;
     }
@@ -419,7 +421,7 @@ unsigned int cosmos_nand_execute(uint32_t kind, uint32_t address, uint8_t *data)
 {
     if (kind == SAGESSD_FLASH_ERASE ? address >= NAND_BLOCKS : address >= NAND_PAGES)
         fail("the NAND scheduler got an address past the array");
-    uint64_t hash = kind == SAGESSD_FLASH_PROGRAM ? fnv1a(FNV_OFFSET, data, PAGE_BYTES) : 0;
+    uint64_t hash = kind == SAGESSD_FLASH_PROGRAM ? fnv1a(FNV_OFFSET, data, WINDOW_BYTES) : 0;
     flash_op op = {0, kind, address, data, hash};
     return flash_execute(&op) == SAGESSD_FLASH_OK ? REQ_STATUS_DONE : REQ_STATUS_FAIL;
 }
@@ -1429,7 +1431,7 @@ int main(void)
 
     /* Boot over erased NAND and a zeroed arena. */
     for (uint32_t p = 0; p < NAND_PAGES; p++)
-        fill_bytes(nand[p], 0xFF, PAGE_BYTES);
+        fill_bytes(nand[p], 0xFF, WINDOW_BYTES);
     size_t dram_bytes = 0;
     int32_t rc = sagessd_fw_dram_size(&config, &geometry, &dram_bytes);
     if (rc != SAGESSD_OK)
