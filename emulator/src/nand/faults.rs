@@ -129,7 +129,7 @@ impl NandArray {
             };
             let running = in_array.contains(&op_id);
             rng = mix(rng);
-            let completes = rng % 2 == 0;
+            let completes = rng.is_multiple_of(2);
             match op.kind {
                 OpKind::Program { ppn, data } if running => {
                     if completes && self.store.program(ppn, data).is_ok() {
