@@ -388,6 +388,8 @@ pub struct Ssd {
     cycles_per_command: u64,
     /// The host's clock: new commands are submitted at this time.
     now_ns: u64,
+    /// When the boot ended and the device became ready.
+    ready_ns: u64,
     /// When the firmware core is next free (end of its last call).
     fw_time_ns: u64,
     /// Whether the ISP engine runs on a core of its own (`[cores] isp_cores` ≥ 1, ISP on).
@@ -461,6 +463,7 @@ impl Ssd {
             isp: config.firmware.isp,
             cycles_per_command: config.cores.cycles_per_command,
             now_ns: ready_ns,
+            ready_ns,
             fw_time_ns: ready_ns,
             isp_core: config.cores.isp_cores > 0 && config.firmware.isp,
             isp_time_ns: ready_ns,
@@ -647,6 +650,20 @@ impl Ssd {
     /// The firmware (for saving its state).
     pub(crate) fn firmware(&self) -> &Firmware<NandArray, Vec<u8>> {
         &self.firmware
+    }
+
+    /// What the boot found (a device built by [`Self::new`] booted blank), and the flash time
+    /// it took: the device was ready at that virtual time.
+    pub fn boot(&self) -> (sagessd_firmware::BootReport, u64) {
+        (self.firmware.boot_report(), self.ready_ns)
+    }
+
+    /// The checkpoint writer's counters and its interval in programmed pages.
+    pub fn checkpoints(&self) -> (sagessd_firmware::CheckpointStats, u64) {
+        (
+            self.firmware.checkpoint_stats(),
+            self.firmware.checkpoint_interval_pages(),
+        )
     }
 
     /// Busy intervals the controller DRAM's calendar holds: bounded by the transfers still in

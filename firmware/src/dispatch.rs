@@ -373,6 +373,18 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
     }
 
+    /// Pages programmed between two checkpoints: the configuration's, or automatically 64
+    /// checkpoints' worth (at least one page per die and block), so that checkpoints cost at
+    /// most 1/64 of the flash writes.
+    pub fn checkpoint_interval_pages(&self) -> u64 {
+        let b = &self.backend;
+        match self.config.checkpoint_interval_pages {
+            0 => (u64::from(b.checkpoint.layout.pages) * 64)
+                .max(u64::from(b.geometry.pages_per_block) * u64::from(b.geometry.die_count())),
+            n => u64::from(n),
+        }
+    }
+
     /// Checkpoint counters since boot.
     pub fn checkpoint_stats(&self) -> CheckpointStats {
         self.backend.checkpoint.stats
@@ -895,12 +907,8 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// Requests a checkpoint when the interval's pages have been programmed since the last one,
     /// and advances the writer; programs are held while one is requested or written.
     fn step_checkpoint(&mut self) -> bool {
+        let interval = self.checkpoint_interval_pages();
         let b = &mut self.backend;
-        let interval = match self.config.checkpoint_interval_pages {
-            0 => (u64::from(b.checkpoint.layout.pages) * 64)
-                .max(u64::from(b.geometry.pages_per_block) * u64::from(b.geometry.die_count())),
-            n => u64::from(n),
-        };
         if b.checkpoint.is_idle() && b.ftl.programs_since_snapshot() >= interval {
             b.checkpoint.request();
         }

@@ -85,6 +85,14 @@ impl Geometry {
         (die / self.channels) % self.ways
     }
 
+    /// The block physical page `ppn` belongs to, and its place in it.
+    pub fn block_and_page(&self, ppn: PhysPage) -> (PhysBlock, u32) {
+        (
+            PhysBlock(ppn.0 / self.pages_per_block),
+            ppn.0 % self.pages_per_block,
+        )
+    }
+
     /// The die holding physical page `ppn` (see [`PhysPage`]).
     pub fn die_of(&self, ppn: PhysPage) -> u32 {
         ppn.0 / self.pages_per_block / self.blocks_per_die

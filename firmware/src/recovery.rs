@@ -387,10 +387,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
 
     fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
         let g = fw.ftl().geometry();
-        let (block, page) = (
-            PhysBlock(ppn.0 / g.pages_per_block),
-            ppn.0 % g.pages_per_block,
-        );
+        let (block, page) = g.block_and_page(ppn);
         let scan = match (ok, fw.window_spare(k)) {
             // Erased: at page 0 the block is erased; after unreadable pages it holds nothing
             // readable.
@@ -454,10 +451,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
 
     fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
         let g = fw.ftl().geometry();
-        let (block, page) = (
-            PhysBlock(ppn.0 / g.pages_per_block),
-            ppn.0 % g.pages_per_block,
-        );
+        let (block, page) = g.block_and_page(ppn);
         let slot = self
             .cursors
             .iter()

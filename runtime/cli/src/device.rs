@@ -168,6 +168,15 @@ fn run_device_info(args: DeviceConfigArgs) -> anyhow::Result<ExitCode> {
     let limits = sagessd_emulator::check::DeviceLimits::new(&hw)?;
     println!("{}", hw_source(args.config.as_ref()));
     println!("{limits}");
+    let (stats, interval) = sagessd_emulator::Ssd::new(&hw)?.checkpoints();
+    println!(
+        "checkpoints of the FTL's tables: {} pages each, {} blocks reserved for two slots; one \
+         every {interval} programmed pages (at most 1/{} of the flash writes), and at a Flush, \
+         a trim, a GRAPH_ATTACH and a clean stop",
+        stats.pages_per_checkpoint,
+        stats.reserved_blocks,
+        interval / u64::from(stats.pages_per_checkpoint.max(1)),
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -64,7 +64,26 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // one here: a clean stop lets every accepted command finish.
     let signals = stop_signals();
     let ssd = match &args.image {
-        Some(path) => sagessd_emulator::Ssd::open_image(&hw, path)?,
+        Some(path) => {
+            let ssd = sagessd_emulator::Ssd::open_image(&hw, path)?;
+            let (boot, ready_ns) = ssd.boot();
+            println!(
+                "booted from {}: {}, {} pages read, {} replayed, {} torn checkpoints skipped, \
+                 {} blocks erased; {:.1} ms of flash time (modelled)",
+                path.display(),
+                match (boot.blank, boot.checkpoint_id) {
+                    (true, _) => "blank flash".to_string(),
+                    (false, Some(id)) => format!("checkpoint {id}"),
+                    (false, None) => "no intact checkpoint (everything replayed)".to_string(),
+                },
+                boot.pages_read,
+                boot.pages_replayed,
+                boot.torn_checkpoints,
+                boot.blocks_erased,
+                ready_ns as f64 / 1e6,
+            );
+            ssd
+        }
         None => sagessd_emulator::Ssd::new(&hw)?,
     };
     let options = sagessd_emulator::TargetOptions {
