@@ -100,7 +100,7 @@ pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, Data
 /// edge.
 pub fn parse_edges(reader: impl Read, path: &Path) -> Result<Vec<(u64, u64)>, DatasetError> {
     let mut edges: Vec<(u64, u64)> = Vec::new();
-    for (number, line) in BufReader::with_capacity(1 << 20, reader)
+    for (number, line) in BufReader::with_capacity(64 << 10, reader)
         .lines()
         .enumerate()
     {
