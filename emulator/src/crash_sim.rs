@@ -21,7 +21,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::ns_config::{NsLimits, encode_ns_config, ns_config_size_bytes};
-use sagessd_abi::nvme::{CompletionEntry, Status, SubmissionEntry, VendorStatus, io_opcode};
+use sagessd_abi::nvme::{
+    CompletionEntry, DsmRange, Status, SubmissionEntry, VendorStatus, io_opcode,
+};
 use sagessd_abi::sample::mix;
 use sagessd_firmware::hal::Geometry;
 use sagessd_firmware::host::{CommandId, DmaError, HostInterface};
@@ -307,7 +309,7 @@ pub fn run_seed(seed: u64) -> Result<SeedOutcome, SeedFailure> {
         steps: 0,
     };
     run.workload().map_err(fail)?;
-    run.cut_and_boot().map_err(fail)?;
+    let mut run = run.cut_and_boot().map_err(fail)?;
     run.check().map_err(fail)?;
     Ok(run.outcome)
 }
@@ -425,8 +427,6 @@ impl Run {
         if matches!(cmd, Command::Attach) && self.model.attach_in_flight {
             return Ok(false);
         }
-        self.next_cid = self.next_cid.wrapping_add(1).max(1);
-        let cid = self.next_cid;
         let (sqe, data) = match cmd {
             Command::Write {
                 slba,
@@ -438,30 +438,30 @@ impl Run {
                     data.extend_from_slice(&block_contents(lba, version));
                     self.model.in_flight[lba as usize].push(Version::Data(version));
                 }
-                (
-                    SubmissionEntry::read_write(true, cid, 1, slba, blocks),
-                    data,
-                )
+                (SubmissionEntry::read_write(true, 0, 1, slba, blocks), data)
             }
             Command::Trim { slba, blocks } => {
                 let blocks = blocks.min((self.lbas - slba) as u32);
-                let mut range = [0u8; 16];
-                range[4..8].copy_from_slice(&blocks.to_le_bytes());
-                range[8..16].copy_from_slice(&slba.to_le_bytes());
+                let range = DsmRange {
+                    attributes: 0.into(),
+                    block_count: blocks.into(),
+                    slba: slba.into(),
+                };
                 // Only whole flash pages are deallocated: those LBAs may read as zeros.
                 for lba in self.whole_pages(slba, blocks) {
                     self.model.in_flight[lba as usize].push(Version::Zero);
                 }
-                let mut sqe = SubmissionEntry::new(0x09, cid, 1);
+                // One range (CDW10 = count − 1), attribute deallocate (CDW11 bit 2).
+                let mut sqe = SubmissionEntry::new(io_opcode::DATASET_MANAGEMENT, 0, 1);
                 sqe.cdw10 = 0.into();
                 sqe.cdw11 = 0x4.into();
-                (sqe, range.to_vec())
+                (sqe, range.as_bytes().to_vec())
             }
             Command::Read { slba, blocks } => (
-                SubmissionEntry::read_write(false, cid, 1, slba, blocks),
+                SubmissionEntry::read_write(false, 0, 1, slba, blocks),
                 vec![0xEE; blocks as usize * BLOCK],
             ),
-            Command::Flush => (SubmissionEntry::new(0x00, cid, 1), Vec::new()),
+            Command::Flush => (SubmissionEntry::new(io_opcode::FLUSH, 0, 1), Vec::new()),
             // Submitted by `reap` for the job it drops, never drawn.
             Command::Discard => return Ok(false),
             Command::Attach => {
@@ -481,7 +481,7 @@ impl Run {
                     features: None,
                 };
                 (
-                    SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, cid, 1, 64, 0),
+                    SubmissionEntry::vendor(io_opcode::GRAPH_ATTACH, 0, 1, 64, 0),
                     descriptor.to_wire().as_bytes().to_vec(),
                 )
             }
@@ -491,20 +491,28 @@ impl Run {
                 encode_ns_config(self.rng.next(), &[4, 4], &targets, &mut config)
                     .ok_or("an NS_config that does not fit its buffer")?;
                 (
-                    SubmissionEntry::vendor(io_opcode::NS_SUBMIT, cid, 1, config.len() as u32, 0),
+                    SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, 1, config.len() as u32, 0),
                     config,
                 )
             }
         };
-        let mut sqe = sqe;
+        let cid = self.send(sqe, data)?;
+        self.in_flight.insert(cid, cmd);
+        Ok(true)
+    }
+
+    /// Hands `sqe` (its cid replaced by a fresh one) and its host buffer to the firmware,
+    /// stepping the device while every command slot is busy; returns the cid.
+    fn send(&mut self, mut sqe: SubmissionEntry, data: Vec<u8>) -> Result<u16, String> {
+        self.next_cid = self.next_cid.wrapping_add(1).max(1);
+        let cid = self.next_cid;
         sqe.cid = cid.into();
         self.host.buffers.insert(cid, data);
         let id = CommandId { sq_id: 1, cid };
         while self.fw.submit(&mut self.host, id, &sqe).is_err() {
             self.step()?;
         }
-        self.in_flight.insert(cid, cmd);
-        Ok(true)
+        Ok(cid)
     }
 
     /// The LBAs of the flash pages wholly inside `[slba, slba + blocks)`.
@@ -585,14 +593,8 @@ impl Run {
                     }
                     if status.is_success() {
                         // Let the job run; a discarding collect drops it once it has finished.
-                        self.next_cid = self.next_cid.wrapping_add(1).max(1);
-                        let cid = self.next_cid;
-                        let sqe = SubmissionEntry::ns_discard(cid, 1, cqe.result.get());
-                        self.host.buffers.insert(cid, Vec::new());
-                        let id = CommandId { sq_id: 1, cid };
-                        while self.fw.submit(&mut self.host, id, &sqe).is_err() {
-                            self.step()?;
-                        }
+                        let sqe = SubmissionEntry::ns_discard(0, 1, cqe.result.get());
+                        let cid = self.send(sqe, Vec::new())?;
                         self.in_flight.insert(cid, Command::Discard);
                     }
                 }
@@ -602,17 +604,12 @@ impl Run {
         Ok(())
     }
 
-    /// Cuts the power and boots a new firmware from the NAND.
-    fn cut_and_boot(&mut self) -> Result<(), String> {
+    /// Cuts the power and boots a new firmware from the NAND; the host loses its queues.
+    fn cut_and_boot(self) -> Result<Self, String> {
         let config = *self.fw.config();
-        let placeholder = Fw::new(
-            config,
-            NandArray::with_timing(geometry(), timing()),
-            vec![0u8; Fw::dram_size_bytes(&config, &geometry()).map_err(|e| format!("{e:?}"))?],
-        )
-        .map_err(|e| format!("{e:?}"))?;
-        let (mut nand, _dram) = std::mem::replace(&mut self.fw, placeholder).into_parts();
-        self.outcome.cut = nand.power_cut(self.seed);
+        let (mut nand, _dram) = self.fw.into_parts();
+        let mut outcome = self.outcome;
+        outcome.cut = nand.power_cut(self.seed);
         // The boot itself runs without injected faults, so that what it reads is what the cut
         // left (a failed boot erase is covered by the firmware's own tests).
         nand.set_faults(None);
@@ -624,12 +621,15 @@ impl Run {
             &mut NandArray::wait_for_completion,
         )
         .map_err(|e| format!("boot failed: {e:?}"))?;
-        self.fw = fw;
-        self.outcome.boot = boot;
-        self.host = SimHost::default();
-        self.in_flight.clear();
-        self.steps = 0;
-        Ok(())
+        outcome.boot = boot;
+        Ok(Self {
+            fw,
+            host: SimHost::default(),
+            in_flight: BTreeMap::new(),
+            outcome,
+            steps: 0,
+            ..self
+        })
     }
 
     /// Reads every LBA back and judges it; checks the graph is attached if an attach completed.
@@ -668,22 +668,12 @@ impl Run {
     }
 
     /// Runs one command on the booted firmware to completion.
-    fn exec(
-        &mut self,
-        mut sqe: SubmissionEntry,
-        data: Vec<u8>,
-    ) -> Result<(Status, Vec<u8>), String> {
-        self.next_cid = self.next_cid.wrapping_add(1).max(1);
-        let cid = self.next_cid;
-        sqe.cid = cid.into();
-        self.host.buffers.insert(cid, data);
-        let id = CommandId { sq_id: 1, cid };
-        while self.fw.submit(&mut self.host, id, &sqe).is_err() {
-            self.step()?;
-        }
+    fn exec(&mut self, sqe: SubmissionEntry, data: Vec<u8>) -> Result<(Status, Vec<u8>), String> {
+        let cid = self.send(sqe, data)?;
         loop {
-            if let Some(i) = self.host.done.iter().position(|(c, _)| *c == cid) {
-                let (_, cqe) = self.host.done.remove(i).unwrap_or((cid, cqe_none()));
+            if let Some(i) = self.host.done.iter().position(|(c, _)| *c == cid)
+                && let Some((_, cqe)) = self.host.done.remove(i)
+            {
                 return Ok((
                     cqe.status(),
                     self.host.buffers.remove(&cid).unwrap_or_default(),
@@ -694,10 +684,6 @@ impl Run {
             }
         }
     }
-}
-
-fn cqe_none() -> CompletionEntry {
-    CompletionEntry::new(0, 0, Status::SUCCESS, 0)
 }
 
 /// The totals of a campaign over many seeds.

@@ -93,8 +93,8 @@ mod faults;
 mod store;
 
 pub use faults::{CutReport, NandFaults};
-pub use store::ImageFormat;
 use store::{FileStore, PageState, PageStore};
+pub use store::{FlashFileLayout, ImageFormat};
 
 /// The timing parameters of the array, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

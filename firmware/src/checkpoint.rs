@@ -143,7 +143,7 @@ pub(crate) enum Piece {
 }
 
 /// The payload's pieces in stream order, each with its first payload byte.
-pub(crate) fn pieces(ftl: &Ftl) -> [(usize, Piece); 3] {
+fn pieces(ftl: &Ftl) -> [(usize, Piece); 3] {
     let [states, l2p] = ftl.checkpointed_tables();
     [
         (0, Piece::Header),

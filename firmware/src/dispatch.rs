@@ -973,9 +973,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 // The page read must be the one asked for: its spare record names it.
                 let slot = u32::from(tag.index);
                 let buffer = &self.backend.buffer;
-                let named = buffer
-                    .lpn_of(dram, slot)
-                    .is_none_or(|lpn| Ftl::read_is_of(buffer.spare_region(slot).bytes(dram), lpn));
+                let named = buffer.lpn_of(dram, slot).is_none_or(|lpn| {
+                    Ftl::data_version(buffer.spare_region(slot).bytes(dram), lpn).is_some()
+                });
                 buffer.fill_done(dram, slot, c.result.is_ok() && named)
             }
             TagKind::CheckpointErase | TagKind::CheckpointProgram => self

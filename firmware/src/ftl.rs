@@ -254,10 +254,13 @@ impl Ftl {
         self.programs_since_snapshot > 0 || self.trimmed_since_snapshot
     }
 
-    /// Whether a read of logical page `lpn` that returned `spare` got that page's data: the
-    /// record must name it.
-    pub fn read_is_of(spare: &[u8], lpn: u32) -> bool {
-        matches!(Spare::decode(spare), ReadSpare::Valid(s) if s.kind == PageKind::Data && s.index == lpn)
+    /// The data sequence of a read of logical page `lpn` that returned `spare`, if the read got
+    /// that page's data (its record names it); `None` for any other page.
+    pub fn data_version(spare: &[u8], lpn: u32) -> Option<u64> {
+        match Spare::decode(spare) {
+            ReadSpare::Valid(s) if s.kind == PageKind::Data && s.index == lpn => Some(s.data_seq),
+            _ => None,
+        }
     }
 
     /// Free blocks as a percentage of the blocks beyond the logical capacity (the spare),
@@ -578,14 +581,9 @@ impl Ftl {
                 let spare = &dram[spare_at..spare_at + SPARE_BYTES];
                 // A page whose record does not name its logical page is as lost as one the
                 // media could not read.
-                let version = match Spare::decode(spare) {
-                    ReadSpare::Valid(s)
-                        if lpn != 0 && s.kind == PageKind::Data && s.index == lpn - 1 =>
-                    {
-                        Some(s.data_seq)
-                    }
-                    _ => None,
-                };
+                let version = lpn
+                    .checked_sub(1)
+                    .and_then(|lpn| Self::data_version(spare, lpn));
                 if result.is_err() || (lpn != 0 && version.is_none()) {
                     // The data is lost: reads must say so, not return zeros or a stale page.
                     self.stats.media_failures += 1;

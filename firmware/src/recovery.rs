@@ -87,15 +87,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
         }
         let mut first = FirstPages {
-            next_block: 0,
+            walk: BlockWalk::new(),
             snapshot_seq,
             programmed: 0,
-            follow: [None; CHECKPOINT_WINDOWS],
         };
         fw.run_scan(&mut first, wait, &mut report)?;
         let mut replay = ReplayScan {
-            next_block: 0,
-            cursors: [None; CHECKPOINT_WINDOWS],
+            walk: BlockWalk::new(),
             snapshot_seq,
             highest_seq: snapshot_seq,
             replayed: 0,
@@ -356,21 +354,31 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for CheckpointCopy {
     }
 }
 
-/// Step 2: the first readable page of every block that needs a look. An unreadable page 0 may
-/// be a torn erase (nothing after it reads either), a torn first program (erased after it) or a
-/// program that failed (the block went on, or was retired, with good pages after it): the pages
-/// after it decide.
-struct FirstPages {
+/// The walk both block scans share: blocks in order, each from a first page, and the page after
+/// one just read when the block goes on.
+struct BlockWalk {
     next_block: u32,
-    snapshot_seq: u64,
-    /// Blocks found holding anything.
-    programmed: u64,
-    /// Pages to read next because the page before them in their block was unreadable.
+    /// Pages due next because the page before them in their block was just read. There is
+    /// always room: each entry comes from a read that just freed its window, and `run_scan` asks
+    /// for a page only when a window is free.
     follow: [Option<PhysPage>; CHECKPOINT_WINDOWS],
 }
 
-impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
-    fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
+impl BlockWalk {
+    fn new() -> Self {
+        Self {
+            next_block: 0,
+            follow: [None; CHECKPOINT_WINDOWS],
+        }
+    }
+
+    /// A page due after a read, else the first page `start(block)` names (`None`: skip the
+    /// block) of the next block recovery must look at.
+    fn next<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>>(
+        &mut self,
+        fw: &Firmware<F, M>,
+        start: impl Fn(PhysBlock) -> Option<u32>,
+    ) -> Option<PhysPage> {
         if let Some(ppn) = self.follow.iter_mut().find_map(Option::take) {
             return Some(ppn);
         }
@@ -378,11 +386,45 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
         while self.next_block < g.block_count() {
             let block = PhysBlock(self.next_block);
             self.next_block += 1;
-            if fw.ftl().needs_scan(fw.dram_bytes(), block) {
-                return Some(block.page(&g, 0));
+            if fw.ftl().needs_scan(fw.dram_bytes(), block)
+                && let Some(page) = start(block)
+            {
+                return Some(block.page(&g, page));
             }
         }
         None
+    }
+
+    /// Queues the page after `ppn` in its block; `false` if `ppn` was its block's last.
+    fn go_on(&mut self, g: &crate::hal::Geometry, ppn: PhysPage) -> bool {
+        let (block, page) = g.block_and_page(ppn);
+        if page + 1 >= g.pages_per_block {
+            return false;
+        }
+        match self.follow.iter_mut().find(|f| f.is_none()) {
+            Some(slot) => {
+                *slot = Some(block.page(g, page + 1));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Step 2: the first readable page of every block that needs a look. An unreadable page 0 may
+/// be a torn erase (nothing after it reads either), a torn first program (erased after it) or a
+/// program that failed (the block went on, or was retired, with good pages after it): the pages
+/// after it decide.
+struct FirstPages {
+    walk: BlockWalk,
+    snapshot_seq: u64,
+    /// Blocks found holding anything.
+    programmed: u64,
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
+    fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
+        self.walk.next(fw, |_| Some(0))
     }
 
     fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
@@ -396,13 +438,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
             (true, ReadSpare::Valid(s)) if s.kind == PageKind::Data => BlockScan::Data {
                 program_seq: s.program_seq,
             },
-            _ if page + 1 < g.pages_per_block => {
-                if let Some(slot) = self.follow.iter_mut().find(|f| f.is_none()) {
-                    *slot = Some(block.page(&g, page + 1));
-                    return;
-                }
-                BlockScan::Garbled
-            }
+            _ if self.walk.go_on(&g, ppn) => return,
             _ => BlockScan::Garbled,
         };
         if scan != BlockScan::Erased {
@@ -414,11 +450,10 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
     }
 }
 
-/// Step 3: each block to replay, page by page; one cursor per window.
+/// Step 3: each block to replay, page by page from where step 2 said, up to its first erased
+/// page.
 struct ReplayScan {
-    next_block: u32,
-    /// The block each window's next read belongs to, and that page.
-    cursors: [Option<(PhysBlock, u32)>; CHECKPOINT_WINDOWS],
+    walk: BlockWalk,
     snapshot_seq: u64,
     highest_seq: u64,
     replayed: u64,
@@ -426,39 +461,14 @@ struct ReplayScan {
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
     fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
-        let g = fw.ftl().geometry();
-        // A cursor whose next page is due: a parked one first, else a new block.
-        if let Some(c) = self
-            .cursors
-            .iter_mut()
-            .find_map(|c| c.take_if(|(_, p)| *p & PARKED == 0))
-        {
-            let (block, page) = c;
-            self.park(block, page);
-            return Some(block.page(&g, page));
-        }
-        while self.next_block < g.block_count() {
-            let block = PhysBlock(self.next_block);
-            self.next_block += 1;
-            let start = fw.ftl().replay_start(fw.dram_bytes(), block);
-            if start < g.pages_per_block && fw.ftl().needs_scan(fw.dram_bytes(), block) {
-                self.park(block, start);
-                return Some(block.page(&g, start));
-            }
-        }
-        None
+        let ppb = fw.ftl().geometry().pages_per_block;
+        let (ftl, dram) = (fw.ftl(), fw.dram_bytes());
+        self.walk.next(fw, |block| {
+            Some(ftl.replay_start(dram, block)).filter(|p| *p < ppb)
+        })
     }
 
     fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
-        let g = fw.ftl().geometry();
-        let (block, page) = g.block_and_page(ppn);
-        let slot = self
-            .cursors
-            .iter()
-            .position(|c| *c == Some((block, page | PARKED)));
-        if let Some(i) = slot {
-            self.cursors[i] = None;
-        }
         // The block's programmed pages end at its first erased one. An unreadable page (a
         // program that failed, or was torn) is skipped: the pages after it still count.
         let spare = fw.window_spare(k);
@@ -475,28 +485,10 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
                 data_seq: s.data_seq,
                 program_seq: s.program_seq,
             };
-            if s.program_seq >= self.snapshot_seq && s.index < fw.ftl().logical_pages() {
-                self.replayed += 1;
-            }
             let (ftl, dram) = fw.ftl_dram();
-            ftl.replay(dram, page_seen, self.snapshot_seq);
+            self.replayed += u64::from(ftl.replay(dram, page_seen, self.snapshot_seq));
         }
-        if page + 1 < g.pages_per_block
-            && let Some(i) = slot
-        {
-            self.cursors[i] = Some((block, page + 1));
-        }
-    }
-}
-
-/// Marks a cursor whose read is in flight.
-const PARKED: u32 = 1 << 31;
-
-impl ReplayScan {
-    /// Records that `block`'s page `page` is being read.
-    fn park(&mut self, block: PhysBlock, page: u32) {
-        if let Some(c) = self.cursors.iter_mut().find(|c| c.is_none()) {
-            *c = Some((block, page | PARKED));
-        }
+        let g = fw.ftl().geometry();
+        self.walk.go_on(&g, ppn);
     }
 }

@@ -98,12 +98,9 @@ pub fn graph_descriptor(data: &[u8]) {
     }
 }
 
-/// Bytes of a flash file's header the CRC covers (see `sagessd_emulator::nand` `store`).
-pub const IMAGE_HEADER_FIELDS: usize = 52;
-
 /// A device image (`sagessd emulator serve --image`: the flash file) for the small test device,
 /// then a boot from it. The input is the header's fields (their CRC32C is appended, so that the
-/// opener gets past it) followed by what the file holds from byte 4096 on: page states, spare
+/// opener gets past it) followed by what the file holds after its header: page states, spare
 /// areas, page data (the file is padded with zeros to its length). The boot then recovers from
 /// whatever flash that is; an accepted image is a device that answers.
 pub fn device_image(data: &[u8]) {
@@ -123,24 +120,19 @@ pub fn open_device_image(
         static PATH: std::path::PathBuf = std::env::temp_dir()
             .join(format!("sagessd-fuzz-image-{}.img", std::process::id()));
     }
-    let fields = &data[..data.len().min(IMAGE_HEADER_FIELDS)];
-    let rest = data.get(IMAGE_HEADER_FIELDS..).unwrap_or(&[]);
-    let crc = sagessd_abi::crc32c::crc32c(fields);
     let config = crate::small_config();
-    let g = config.nand.geometry();
-    let pages = g.page_count();
-    // The length the small device's geometry needs, so that the opener reaches the states.
-    let len = 4096
-        + pages.div_ceil(4096) * 4096
-        + (pages * 64).div_ceil(4096) * 4096
-        + pages * u64::from(g.page_size_bytes);
+    let layout = sagessd_emulator::nand::FlashFileLayout::new(&config.nand.geometry());
+    let fields = &data[..data.len().min(layout.header_fields_bytes)];
+    let rest = data.get(layout.header_fields_bytes..).unwrap_or(&[]);
+    let crc = sagessd_abi::crc32c::crc32c(fields);
     PATH.with(|path| {
         let mut file = std::fs::File::create(path)?;
         let mut header = [fields, &crc.to_le_bytes()[..]].concat();
-        header.resize(4096, 0);
+        header.resize(layout.states_at as usize, 0);
         file.write_all(&header)?;
         file.write_all(rest)?;
-        file.set_len(len.max(4096 + rest.len() as u64))?;
+        // The length the geometry needs, so that the opener reaches the states.
+        file.set_len(layout.len_bytes.max(layout.states_at + rest.len() as u64))?;
         drop(file);
         Ok(sagessd_emulator::Ssd::open_image(&config, path))
     })

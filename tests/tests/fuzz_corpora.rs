@@ -77,12 +77,10 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
             drop(ssd);
             let bytes = std::fs::read(&path).expect("the image");
             let _ = std::fs::remove_file(&path);
-            let g = config.nand.geometry();
-            let pages = g.page_count() as usize;
-            let regions_end =
-                4096 + pages.div_ceil(4096) * 4096 + (pages * 64).div_ceil(4096) * 4096;
-            let fields = &bytes[..sagessd_tests::fuzz::IMAGE_HEADER_FIELDS];
-            vec![[fields, &bytes[4096..regions_end]].concat()]
+            let layout = sagessd_emulator::nand::FlashFileLayout::new(&config.nand.geometry());
+            let fields = &bytes[..layout.header_fields_bytes];
+            let states_and_spares = &bytes[layout.states_at as usize..layout.data_at as usize];
+            vec![[fields, states_and_spares].concat()]
         }
         "edge_list" => vec![
             b"# a SNAP edge list\n% another comment\n10 20\n20\t30\n30 10\n10 10\n\n7 9\n".to_vec(),

@@ -199,6 +199,38 @@ impl PageStore {
     }
 }
 
+/// Where the regions of a flash file for a geometry lie (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashFileLayout {
+    /// Bytes of the header its CRC32C covers (the CRC follows them).
+    pub header_fields_bytes: usize,
+    /// Offset of the page states.
+    pub states_at: u64,
+    /// Offset of the spare areas.
+    pub spares_at: u64,
+    /// Offset of the page data.
+    pub data_at: u64,
+    /// Length of the file.
+    pub len_bytes: u64,
+}
+
+impl FlashFileLayout {
+    /// The layout for `geometry`.
+    pub fn new(geometry: &Geometry) -> Self {
+        let pages = geometry.page_count();
+        let states_at = HEADER_BYTES;
+        let spares_at = states_at + align(pages);
+        let data_at = spares_at + align(pages * SPARE_BYTES as u64);
+        Self {
+            header_fields_bytes: HEADER_FIELDS,
+            states_at,
+            spares_at,
+            data_at,
+            len_bytes: data_at + pages * u64::from(geometry.page_size_bytes),
+        }
+    }
+}
+
 /// A flash file (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct FileStore {
@@ -234,10 +266,13 @@ impl FileStore {
         };
         let pages = geometry.page_count();
         let page_bytes = u64::from(geometry.page_size_bytes);
-        let states_at = HEADER_BYTES;
-        let spares_at = states_at + align(pages);
-        let data_at = spares_at + align(pages * SPARE_BYTES as u64);
-        let total = data_at + pages * page_bytes;
+        let FlashFileLayout {
+            states_at,
+            spares_at,
+            data_at,
+            len_bytes: total,
+            ..
+        } = FlashFileLayout::new(geometry);
         let header = header(geometry, format);
         let exists = path.exists();
         let file = OpenOptions::new()

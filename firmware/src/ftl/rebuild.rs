@@ -141,10 +141,11 @@ impl Ftl {
         start
     }
 
-    /// Applies one page found by the replay scan.
-    pub fn replay(&mut self, dram: &mut [u8], page: Replayed, snapshot_seq: u64) {
+    /// Applies one page found by the replay scan; returns whether it was a candidate (a page of
+    /// a logical page, programmed after the snapshot), taken or not.
+    pub fn replay(&mut self, dram: &mut [u8], page: Replayed, snapshot_seq: u64) -> bool {
         if page.lpn >= self.logical_pages || page.program_seq < snapshot_seq {
-            return;
+            return false;
         }
         let rank = match page.data_seq.checked_sub(snapshot_seq) {
             Some(newer) => newer.saturating_add(1).min(u64::from(REPLAYED - 1)) as u32,
@@ -157,13 +158,14 @@ impl Ftl {
             if mark & REPLAYED != 0 {
                 let held = mark & !REPLAYED;
                 if rank < held || (rank == held && page.ppn.0 < q) {
-                    return;
+                    return true;
                 }
             }
             self.p2l.set_u32(dram, q as usize, 0);
         }
         self.l2p.set_u32(dram, page.lpn as usize, page.ppn.0 + 1);
         self.p2l.set_u32(dram, page.ppn.0 as usize, REPLAYED | rank);
+        true
     }
 
     /// Ends recovery: rebuilds P2L, valid counts and free lists from the L2P table and the block
