@@ -18,6 +18,7 @@
 
 mod device;
 mod error;
+pub mod load;
 #[cfg(feature = "local")]
 mod local;
 pub mod ns;

@@ -1,6 +1,6 @@
 //! [`TcpTransport`]: a userspace NVMe/TCP initiator (NVMe/TCP Transport Specification 1.0).
 //!
-//! It connects an admin queue and one I/O queue to a subsystem, sets the controller up (CAP,
+//! It connects an admin queue and one or more I/O queues (one connection each) to a subsystem, sets the controller up (CAP,
 //! CC.EN, CSTS.RDY, Identify for the in-capsule data size) and then carries any command: data up
 //! to the in-capsule limit travels in the command capsule, more waits for the target's R2T and
 //! goes in H2CData PDUs; returned data comes in C2HData PDUs. A reader thread per queue turns
@@ -49,23 +49,28 @@ pub struct TcpOptions {
     pub digests: bool,
     /// I/O queue entries wanted (capped by the controller's MQES).
     pub queue_entries: u16,
+    /// I/O queues to connect, numbered 1..=`io_queues` (at least 1).
+    pub io_queues: u16,
+    /// How long `reap` waits for the next completion before it gives up on the outstanding
+    /// commands (an error); `None`: for ever.
+    pub command_timeout: Option<Duration>,
 }
 
 impl TcpOptions {
-    /// Options for subsystem `nqn`: no digests, 128-entry I/O queue.
+    /// Options for subsystem `nqn`: no digests, one 128-entry I/O queue.
     pub fn new(nqn: &str) -> Self {
         Self {
             nqn: nqn.to_owned(),
             digests: false,
             queue_entries: 128,
+            io_queues: 1,
+            command_timeout: None,
         }
     }
 }
 
 /// A command waiting for its completion.
 struct Pending {
-    /// The queue id the caller gave (completions report it).
-    caller_sq: u16,
     data: Vec<u8>,
 }
 
@@ -82,12 +87,13 @@ struct QueueLink {
     reader: Option<JoinHandle<()>>,
 }
 
-/// An NVMe/TCP connection to one controller: an admin queue and one I/O queue.
+/// NVMe/TCP connections to one controller: an admin queue and its I/O queues.
 pub struct TcpTransport {
     admin: QueueLink,
-    io: Option<QueueLink>,
+    io: Vec<QueueLink>,
     completions: Receiver<Result<Completion, String>>,
     outstanding: usize,
+    command_timeout: Option<Duration>,
     cntlid: u16,
     /// Set by a reader thread when its connection ends: no completion will come any more.
     dead: Arc<AtomicBool>,
@@ -123,6 +129,7 @@ impl TcpTransport {
         let dead = Arc::new(AtomicBool::new(false));
         let admin = QueueLink::open(
             addr,
+            0,
             options.digests,
             ADMIN_INLINE_BYTES,
             sender.clone(),
@@ -130,9 +137,10 @@ impl TcpTransport {
         )?;
         let mut t = Self {
             admin,
-            io: None,
+            io: Vec::new(),
             completions,
             outstanding: 0,
+            command_timeout: options.command_timeout,
             cntlid: 0,
             dead: Arc::clone(&dead),
         };
@@ -164,11 +172,21 @@ impl TcpTransport {
         let id = t.setup(0, identify, &[0; 4096])?.data;
         let ioccsz = u32::from_le_bytes(id[1792..1796].try_into().unwrap_or([0; 4]));
         let inline_bytes = (ioccsz as usize * 16).saturating_sub(64);
-        let io = QueueLink::open(addr, options.digests, inline_bytes, sender, dead)?;
-        t.io = Some(io);
         let sqsize = options.queue_entries.min(mqes.saturating_add(1)).max(2) - 1;
         let data = ConnectData::new(host_id, t.cntlid, &options.nqn, HOST_NQN);
-        t.setup(1, FabricsCommand::connect(0, 1, sqsize, 0), data.as_bytes())?;
+        for qid in 1..=options.io_queues.max(1) {
+            let io = QueueLink::open(
+                addr,
+                qid,
+                options.digests,
+                inline_bytes,
+                sender.clone(),
+                Arc::clone(&dead),
+            )?;
+            t.io.push(io);
+            let connect = FabricsCommand::connect(0, qid, sqsize, 0);
+            t.setup(qid, connect, data.as_bytes())?;
+        }
         Ok(t)
     }
 
@@ -201,12 +219,14 @@ impl TcpTransport {
     }
 
     fn queue(&self, sq_id: u16) -> Result<&QueueLink, TransportError> {
-        if sq_id == 0 {
-            Ok(&self.admin)
-        } else {
-            self.io
-                .as_ref()
-                .ok_or_else(|| device_error("no I/O queue connected"))
+        match sq_id.checked_sub(1) {
+            None => Ok(&self.admin),
+            Some(i) => self.io.get(usize::from(i)).ok_or_else(|| {
+                device_error(format!(
+                    "no I/O queue {sq_id} ({} connected)",
+                    self.io.len()
+                ))
+            }),
         }
     }
 }
@@ -248,13 +268,7 @@ impl Transport for TcpTransport {
             write_pdu(&mut *w, &q.framing, &capsule, in_capsule)
                 .and_then(|()| w.flush())
                 .map_err(io_error)?;
-            pending.insert(
-                cid,
-                Pending {
-                    caller_sq: sq_id,
-                    data,
-                },
-            );
+            pending.insert(cid, Pending { data });
         }
         self.outstanding += 1;
         Ok(())
@@ -264,6 +278,7 @@ impl Transport for TcpTransport {
         if self.outstanding == 0 {
             return Ok(None);
         }
+        let deadline = self.command_timeout.map(|t| (Instant::now() + t, t));
         loop {
             match self.completions.recv_timeout(DEAD_CHECK) {
                 Ok(Ok(c)) => {
@@ -271,7 +286,16 @@ impl Transport for TcpTransport {
                     return Ok(Some(c));
                 }
                 Ok(Err(msg)) => return Err(device_error(msg)),
-                Err(RecvTimeoutError::Timeout) if !self.dead.load(Ordering::Relaxed) => {}
+                Err(RecvTimeoutError::Timeout) if !self.dead.load(Ordering::Relaxed) => {
+                    if let Some((at, timeout)) = deadline
+                        && Instant::now() > at
+                    {
+                        return Err(device_error(format!(
+                            "no completion within {timeout:?}; {} commands outstanding",
+                            self.outstanding
+                        )));
+                    }
+                }
                 Err(_) => return Err(device_error("the NVMe/TCP connection is closed")),
             }
         }
@@ -306,9 +330,11 @@ fn host_id() -> [u8; 16] {
 }
 
 impl QueueLink {
-    /// Opens a TCP connection, exchanges ICReq/ICResp and starts its reader thread.
+    /// Opens a TCP connection for queue `qid`, exchanges ICReq/ICResp and starts its reader
+    /// thread.
     fn open(
         addr: std::net::SocketAddr,
+        qid: u16,
         digests: bool,
         inline_bytes: usize,
         completions: Sender<Result<Completion, String>>,
@@ -349,7 +375,7 @@ impl QueueLink {
         let thread = thread::Builder::new()
             .name("sagessd-tcp-initiator".into())
             .spawn(move || {
-                let err = read_loop(reader, framing, maxh2cdata, &w, &p, &completions);
+                let err = read_loop(reader, qid, framing, maxh2cdata, &w, &p, &completions);
                 dead.store(true, Ordering::Relaxed);
                 // Everything still pending fails with the connection.
                 if lock(&p).drain().next().is_some() || err.is_some() {
@@ -369,10 +395,11 @@ impl QueueLink {
     }
 }
 
-/// The reader thread: completions, returned data and R2Ts. Returns why it stopped, if it was
-/// an error.
+/// The reader thread of queue `qid`: completions, returned data and R2Ts. Returns why it
+/// stopped, if it was an error (a completion naming another queue is one).
 fn read_loop(
     mut reader: BufReader<TcpStream>,
+    qid: u16,
     framing: Framing,
     maxh2cdata: usize,
     writer: &Writer,
@@ -397,6 +424,12 @@ fn read_loop(
                 let Some(resp) = pdu.header_as::<CapsuleResp>() else {
                     return short();
                 };
+                if resp.cqe.sq_id.get() != qid {
+                    return Some(format!(
+                        "a completion on queue {qid} names queue {}",
+                        resp.cqe.sq_id.get()
+                    ));
+                }
                 finish(pending, completions, resp.cqe);
             }
             pdu_type::C2H_DATA => {
@@ -416,7 +449,7 @@ fn read_loop(
                     dst.copy_from_slice(&pdu.data);
                 }
                 if h.ch.flags & flags::DATA_SUCCESS != 0 {
-                    let cqe = CompletionEntry::new(0, cid, Status::SUCCESS, 0);
+                    let cqe = CompletionEntry::new(qid, cid, Status::SUCCESS, 0);
                     finish(pending, completions, cqe);
                 }
             }
@@ -473,7 +506,7 @@ fn send_data(
 fn finish(
     pending: &PendingMap,
     completions: &Sender<Result<Completion, String>>,
-    mut cqe: CompletionEntry,
+    cqe: CompletionEntry,
 ) {
     let Some(p) = lock(pending).remove(&cqe.cid.get()) else {
         let _ = completions.send(Err(format!(
@@ -482,7 +515,6 @@ fn finish(
         )));
         return;
     };
-    cqe.sq_id = p.caller_sq.into();
     let _ = completions.send(Ok(Completion {
         cqe,
         data: p.data,

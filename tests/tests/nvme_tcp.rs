@@ -14,6 +14,7 @@ use sagessd_abi::tcp::{
     CapsuleCmd, CapsuleResp, DataHeader, Framing, IcReq, R2t, TermReq, fes, flags, pdu_type,
 };
 use sagessd_emulator::{Ssd, Target, TargetOptions};
+use sagessd_host_driver::load::{LoadReport, LoadSpec, run_load};
 use sagessd_host_driver::{Device, TcpOptions, TcpTransport, Transport};
 use sagessd_runtime::load::load_graph;
 use sagessd_runtime::rmat::{RmatParams, generate};
@@ -312,6 +313,18 @@ fn malformed_pdus_end_their_connection_and_bad_commands_get_statuses() {
 /// A raw connection with `framing`'s digests that has connected the admin queue of a new
 /// controller (keep-alive timeout `kato_ms`) and enabled it.
 fn admin_queue(target: &Target, digests: bool, kato_ms: u32) -> (TcpStream, Framing) {
+    let (mut s, framing) = raw_with_digests(target, digests);
+    let nqn = TargetOptions::default().nqn;
+    let data = ConnectData::new([5; 16], CNTLID_DYNAMIC, &nqn, "nqn.raw");
+    let connect = FabricsCommand::connect(1, 0, 31, kato_ms);
+    assert!(send(&mut s, &framing, connect, data.as_bytes()).is_success());
+    let enable = FabricsCommand::property_set(2, 0x14, 0x46_0001, false);
+    assert!(send(&mut s, &framing, enable, &[]).is_success());
+    (s, framing)
+}
+
+/// A raw connection that has done ICReq/ICResp, with header and data digests if asked.
+fn raw_with_digests(target: &Target, digests: bool) -> (TcpStream, Framing) {
     let mut s = TcpStream::connect(target.local_addr()).expect("connect");
     let mut req = IcReq::new_zeroed();
     req.ch.pdu_type = pdu_type::IC_REQ;
@@ -323,15 +336,9 @@ fn admin_queue(target: &Target, digests: bool, kato_ms: u32) -> (TcpStream, Fram
     let framing = Framing {
         header_digest: digests,
         data_digest: digests,
-        max_data_bytes: 1 << 16,
+        max_data_bytes: 1 << 20,
         data_alignment_bytes: 4,
     };
-    let nqn = TargetOptions::default().nqn;
-    let data = ConnectData::new([5; 16], CNTLID_DYNAMIC, &nqn, "nqn.raw");
-    let connect = FabricsCommand::connect(1, 0, 31, kato_ms);
-    assert!(send(&mut s, &framing, connect, data.as_bytes()).is_success());
-    let enable = FabricsCommand::property_set(2, 0x14, 0x46_0001, false);
-    assert!(send(&mut s, &framing, enable, &[]).is_success());
     (s, framing)
 }
 
@@ -471,4 +478,153 @@ fn a_paced_target_takes_at_least_the_modelled_time_on_the_wall_clock() {
     );
     drop(device);
     target.stop();
+}
+
+/// A checked random load (host-driver `load`) over `queues` I/O queues of one host.
+fn checked_load(target: &Target, queues: u16, depth: u16, spec: LoadSpec) -> LoadReport {
+    let options = TcpOptions {
+        io_queues: queues,
+        queue_entries: depth,
+        command_timeout: Some(std::time::Duration::from_secs(30)),
+        ..TcpOptions::new(&TargetOptions::default().nqn)
+    };
+    let mut t = TcpTransport::connect(target.local_addr(), &options).expect("connects");
+    run_load(&mut t, &spec).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn sixty_four_io_queues_at_full_depth_lose_duplicate_and_misroute_nothing() {
+    // 65 connections (admin + 64 I/O queues): more than the 32 the target once allowed.
+    let target = start();
+    let spec = LoadSpec {
+        queues: 64,
+        depth: 8,
+        commands: 6_000,
+        read_percent: 50,
+        span_blocks: 8192,
+        block_bytes: 512,
+        blocks_per_command: 8,
+        seed: 12,
+    };
+    let report = checked_load(&target, 64, 8, spec.clone());
+    assert_eq!(report.commands, spec.commands);
+    assert!(report.reads_of_written > 500, "{report:?}");
+    target.stop();
+}
+
+#[test]
+fn commands_beyond_the_byte_budget_wait_for_it_and_all_complete() {
+    // A budget of one largest transfer (16 KiB): every command waits for the one before it
+    // to give its bytes back, on whichever connection it came.
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+    let options = TargetOptions {
+        max_outstanding_bytes: 16 * 1024,
+        ..TargetOptions::default()
+    };
+    let target = Target::start(ssd, "127.0.0.1:0", options).expect("target listens");
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let spec = LoadSpec {
+        queues: 4,
+        depth: 16,
+        commands: 1_500,
+        read_percent: 50,
+        span_blocks: 8192,
+        block_bytes: 512,
+        blocks_per_command: 32,
+        seed: 3,
+    };
+    let report = std::thread::scope(|s| {
+        s.spawn(|| {
+            while running.load(std::sync::atomic::Ordering::Relaxed) {
+                most.fetch_max(target.held_bytes(), std::sync::atomic::Ordering::Relaxed);
+                std::thread::yield_now();
+            }
+        });
+        let report = checked_load(&target, 4, 16, spec.clone());
+        running.store(false, std::sync::atomic::Ordering::Relaxed);
+        report
+    });
+    assert_eq!(report.commands, spec.commands);
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(most <= 16 * 1024, "held {most} bytes");
+    assert!(most > 0, "the sampler saw the budget in use");
+    assert_eq!(target.held_bytes(), 0, "every byte given back");
+    target.stop();
+}
+
+#[test]
+fn a_host_that_stops_reading_holds_no_more_than_the_budget() {
+    // Before the budget, each read allocated its whole buffer at arrival: 2 connections × 64
+    // reads × 16 KiB here (2 GiB with 32 connections of 128 × 512 KiB on cosmos-plus).
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+    let budget = 64 * 1024;
+    let options = TargetOptions {
+        max_outstanding_bytes: budget,
+        ..TargetOptions::default()
+    };
+    let target = Target::start(ssd, "127.0.0.1:0", options).expect("target listens");
+    let (_admin, framing, cntlid) = controller(&target, 0);
+    let mut hosts: Vec<TcpStream> = (1..=2).map(|q| io_queue(&target, cntlid, q)).collect();
+    for s in &mut hosts {
+        for cid in 0..64u16 {
+            let mut sqe = SubmissionEntry::read_write(false, cid, 1, u64::from(cid) * 32, 32);
+            DataPointer::Transport { len: 16 * 1024 }.encode(&mut sqe);
+            write_capsule(s, &framing, sqe, &[]);
+        }
+    }
+    for _ in 0..50 {
+        assert!(
+            target.held_bytes() <= budget,
+            "{} held",
+            target.held_bytes()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // Reading again, each host gets all 64 reads (zeros: nothing was written).
+    for s in &mut hosts {
+        let mut done = 0;
+        while done < 64 {
+            let pdu = read_pdu(s, &framing, &[pdu_type::C2H_DATA, pdu_type::CAPSULE_RESP])
+                .expect("data or response");
+            if pdu.pdu_type() == pdu_type::CAPSULE_RESP {
+                let cqe = pdu.header_as::<CapsuleResp>().expect("resp").cqe;
+                assert!(cqe.status().is_success(), "{:?}", cqe.status());
+                done += 1;
+            } else {
+                assert!(pdu.data.iter().all(|b| *b == 0));
+            }
+        }
+    }
+    assert_eq!(target.held_bytes(), 0);
+    target.stop();
+}
+
+/// A raw admin queue of a new, enabled controller; its framing and controller id.
+fn controller(target: &Target, kato_ms: u32) -> (TcpStream, Framing, u16) {
+    let (mut s, framing) = raw_with_digests(target, false);
+    let nqn = TargetOptions::default().nqn;
+    let data = ConnectData::new([5; 16], CNTLID_DYNAMIC, &nqn, "nqn.raw");
+    write_capsule(
+        &mut s,
+        &framing,
+        FabricsCommand::connect(1, 0, 31, kato_ms),
+        data.as_bytes(),
+    );
+    let pdu = read_pdu(&mut s, &framing, &[pdu_type::CAPSULE_RESP]).expect("response");
+    let cqe = pdu.header_as::<CapsuleResp>().expect("resp").cqe;
+    assert!(cqe.status().is_success());
+    let enable = FabricsCommand::property_set(2, 0x14, 0x46_0001, false);
+    assert!(send(&mut s, &framing, enable, &[]).is_success());
+    (s, framing, cqe.result.get() as u16)
+}
+
+/// A raw I/O queue `qid` (128 entries) of controller `cntlid`.
+fn io_queue(target: &Target, cntlid: u16, qid: u16) -> TcpStream {
+    let (mut s, framing) = raw_with_digests(target, false);
+    let nqn = TargetOptions::default().nqn;
+    let data = ConnectData::new([5; 16], cntlid, &nqn, "nqn.raw");
+    let connect = FabricsCommand::connect(1, qid, 127, 0);
+    assert!(send(&mut s, &framing, connect, data.as_bytes()).is_success());
+    s
 }

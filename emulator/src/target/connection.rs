@@ -1,12 +1,15 @@
 //! One NVMe/TCP connection: one queue (admin or I/O) of one controller.
 //!
-//! The reader (this thread) takes PDUs from the socket and the writer (a thread of its own)
-//! sends PDUs to it, fed by a channel, so completions from the device thread go out while the
-//! reader waits for the next command. A fatal protocol error ends the connection with a
-//! C2HTermReq; a bad command only gets a status.
+//! Three threads serve it. The socket reader takes PDUs off the socket (while the [`Flow`]
+//! allows) and hands them to the connection (this thread), a state machine driven by
+//! [`Event`]s: PDUs, and grants of the target's byte [`Budget`] for commands that waited for
+//! one. The writer ([`outbound`](super::outbound)) sends what the connection and the device
+//! thread put in its outbox, so completions go out while the connection waits for the next
+//! event. A fatal protocol error ends the connection with a C2HTermReq; a bad command only gets
+//! a status.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufReader, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -24,13 +27,14 @@ use sagessd_abi::nvme::{
 };
 use sagessd_abi::tcp::stream::{Pdu, RecvError, read_pdu, write_pdu};
 use sagessd_abi::tcp::{
-    CapsuleCmd, CapsuleResp, CommonHeader, DataHeader, Fatal, Framing, IcReq, IcResp, R2t,
-    TERM_REQ_MAX_DATA_BYTES, TermReq, digest, fes, flags, pdu_type,
+    CapsuleCmd, DataHeader, Fatal, Framing, IcReq, IcResp, R2t, digest, fes, flags, pdu_type,
 };
 use zerocopy::FromZeros;
 
 use super::TargetOptions;
+use super::budget::{self, Budget, Grant};
 use super::device::{DeviceHandle, Reply, ReplyTo, Request};
+use super::outbound::{Flow, Outbound, Outbox, write_loop, write_term};
 use super::subsystem::{ControllerRef, Subsystem, VERSION};
 
 /// How long a connection may take to send ICReq and Connect, in all.
@@ -40,11 +44,10 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_SLACK: Duration = Duration::from_secs(1);
 /// How long one write to a host that does not read may block before the connection is ended.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest C2HData PDU the target sends.
-const C2H_CHUNK_BYTES: usize = 128 * 1024;
-/// Most bytes of write data a connection may have asked for with R2Ts and not yet received;
-/// further writes wait for their R2T.
-const MAX_INCOMING_BYTES: usize = 8 << 20;
+/// Most bytes of command data one connection may hold (read buffers, write data asked for),
+/// unless one transfer is larger: its share of the target's budget, so that one host that stops
+/// reading, or never sends the data it was asked for, cannot hold all of it.
+const CONNECTION_SHARE_BYTES: usize = 8 << 20;
 /// Most in-capsule data before Connect (the Connect data).
 const CONNECT_DATA_BYTES: usize = 1024;
 /// Command ID Conflict.
@@ -62,18 +65,20 @@ const AER_LIMIT_EXCEEDED: Status = Status {
 /// Outstanding Asynchronous Event Requests held per controller (AERL + 1).
 const AER_LIMIT: usize = 1;
 
-/// What the writer thread sends. Every completion names whether it ends a command the
-/// connection counts in flight (`release`): the writer takes it out just before sending, so
-/// completions waiting for a host that does not read still count against its queue size.
-enum Outbound {
-    /// A response capsule.
-    Resp { cqe: CompletionEntry, release: bool },
-    /// Data for the host (C2HData PDUs), then its response capsule.
-    Data(CompletionEntry, Vec<u8>),
-    /// Ask for a command's data.
-    R2t(R2t),
-    /// End the connection with a C2HTermReq.
-    Term(Fatal, Vec<u8>),
+/// What the connection reacts to.
+enum Event {
+    /// The next PDU from the host, or why none came.
+    Received(Result<Pdu, RecvError>),
+    /// Budget for the command at the front of [`Connection::waiting`]: the connection's share,
+    /// or then the target's.
+    Granted(Grant),
+}
+
+/// The budget one command's buffer holds, given back when the buffer goes: the connection's
+/// share and the target's.
+pub(super) struct Held {
+    _share: Grant,
+    _target: Grant,
 }
 
 /// The queue this connection carries, once connected.
@@ -89,21 +94,38 @@ struct Incoming {
     sqe: SubmissionEntry,
     ttag: u16,
     buf: Vec<u8>,
+    /// The budget `buf` holds.
+    held: Held,
     received: usize,
     /// A data digest failed: the data is taken and dropped, and the command fails at the end.
     failed: bool,
 }
 
-type InFlight = Arc<Mutex<HashSet<u16>>>;
+/// A command that moves its data by the transport, waiting for budget.
+#[derive(Clone, Copy)]
+struct Waiting {
+    sqe: SubmissionEntry,
+    len: usize,
+    write: bool,
+}
 
-/// The reader side of one connection.
+/// Command ids a connection has accepted and not yet answered on the wire.
+pub(super) type InFlight = Arc<Mutex<HashSet<u16>>>;
+
+/// The state machine of one connection.
 struct Connection {
-    reader: BufReader<TcpStream>,
     socket: TcpStream,
-    framing: Framing,
-    out: Sender<Outbound>,
+    events: Receiver<Event>,
+    /// Where budget grants for this connection are delivered.
+    events_tx: Sender<Event>,
+    out: Outbox,
+    flow: Arc<Flow>,
     subsystem: Arc<Subsystem>,
     device: DeviceHandle,
+    /// The target's budget.
+    budget: Arc<Budget>,
+    /// This connection's share of it.
+    share: Arc<Budget>,
     options: TargetOptions,
     queue: Option<Queue>,
     /// Until Connect succeeds, the connection must make it by this time.
@@ -114,10 +136,12 @@ struct Connection {
     /// their completion waiting for the writer).
     in_flight: InFlight,
     incoming: HashMap<u16, Incoming>,
-    /// Bytes of `incoming` buffers.
-    incoming_bytes: usize,
-    /// Writes waiting for R2T room (command, data length).
-    deferred: VecDeque<(SubmissionEntry, usize)>,
+    /// Commands waiting for budget, in arrival order.
+    waiting: VecDeque<Waiting>,
+    /// The share the front of `waiting` already has while it waits for the target's budget.
+    front_share: Option<Grant>,
+    /// A budget owes the front of `waiting` a grant ([`Event::Granted`]).
+    granting: bool,
     held_aers: Vec<u16>,
     /// Per sampling slot, the last job this connection submitted: discarded when it leaves.
     jobs: Arc<Mutex<HashMap<u32, u32>>>,
@@ -130,6 +154,7 @@ pub(super) fn serve(
     socket: TcpStream,
     subsystem: Arc<Subsystem>,
     device: DeviceHandle,
+    budget: Arc<Budget>,
     options: TargetOptions,
 ) -> io::Result<()> {
     socket.set_nodelay(true)?;
@@ -142,51 +167,90 @@ pub(super) fn serve(
         Some(f) => f,
         None => return Ok(()),
     };
+    let flow = Flow::new(options.queue_entries);
     let (out, rx) = mpsc::channel();
     let in_flight: InFlight = Arc::new(Mutex::new(HashSet::new()));
     let writer = {
-        let (socket, in_flight) = (socket.try_clone()?, Arc::clone(&in_flight));
+        let (socket, in_flight, flow) = (socket.try_clone()?, Arc::clone(&in_flight), flow.clone());
         thread::Builder::new()
             .name("sagessd-tcp-writer".into())
-            .spawn(move || write_loop(socket, framing, rx, &in_flight))?
+            .spawn(move || write_loop(socket, framing, rx, &in_flight, &flow))?
+    };
+    let (events_tx, events) = mpsc::channel();
+    let reading = Framing {
+        max_data_bytes: (options.max_inline_bytes as usize)
+            .max(options.max_h2c_data_bytes as usize),
+        ..framing
+    };
+    let reader = {
+        let (events, flow) = (events_tx.clone(), Arc::clone(&flow));
+        thread::Builder::new()
+            .name("sagessd-tcp-reader".into())
+            .spawn(move || read_pdus(reader, reading, &events, &flow))?
     };
     let mut c = Connection {
-        reader,
         socket,
-        framing: Framing {
-            max_data_bytes: (options.max_inline_bytes as usize)
-                .max(options.max_h2c_data_bytes as usize),
-            ..framing
-        },
-        out,
+        events,
+        events_tx,
+        out: Outbox::new(out, Arc::clone(&flow)),
+        flow: Arc::clone(&flow),
         subsystem,
         device,
+        budget,
+        share: Budget::new(CONNECTION_SHARE_BYTES.max(options.max_transfer_bytes as usize)),
         options,
         queue: None,
         setup_deadline,
         sq_head: Arc::new(AtomicU16::new(0)),
         in_flight,
         incoming: HashMap::new(),
-        incoming_bytes: 0,
-        deferred: VecDeque::new(),
+        waiting: VecDeque::new(),
+        front_share: None,
+        granting: false,
         held_aers: Vec::new(),
         jobs: Arc::new(Mutex::new(HashMap::new())),
         next_ttag: 0,
         closing: false,
     };
-    let result = c.read_loop();
+    let result = c.run();
     c.discard_jobs();
     if let Some(q) = c.queue {
         c.subsystem.disconnect(q.ctrl, q.qid);
     }
+    // The reader stops at its next PDU, or at once if it waits for room or for the socket.
+    flow.close();
+    let _ = c.socket.shutdown(Shutdown::Read);
     let socket = c.socket.try_clone();
     // The writer ends once every pending completion is sent (or a write times out).
     drop(c);
+    let _ = reader.join();
     let _ = writer.join();
     if let Ok(s) = socket {
         let _ = s.shutdown(Shutdown::Both);
     }
     result
+}
+
+/// The socket reader thread: hands each PDU (or why none came) to the connection, reading the
+/// next one only when the [`Flow`] has room; ends at the first failure.
+fn read_pdus(
+    mut reader: BufReader<TcpStream>,
+    framing: Framing,
+    events: &Sender<Event>,
+    flow: &Flow,
+) {
+    let allowed = [
+        pdu_type::CAPSULE_CMD,
+        pdu_type::H2C_DATA,
+        pdu_type::H2C_TERM_REQ,
+    ];
+    while flow.wait_to_read() {
+        let received = read_pdu(&mut reader, &framing, &allowed);
+        let last = matches!(received, Err(RecvError::Io(_) | RecvError::Fatal(..)));
+        if events.send(Event::Received(received)).is_err() || last {
+            return;
+        }
+    }
 }
 
 /// ICReq → ICResp. `None`: the host broke the protocol (a TermReq was sent).
@@ -243,24 +307,23 @@ fn send_term(socket: &mut TcpStream, fatal: Fatal, header: &[u8]) -> io::Result<
     socket.shutdown(Shutdown::Both)
 }
 
-fn write_term<W: Write>(w: &mut W, fatal: Fatal, header: &[u8]) -> io::Result<()> {
-    let mut term = TermReq::new_zeroed();
-    term.ch.pdu_type = pdu_type::C2H_TERM_REQ;
-    term.fes = fatal.fes.into();
-    term.fei = fatal.fei.into();
-    let n = header.len().min(TERM_REQ_MAX_DATA_BYTES);
-    write_pdu(w, &Framing::INITIAL, &term, &header[..n])
-}
-
 impl Connection {
-    fn read_loop(&mut self) -> io::Result<()> {
-        let allowed = [
-            pdu_type::CAPSULE_CMD,
-            pdu_type::H2C_DATA,
-            pdu_type::H2C_TERM_REQ,
-        ];
+    /// Handles events until the host leaves, breaks the protocol or disconnects the queue.
+    fn run(&mut self) -> io::Result<()> {
         while !self.closing {
-            let result = match read_pdu(&mut self.reader, &self.framing, &allowed) {
+            // The connection holds a sender itself, so the channel never disconnects.
+            let Ok(event) = self.events.recv() else {
+                return Ok(());
+            };
+            let received = match event {
+                Event::Granted(grant) => {
+                    self.granted(grant);
+                    continue;
+                }
+                Event::Received(received) => received,
+            };
+            self.flow.handled();
+            let result = match received {
                 Ok(pdu) => match pdu.pdu_type() {
                     pdu_type::CAPSULE_CMD => self.capsule(pdu),
                     pdu_type::H2C_DATA => self.h2c_data(pdu),
@@ -281,7 +344,7 @@ impl Connection {
             };
             if let Err((fatal, header)) = result {
                 tracing::warn!("ending connection: NVMe/TCP fatal error {fatal:?}");
-                let _ = self.out.send(Outbound::Term(fatal, header));
+                self.out.send(Outbound::Term(fatal, header));
                 return Ok(());
             }
             if self.queue.is_none() && Instant::now() > self.setup_deadline {
@@ -350,23 +413,20 @@ impl Connection {
             return Ok(());
         }
         match (pointer, data_direction(&sqe)) {
-            (DataPointer::None, _) if pdu.data.is_empty() => self.dispatch(sqe, Vec::new()),
+            (DataPointer::None, _) if pdu.data.is_empty() => self.dispatch(sqe, Vec::new(), None),
             (DataPointer::InCapsule { offset: 0, len }, DataDirection::HostToDevice)
                 if len as usize == pdu.data.len() =>
             {
-                self.dispatch(sqe, pdu.data)
+                self.dispatch(sqe, pdu.data, None)
             }
             (DataPointer::InCapsule { .. }, _) => self.respond(cid, SGL_LENGTH_INVALID, 0),
-            (DataPointer::Transport { .. }, DataDirection::DeviceToHost)
-                if pdu.data.is_empty() && self.runnable(cid) =>
-            {
-                self.dispatch(sqe, vec![0; len])
-            }
-            (DataPointer::Transport { .. }, DataDirection::HostToDevice)
-                if pdu.data.is_empty() && self.runnable(cid) =>
-            {
-                self.deferred.push_back((sqe, len));
-                self.request_data();
+            (
+                DataPointer::Transport { .. },
+                direction @ (DataDirection::DeviceToHost | DataDirection::HostToDevice),
+            ) if pdu.data.is_empty() && self.runnable(cid) => {
+                let write = direction == DataDirection::HostToDevice;
+                self.waiting.push_back(Waiting { sqe, len, write });
+                self.admit();
             }
             (
                 DataPointer::Transport { .. },
@@ -392,35 +452,93 @@ impl Connection {
         self.lock_in_flight().len()
     }
 
-    /// Sends R2Ts for waiting writes while their data fits the connection's budget (one write
-    /// at a time always fits).
-    fn request_data(&mut self) {
-        while let Some((sqe, len)) = self.deferred.front().copied() {
-            if !self.incoming.is_empty() && self.incoming_bytes + len > MAX_INCOMING_BYTES {
+    /// Starts the waiting commands, in order, while this connection's share and then the
+    /// target's budget grant them their bytes. The first that must wait gets its grant as an
+    /// event ([`Self::granted`]).
+    fn admit(&mut self) {
+        while !self.granting {
+            let Some(&w) = self.waiting.front() else {
                 return;
-            }
-            self.deferred.pop_front();
-            let ttag = self.next_ttag;
-            self.next_ttag = self.next_ttag.wrapping_add(1);
-            let cid = sqe.cid.get();
-            let mut r2t = R2t::new_zeroed();
-            r2t.ch.pdu_type = pdu_type::R2T;
-            r2t.cccid = cid.into();
-            r2t.ttag = ttag.into();
-            r2t.r2tl = (len as u32).into();
-            self.incoming_bytes += len;
-            self.incoming.insert(
-                cid,
-                Incoming {
-                    sqe,
-                    ttag,
-                    buf: vec![0; len],
-                    received: 0,
-                    failed: false,
+            };
+            let share = match self.front_share.take() {
+                Some(share) => share,
+                None => match self.share.take(w.len, self.deliver()) {
+                    Some(share) => share,
+                    None => {
+                        self.granting = true;
+                        return;
+                    }
                 },
-            );
-            let _ = self.out.send(Outbound::R2t(r2t));
+            };
+            match self.budget.take(w.len, self.deliver()) {
+                Some(target) => {
+                    self.waiting.pop_front();
+                    let held = Held {
+                        _share: share,
+                        _target: target,
+                    };
+                    self.start(w, held);
+                }
+                None => {
+                    self.front_share = Some(share);
+                    self.granting = true;
+                }
+            }
         }
+    }
+
+    /// Where a budget delivers a grant this connection waits for.
+    fn deliver(&self) -> budget::Deliver {
+        let events = self.events_tx.clone();
+        Box::new(move |grant| {
+            let _ = events.send(Event::Granted(grant));
+        })
+    }
+
+    /// A budget granted the command at the front of the line what it waited for: its share
+    /// (it then asks the target's budget), or the target's budget (it starts).
+    fn granted(&mut self, grant: Grant) {
+        self.granting = false;
+        debug_assert_eq!(Some(grant.bytes()), self.waiting.front().map(|w| w.len));
+        match (self.front_share.take(), self.waiting.front().copied()) {
+            (None, Some(_)) => self.front_share = Some(grant),
+            (Some(share), Some(w)) => {
+                self.waiting.pop_front();
+                let held = Held {
+                    _share: share,
+                    _target: grant,
+                };
+                self.start(w, held);
+            }
+            (_, None) => debug_assert!(false, "a grant with nobody waiting"),
+        }
+        self.admit();
+    }
+
+    /// A command that has its budget: a read goes to the device with a buffer for its data, a
+    /// write asks the host for its data.
+    fn start(&mut self, w: Waiting, held: Held) {
+        let cid = w.sqe.cid.get();
+        if !w.write {
+            return self.dispatch(w.sqe, vec![0; w.len], Some(held));
+        }
+        let ttag = self.next_ttag;
+        self.next_ttag = self.next_ttag.wrapping_add(1);
+        let mut r2t = R2t::new_zeroed();
+        r2t.ch.pdu_type = pdu_type::R2T;
+        r2t.cccid = cid.into();
+        r2t.ttag = ttag.into();
+        r2t.r2tl = (w.len as u32).into();
+        let incoming = Incoming {
+            sqe: w.sqe,
+            ttag,
+            buf: vec![0; w.len],
+            held,
+            received: 0,
+            failed: false,
+        };
+        self.incoming.insert(cid, incoming);
+        self.out.send(Outbound::R2t(r2t));
     }
 
     /// An H2CData PDU: the next piece of a command's data, in order.
@@ -470,13 +588,11 @@ impl Connection {
             return Err(Fatal::field(1));
         }
         if complete && let Some(done) = self.incoming.remove(&cid) {
-            self.incoming_bytes -= done.buf.len();
             if done.failed {
                 self.respond(cid, TRANSIENT_TRANSPORT_ERROR, 0);
             } else {
-                self.dispatch(done.sqe, done.buf);
+                self.dispatch(done.sqe, done.buf, Some(done.held));
             }
-            self.request_data();
         }
         Ok(())
     }
@@ -505,8 +621,9 @@ impl Connection {
         Ok(())
     }
 
-    /// Runs a command whose data has arrived.
-    fn dispatch(&mut self, sqe: SubmissionEntry, data: Vec<u8>) {
+    /// Runs a command whose data has arrived (or, for a read, whose buffer is ready); `grant`
+    /// is the budget the buffer holds, given back when the command is done with it.
+    fn dispatch(&mut self, sqe: SubmissionEntry, data: Vec<u8>, held: Option<Held>) {
         let cid = sqe.cid.get();
         if sqe.opcode == FABRICS_OPCODE {
             return self.fabrics(sqe, &data);
@@ -518,7 +635,7 @@ impl Connection {
             return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
         }
         if q.qid != 0 {
-            return self.io_to_device(sqe, data);
+            return self.io_to_device(sqe, data, held);
         }
         match AdminCommand::parse(&sqe) {
             AdminCommand::AsyncEventRequest if self.held_aers.len() >= AER_LIMIT => {
@@ -528,13 +645,19 @@ impl Connection {
             AdminCommand::AsyncEventRequest => self.held_aers.push(cid),
             // Keep Alive is the fabric's: reading it already reset the connection's timer.
             AdminCommand::KeepAlive => self.respond(cid, Status::SUCCESS, 0),
-            _ => self.admin_to_device(q, sqe, data),
+            _ => self.admin_to_device(q, sqe, data, held),
         }
     }
 
     /// An admin command the firmware serves; Identify Controller gets the fabrics fields this
     /// transport and controller define.
-    fn admin_to_device(&mut self, q: Queue, sqe: SubmissionEntry, data: Vec<u8>) {
+    fn admin_to_device(
+        &mut self,
+        q: Queue,
+        sqe: SubmissionEntry,
+        data: Vec<u8>,
+        held: Option<Held>,
+    ) {
         let cid = sqe.cid.get();
         let (tx, rx) = mpsc::channel();
         let request = Request {
@@ -564,11 +687,12 @@ impl Connection {
             );
         }
         let cqe = completion(reply.cqe, 0, self.head());
-        let _ = self.out.send(outbound(sqe.opcode, cqe, reply.data));
+        self.out
+            .send(Outbound::finished(sqe.opcode, cqe, reply.data, held));
     }
 
     /// An I/O command: its completion goes straight from the device thread to the writer.
-    fn io_to_device(&mut self, sqe: SubmissionEntry, data: Vec<u8>) {
+    fn io_to_device(&mut self, sqe: SubmissionEntry, data: Vec<u8>, held: Option<Held>) {
         let cid = sqe.cid.get();
         let out = self.out.clone();
         let sq_head = Arc::clone(&self.sq_head);
@@ -585,7 +709,7 @@ impl Connection {
                     let tag = cqe.result.get();
                     lock(&jobs).insert(tag & 0xFF, tag);
                 }
-                let _ = out.send(outbound(opcode, cqe, reply.data));
+                out.send(Outbound::finished(opcode, cqe, reply.data, held));
             }),
         };
         // A refused send drops the reply path, which answers Internal Error.
@@ -647,7 +771,10 @@ impl Connection {
                         }
                         self.respond(cid, Status::SUCCESS, ctrl.cntlid.into());
                     }
-                    Err(refused) => self.respond(cid, refused.status, refused.dw0.into()),
+                    // The completion names the queue the Connect was for.
+                    Err(refused) => {
+                        self.send_resp(qid, cid, refused.status, refused.dw0.into(), true)
+                    }
                 }
             }
             FabricsCommand::PropertyGet { wide, offset } => match admin_queue {
@@ -682,19 +809,24 @@ impl Connection {
     /// Completes command `cid`, which this connection counts in flight, with `status` and a
     /// 64-bit result.
     fn respond(&self, cid: u16, status: Status, result: u64) {
-        self.send_resp(cid, status, result, true);
+        self.send_resp(self.qid(), cid, status, result, true);
     }
 
     /// Answers a command whose id is already in flight (the one in flight keeps its id).
     fn respond_conflict(&self, cid: u16) {
-        self.send_resp(cid, COMMAND_ID_CONFLICT, 0, false);
+        self.send_resp(self.qid(), cid, COMMAND_ID_CONFLICT, 0, false);
     }
 
-    fn send_resp(&self, cid: u16, status: Status, result: u64, release: bool) {
+    /// The queue this connection carries (0 before Connect).
+    fn qid(&self) -> u16 {
+        self.queue.map_or(0, |q| q.qid)
+    }
+
+    fn send_resp(&self, qid: u16, cid: u16, status: Status, result: u64, release: bool) {
         let mut cqe = CompletionEntry::new(0, cid, status, result as u32);
         cqe.result_hi = ((result >> 32) as u32).into();
-        let cqe = completion(cqe, self.queue.map_or(0, |q| q.qid), self.head());
-        let _ = self.out.send(Outbound::Resp { cqe, release });
+        let cqe = completion(cqe, qid, self.head());
+        self.out.send(Outbound::Resp { cqe, release });
     }
 
     fn head(&self) -> u16 {
@@ -722,19 +854,6 @@ fn completion(mut cqe: CompletionEntry, qid: u16, sq_head: u16) -> CompletionEnt
     cqe
 }
 
-/// What to send for a finished command: its data first if it returns data and succeeded.
-fn outbound(opcode: u8, cqe: CompletionEntry, data: Vec<u8>) -> Outbound {
-    let returns_data = opcode != FABRICS_OPCODE
-        && DataDirection::of(opcode) == DataDirection::DeviceToHost
-        && cqe.status().is_success()
-        && !data.is_empty();
-    if returns_data {
-        Outbound::Data(cqe, data)
-    } else {
-        Outbound::Resp { cqe, release: true }
-    }
-}
-
 /// Fills the Identify Controller fields an NVMe-oF controller on this transport defines.
 fn fabrics_identify(id: &mut [u8], cntlid: u16, subsystem: &Subsystem, options: &TargetOptions) {
     if id.len() < 4096 {
@@ -756,72 +875,4 @@ fn fabrics_identify(id: &mut [u8], cntlid: u16, subsystem: &Subsystem, options: 
     put16(id, 1800, 0); // ICDOFF
     id[1802] = 0; // FCATT: dynamic controller model
     id[1803] = 1; // MSDBD
-}
-
-/// The writer thread: sends every outbound PDU until the reader and every pending completion
-/// are gone, a write fails or times out, or the connection is terminated. A completion's
-/// command leaves `in_flight` just before it goes on the wire.
-fn write_loop(socket: TcpStream, framing: Framing, rx: Receiver<Outbound>, in_flight: &InFlight) {
-    let mut w = BufWriter::with_capacity(256 * 1024, socket);
-    while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        while let Some(msg) = next {
-            let result = match msg {
-                Outbound::Resp { cqe, release } => {
-                    if release {
-                        lock(in_flight).remove(&cqe.cid.get());
-                    }
-                    write_resp(&mut w, &framing, cqe)
-                }
-                Outbound::Data(cqe, data) => {
-                    lock(in_flight).remove(&cqe.cid.get());
-                    write_data(&mut w, &framing, cqe, &data)
-                }
-                Outbound::R2t(r2t) => write_pdu(&mut w, &framing, &r2t, &[]),
-                Outbound::Term(fatal, header) => {
-                    let _ = write_term(&mut w, fatal, &header).and_then(|()| w.flush());
-                    let _ = w.get_ref().shutdown(Shutdown::Both);
-                    return;
-                }
-            };
-            if result.is_err() {
-                let _ = w.get_ref().shutdown(Shutdown::Both);
-                return;
-            }
-            next = rx.try_recv().ok();
-        }
-        if w.flush().is_err() {
-            let _ = w.get_ref().shutdown(Shutdown::Both);
-            return;
-        }
-    }
-}
-
-fn write_resp<W: Write>(w: &mut W, framing: &Framing, cqe: CompletionEntry) -> io::Result<()> {
-    let mut resp = CapsuleResp::new_zeroed();
-    resp.ch.pdu_type = pdu_type::CAPSULE_RESP;
-    resp.cqe = cqe;
-    write_pdu(w, framing, &resp, &[])
-}
-
-fn write_data<W: Write>(
-    w: &mut W,
-    framing: &Framing,
-    cqe: CompletionEntry,
-    data: &[u8],
-) -> io::Result<()> {
-    let chunks = data.len().div_ceil(C2H_CHUNK_BYTES);
-    for (i, chunk) in data.chunks(C2H_CHUNK_BYTES).enumerate() {
-        let mut h = DataHeader::new_zeroed();
-        h.ch = CommonHeader {
-            pdu_type: pdu_type::C2H_DATA,
-            flags: if i + 1 == chunks { flags::DATA_LAST } else { 0 },
-            ..CommonHeader::default()
-        };
-        h.cccid = cqe.cid;
-        h.datao = ((i * C2H_CHUNK_BYTES) as u32).into();
-        h.datal = (chunk.len() as u32).into();
-        write_pdu(w, framing, &h, chunk)?;
-    }
-    write_resp(w, framing, cqe)
 }

@@ -99,12 +99,32 @@ pub struct Reply {
     pub data: Vec<u8>,
 }
 
+/// Device command ids of one device queue not in use: taking one never searches, and running
+/// out refuses the command instead of waiting for an id.
+struct FreeIds(Vec<u16>);
+
+impl FreeIds {
+    /// Every id but 0xFFFF (the value NVMe reserves as "no command").
+    fn all() -> Self {
+        Self((0..u16::MAX).rev().collect())
+    }
+
+    fn take(&mut self) -> Option<u16> {
+        self.0.pop()
+    }
+
+    fn give_back(&mut self, id: u16) {
+        self.0.push(id);
+    }
+}
+
 /// What the device thread owns while running.
 struct Running {
     ssd: Ssd,
     /// Device command id → (host command id, where to reply).
     pending: FxHashMap<(u16, u16), (u16, ReplyTo)>,
-    next_cid: u16,
+    /// Free device command ids of the admin queue and of the I/O queue.
+    free_ids: [FreeIds; 2],
     pace: Option<Instant>,
     /// The model failed (see [`Running::fail_all`]); every later command fails too.
     broken: bool,
@@ -138,7 +158,7 @@ impl DeviceThread {
         let running = Running {
             ssd,
             pending: FxHashMap::default(),
-            next_cid: 0,
+            free_ids: [FreeIds::all(), FreeIds::all()],
             pace: paced.then(Instant::now),
             broken: false,
         };
@@ -214,12 +234,13 @@ impl Running {
             self.ssd.advance_to_ns(start.elapsed().as_nanos() as u64);
         }
         let sq = if r.admin { ADMIN_QUEUE } else { IO_QUEUE };
-        // The outstanding count is below 65,535, so a free id is found.
-        while self.pending.contains_key(&(sq, self.next_cid)) {
-            self.next_cid = self.next_cid.wrapping_add(1);
-        }
-        let cid = self.next_cid;
-        self.next_cid = self.next_cid.wrapping_add(1);
+        // The target bounds the commands in flight below 65,535, so ids do not run out; if
+        // they did, the command would fail (Internal Error) rather than wait.
+        let Some(cid) = self.free_ids[usize::from(sq)].take() else {
+            tracing::warn!("device command ids exhausted; failing a command");
+            drop(r.reply);
+            return;
+        };
         let host_cid = r.sqe.cid.get();
         let mut sqe = r.sqe;
         sqe.cid = cid.into();
@@ -229,6 +250,7 @@ impl Running {
             }
             Err(e) => {
                 tracing::warn!("device refused a command: {e}");
+                self.free_ids[usize::from(sq)].give_back(cid);
                 drop(r.reply);
             }
         }
@@ -265,6 +287,9 @@ impl Running {
             tracing::warn!("completion for unknown device command {key:?}");
             return;
         };
+        if let Some(ids) = self.free_ids.get_mut(usize::from(key.0)) {
+            ids.give_back(key.1);
+        }
         let mut cqe = cqe;
         cqe.cid = host_cid.into();
         // The connection may have gone; its commands still had to finish.

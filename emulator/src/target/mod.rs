@@ -11,23 +11,29 @@
 //!
 //! Each connection carries one queue; the admin queue's Connect creates a controller (dynamic
 //! controller model), later I/O queue Connects join it. Every command of every connection goes to
-//! the one device thread ([`device`]), which owns the [`Ssd`]. Bounds: connections
-//! ([`TargetOptions::max_connections`]), commands per queue (the size the host asked for, at most
-//! [`TargetOptions::queue_entries`]), in-capsule and H2CData sizes, data per command.
+//! the one device thread ([`device`]), which owns the [`Ssd`]. Bounds, so that no host can make
+//! the target's memory grow without limit: connections ([`TargetOptions::max_connections`]),
+//! commands per queue (the size the host asked for, at most [`TargetOptions::queue_entries`]),
+//! in-capsule and H2CData sizes, data per command, command data held at once across all
+//! connections ([`TargetOptions::max_outstanding_bytes`], see [`budget`]) and answers waiting
+//! for a host that does not read (see [`outbound`]).
 
+mod budget;
 mod connection;
 pub mod device;
+mod outbound;
 pub mod subsystem;
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::Ssd;
+use budget::Budget;
 use device::DeviceThread;
 use subsystem::Subsystem;
 
@@ -35,8 +41,11 @@ use subsystem::Subsystem;
 pub const DEFAULT_NQN: &str = "nqn.2026-11.io.sagessd:emulator";
 /// The IANA-assigned NVMe/TCP port.
 pub const DEFAULT_PORT: u16 = 4420;
-/// How often the accept loop looks at its stop flag.
-const ACCEPT_POLL: Duration = Duration::from_millis(20);
+/// How long [`Target::stop`] waits for the connections' sockets to shut down (a socket wedged
+/// in the kernel is left behind) before it stops the device.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+/// How long an accept that failed for lack of resources (file descriptors) waits to retry.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 /// How the target serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,8 +61,13 @@ pub struct TargetOptions {
     pub max_h2c_data_bytes: u32,
     /// Most data one command may move.
     pub max_transfer_bytes: u32,
-    /// Most connections at once; more are closed at accept.
+    /// Most connections at once; more are closed at accept. Together with `queue_entries` it
+    /// bounds the commands in the device at once, which must stay below 65,536.
     pub max_connections: usize,
+    /// Most bytes of command data (read buffers, write data asked for with R2T) held at once
+    /// across all connections; commands beyond it wait, in arrival order. At least one largest
+    /// transfer.
+    pub max_outstanding_bytes: usize,
     /// Complete commands no earlier than their modelled time on the wall clock.
     pub paced: bool,
 }
@@ -66,7 +80,9 @@ impl Default for TargetOptions {
             max_inline_bytes: 8192,
             max_h2c_data_bytes: 128 * 1024,
             max_transfer_bytes: 64 << 20,
-            max_connections: 32,
+            // Several hosts, each with an admin queue and 64 I/O queues.
+            max_connections: 260,
+            max_outstanding_bytes: 64 << 20,
             paced: false,
         }
     }
@@ -84,6 +100,7 @@ pub struct Target {
     accept: Option<JoinHandle<()>>,
     device: Option<DeviceThread>,
     sockets: Sockets,
+    budget: Arc<Budget>,
 }
 
 impl Target {
@@ -105,38 +122,57 @@ impl Target {
         if options.queue_entries < 2 {
             return Err(invalid("queues must hold at least 2 entries"));
         }
+        let commands = options
+            .max_connections
+            .saturating_mul(usize::from(options.queue_entries));
+        if options.max_connections == 0 || commands > usize::from(u16::MAX) {
+            return Err(invalid(
+                "max_connections × queue_entries must be 1..=65,535 (device command ids)",
+            ));
+        }
         let options = TargetOptions {
             max_transfer_bytes: options.max_transfer_bytes.min(ssd.max_transfer_bytes()),
             ..options
         };
+        if options.max_outstanding_bytes < options.max_transfer_bytes as usize {
+            return Err(invalid(
+                "max_outstanding_bytes must hold the largest transfer (MDTS)",
+            ));
+        }
         let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let device = DeviceThread::start(ssd, options.paced)?;
         let subsystem = Arc::new(Subsystem::new(&options.nqn, options.queue_entries));
+        let budget = Budget::new(options.max_outstanding_bytes);
         let stop = Arc::new(AtomicBool::new(false));
         let sockets: Sockets = Arc::new(Mutex::new(HashMap::new()));
         let handle = device.handle();
         let (stopping, live_sockets) = (Arc::clone(&stop), Arc::clone(&sockets));
+        let shared_budget = Arc::clone(&budget);
         let accept = thread::Builder::new()
             .name("sagessd-tcp-accept".into())
             .spawn(move || {
                 let mut next_id = 0u64;
-                while !stopping.load(Ordering::Relaxed) {
-                    let (socket, peer) = match listener.accept() {
+                // Accept blocks; `close` wakes it with a connection of its own.
+                loop {
+                    let accepted = listener.accept();
+                    if stopping.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let (socket, peer) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
-                            if e.kind() != io::ErrorKind::WouldBlock {
-                                tracing::warn!("accept failed: {e}");
-                            }
-                            thread::sleep(ACCEPT_POLL);
+                            tracing::warn!("accept failed: {e}");
+                            thread::sleep(ACCEPT_RETRY);
                             continue;
                         }
                     };
                     let registered = socket.try_clone();
-                    let full = lock(&live_sockets).len() >= options.max_connections;
-                    if full || socket.set_nonblocking(false).is_err() {
-                        tracing::warn!("refusing connection from {peer}: too many connections");
+                    if lock(&live_sockets).len() >= options.max_connections {
+                        tracing::warn!(
+                            "refusing connection from {peer}: {} connections open",
+                            options.max_connections
+                        );
                         continue;
                     }
                     let Ok(registered) = registered else {
@@ -145,13 +181,19 @@ impl Target {
                     let id = next_id;
                     next_id += 1;
                     lock(&live_sockets).insert(id, registered);
-                    let (subsystem, handle, options) =
-                        (Arc::clone(&subsystem), handle.clone(), options.clone());
+                    let (subsystem, handle, budget, options) = (
+                        Arc::clone(&subsystem),
+                        handle.clone(),
+                        Arc::clone(&shared_budget),
+                        options.clone(),
+                    );
                     let live = Arc::clone(&live_sockets);
                     let spawned = thread::Builder::new()
                         .name("sagessd-tcp-conn".into())
                         .spawn(move || {
-                            if let Err(e) = connection::serve(socket, subsystem, handle, options) {
+                            let served =
+                                connection::serve(socket, subsystem, handle, budget, options);
+                            if let Err(e) = served {
                                 tracing::warn!("connection from {peer} ended: {e}");
                             }
                             lock(&live).remove(&id);
@@ -168,7 +210,14 @@ impl Target {
             accept: Some(accept),
             device: Some(device),
             sockets,
+            budget,
         })
+    }
+
+    /// Bytes of command data the target holds now (read buffers, write data asked for), at most
+    /// [`TargetOptions::max_outstanding_bytes`].
+    pub fn held_bytes(&self) -> usize {
+        self.budget.held_bytes()
     }
 
     /// The address the target listens on (with the port chosen, if 0 was asked for).
@@ -177,7 +226,9 @@ impl Target {
     }
 
     /// Stops accepting, closes every connection, finishes the commands already given to the
-    /// device and returns it (commands arriving meanwhile get Internal Error).
+    /// device and returns it (commands arriving meanwhile get Internal Error). It does not wait
+    /// for the connections' threads, and waits at most a few seconds for their sockets to shut
+    /// down, so it ends even when a socket is stuck in the kernel.
     pub fn stop(mut self) -> Ssd {
         self.close();
         match self.device.take() {
@@ -190,10 +241,33 @@ impl Target {
     fn close(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(accept) = self.accept.take() {
-            let _ = accept.join();
+            // Wake the blocking accept; if even that fails, the thread is left to the process.
+            let mut wake = self.addr;
+            if wake.ip().is_unspecified() {
+                wake.set_ip(match wake {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            if TcpStream::connect_timeout(&wake, SHUTDOWN_WAIT).is_ok() {
+                let _ = accept.join();
+            }
         }
-        for socket in lock(&self.sockets).values() {
-            let _ = socket.shutdown(Shutdown::Both);
+        let sockets: Vec<TcpStream> = lock(&self.sockets)
+            .values()
+            .filter_map(|s| s.try_clone().ok())
+            .collect();
+        let (done, finished) = mpsc::channel();
+        let shut = thread::Builder::new()
+            .name("sagessd-tcp-stop".into())
+            .spawn(move || {
+                for socket in sockets {
+                    let _ = socket.shutdown(Shutdown::Both);
+                }
+                let _ = done.send(());
+            });
+        if shut.is_ok() && finished.recv_timeout(SHUTDOWN_WAIT).is_err() {
+            tracing::warn!("a connection's socket did not shut down within {SHUTDOWN_WAIT:?}");
         }
     }
 }

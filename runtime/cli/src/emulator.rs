@@ -1,8 +1,11 @@
-//! `sagessd emulator serve`: the emulator as an NVMe/TCP target other programs reach.
+//! `sagessd emulator serve`: the emulator as an NVMe/TCP target other programs reach;
+//! `sagessd emulator load`: a checked random load against such a target, with its throughput
+//! and memory.
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
@@ -14,6 +17,45 @@ pub(crate) enum EmulatorCommand {
     /// Serve the emulated SSD as an NVMe/TCP target until SIGINT or SIGTERM: the Linux kernel's
     /// `nvme connect -t tcp`, nvme-cli and `--device tcp://HOST:PORT/NQN` attach to it.
     Serve(ServeArgs),
+    /// Drive a target with random reads and writes on many I/O queues at full depth, check
+    /// every completion and every byte read against a model (0 lost, duplicated or misrouted
+    /// completions; data read = data written), and print the sustained IOPS and the target's
+    /// peak RSS. By default it starts its own `emulator serve` (a child process, whose memory
+    /// it reads from /proc).
+    Load(LoadArgs),
+}
+
+/// Flags of `emulator load`.
+#[derive(Debug, Args)]
+pub(crate) struct LoadArgs {
+    /// An existing target (HOST:PORT) instead of a child `emulator serve` (its RSS is then not
+    /// known).
+    #[arg(long, value_name = "ADDR")]
+    connect: Option<String>,
+    /// Hardware description of the child target (TOML); default: the built-in Cosmos+.
+    #[arg(long, value_name = "PATH", conflicts_with = "connect")]
+    config: Option<PathBuf>,
+    /// I/O queues (one connection each).
+    #[arg(long, default_value_t = 64)]
+    queues: u16,
+    /// Commands in flight per queue.
+    #[arg(long, default_value_t = 128)]
+    depth: u16,
+    /// Commands in all.
+    #[arg(long, default_value_t = 1_000_000)]
+    commands: u64,
+    /// Share of reads, in percent.
+    #[arg(long, default_value_t = 50)]
+    read_percent: u8,
+    /// Bytes per command, in KiB.
+    #[arg(long, default_value_t = 4)]
+    kib: u32,
+    /// LBAs used, in MiB from LBA 0.
+    #[arg(long, default_value_t = 1024)]
+    span_mib: u64,
+    /// Seed of the command mix and data.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 /// Flags of `emulator serve`.
@@ -49,7 +91,144 @@ pub(crate) struct ServeArgs {
 pub(crate) fn run(command: EmulatorCommand) -> anyhow::Result<ExitCode> {
     match command {
         EmulatorCommand::Serve(args) => run_serve(args),
+        EmulatorCommand::Load(args) => run_load(args),
     }
+}
+
+/// A child `emulator serve` on a free loopback port; stopped (SIGTERM) when dropped.
+struct ChildTarget {
+    child: Child,
+    addr: String,
+}
+
+impl ChildTarget {
+    fn start(config: Option<&PathBuf>) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["emulator", "serve", "--listen", "127.0.0.1:0"]);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn()?;
+        let Some(stdout) = child.stdout.take() else {
+            anyhow::bail!("no stdout from the child target");
+        };
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        // "serving NAME (SOURCE) as NVMe/TCP subsystem NQN on ADDR, virtual time"
+        let addr = line
+            .rsplit_once(" on ")
+            .and_then(|(_, rest)| rest.split(',').next())
+            .map(|a| a.trim().to_owned());
+        match addr {
+            Some(addr) if !addr.is_empty() => Ok(Self { child, addr }),
+            _ => {
+                let _ = child.kill();
+                anyhow::bail!("the child target did not say where it listens: {line:?}")
+            }
+        }
+    }
+
+    /// A field of /proc/PID/status, in bytes (VmHWM: peak RSS, VmRSS: RSS now).
+    fn status_bytes(&self, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+}
+
+impl Drop for ChildTarget {
+    fn drop(&mut self) {
+        // SAFETY: kill only sends a signal to the child's pid.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// `emulator load`: the checked load and what it measured.
+fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_host_driver::load::{LoadSpec, run_load};
+    use sagessd_host_driver::{Device, TcpOptions, TcpTransport};
+    use sagessd_runtime::compare::human_bytes;
+    let child = match &args.connect {
+        None => Some(ChildTarget::start(args.config.as_ref())?),
+        Some(_) => None,
+    };
+    let addr = match (&args.connect, &child) {
+        (Some(a), _) => a.clone(),
+        (None, Some(c)) => c.addr.clone(),
+        (None, None) => unreachable!("a child is started without --connect"),
+    };
+    let nqn = sagessd_emulator::target::DEFAULT_NQN;
+    let info = Device::open(TcpTransport::connect(addr.as_str(), &TcpOptions::new(nqn))?)?
+        .info()
+        .clone();
+    let block = info.block_size_bytes;
+    let bytes = args
+        .kib
+        .checked_mul(1024)
+        .filter(|b| *b >= block && b % block == 0 && *b <= info.max_transfer_bytes)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--kib {}: a multiple of the {block}-byte block, at most {} KiB",
+                args.kib,
+                info.max_transfer_bytes / 1024
+            )
+        })?;
+    let span_blocks = args
+        .span_mib
+        .saturating_mul(1 << 20)
+        .checked_div(u64::from(block))
+        .unwrap_or(0)
+        .min(info.block_count);
+    let spec = LoadSpec {
+        queues: args.queues,
+        depth: args.depth,
+        commands: args.commands,
+        read_percent: args.read_percent,
+        span_blocks,
+        block_bytes: block,
+        blocks_per_command: bytes / block,
+        seed: args.seed,
+    };
+    let options = TcpOptions {
+        io_queues: args.queues,
+        queue_entries: args.depth,
+        command_timeout: Some(Duration::from_secs(60)),
+        ..TcpOptions::new(nqn)
+    };
+    let mut transport = TcpTransport::connect(addr.as_str(), &options)?;
+    let rss_before = child.as_ref().and_then(|c| c.status_bytes("VmRSS:"));
+    let report = run_load(&mut transport, &spec)?;
+    drop(transport);
+    let peak = child.as_ref().and_then(|c| c.status_bytes("VmHWM:"));
+    let now = child.as_ref().and_then(|c| c.status_bytes("VmRSS:"));
+    let show = |b: Option<u64>| b.map_or("unknown (--connect)".into(), human_bytes);
+    println!(
+        "{} commands ({} reads, {} of written data; {} writes) of {} KiB on {} I/O queues × \
+         depth {} against {} at {addr}",
+        report.commands,
+        report.reads,
+        report.reads_of_written,
+        report.writes,
+        args.kib,
+        args.queues,
+        args.depth,
+        info.model
+    );
+    println!(
+        "0 lost, 0 duplicated, 0 misrouted completions; every read equal to the model; \
+         {:.1} s, {:.0} IOPS sustained (wall clock)",
+        report.elapsed.as_secs_f64(),
+        report.iops()
+    );
+    println!(
+        "target RSS: {} before the load, {} peak, {} after",
+        show(rss_before),
+        show(peak),
+        show(now)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `emulator serve`: the NVMe/TCP target until SIGINT or SIGTERM.
