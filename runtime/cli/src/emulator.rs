@@ -35,6 +35,10 @@ pub(crate) struct LoadArgs {
     /// Hardware description of the child target (TOML); default: the built-in Cosmos+.
     #[arg(long, value_name = "PATH", conflicts_with = "connect")]
     config: Option<PathBuf>,
+    /// Device image of the child target (`emulator serve --image`): its flash then lives in
+    /// that file rather than in the target's memory.
+    #[arg(long, value_name = "PATH", conflicts_with = "connect")]
+    image: Option<PathBuf>,
     /// I/O queues (one connection each).
     #[arg(long, default_value_t = 64)]
     queues: u16,
@@ -102,23 +106,40 @@ struct ChildTarget {
 }
 
 impl ChildTarget {
-    fn start(config: Option<&PathBuf>) -> anyhow::Result<Self> {
+    fn start(config: Option<&PathBuf>, image: Option<&PathBuf>) -> anyhow::Result<Self> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.args(["emulator", "serve", "--listen", "127.0.0.1:0"]);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
+        if let Some(i) = image {
+            cmd.arg("--image").arg(i);
+        }
         let mut child = cmd.stdout(Stdio::piped()).spawn()?;
         let Some(stdout) = child.stdout.take() else {
             anyhow::bail!("no stdout from the child target");
         };
+        // With an image, a boot report comes first.
+        let mut reader = std::io::BufReader::new(stdout);
         let mut line = String::new();
-        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        while !line.starts_with("serving") {
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                break;
+            }
+        }
         // "serving NAME (SOURCE) as NVMe/TCP subsystem NQN on ADDR, virtual time"
         let addr = line
             .rsplit_once(" on ")
             .and_then(|(_, rest)| rest.split(',').next())
             .map(|a| a.trim().to_owned());
+        // The rest of what it says (its stop report) is passed on, so its stdout never closes
+        // under it.
+        std::thread::spawn(move || {
+            for l in reader.lines().map_while(Result::ok) {
+                println!("target: {l}");
+            }
+        });
         match addr {
             Some(addr) if !addr.is_empty() => Ok(Self { child, addr }),
             _ => {
@@ -151,7 +172,10 @@ fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
     use sagessd_host_driver::{Device, TcpOptions, TcpTransport};
     use sagessd_runtime::compare::human_bytes;
     let child = match &args.connect {
-        None => Some(ChildTarget::start(args.config.as_ref())?),
+        None => Some(ChildTarget::start(
+            args.config.as_ref(),
+            args.image.as_ref(),
+        )?),
         Some(_) => None,
     };
     let addr = match (&args.connect, &child) {
