@@ -193,17 +193,15 @@ struct Model {
     queues: Vec<QueueState>,
 }
 
-/// A small, fast generator (SplitMix64) for the command mix and block contents.
+/// A small, fast generator (SplitMix64, with the ABI's one finaliser) for the command mix and
+/// block contents.
 #[derive(Clone, Debug)]
 struct Mix(u64);
 
 impl Mix {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(sagessd_abi::sample::GOLDEN);
+        sagessd_abi::sample::mix(self.0)
     }
 
     fn below(&mut self, n: u64) -> u64 {
