@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use sagessd_abi::nvme::SubmissionEntry;
+use sagessd_abi::rng::SplitMix64;
 
 use crate::device::NAMESPACE_ID;
 use crate::transport::{Transport, TransportError};
@@ -193,27 +194,11 @@ struct Model {
     queues: Vec<QueueState>,
 }
 
-/// A small, fast generator (SplitMix64, with the ABI's one finaliser) for the command mix and
-/// block contents.
-#[derive(Clone, Debug)]
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(sagessd_abi::sample::GOLDEN);
-        sagessd_abi::sample::mix(self.0)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// The contents of one block at `version` (≥ 1): its stamp, then generator bytes.
 pub fn block_contents(lba: u64, version: u32, seed: u64, out: &mut [u8]) {
-    let mut g = Mix(seed ^ lba.rotate_left(17) ^ u64::from(version).rotate_left(43));
+    let mut g = SplitMix64::new(seed ^ lba.rotate_left(17) ^ u64::from(version).rotate_left(43));
     for chunk in out.chunks_mut(8) {
-        let bytes = g.next().to_le_bytes();
+        let bytes = g.next_u64().to_le_bytes();
         chunk.copy_from_slice(&bytes[..chunk.len()]);
     }
     stamp(lba, version, seed)
@@ -279,7 +264,7 @@ impl Model {
 
     /// Picks a free slot of queue `q` (0-based): a random one of its own, or the next free
     /// one after it.
-    fn pick(&self, q: usize, mix: &mut Mix) -> u64 {
+    fn pick(&self, q: usize, mix: &mut SplitMix64) -> u64 {
         let queues = self.queues.len() as u64;
         let own = self.versions.len() as u64 / queues;
         let mut k = mix.below(own);
@@ -298,7 +283,7 @@ pub fn run_load<T: Transport>(transport: &mut T, spec: &LoadSpec) -> Result<Load
     let bytes = spec.command_bytes()?;
     let block = spec.block_bytes as usize;
     let mut model = Model::new(spec);
-    let mut mix = Mix(spec.seed);
+    let mut mix = SplitMix64::new(spec.seed);
     let mut report = LoadReport::default();
     let mut submitted = 0u64;
     let mut outstanding = 0usize;
@@ -382,7 +367,7 @@ fn submit<T: Transport>(
     transport: &mut T,
     spec: &LoadSpec,
     model: &mut Model,
-    mix: &mut Mix,
+    mix: &mut SplitMix64,
     q: usize,
     bytes: usize,
 ) -> Result<(), TransportError> {

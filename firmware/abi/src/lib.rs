@@ -13,7 +13,8 @@
 //! * [`tcp`]: NVMe/TCP PDUs and their framing checks; [`crc32c`]: their digest;
 //! * [`tunnel`]: the window of LBAs that carries NS_SUBMIT/NS_COLLECT in Writes and Reads;
 //! * [`sample`]: the one neighbour-sampling function that device and host both call, so that an
-//!   in-storage sample and a host sample are byte-identical.
+//!   in-storage sample and a host sample are byte-identical; [`rng`]: the seeded SplitMix64
+//!   generator host code builds on its mix.
 //!
 //! Everything is little-endian, fixed-size headers carry a magic and a version, and every struct
 //! has compile-time size and offset asserts. Parsing never panics: an invalid field becomes an
@@ -30,6 +31,7 @@ pub mod graph;
 pub mod identify;
 pub mod ns_config;
 pub mod nvme;
+pub mod rng;
 pub mod sample;
 pub mod subgraph;
 pub mod tcp;
