@@ -69,12 +69,8 @@ impl TcpOptions {
     }
 }
 
-/// A command waiting for its completion.
-struct Pending {
-    data: Vec<u8>,
-}
-
-type PendingMap = Arc<Mutex<HashMap<u16, Pending>>>;
+/// Commands waiting for their completions, by command id, with their data buffers.
+type PendingMap = Arc<Mutex<HashMap<u16, Vec<u8>>>>;
 type Writer = Arc<Mutex<BufWriter<TcpStream>>>;
 
 /// One connected queue.
@@ -268,7 +264,7 @@ impl Transport for TcpTransport {
             write_pdu(&mut *w, &q.framing, &capsule, in_capsule)
                 .and_then(|()| w.flush())
                 .map_err(io_error)?;
-            pending.insert(cid, Pending { data });
+            pending.insert(cid, data);
         }
         self.outstanding += 1;
         Ok(())
@@ -443,7 +439,7 @@ fn read_loop(
                         return Some(format!("C2HData for unknown command {cid}"));
                     };
                     let at = h.datao.get() as usize;
-                    let Some(dst) = p.data.get_mut(at..at + pdu.data.len()) else {
+                    let Some(dst) = p.get_mut(at..at + pdu.data.len()) else {
                         return Some(format!("C2HData past the buffer of command {cid}"));
                     };
                     dst.copy_from_slice(&pdu.data);
@@ -481,7 +477,6 @@ fn send_data(
         .ok_or_else(|| format!("R2T for unknown command {cid}"))?;
     let start = r2t.r2to.get() as usize;
     let range = p
-        .data
         .get(start..start + r2t.r2tl.get() as usize)
         .ok_or_else(|| format!("R2T past the data of command {cid}"))?;
     let mut w = lock(writer);
@@ -508,7 +503,7 @@ fn finish(
     completions: &Sender<Result<Completion, String>>,
     cqe: CompletionEntry,
 ) {
-    let Some(p) = lock(pending).remove(&cqe.cid.get()) else {
+    let Some(data) = lock(pending).remove(&cqe.cid.get()) else {
         let _ = completions.send(Err(format!(
             "completion for unknown command {}",
             cqe.cid.get()
@@ -517,7 +512,7 @@ fn finish(
     };
     let _ = completions.send(Ok(Completion {
         cqe,
-        data: p.data,
+        data,
         submitted_at_ns: None,
         completed_at_ns: None,
     }));

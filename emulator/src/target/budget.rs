@@ -81,16 +81,23 @@ impl Budget {
     }
 
     /// Takes `bytes` now if they are free and nobody waits before; otherwise joins the line and
-    /// `deliver` gets the grant when the bytes are free (`None` here). At most the
-    /// budget's total may be asked for.
-    pub(super) fn take(self: &Arc<Self>, bytes: usize, deliver: Deliver) -> Option<Grant> {
+    /// the delivery `deliver` makes (only then) gets the grant when the bytes are free (`None`
+    /// here). At most the budget's total may be asked for.
+    pub(super) fn take(
+        self: &Arc<Self>,
+        bytes: usize,
+        deliver: impl FnOnce() -> Deliver,
+    ) -> Option<Grant> {
         assert!(bytes <= self.total_bytes, "a grant larger than the budget");
         let mut s = self.lock();
         if s.waiting.is_empty() && bytes <= s.free_bytes {
             s.free_bytes -= bytes;
             return Some(self.grant(bytes));
         }
-        s.waiting.push_back(Waiter { bytes, deliver });
+        s.waiting.push_back(Waiter {
+            bytes,
+            deliver: deliver(),
+        });
         None
     }
 
@@ -140,11 +147,13 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    fn waiter(tx: &mpsc::Sender<Grant>) -> Deliver {
+    fn waiter(tx: &mpsc::Sender<Grant>) -> impl FnOnce() -> Deliver {
         let tx = tx.clone();
-        Box::new(move |g| {
-            let _ = tx.send(g);
-        })
+        move || {
+            Box::new(move |g| {
+                let _ = tx.send(g);
+            })
+        }
     }
 
     #[test]
@@ -174,7 +183,7 @@ mod tests {
     #[test]
     fn a_grant_for_a_connection_that_has_gone_is_released_to_the_next_waiter() {
         let budget = Budget::new(10);
-        let held = budget.take(10, Box::new(drop)).expect("fits");
+        let held = budget.take(10, || Box::new(drop)).expect("fits");
         let (gone_tx, gone_rx) = mpsc::channel::<Grant>();
         drop(gone_rx);
         let (tx, rx) = mpsc::channel();

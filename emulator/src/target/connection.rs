@@ -462,7 +462,7 @@ impl Connection {
             };
             let share = match self.front_share.take() {
                 Some(share) => share,
-                None => match self.share.take(w.len, self.deliver()) {
+                None => match self.share.take(w.len, || self.deliver()) {
                     Some(share) => share,
                     None => {
                         self.granting = true;
@@ -470,7 +470,7 @@ impl Connection {
                     }
                 },
             };
-            match self.budget.take(w.len, self.deliver()) {
+            match self.budget.take(w.len, || self.deliver()) {
                 Some(target) => {
                     self.waiting.pop_front();
                     let held = Held {
@@ -487,7 +487,7 @@ impl Connection {
         }
     }
 
-    /// Where a budget delivers a grant this connection waits for.
+    /// Where a budget delivers a grant this connection waits for (made only when it waits).
     fn deliver(&self) -> budget::Deliver {
         let events = self.events_tx.clone();
         Box::new(move |grant| {

@@ -41,7 +41,7 @@ pub(super) enum Outbound {
         release: bool,
     },
     /// Data for the host (C2HData PDUs), then its response capsule; the budget the data holds
-    /// is given back once it is written.
+    /// is given back once the data is written, before the response.
     Data {
         /// The completion.
         cqe: CompletionEntry,
@@ -196,9 +196,12 @@ pub(super) fn write_loop(
                 }
                 Outbound::Data { cqe, data, held } => {
                     lock_in_flight().remove(&cqe.cid.get());
-                    let written = write_data(&mut w, &framing, cqe, &data);
+                    let written = write_data(&mut w, &framing, cqe.cid.get(), &data);
+                    // The data is out of the buffer (in the socket or the writer's own
+                    // bounded buffer): its bytes go back before the host can see the command
+                    // complete.
                     drop((data, held));
-                    written
+                    written.and_then(|()| write_resp(&mut w, &framing, cqe))
                 }
                 Outbound::R2t(r2t) => write_pdu(&mut w, &framing, &r2t, &[]),
                 Outbound::Term(fatal, header) => {
@@ -238,12 +241,8 @@ fn write_resp<W: Write>(w: &mut W, framing: &Framing, cqe: CompletionEntry) -> i
     write_pdu(w, framing, &resp, &[])
 }
 
-fn write_data<W: Write>(
-    w: &mut W,
-    framing: &Framing,
-    cqe: CompletionEntry,
-    data: &[u8],
-) -> io::Result<()> {
+/// Writes a command's data as C2HData PDUs (its response capsule follows separately).
+fn write_data<W: Write>(w: &mut W, framing: &Framing, cid: u16, data: &[u8]) -> io::Result<()> {
     let chunks = data.len().div_ceil(C2H_CHUNK_BYTES);
     for (i, chunk) in data.chunks(C2H_CHUNK_BYTES).enumerate() {
         let mut h = DataHeader::new_zeroed();
@@ -252,12 +251,12 @@ fn write_data<W: Write>(
             flags: if i + 1 == chunks { flags::DATA_LAST } else { 0 },
             ..CommonHeader::default()
         };
-        h.cccid = cqe.cid;
+        h.cccid = cid.into();
         h.datao = ((i * C2H_CHUNK_BYTES) as u32).into();
         h.datal = (chunk.len() as u32).into();
         write_pdu(w, framing, &h, chunk)?;
     }
-    write_resp(w, framing, cqe)
+    Ok(())
 }
 
 #[cfg(test)]
