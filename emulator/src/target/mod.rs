@@ -167,7 +167,6 @@ impl Target {
                             continue;
                         }
                     };
-                    let registered = socket.try_clone();
                     if lock(&live_sockets).len() >= options.max_connections {
                         tracing::warn!(
                             "refusing connection from {peer}: {} connections open",
@@ -175,7 +174,7 @@ impl Target {
                         );
                         continue;
                     }
-                    let Ok(registered) = registered else {
+                    let Ok(registered) = socket.try_clone() else {
                         continue;
                     };
                     let id = next_id;

@@ -144,6 +144,7 @@ impl ChildTarget {
             Some(addr) if !addr.is_empty() => Ok(Self { child, addr }),
             _ => {
                 let _ = child.kill();
+                let _ = child.wait();
                 anyhow::bail!("the child target did not say where it listens: {line:?}")
             }
         }
@@ -171,17 +172,13 @@ fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
     use sagessd_host_driver::load::{LoadSpec, run_load};
     use sagessd_host_driver::{Device, TcpOptions, TcpTransport};
     use sagessd_runtime::compare::human_bytes;
-    let child = match &args.connect {
-        None => Some(ChildTarget::start(
-            args.config.as_ref(),
-            args.image.as_ref(),
-        )?),
-        Some(_) => None,
-    };
-    let addr = match (&args.connect, &child) {
-        (Some(a), _) => a.clone(),
-        (None, Some(c)) => c.addr.clone(),
-        (None, None) => unreachable!("a child is started without --connect"),
+    let (child, addr) = match &args.connect {
+        Some(addr) => (None, addr.clone()),
+        None => {
+            let child = ChildTarget::start(args.config.as_ref(), args.image.as_ref())?;
+            let addr = child.addr.clone();
+            (Some(child), addr)
+        }
     };
     let nqn = sagessd_emulator::target::DEFAULT_NQN;
     let info = Device::open(TcpTransport::connect(addr.as_str(), &TcpOptions::new(nqn))?)?
