@@ -17,6 +17,7 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 #   gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm   the board self-test (tests/board)
 #   qemu-system-x86, busybox-static, nvme-cli, kmod, cpio,         the Linux guest (tests/qemu)
 #   e2fsprogs                                                      (its ext4 survives a SIGKILL)
+#   fio                                                            (its writes checked by crc32c)
 #   fonts-dejavu-core                                              the experiments' plot labels
 #   qemu-utils                                                     see below
 # A fresh machine of this kind ships qemu-utils 10.0.2 from bookworm-backports (not in its apt
@@ -24,7 +25,7 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 # installed, newer qemu-utils unless told to take the release's own and allowed to downgrade.
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
 packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 fonts-dejavu-core
-          busybox-static nvme-cli kmod cpio e2fsprogs)
+          busybox-static nvme-cli kmod cpio e2fsprogs fio)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -69,4 +70,12 @@ wheel=target/downloads/graphdatascience-2.2-py3-none-any.whl
 if [ ! -f "$wheel" ]; then
     mkdir -p target/downloads
     python3 -m pip download --quiet --no-deps --dest target/downloads graphdatascience==2.2
+fi
+
+# --- 5. Fuzzing --------------------------------------------------------------------------------
+# cargo-fuzz (crates.io) into target/tools/, and the nightly toolchain it builds libFuzzer
+# targets with (scripts/fuzz.sh; the suite runs each target a few seconds).
+rustup toolchain list | grep -q '^nightly-' || rustup toolchain install nightly --profile minimal
+if [ ! -x target/tools/bin/cargo-fuzz ]; then
+    cargo install --quiet --locked --root target/tools cargo-fuzz --version 0.13.2
 fi

@@ -15,6 +15,9 @@ firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
 tests/board/run.sh
 cargo test --workspace
+# Each libFuzzer target for a few seconds, coverage-guided from its corpus (which cargo test
+# has just replayed); a crash fails the suite.
+scripts/fuzz.sh --smoke 5
 # A stock Linux kernel in QEMU drives the emulator over NVMe/TCP, samples through passthrough
 # and trains on ISP-fed minibatches. The guest's sagessd is built without libtorch (feature
 # `train` off: the build a board or a guest without libtorch gets, and an initramfs of megabytes);

@@ -4,11 +4,11 @@
 //! host was promised.
 //!
 //! ```plain
-//!   seed ─► workload (writes, trims, flushes, reads, GRAPH_ATTACH, sampling jobs; queue depth
-//!           1..8, disjoint in flight) ─► firmware ─► NandArray (program/erase failures, spikes)
+//!   seed ─► workload (writes, trims, Write Zeroes, flushes, reads, GRAPH_ATTACH, sampling jobs;
+//!           queue depth 1..8, disjoint in flight) ─► firmware ─► NandArray (program/erase failures, spikes)
 //!                 cut at a random step: mid-program, mid-erase, mid-GC, mid-checkpoint
 //!        ─► Firmware::recover over the same NAND ─► every LBA read back and judged:
-//!           the last completed write or trim, or one of the commands in flight at the cut
+//!           the last completed write, trim or Write Zeroes, or one of the commands in flight at the cut
 //! ```
 //!
 //! Every 512-byte block a write stores names its LBA and the write's version in its first 16
@@ -138,6 +138,12 @@ enum Command {
     Trim {
         slba: u64,
         blocks: u32,
+    },
+    /// Write Zeroes, deallocating the pages it covers whole if `deallocate`.
+    Zeroes {
+        slba: u64,
+        blocks: u32,
+        deallocate: bool,
     },
     Read {
         slba: u64,
@@ -391,9 +397,14 @@ impl Run {
                     version,
                 }
             }
-            60..=69 => Command::Trim {
+            60..=64 => Command::Trim {
                 slba,
                 blocks: blocks * 4,
+            },
+            65..=69 => Command::Zeroes {
+                slba,
+                blocks,
+                deallocate: self.rng.below(2) == 0,
             },
             70..=84 => Command::Read { slba, blocks },
             85..=93 => Command::Flush,
@@ -405,7 +416,9 @@ impl Run {
     /// The LBA range a command touches, widened to whole flash pages.
     fn pages_of(&self, cmd: &Command) -> Option<(u64, u64)> {
         let (slba, blocks) = match *cmd {
-            Command::Write { slba, blocks, .. } | Command::Read { slba, blocks } => (slba, blocks),
+            Command::Write { slba, blocks, .. }
+            | Command::Read { slba, blocks }
+            | Command::Zeroes { slba, blocks, .. } => (slba, blocks),
             Command::Trim { slba, blocks } => (slba, blocks.min((self.lbas - slba) as u32)),
             _ => return None,
         };
@@ -440,6 +453,19 @@ impl Run {
                 }
                 (SubmissionEntry::read_write(true, 0, 1, slba, blocks), data)
             }
+            Command::Zeroes {
+                slba,
+                blocks,
+                deallocate,
+            } => {
+                for lba in self.zeroed(&cmd) {
+                    self.model.in_flight[lba as usize].push(Version::Zero);
+                }
+                let mut sqe = SubmissionEntry::read_write(true, 0, 1, slba, blocks);
+                sqe.opcode = io_opcode::WRITE_ZEROES;
+                sqe.cdw12 = (sqe.cdw12.get() | u32::from(deallocate) << 25).into();
+                (sqe, Vec::new())
+            }
             Command::Trim { slba, blocks } => {
                 let blocks = blocks.min((self.lbas - slba) as u32);
                 let range = DsmRange {
@@ -447,8 +473,7 @@ impl Run {
                     block_count: blocks.into(),
                     slba: slba.into(),
                 };
-                // Only whole flash pages are deallocated: those LBAs may read as zeros.
-                for lba in self.whole_pages(slba, blocks) {
+                for lba in self.zeroed(&cmd) {
                     self.model.in_flight[lba as usize].push(Version::Zero);
                 }
                 // One range (CDW10 = count − 1), attribute deallocate (CDW11 bit 2).
@@ -516,11 +541,20 @@ impl Run {
     }
 
     /// The LBAs of the flash pages wholly inside `[slba, slba + blocks)`.
-    fn whole_pages(&self, slba: u64, blocks: u32) -> std::ops::Range<u64> {
-        let p = self.blocks_per_page;
-        let first = slba.div_ceil(p) * p;
-        let end = (slba + u64::from(blocks)) / p * p;
-        first..end.max(first)
+    /// The LBAs a trim or Write Zeroes may leave reading as zeros: a Write Zeroes' whole range;
+    /// only the flash pages inside a trim's range (a trim deallocates whole pages only).
+    fn zeroed(&self, cmd: &Command) -> std::ops::Range<u64> {
+        match *cmd {
+            Command::Zeroes { slba, blocks, .. } => slba..slba + u64::from(blocks),
+            Command::Trim { slba, blocks } => {
+                let blocks = blocks.min((self.lbas - slba) as u32);
+                let p = self.blocks_per_page;
+                let first = slba.div_ceil(p) * p;
+                let end = (slba + u64::from(blocks)) / p * p;
+                first..end.max(first)
+            }
+            _ => 0..0,
+        }
     }
 
     /// Takes the completions the host has seen into the model.
@@ -551,9 +585,8 @@ impl Run {
                         }
                     }
                 }
-                Command::Trim { slba, blocks } => {
-                    let blocks = blocks.min((self.lbas - slba) as u32);
-                    for lba in self.whole_pages(slba, blocks) {
+                Command::Trim { .. } | Command::Zeroes { .. } => {
+                    for lba in self.zeroed(&cmd) {
                         let v = &mut self.model.in_flight[lba as usize];
                         if let Some(i) = v.iter().position(|x| *x == Version::Zero) {
                             v.remove(i);

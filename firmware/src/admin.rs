@@ -6,6 +6,7 @@ use sagessd_abi::identify::{
     CNS_ACTIVE_NAMESPACES, CNS_CONTROLLER, CNS_CSI_CONTROLLER, CNS_NAMESPACE,
     CNS_NAMESPACE_DESCRIPTORS, CSI_NVM, ControllerInfo, HealthLog, IDENTIFY_SIZE_BYTES,
     LOG_PAGE_BYTES, NamespaceInfo, encode_active_namespaces, encode_firmware_slot_log,
+    encode_nvm_controller,
 };
 use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::nvme::{AdminCommand, Status, feature, log_page};
@@ -193,8 +194,7 @@ fn identify(
         CNS_NAMESPACE => namespace.encode(out),
         CNS_NAMESPACE_DESCRIPTORS => namespace.encode_descriptors(out),
         CNS_ACTIVE_NAMESPACES => encode_active_namespaces(1, nsid, out),
-        // The NVM command set adds no controller limits (all zero: none reported).
-        CNS_CSI_CONTROLLER if csi == CSI_NVM => out.fill(0),
+        CNS_CSI_CONTROLLER if csi == CSI_NVM => encode_nvm_controller(facts.mdts, out),
         _ => return Err(Status::INVALID_FIELD),
     }
     Ok(())

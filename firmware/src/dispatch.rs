@@ -121,6 +121,20 @@ struct Transfer {
     len_bytes: u64,
     first_lpn: u32,
     page_count: usize,
+    /// Where a Write's data comes from (a Read's is always [`Source::Host`]).
+    source: Source,
+}
+
+/// Where the data of a Write comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The host's buffer: a Write.
+    Host,
+    /// Zeros: a Write Zeroes. With `deallocate` (its DEAC bit), the flash pages it covers whole
+    /// are unmapped (they read as zeros) instead of programmed, and the command completes once
+    /// a checkpoint holds the unmapping; pages it covers in part are programmed with their
+    /// blocks zeroed either way.
+    Zeroes { deallocate: bool },
 }
 
 /// A Dataset Management deallocate in progress.
@@ -615,6 +629,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     u64::from(block_count) << (self.config.block_size_log2 - 9);
                 Ok(Some(Op::Write(t)))
             }
+            IoCommand::WriteZeroes {
+                slba,
+                block_count,
+                deallocate,
+            } => {
+                // No data moves, but a command zeroes at most a transfer's pages (WZSL = MDTS
+                // in Identify), so it fits a command slot like a Write.
+                let mut t = self.transfer(slba, block_count)?;
+                t.source = Source::Zeroes { deallocate };
+                Ok(Some(Op::Write(t)))
+            }
             IoCommand::DatasetManagement {
                 range_count,
                 deallocate,
@@ -684,10 +709,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
 
     /// A command that completes once a checkpoint holding the current state is on flash.
     fn durable(&mut self) -> Op {
-        Op::Durable {
-            ticket: self.backend.checkpoint.request(),
-            give_ups: self.backend.checkpoint.gave_up(),
-        }
+        durable(&mut self.backend.checkpoint)
     }
 
     /// NS_SUBMIT's work: takes a free sampling slot, DMAs the NS_config of `len` bytes into it
@@ -785,6 +807,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             len_bytes,
             first_lpn: first as u32,
             page_count: (last - first + 1) as usize,
+            source: Source::Host,
         })
     }
 
@@ -1078,7 +1101,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
             Op::Write(t) => {
                 let p = !blocked && io.step_write(host, cmd.id, i, t, &mut cmd.status);
-                (p, io.pages.all_done(io.dram, i, t), 0)
+                let done = io.pages.all_done(io.dram, i, t);
+                if done && cmd.status.is_success() && io.unmaps_pages(t) {
+                    // Unmapped pages are not on flash until a checkpoint holds them.
+                    cmd.op = durable(&mut io.backend.checkpoint);
+                    (true, false, 0)
+                } else {
+                    (p, done, 0)
+                }
             }
             // Handled above: trimming looks at the whole command table.
             Op::Deallocate(_) => (false, false, 0),
@@ -1214,6 +1244,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     }
 }
 
+/// A command that completes once a checkpoint holding the current state is on flash.
+fn durable(checkpoint: &mut Checkpointer) -> Op {
+    Op::Durable {
+        ticket: checkpoint.request(),
+        give_ups: checkpoint.gave_up(),
+    }
+}
+
 /// What a Read or Write steps over, borrowed apart from the command table so that a parked
 /// command is advanced in place.
 struct Io<'a> {
@@ -1235,6 +1273,14 @@ impl Io<'_> {
             (from - t.start_byte) as usize,
             (to - from) as usize,
         )
+    }
+
+    /// Whether `t` is a deallocating Write Zeroes covering at least one flash page whole (one
+    /// it unmaps rather than programs).
+    fn unmaps_pages(&self, t: &Transfer) -> bool {
+        let ps = u64::from(self.backend.geometry.page_size_bytes);
+        t.source == Source::Zeroes { deallocate: true }
+            && t.start_byte.div_ceil(ps) < (t.start_byte + t.len_bytes) / ps
     }
 
     /// Returns whether anything moved, and whether every page that did not is done or waits
@@ -1318,6 +1364,18 @@ impl Io<'_> {
                     progress = true;
                     continue;
                 }
+                // A deallocating Write Zeroes unmaps the pages it covers whole, unless a
+                // checkpoint is copying the mapping out (then it waits for the copy).
+                PageIo::Todo if len == ps && t.source == Source::Zeroes { deallocate: true } => {
+                    if !self.backend.checkpoint.tables_frozen() {
+                        self.backend.ftl.trim(dram, lpn);
+                        self.backend.buffer.detach(dram, lpn);
+                        self.backend.work.page_lookups += 1;
+                        pages.set(dram, me, i, PageIo::Done);
+                        progress = true;
+                    }
+                    continue;
+                }
                 // A whole-page write needs no old data: any slot for the page will do. A new
                 // slot stays "loading" until the host data is in, so readers wait for it.
                 PageIo::Todo if len == ps && status.is_success() => {
@@ -1372,15 +1430,21 @@ impl Io<'_> {
                 continue;
             };
             let window = self.backend.slot(slot).sub(in_page, len);
-            if dma_in(
-                &mut self.backend.work,
-                host,
-                id,
-                in_host,
-                window.bytes_mut(dram),
-            )
-            .is_err()
-            {
+            let filled = match t.source {
+                Source::Host => dma_in(
+                    &mut self.backend.work,
+                    host,
+                    id,
+                    in_host,
+                    window.bytes_mut(dram),
+                ),
+                Source::Zeroes { .. } => {
+                    self.backend.work.bytes_copied += len as u64;
+                    window.bytes_mut(dram).fill(0);
+                    Ok(())
+                }
+            };
+            if filled.is_err() {
                 // The slot may now hold half-copied data: drop it. The allocated page is
                 // still programmed (programs of a block must stay in order), with whatever
                 // the slot holds, and then left unmapped.

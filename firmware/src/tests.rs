@@ -226,10 +226,23 @@ fn identify_reports_namespace_and_limits() {
         ControllerInfo::decode_limits(&data),
         Some(small_config().limits)
     );
+    // ONCS: Write Zeroes and Dataset Management; no volatile write cache.
+    assert_eq!(u16::from_le_bytes([data[520], data[521]]), 0b1100);
+    assert_eq!(data[525], 0);
+    let mdts = data[77];
+    assert_eq!(4096 << mdts, small_config().max_transfer_bytes);
+    let mut sqe = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 0);
+    sqe.cdw10 = 6.into();
+    let (cqe, data) = d.exec(0, sqe, vec![0; 4096]);
+    assert!(cqe.status().is_success());
+    // WZSL: a Write Zeroes may be as large as a transfer.
+    assert_eq!(data[1], mdts);
     let mut sqe = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 1);
     sqe.cdw10 = 0.into();
     let (cqe, data) = d.exec(0, sqe, vec![0; 4096]);
     assert!(cqe.status().is_success());
+    // DLFEAT: deallocated blocks read as zeros; Write Zeroes honours Deallocate.
+    assert_eq!(data[33], 0b1001);
     let ns = NamespaceInfo::decode(&data).unwrap();
     assert_eq!(ns.block_count, d.fw.namespace_block_count());
     assert_eq!(ns.block_size_log2, 9);
@@ -347,9 +360,24 @@ fn unwritten_blocks_read_as_zeros_and_partial_pages_merge() {
 /// One step of the FTL oracle test.
 #[derive(Clone, Debug)]
 enum FtlOp {
-    Write { slba: u64, blocks: u32, byte: u8 },
-    Trim { slba: u64, blocks: u32 },
-    Read { slba: u64, blocks: u32 },
+    Write {
+        slba: u64,
+        blocks: u32,
+        byte: u8,
+    },
+    Trim {
+        slba: u64,
+        blocks: u32,
+    },
+    Zeroes {
+        slba: u64,
+        blocks: u32,
+        deallocate: bool,
+    },
+    Read {
+        slba: u64,
+        blocks: u32,
+    },
 }
 
 fn ftl_op(ns_blocks: u64) -> impl Strategy<Value = FtlOp> {
@@ -358,6 +386,7 @@ fn ftl_op(ns_blocks: u64) -> impl Strategy<Value = FtlOp> {
     prop_oneof![
         6 => (range.clone(), any::<u8>()).prop_map(|((slba, blocks), byte)| FtlOp::Write { slba, blocks, byte }),
         1 => range.clone().prop_map(|(slba, blocks)| FtlOp::Trim { slba, blocks }),
+        1 => (range.clone(), any::<bool>()).prop_map(|((slba, blocks), deallocate)| FtlOp::Zeroes { slba, blocks, deallocate }),
         2 => range.prop_map(|(slba, blocks)| FtlOp::Read { slba, blocks }),
     ]
 }
@@ -372,6 +401,14 @@ fn dsm(slba: u64, blocks: u32) -> (SubmissionEntry, Vec<u8>) {
         slba: slba.into(),
     };
     (sqe, range.as_bytes().to_vec())
+}
+
+/// A Write Zeroes of `blocks` at `slba`, with its Deallocate bit (CDW12 bit 25) if asked.
+fn write_zeroes(slba: u64, blocks: u32, deallocate: bool) -> SubmissionEntry {
+    let mut sqe = SubmissionEntry::read_write(true, 0, 1, slba, blocks);
+    sqe.opcode = io_opcode::WRITE_ZEROES;
+    sqe.cdw12 = (sqe.cdw12.get() | u32::from(deallocate) << 25).into();
+    sqe
 }
 
 proptest! {
@@ -405,6 +442,12 @@ proptest! {
                     let last = (slba + u64::from(blocks)) / 4 * 4;
                     for b in first..last.max(first) { oracle.remove(&b); }
                 }
+                FtlOp::Zeroes { slba, blocks, deallocate } => {
+                    let status = d.exec(1, write_zeroes(slba, blocks, deallocate), Vec::new()).0.status();
+                    prop_assert_eq!(status, Status::SUCCESS);
+                    // Every block of the range reads as zeros, deallocated or not.
+                    for b in slba..slba + u64::from(blocks) { oracle.remove(&b); }
+                }
                 FtlOp::Read { slba, blocks } => {
                     let (s, data) = d.read(slba, blocks);
                     prop_assert!(s.is_success());
@@ -430,6 +473,55 @@ proptest! {
         d.fw.poll(&mut d.host);
         prop_assert!(d.fw.is_idle(), "{}", d.fw.describe());
     }
+}
+
+#[test]
+fn write_zeroes_zeroes_exactly_its_range_and_unmaps_whole_pages_only_with_deallocate() {
+    let mut d = Device::new(small_geometry(), small_config(), 9);
+    let used = |d: &mut Device| {
+        let mut sqe = SubmissionEntry::new(admin_opcode::IDENTIFY, 0, 1);
+        sqe.cdw10 = 0.into();
+        NamespaceInfo::decode(&d.exec(0, sqe, vec![0; 4096]).1)
+            .unwrap()
+            .used_block_count
+    };
+    // 8 flash pages of 4 blocks, each block a different byte.
+    let data: Vec<u8> = (0..32u8).flat_map(|b| [b + 1; 512]).collect();
+    assert_eq!(d.write(0, &data), Status::SUCCESS);
+    assert_eq!(used(&mut d), 32);
+    // Blocks 2..14: the ends of pages 0 and 3 in part, pages 1 and 2 whole.
+    let (cqe, _) = d.exec(1, write_zeroes(2, 12, false), Vec::new());
+    assert_eq!(cqe.status(), Status::SUCCESS);
+    let expect = |zeroed: std::ops::Range<usize>| -> Vec<u8> {
+        let mut e = data.clone();
+        e[zeroed.start * 512..zeroed.end * 512].fill(0);
+        e
+    };
+    assert_eq!(d.read(0, 32), (Status::SUCCESS, expect(2..14)));
+    // Without Deallocate the zeros are written: every page stays mapped.
+    assert_eq!(used(&mut d), 32);
+    // With it, the two whole pages of 18..30 are unmapped; 16..18 and 30..32 keep their data.
+    let (cqe, _) = d.exec(1, write_zeroes(17, 13, true), Vec::new());
+    assert_eq!(cqe.status(), Status::SUCCESS);
+    let mut e = expect(2..14);
+    e[17 * 512..30 * 512].fill(0);
+    assert_eq!(d.read(0, 32), (Status::SUCCESS, e.clone()));
+    assert_eq!(used(&mut d), 32 - 8);
+    // Completed, it survives a power cut: the unmapping waited for a checkpoint.
+    let mut after = d.power_cycle(3).unwrap();
+    assert_eq!(after.read(0, 32), (Status::SUCCESS, e));
+
+    // More than a transfer (WZSL = MDTS, 32 blocks) is an invalid field; past the end, out of
+    // range; neither changes anything.
+    let ns = d.fw.namespace_block_count();
+    for (sqe, status) in [
+        (write_zeroes(0, 33, true), Status::INVALID_FIELD),
+        (write_zeroes(ns - 1, 2, false), Status::LBA_OUT_OF_RANGE),
+        (write_zeroes(u64::MAX, 1, true), Status::LBA_OUT_OF_RANGE),
+    ] {
+        assert_eq!(d.exec(1, sqe, Vec::new()).0.status(), status);
+    }
+    assert_eq!(used(&mut d), 32 - 8);
 }
 
 #[test]
@@ -786,6 +878,7 @@ fn arbitrary_command() -> impl Strategy<Value = (u16, SubmissionEntry, Vec<u8>)>
         Just(io_opcode::WRITE),
         Just(io_opcode::FLUSH),
         Just(io_opcode::DATASET_MANAGEMENT),
+        Just(io_opcode::WRITE_ZEROES),
         Just(io_opcode::GRAPH_ATTACH),
         Just(io_opcode::NS_SUBMIT),
         Just(io_opcode::NS_COLLECT),

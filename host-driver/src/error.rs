@@ -66,6 +66,7 @@ pub fn opcode_name(opcode: u8, admin: bool) -> &'static str {
         io_opcode::FLUSH => "Flush",
         io_opcode::WRITE => "Write",
         io_opcode::READ => "Read",
+        io_opcode::WRITE_ZEROES => "Write Zeroes",
         io_opcode::DATASET_MANAGEMENT => "Dataset Management",
         io_opcode::GRAPH_ATTACH => "GRAPH_ATTACH",
         io_opcode::NS_SUBMIT => "NS_SUBMIT",

@@ -4,7 +4,9 @@
 # The whole product inside one VM: sagessd's emulator serves an NVMe/TCP target on loopback, the
 # guest kernel's nvme-tcp host connects to it, nvme-cli identifies it and sends a hand-made
 # NS_SUBMIT, `sagessd compare` samples through the kernel's generic device /dev/ng0n1, and
-# `sagessd sample --on-device` runs AGNES's block samplers and ISP through it. Last, an ext4 file
+# `sagessd sample --on-device` runs AGNES's block samplers and ISP through it; fio writes and
+# verifies (crc32c) 4 KiB random and 1 MiB sequential writes with transparent huge pages on (the
+# case that made Debian 6.1's kernel BUG in the target's receive). Last, an ext4 file
 # system on the namespace must survive a SIGKILL of the emulator while the kernel stays
 # connected: the kernel reconnects to the restarted emulator, and e2fsck finds the file system
 # clean with every synced file intact.
@@ -109,6 +111,51 @@ kill_emulator() { # SIGKILL: no clean stop, no checkpoint; only what the flash f
     while [ -e "/proc/$pid" ] && ! grep -q '^State:.*zombie' "/proc/$pid/status"; do sleep 0.1; done
 }
 
+huge_pages_on() { # transparent huge pages for every anonymous mapping, fio's buffers included
+    echo always >/sys/kernel/mm/transparent_hugepage/enabled
+    e2e transparent-hugepage "$(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+    grep -q '\[always\]' /sys/kernel/mm/transparent_hugepage/enabled
+}
+
+fio_verify() { # name rw bs offset size [fio options]: writes through the kernel (direct, by
+    # libaio, unless the options say otherwise), read back and checked against their crc32c;
+    # the buffers (iodepth x bs) are large enough for huge pages, and the huge pages in use
+    # while it runs are reported
+    name=$1 rw=$2 bs=$3 offset=$4 size=$5
+    shift 5
+    dmesg -c >/dev/null
+    timeout 120 fio --name="$name" --filename=/dev/nvme0n1 --direct=1 --ioengine=libaio \
+        --iodepth=4 --rw="$rw" --bs="$bs" --offset="$offset" --size="$size" \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=1 --eta=never \
+        --output=/tmp/fio-"$name" "$@" &
+    fio=$!
+    sleep 2
+    e2e fio-"$name"-huge-pages "$(grep AnonHugePages /proc/meminfo)"
+    wait $fio
+    cat /tmp/fio-"$name"
+    grep -q 'err= 0' /tmp/fio-"$name"
+    e2e fio-"$name" "$(grep -o 'WRITE: bw=[^ ]*' /tmp/fio-"$name")"
+    # The kernel reported nothing wrong meanwhile: no usercopy BUG in the target's receive, no
+    # I/O error.
+    ! dmesg | grep -E 'usercopy: |kernel BUG|I/O error|blk_update_request'
+}
+
+write_zeroes() { # the kernel sees Write Zeroes; one with Deallocate zeroes exactly its range
+    max=$(cat /sys/block/nvme0n1/queue/write_zeroes_max_bytes)
+    e2e write-zeroes-max-bytes "$max"
+    [ "$max" -gt 0 ]
+    lbs=$(cat /sys/block/nvme0n1/queue/logical_block_size)
+    at=$((448 * 1024 * 1024)) # bytes: past fio's region
+    dd if=/dev/urandom of=/tmp/pattern bs=4096 count=16 2>/dev/null
+    dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek=$((at / 4096)) count=16 oflag=direct 2>/dev/null
+    # Bytes 4 KiB .. 36 KiB of the pattern (the block count is 0-based).
+    nvme write-zeroes /dev/nvme0n1 --namespace-id=1 --start-block=$(((at + 4096) / lbs)) \
+        --block-count=$((32768 / lbs - 1)) --deac
+    dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip=$((at / 4096)) count=16 iflag=direct 2>/dev/null
+    { head -c 4096 /tmp/pattern; head -c 32768 /dev/zero; tail -c 28672 /tmp/pattern; } >/tmp/expect
+    cmp /tmp/back /tmp/expect
+}
+
 ext4_write() { # a 64 MiB ext4 on the namespace, files written and synced, their sums kept
     modprobe ext4
     modprobe crc32c_generic # ext4 asks the crypto API for crc32c, not the module loader
@@ -164,6 +211,17 @@ check sample-on-device sample_on_device
 if [ -x /bin/sagessd-train ]; then
     check train-on-device train_on_device
 fi
+# fio on the namespace past the ext4 file system's 64 MiB (the graph written before may be
+# overwritten: nothing later reads it).
+check huge-pages huge_pages_on
+check fio-rand-4k fio_verify rand-4k randwrite 4k 128M 16M
+# 16 MiB of buffers in flight: the case whose data crossed a huge page's end in one socket
+# buffer fragment, and made Debian 6.1's kernel BUG in the target's receive before it read
+# data a page at a time.
+check fio-seq-1m fio_verify seq-1m write 1M 192M 128M --iodepth=16
+check fio-seq-1m-buffered fio_verify seq-1m-buffered write 1M 320M 64M --direct=0 \
+    --ioengine=psync --end_fsync=1
+check write-zeroes write_zeroes
 # SIGKILL with the kernel connected and a file system mounted, then a restart from the flash.
 check ext4-write ext4_write
 check emulator-kill kill_emulator

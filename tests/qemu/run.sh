@@ -18,7 +18,7 @@
 #                   null_blk) instead of `sagessd emulator serve` (tests/qemu/smoke.sh instead of
 #                   tests/qemu/guest.sh)
 #
-# Needs qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs (apt), and apt lists for the kernel:
+# Needs qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs fio (apt), and apt lists for the kernel:
 # the first run downloads linux-image-6.1.0-NN-amd64 (apt-get download, ~70 MB, never installed)
 # into target/qemu/kernel/ and reuses it afterwards. Each run rebuilds target/qemu/initramfs.cpio.gz,
 # keeps the serial console in target/qemu/console.log, and exits 0 only if the guest printed
@@ -44,7 +44,8 @@ die() { printf 'qemu-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
 scenario="$here/guest.sh"
 expected=(emulator-start listening modprobe connect namespace list id-ctrl
           demo tunnel ns-submit disconnect emulator-stop restart relisten reconnect renamespace
-          persisted sample-on-device ext4-write emulator-kill restart-after-kill
+          persisted sample-on-device huge-pages fio-rand-4k fio-seq-1m
+          fio-seq-1m-buffered write-zeroes ext4-write emulator-kill restart-after-kill
           relisten-after-kill reconnected ext4-fsck ext4-intact redisconnect final-stop)
 binary=""
 train_binary=""
@@ -81,9 +82,9 @@ if [ -n "$train_binary" ]; then
 fi
 
 export PATH="$PATH:/usr/sbin:/sbin" # nvme, modprobe and depmod for non-root users
-for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout mke2fs e2fsck; do
+for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout mke2fs e2fsck fio; do
     command -v "$tool" >/dev/null 2>&1 ||
-        die "$tool not found (apt-get install qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs)"
+        die "$tool not found (apt-get install qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs fio)"
 done
 mkdir -p "$out"
 start=$(date +%s.%N)
@@ -142,6 +143,10 @@ for tool in mke2fs e2fsck; do
     copy_libs "$stage/sbin/$tool"
 done
 ln -s mke2fs "$stage/sbin/mkfs.ext4"
+# fio, which checks what it wrote (--verify=crc32c); its libraries (Ceph's, GlusterFS's: the
+# engines Debian builds in) are most of the initramfs.
+cp "$(command -v fio)" "$stage/bin/fio"
+copy_libs "$stage/bin/fio"
 case "$(ldd "$binary" 2>&1)" in
     *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd --no-default-features" ;;
 esac

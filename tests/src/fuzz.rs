@@ -4,6 +4,13 @@
 //! or a file would, and checks what the parser accepted against the limits it was given: a
 //! parser may refuse anything, but must never panic, and what it accepts must be in bounds.
 
+pub mod firmware_commands;
+mod input;
+pub mod tcp_connection;
+
+pub use firmware_commands::firmware_commands;
+pub use tcp_connection::tcp_connection;
+
 use std::io::Cursor;
 use std::path::Path;
 
@@ -21,12 +28,14 @@ pub const TARGETS: &[Target] = &[
     ("dataset_manifest", dataset_manifest),
     ("device_image", device_image),
     ("edge_list", edge_list),
+    ("firmware_commands", firmware_commands),
     ("graph_descriptor", graph_descriptor),
     ("hw_config", hw_config),
     ("npy", npy),
     ("ns_config", ns_config),
     ("subgraph", subgraph),
     ("tcp_pdus", tcp_pdus),
+    ("tcp_connection", tcp_connection),
 ];
 
 /// Little-endian `u64` from the first 8 bytes of `data` (missing bytes are 0), and the rest.

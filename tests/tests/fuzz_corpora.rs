@@ -16,6 +16,7 @@ use sagessd_abi::tcp::{CapsuleCmd, CommonHeader, Framing};
 use sagessd_runtime::rmat::{RmatParams, generate};
 use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
 use sagessd_tests::fuzz::TARGETS;
+use zerocopy::IntoBytes;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -160,6 +161,38 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
             // Mode byte 0: no digests, 256-byte data limit bits (`max_data_bytes` from bits 4..).
             vec![[&[0x40u8][..], &out].concat()]
         }
+        "firmware_commands" => {
+            // Field by field (see `sagessd_tests::fuzz::firmware_commands`): write 8 blocks at
+            // 16, read them, Write Zeroes with Deallocate over 4 of them, read again, deallocate
+            // 16 blocks at 32, Flush, a 4-node graph attached, an NS_SUBMIT on it and its
+            // NS_COLLECT, a raw Read left in flight, then wait for it.
+            let raw = SubmissionEntry::read_write(false, 5, 1, 0, 1);
+            let mut seed = vec![0, 7, 16, 0, 0x33, 1, 7, 16, 0, 2, 3, 18, 0, 1, 1, 7, 16, 0];
+            seed.extend([3, 15, 32, 0, 4]);
+            seed.extend([5, 3, 2, 1, 2, 1, 0, 3, 0, 1, 3, 0, 10, 0, 0, 0]);
+            seed.extend([6, 1, 0, 0, 1, 0, 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, 0]);
+            seed.extend([7, 0, 255, 0, 0, 0, 0, 0, 0]);
+            seed.extend([8, 1]);
+            seed.extend_from_slice(raw.as_bytes());
+            seed.extend([0, 2, 10]);
+            vec![seed]
+        }
+        "tcp_connection" => {
+            // Field by field (see `sagessd_tests::fuzz::tcp_connection`). An admin connection:
+            // no digests, its Connect, CC.EN set. Then, with a controller the harness set up
+            // (mode bit 7), an I/O queue's Connect, a Read and a Write whose data moves by the
+            // transport, and the Write's H2CData.
+            let mut admin = vec![0];
+            admin.extend([0, 0, 31, 0, 1, 0, 0, 0, 0, 0, 0]);
+            admin.extend([2, 0, 2, 0, 0, 0]);
+            let mut io = vec![0x80];
+            io.extend([0, 1, 1, 31, 0, 3, 0, 0, 0, 0, 0, 0, 0]);
+            io.extend([2, 1, 0, 0, 0, 0, 4, 0, 64, 0]);
+            io.extend([2, 1, 1, 0, 0, 0, 5, 0, 64, 0]);
+            io.extend([3, 1, 5, 0, 0, 0, 0, 0, 0, 2, 0]);
+            io.extend([0x5a; 512]);
+            vec![admin, io]
+        }
         _ => Vec::new(),
     }
 }
@@ -234,6 +267,21 @@ fn the_encoders_inputs_are_accepted() {
     )
     .expect("the capsule reads back");
     assert_eq!(pdu.data, vec![0x5a; 64]);
+    // The structured seeds get where their comments say.
+    let reached =
+        sagessd_tests::fuzz::firmware_commands::run(&encoder_inputs("firmware_commands")[0]);
+    let want = sagessd_tests::fuzz::firmware_commands::Reached {
+        reads_checked: 2,
+        graphs_attached: 1,
+        jobs_submitted: 1,
+        jobs_collected: 1,
+        raw_commands: 1,
+    };
+    assert_eq!(reached, want);
+    let tcp_seeds = encoder_inputs("tcp_connection");
+    // Admin: Connect and the property write; I/O queue: Connect, Read and Write.
+    assert_eq!(sagessd_tests::fuzz::tcp_connection::run(&tcp_seeds[0]), 2);
+    assert_eq!(sagessd_tests::fuzz::tcp_connection::run(&tcp_seeds[1]), 3);
     // And a wrong one is refused: the check can fail.
     let mut bad = ns[8..].to_vec();
     bad[0] ^= 0xff;

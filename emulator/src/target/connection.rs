@@ -9,7 +9,7 @@
 //! a status.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, BufReader, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -161,7 +161,9 @@ pub(super) fn serve(
     socket.set_read_timeout(Some(SETUP_TIMEOUT))?;
     socket.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let setup_deadline = Instant::now() + SETUP_TIMEOUT;
-    let mut reader = BufReader::with_capacity(256 * 1024, socket.try_clone()?);
+    // Unbuffered: `read_pdu` reads each part of a PDU with reads of its own length, which keeps
+    // a guest kernel's usercopy check from stopping it (`sagessd_abi::tcp::stream::DATA_READ_BYTES`).
+    let mut reader = socket.try_clone()?;
     let mut raw = socket.try_clone()?;
     let framing = match handshake(&mut reader, &mut raw, &options)? {
         Some(f) => f,
@@ -233,12 +235,7 @@ pub(super) fn serve(
 
 /// The socket reader thread: hands each PDU (or why none came) to the connection, reading the
 /// next one only when the [`Flow`] has room; ends at the first failure.
-fn read_pdus(
-    mut reader: BufReader<TcpStream>,
-    framing: Framing,
-    events: &Sender<Event>,
-    flow: &Flow,
-) {
+fn read_pdus(mut reader: TcpStream, framing: Framing, events: &Sender<Event>, flow: &Flow) {
     let allowed = [
         pdu_type::CAPSULE_CMD,
         pdu_type::H2C_DATA,
@@ -255,7 +252,7 @@ fn read_pdus(
 
 /// ICReq → ICResp. `None`: the host broke the protocol (a TermReq was sent).
 fn handshake(
-    reader: &mut BufReader<TcpStream>,
+    reader: &mut TcpStream,
     raw: &mut TcpStream,
     options: &TargetOptions,
 ) -> io::Result<Option<Framing>> {

@@ -70,7 +70,8 @@ impl ControllerInfo<'_> {
         out[512] = 0x66; // SQES: 64 B
         out[513] = 0x44; // CQES: 16 B
         out[516..520].copy_from_slice(&self.namespace_count.to_le_bytes()); // NN
-        out[520..522].copy_from_slice(&(1u16 << 2).to_le_bytes()); // ONCS: Dataset Management
+        // ONCS: Write Zeroes (bit 3) and Dataset Management (bit 2).
+        out[520..522].copy_from_slice(&(1u16 << 3 | 1 << 2).to_le_bytes());
         // VWC: no volatile write cache. A write completes only once its pages are programmed,
         // and the mapping is rebuilt from the pages after a power loss, so every completed
         // write is durable; a Flush has nothing to flush, and FUA changes nothing.
@@ -101,6 +102,15 @@ impl ControllerInfo<'_> {
             max_fanout: u16::from_le_bytes(v[8..10].try_into().ok()?),
         })
     }
+}
+
+/// Writes the NVM command set's Identify Controller data structure (CNS 06h, CSI 00h). Only
+/// WZSL is set: a Write Zeroes may name as many bytes as one transfer (`mdts`, the same
+/// power-of-two units), since the device zeroes a range a transfer's pages at a time; the other
+/// limits are zero (none reported).
+pub fn encode_nvm_controller(mdts: u8, out: &mut [u8; IDENTIFY_SIZE_BYTES]) {
+    out.fill(0);
+    out[1] = mdts; // WZSL
 }
 
 /// Writes the Active Namespace ID list: the ids of `namespace_count` namespaces (numbered from
@@ -183,6 +193,9 @@ impl NamespaceInfo {
         out[24] = 1 << 0; // NSFEAT: thin provisioning (NUSE may be below NCAP)
         out[25] = 0; // NLBAF: one format
         out[26] = 0; // FLBAS: format 0
+        // DLFEAT: a deallocated (or never written) block reads as zeros (bits 2:0 = 001b), and
+        // Write Zeroes honours its Deallocate bit (bit 3).
+        out[33] = 1 << 3 | 0b001;
         out[104..120].copy_from_slice(&self.nguid); // NGUID
         out[128 + 2] = self.block_size_log2; // LBAF0.LBADS
     }

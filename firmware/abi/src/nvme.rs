@@ -396,6 +396,9 @@ pub mod io_opcode {
     pub const WRITE: u8 = 0x01;
     /// Read (controller→host).
     pub const READ: u8 = 0x02;
+    /// Write Zeroes (no data): the range reads as zeros afterwards; CDW12 bit 25 (DEAC) lets
+    /// the device deallocate it instead of writing zeros.
+    pub const WRITE_ZEROES: u8 = 0x08;
     /// Dataset Management (host→controller): deallocate (trim) ranges.
     pub const DATASET_MANAGEMENT: u8 = 0x09;
     /// Vendor: register a graph descriptor (host→controller, bits 1:0 = 01).
@@ -532,6 +535,16 @@ pub enum IoCommand {
         /// Number of logical blocks (1-based).
         block_count: u32,
     },
+    /// Write Zeroes over `block_count` blocks at `slba`.
+    WriteZeroes {
+        /// Starting logical block address.
+        slba: u64,
+        /// Number of logical blocks (1-based).
+        block_count: u32,
+        /// Deallocate (CDW12 bit 25): the host lets the device deallocate the blocks, which
+        /// read as zeros (DLFEAT), instead of writing zeros.
+        deallocate: bool,
+    },
     /// Dataset Management with `range_count` ranges (each 16 B in the data buffer).
     DatasetManagement {
         /// Number of ranges (1-based).
@@ -581,6 +594,11 @@ impl IoCommand {
             io_opcode::FLUSH => Self::Flush,
             io_opcode::READ => Self::Read { slba, block_count },
             io_opcode::WRITE => Self::Write { slba, block_count },
+            io_opcode::WRITE_ZEROES => Self::WriteZeroes {
+                slba,
+                block_count,
+                deallocate: sqe.cdw12.get() & (1 << 25) != 0,
+            },
             io_opcode::DATASET_MANAGEMENT => Self::DatasetManagement {
                 range_count: (sqe.cdw10.get() & 0xFF) + 1,
                 deallocate: sqe.cdw11.get() & (1 << 2) != 0,
