@@ -73,7 +73,8 @@ impl From<io::Error> for RecvError {
 /// page alloc`, `kernel BUG at mm/usercopy.c:101`, in the receiving thread). A read that ends at
 /// every page boundary of the host's data never copies across one, so the BUG cannot happen
 /// whenever the host's data is page-aligned (the page cache, O_DIRECT buffers of fio and most
-/// programs); seen with 1 MiB fio writes and transparent huge pages on in the QEMU guest test.
+/// programs). Seen (intermittently) with 1 MiB fio writes and transparent huge pages on in the
+/// QEMU guest test while the target read through a 256 KiB buffer.
 pub const DATA_READ_BYTES: usize = 4096;
 
 /// Reads one PDU of one of the `allowed` types: the common header, the rest of the header (and
