@@ -461,10 +461,10 @@ impl Run {
                 for lba in self.zeroed(&cmd) {
                     self.model.in_flight[lba as usize].push(Version::Zero);
                 }
-                let mut sqe = SubmissionEntry::read_write(true, 0, 1, slba, blocks);
-                sqe.opcode = io_opcode::WRITE_ZEROES;
-                sqe.cdw12 = (sqe.cdw12.get() | u32::from(deallocate) << 25).into();
-                (sqe, Vec::new())
+                (
+                    SubmissionEntry::write_zeroes(0, 1, slba, blocks, deallocate),
+                    Vec::new(),
+                )
             }
             Command::Trim { slba, blocks } => {
                 let blocks = blocks.min((self.lbas - slba) as u32);

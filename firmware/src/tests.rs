@@ -403,12 +403,9 @@ fn dsm(slba: u64, blocks: u32) -> (SubmissionEntry, Vec<u8>) {
     (sqe, range.as_bytes().to_vec())
 }
 
-/// A Write Zeroes of `blocks` at `slba`, with its Deallocate bit (CDW12 bit 25) if asked.
+/// A Write Zeroes of `blocks` at `slba`, with its Deallocate bit if asked.
 fn write_zeroes(slba: u64, blocks: u32, deallocate: bool) -> SubmissionEntry {
-    let mut sqe = SubmissionEntry::read_write(true, 0, 1, slba, blocks);
-    sqe.opcode = io_opcode::WRITE_ZEROES;
-    sqe.cdw12 = (sqe.cdw12.get() | u32::from(deallocate) << 25).into();
-    sqe
+    SubmissionEntry::write_zeroes(0, 1, slba, blocks, deallocate)
 }
 
 proptest! {

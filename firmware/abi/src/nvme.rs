@@ -86,6 +86,22 @@ impl SubmissionEntry {
         sqe
     }
 
+    /// A Write Zeroes (opcode 0x08) of `block_count` logical blocks starting at `slba`
+    /// (`block_count` ≥ 1, sent 0-based), with its Deallocate bit (CDW12 bit 25) if
+    /// `deallocate`.
+    pub fn write_zeroes(
+        cid: u16,
+        nsid: u32,
+        slba: u64,
+        block_count: u32,
+        deallocate: bool,
+    ) -> Self {
+        let mut sqe = Self::read_write(true, cid, nsid, slba, block_count);
+        sqe.opcode = io_opcode::WRITE_ZEROES;
+        sqe.cdw12 = (sqe.cdw12.get() | u32::from(deallocate) << 25).into();
+        sqe
+    }
+
     /// A sagessd vendor command moving `data_len_bytes`, with `cdw13` command specific (the tag
     /// of `NS_COLLECT`). The length goes in twice: CDW10 is its dword count (NDT, rounded up:
     /// host buffers should be a multiple of 4 bytes), which the firmware uses; CDW12 bits 15:0
@@ -639,6 +655,30 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_zeroes_parses_back() {
+        let sqe = SubmissionEntry::write_zeroes(3, 1, 0x1_0000_0007, 16, true);
+        assert_eq!(sqe.opcode, 0x08);
+        assert_eq!(sqe.cdw12.get(), 15 | 1 << 25);
+        assert_eq!(
+            IoCommand::parse(&sqe),
+            Ok(IoCommand::WriteZeroes {
+                slba: 0x1_0000_0007,
+                block_count: 16,
+                deallocate: true,
+            })
+        );
+        let plain = SubmissionEntry::write_zeroes(3, 1, 0, 1, false);
+        assert_eq!(
+            IoCommand::parse(&plain),
+            Ok(IoCommand::WriteZeroes {
+                slba: 0,
+                block_count: 1,
+                deallocate: false,
+            })
+        );
+    }
 
     #[test]
     fn submission_entry_golden_bytes() {

@@ -177,11 +177,7 @@ impl Harness {
             }
             2 => {
                 let (slba, blocks) = self.range(input);
-                let mut sqe = SubmissionEntry::read_write(true, 0, 1, slba, blocks);
-                sqe.opcode = io_opcode::WRITE_ZEROES;
-                if input.flag() {
-                    sqe.cdw12 = (sqe.cdw12.get() | 1 << 25).into();
-                }
+                let sqe = SubmissionEntry::write_zeroes(0, 1, slba, blocks, input.flag());
                 self.must(sqe, Vec::new());
                 self.model.zero(slba..slba + u64::from(blocks));
             }
