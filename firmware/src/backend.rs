@@ -21,6 +21,14 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
+    /// Unmaps logical page `lpn` (a deallocate or a deallocating Write Zeroes): the FTL forgets
+    /// it and the page buffer drops its cached copy, so it reads as zeros.
+    pub fn unmap(&mut self, dram: &mut [u8], lpn: u32) {
+        self.ftl.trim(dram, lpn);
+        self.buffer.detach(dram, lpn);
+        self.work.page_lookups += 1;
+    }
+
     /// Pins logical page `lpn` in the page buffer. On a miss it starts the flash read (or, for an
     /// unmapped page, fills zeros at once; for a page the media lost, fails at once), so the
     /// answer is never [`Acquire::Miss`]: `Valid`, `Loading` (poll again), `Failed`, or `Full`

@@ -865,10 +865,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 _ => false,
             });
             if !busy {
-                let dram = self.dram.as_mut();
-                self.backend.ftl.trim(dram, lpn);
-                self.backend.buffer.detach(dram, lpn);
-                self.backend.work.page_lookups += 1;
+                self.backend.unmap(self.dram.as_mut(), lpn);
             }
             t.next_lpn += 1;
             budget -= 1;
@@ -1368,9 +1365,7 @@ impl Io<'_> {
                 // checkpoint is copying the mapping out (then it waits for the copy).
                 PageIo::Todo if len == ps && t.source == Source::Zeroes { deallocate: true } => {
                     if !self.backend.checkpoint.tables_frozen() {
-                        self.backend.ftl.trim(dram, lpn);
-                        self.backend.buffer.detach(dram, lpn);
-                        self.backend.work.page_lookups += 1;
+                        self.backend.unmap(dram, lpn);
                         pages.set(dram, me, i, PageIo::Done);
                         progress = true;
                     }
