@@ -75,7 +75,8 @@ pub enum EmulatorError {
         /// Why.
         source: std::io::Error,
     },
-    /// A validation workload ([`crate::check`]) saw a command fail.
+    /// A validation or measurement workload ([`crate::check`], [`crate::boot_cost`]) saw a
+    /// command or a boot fail.
     #[error("validation workload failed: {0}")]
     CheckFailed(String),
 }

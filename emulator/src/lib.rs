@@ -41,6 +41,7 @@
 //! # Ok::<(), sagessd_emulator::EmulatorError>(())
 //! ```
 
+pub mod boot_cost;
 pub mod check;
 pub mod config;
 pub mod cores;

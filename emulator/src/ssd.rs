@@ -652,6 +652,12 @@ impl Ssd {
         &self.firmware
     }
 
+    /// The firmware, the device around it dropped (the host's queues with it): what a power
+    /// cut leaves to boot from.
+    pub(crate) fn into_firmware(self) -> Firmware<NandArray, Vec<u8>> {
+        self.firmware
+    }
+
     /// What the boot found (a device built by [`Self::new`] booted blank), and the flash time
     /// it took: the device was ready at that virtual time.
     pub fn boot(&self) -> (sagessd_firmware::BootReport, u64) {

@@ -354,10 +354,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for CheckpointCopy {
     }
 }
 
-/// The walk both block scans share: blocks in order, each from a first page, and the page after
-/// one just read when the block goes on.
+/// The walk both block scans share: every block once, each from a first page, and the page
+/// after one just read when the block goes on. Blocks come die by die in turn (the first block
+/// of every die, then the second, ...), so the reads in flight fall on as many dies as there are
+/// windows rather than queueing on one die.
 struct BlockWalk {
-    next_block: u32,
+    /// How many blocks the walk has passed.
+    walked: u32,
     /// Pages due next because the page before them in their block was just read. There is
     /// always room: each entry comes from a read that just freed its window, and `run_scan` asks
     /// for a page only when a window is free.
@@ -367,7 +370,7 @@ struct BlockWalk {
 impl BlockWalk {
     fn new() -> Self {
         Self {
-            next_block: 0,
+            walked: 0,
             follow: [None; CHECKPOINT_WINDOWS],
         }
     }
@@ -383,9 +386,10 @@ impl BlockWalk {
             return Some(ppn);
         }
         let g = fw.ftl().geometry();
-        while self.next_block < g.block_count() {
-            let block = PhysBlock(self.next_block);
-            self.next_block += 1;
+        while self.walked < g.block_count() {
+            let (dies, i) = (g.die_count(), self.walked);
+            let block = PhysBlock((i % dies) * g.blocks_per_die + i / dies);
+            self.walked += 1;
             if fw.ftl().needs_scan(fw.dram_bytes(), block)
                 && let Some(page) = start(block)
             {

@@ -12,9 +12,10 @@ use crate::{hw_source, load_hw};
 #[derive(Debug, Subcommand)]
 pub(crate) enum DeviceCommand {
     /// Print the limits a hardware description implies on paper (capacity, parallelism,
-    /// flash-internal, PCIe and controller bandwidths, unloaded QD1 latency); simulates nothing
-    /// but three single commands that tell what the firmware counts for them.
-    Info(DeviceConfigArgs),
+    /// flash-internal, PCIe and controller bandwidths, unloaded QD1 latency), the cost of its
+    /// checkpoints, and its boot times: booting its firmware on in-memory flash that is blank,
+    /// cleanly stopped, and cut off with N and 2N pages written since the last checkpoint.
+    Info(DeviceInfoArgs),
     /// Run sequential read and write, and 4 KiB random reads at QD1 and QD128, in virtual time,
     /// and print each measured figure beside its analytical bound; exit status 1 if any row is
     /// more than 2 % off (or beats its bound).
@@ -44,6 +45,18 @@ pub(crate) struct CrashTestArgs {
     seed: Option<u64>,
     #[command(flatten)]
     output: FormatArgs,
+}
+
+/// Flags of `device info`.
+#[derive(Debug, Args)]
+pub(crate) struct DeviceInfoArgs {
+    #[command(flatten)]
+    device: DeviceConfigArgs,
+    /// Flash pages written before each measured boot (N; the last boot has 2N to replay):
+    /// at most half the checkpoint interval, which measures the worst case. The flash is in
+    /// memory: 2N pages cost 2N x page size of RAM.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    boot_pages: u64,
 }
 
 /// Flags of `device info` and `device check`: the hardware description.
@@ -162,22 +175,71 @@ fn run_crash_test(args: CrashTestArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `device info`: the limits a hardware description implies.
-fn run_device_info(args: DeviceConfigArgs) -> anyhow::Result<ExitCode> {
-    let hw = load_hw(args.config.as_ref())?;
+/// `device info`: the limits a hardware description implies, its checkpoints and boot times.
+fn run_device_info(args: DeviceInfoArgs) -> anyhow::Result<ExitCode> {
+    let config = args.device.config.as_ref();
+    let hw = load_hw(config)?;
     let limits = sagessd_emulator::check::DeviceLimits::new(&hw)?;
-    println!("{}", hw_source(args.config.as_ref()));
+    println!("{}", hw_source(config));
     println!("{limits}");
-    let (stats, interval) = sagessd_emulator::Ssd::new(&hw)?.checkpoints();
-    println!(
+    println!("{}", checkpoint_summary(&hw)?);
+    let costs = sagessd_emulator::boot_cost::measure(&hw, args.boot_pages)?;
+    print!("{}", boot_table(&costs));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the FTL's checkpoints cost on flash for `hw` (`device info`, `firmware footprint`).
+pub(crate) fn checkpoint_summary(hw: &sagessd_emulator::HwConfig) -> anyhow::Result<String> {
+    let (stats, interval) = sagessd_emulator::Ssd::new(hw)?.checkpoints();
+    Ok(format!(
         "checkpoints of the FTL's tables: {} pages each, {} blocks reserved for two slots; one \
          every {interval} programmed pages (at most 1/{} of the flash writes), and at a Flush, \
          a trim, a GRAPH_ATTACH and a clean stop",
         stats.pages_per_checkpoint,
         stats.reserved_blocks,
         interval / u64::from(stats.pages_per_checkpoint.max(1)),
+    ))
+}
+
+/// The boot times `device info` prints, one line per measured boot.
+fn boot_table(c: &sagessd_emulator::boot_cost::BootCosts) -> String {
+    use std::fmt::Write as _;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut out = format!(
+        "boot, modelled flash time (this firmware booted on in-memory flash):\n  {:<40} {:>9} \
+         {:>9} {:>8} {:>10} {:>10} {:>10}\n",
+        "flash holds", "read", "replayed", "erased", "reading ms", "erasing ms", "total ms"
     );
-    Ok(ExitCode::SUCCESS)
+    let n = c.pages_written;
+    let rows = [
+        ("nothing (formatted)".to_string(), c.blank),
+        (format!("{n} pages, then a clean stop"), c.clean),
+        (format!("{n} more pages since it, power cut"), c.cut),
+        (
+            format!("{} pages since the checkpoint, cut", 2 * n),
+            c.cut_twice,
+        ),
+    ];
+    for (what, b) in rows {
+        let _ = writeln!(
+            out,
+            "  {what:<40} {:>9} {:>9} {:>8} {:>10.1} {:>10.1} {:>10.1}",
+            b.report.pages_read,
+            b.report.pages_replayed,
+            b.report.blocks_erased,
+            ms(b.reading_ns),
+            ms(b.erasing_ns()),
+            ms(b.duration_ns),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  (read/replayed: pages; erased: blocks. A cut leaves at most {} pages to replay, one \
+         checkpoint interval: --boot-pages {} measures that worst case.)",
+        c.interval_pages,
+        c.interval_pages.saturating_sub(1) / 2,
+    );
+    out
 }
 
 /// `device check`: measured figures beside their bounds; exit status 1 if one is off.

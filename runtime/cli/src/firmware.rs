@@ -158,6 +158,16 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(out)?;
     writeln!(out, "{}", FOOTPRINT_IN_WORDS)?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "On flash: {}.",
+        crate::device::checkpoint_summary(&hw)?
+    )?;
+    writeln!(
+        out,
+        "Boot times (blank, after a clean stop, after a power cut): sagessd device info."
+    )?;
     print!("{out}");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,4 @@
-//! `sagessd firmware footprint`: the table adds up to the DRAM the emulator gives the firmware.
+//! `sagessd firmware footprint` and `device info`: what the firmware costs, in DRAM and at boot.
 
 use std::process::Command;
 
@@ -38,4 +38,53 @@ fn footprint_total_is_the_firmware_dram_size() {
         );
     }
     assert!(!stdout.contains("slot4."), "Cosmos+ has 4 ISP slots");
+}
+
+/// `device info` boots the firmware four times; the replayed column is what each row's label
+/// says was written since the checkpoint, and the total is reading plus erasing.
+#[test]
+fn device_info_reports_boot_times_that_follow_what_was_written() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["device", "info", "--boot-pages", "64"])
+        .output()
+        .expect("running sagessd");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("checkpoints of the FTL's tables:"),
+        "{stdout}"
+    );
+    // Each row: label, then read, replayed, erased, reading ms, erasing ms, total ms.
+    let row = |label: &str| -> Vec<f64> {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label:?} in:\n{stdout}"));
+        let numbers: Vec<f64> = line
+            .split_whitespace()
+            .rev()
+            .take(6)
+            .map(|n| n.parse().unwrap_or_else(|_| panic!("{n:?} in {line:?}")))
+            .collect();
+        numbers.into_iter().rev().collect()
+    };
+    let blank = row("nothing (formatted)");
+    let clean = row("64 pages, then a clean stop");
+    let cut = row("64 more pages since it, power cut");
+    let twice = row("128 pages since the checkpoint, cut");
+    assert_eq!((blank[1], blank[2], blank[4]), (0.0, 0.0, 0.0), "{blank:?}");
+    assert_eq!(clean[1], 0.0, "a clean stop replays nothing: {clean:?}");
+    assert_eq!(cut[1], 64.0, "{cut:?}");
+    assert_eq!(twice[1], 128.0, "{twice:?}");
+    for r in [&blank, &clean, &cut, &twice] {
+        assert!(
+            (r[3] + r[4] - r[5]).abs() <= 0.11,
+            "reading + erasing = total: {r:?}"
+        );
+        assert!(r[0] > 0.0 && r[5] > 0.0, "{r:?}");
+    }
 }

@@ -1,0 +1,275 @@
+//! What booting costs on a configuration, measured rather than estimated: the firmware of that
+//! configuration boots ([`Firmware::recover`]) on in-memory flash that holds (a) nothing, (b)
+//! data written before a clean stop, (c) data written since the last checkpoint when the power
+//! was cut, once with N pages and once with 2N, so the growth with what a cut leaves to replay
+//! shows. Times are modelled flash time (`sagessd device info` prints them); nothing here
+//! touches a device image. The worst case, a whole checkpoint interval to replay, is this with N
+//! at half the interval (memory: the in-memory flash holds every page written).
+
+use sagessd_abi::nvme::SubmissionEntry;
+use sagessd_firmware::{BootReport, Firmware, RestoreError};
+
+use crate::config::HwConfig;
+use crate::error::EmulatorError;
+use crate::nand::NandArray;
+use crate::ssd::Ssd;
+
+/// One measured boot: what it found and did, and how long it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeasuredBoot {
+    /// The firmware's own report of the boot.
+    pub report: BootReport,
+    /// Flash time from power-on to ready, in the NAND model's virtual time.
+    pub duration_ns: u64,
+    /// The part of it spent reading (checkpoint, first pages, replay), up to the last read's
+    /// completion; the rest erased the blocks the boot left free, after every read.
+    pub reading_ns: u64,
+}
+
+impl MeasuredBoot {
+    /// The part of the boot spent erasing the blocks it left free.
+    pub fn erasing_ns(&self) -> u64 {
+        self.duration_ns - self.reading_ns
+    }
+}
+
+/// The boots [`measure`] ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BootCosts {
+    /// Flash pages written before each stop (a multiple of the largest write).
+    pub pages_written: u64,
+    /// Formatted (erased) flash.
+    pub blank: MeasuredBoot,
+    /// After `pages_written` pages and a clean stop (a checkpoint: nothing to replay).
+    pub clean: MeasuredBoot,
+    /// After a clean stop, `pages_written` more pages and a power cut.
+    pub cut: MeasuredBoot,
+    /// As `cut`, with twice as many pages written since the checkpoint.
+    pub cut_twice: MeasuredBoot,
+    /// The checkpoint interval in programmed pages: at most this many pages to replay.
+    pub interval_pages: u64,
+}
+
+/// Boots `config`'s firmware on in-memory flash as [`BootCosts`] describes, writing
+/// `pages_written` flash pages (rounded up to whole largest writes; at least one) before each
+/// stop. Twice that stays below the checkpoint interval, so that no checkpoint falls between
+/// the writes and the cut (`pages_written` is lowered to fit if need be).
+pub fn measure(config: &HwConfig, pages_written: u64) -> Result<BootCosts, EmulatorError> {
+    let (nand, dram) = Ssd::parts(config)?;
+    let (firmware, blank) = boot(config, nand, dram)?;
+    let mut ssd = Ssd::around(config, firmware);
+    let interval_pages = ssd.checkpoints().1;
+    let page_bytes = u64::from(config.nand.page_size_bytes);
+    let command_pages = (u64::from(config.firmware.max_transfer_bytes) / page_bytes).max(1);
+    // Two batches after the checkpoint must stay below one interval; each is whole commands.
+    let most = (interval_pages.saturating_sub(1) / 2 / command_pages).max(1);
+    let commands = pages_written.div_ceil(command_pages).clamp(1, most);
+    let pages_written = commands * command_pages;
+
+    let mut next_lba = 0;
+    write(&mut ssd, commands, &mut next_lba)?;
+    ssd.checkpoint()?;
+    let (nand, dram) = ssd.into_firmware().into_parts();
+    let (firmware, clean) = boot(config, nand, zeroed(dram))?;
+
+    let mut cuts = [clean; 2];
+    let mut ssd = Ssd::around(config, firmware);
+    for (k, cut) in cuts.iter_mut().enumerate() {
+        // After the first cut the device boots with the first batch to replay; the second
+        // batch makes the next replay twice as long.
+        if k == 1 {
+            // Start again from the clean checkpoint: a boot after a cut may itself checkpoint.
+            ssd.checkpoint()?;
+        }
+        for _ in 0..=k {
+            write(&mut ssd, commands, &mut next_lba)?;
+        }
+        ssd.settle()?;
+        let (mut nand, dram) = ssd.into_firmware().into_parts();
+        // Nothing is in flight: the cut tears nothing, it only loses DRAM.
+        nand.power_cut(0);
+        let (firmware, booted) = boot(config, nand, zeroed(dram))?;
+        *cut = booted;
+        ssd = Ssd::around(config, firmware);
+    }
+    Ok(BootCosts {
+        pages_written,
+        blank,
+        clean,
+        cut: cuts[0],
+        cut_twice: cuts[1],
+        interval_pages,
+    })
+}
+
+/// The DRAM arena zeroed, as a boot needs it (what it held is lost with the power).
+fn zeroed(mut dram: Vec<u8>) -> Vec<u8> {
+    dram.fill(0);
+    dram
+}
+
+/// Boots from `nand`, timing it on the NAND model's clock.
+fn boot(
+    config: &HwConfig,
+    nand: NandArray,
+    dram: Vec<u8>,
+) -> Result<(Firmware<NandArray, Vec<u8>>, MeasuredBoot), EmulatorError> {
+    let start_ns = nand.now_ns();
+    let mut last_read_ns = start_ns;
+    // A wait ends at the first operation that finished: when reads went up, that was a read.
+    let mut wait = |nand: &mut NandArray| {
+        let reads = nand.stats().pages_read;
+        nand.wait_for_completion();
+        if nand.stats().pages_read > reads {
+            last_read_ns = nand.now_ns();
+        }
+    };
+    let (firmware, report) =
+        Firmware::recover(config.firmware.to_firmware_config(), nand, dram, &mut wait).map_err(
+            |e| match e {
+                RestoreError::Config(c) => config.firmware_error(c),
+                other => {
+                    EmulatorError::CheckFailed(format!("a boot from in-memory flash: {other:?}"))
+                }
+            },
+        )?;
+    let duration_ns = firmware.flash().now_ns() - start_ns;
+    Ok((
+        firmware,
+        MeasuredBoot {
+            report,
+            duration_ns,
+            reading_ns: last_read_ns - start_ns,
+        },
+    ))
+}
+
+/// Writes `commands` largest writes at consecutive LBAs from `next_lba`, eight in flight.
+fn write(ssd: &mut Ssd, commands: u64, next_lba: &mut u64) -> Result<(), EmulatorError> {
+    const DEPTH: u64 = 8;
+    // Command ids wrap at 2^16; with eight in flight they never collide.
+    let bytes = ssd.max_transfer_bytes();
+    let blocks = bytes / ssd.block_size_bytes();
+    // Wrap around the namespace: what matters is pages programmed, not where.
+    let span = ssd
+        .namespace_block_count()
+        .saturating_sub(u64::from(blocks))
+        .max(1);
+    let (mut sent, mut done) = (0u64, 0u64);
+    while done < commands {
+        while sent < commands && sent - done < DEPTH {
+            let slba = *next_lba % span;
+            *next_lba += u64::from(blocks);
+            let sqe = SubmissionEntry::read_write(true, sent as u16, 1, slba, blocks);
+            ssd.submit(1, sqe, vec![0x5A; bytes as usize])?;
+            sent += 1;
+        }
+        let completed = ssd.reap()?.ok_or(EmulatorError::Stalled {
+            now_ns: ssd.now_ns(),
+            outstanding: ssd.outstanding(),
+        })?;
+        if !completed.cqe.status().is_success() {
+            return Err(EmulatorError::CheckFailed(format!(
+                "a write before the measured boot failed: {:?}",
+                completed.cqe.status()
+            )));
+        }
+        done += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nand::NandTiming;
+
+    /// The Cosmos+ description shrunk to four dies, with blocks enough for a few checkpoints.
+    fn small_config() -> HwConfig {
+        let mut c = HwConfig::cosmos_plus();
+        c.nand.channels = 2;
+        c.nand.ways = 2;
+        c.nand.blocks_per_die = 64;
+        c.nand.pages_per_block = 64;
+        c.firmware.page_buffer_pages = 16;
+        c.firmware.isp_slots = 1;
+        c.firmware.max_targets = 64;
+        c.firmware.max_subgraph_nodes = 4096;
+        c.firmware.max_subgraph_edges = 4096;
+        c.firmware.max_transfer_bytes = 64 * 1024;
+        c.validate().expect("small test config is valid");
+        c
+    }
+
+    #[test]
+    fn a_cut_replays_what_was_written_since_the_checkpoint_and_costs_grow_with_it() {
+        let config = small_config();
+        let costs = measure(&config, 100).unwrap();
+        let page_bytes = u64::from(config.nand.page_size_bytes);
+        let command_pages = u64::from(config.firmware.max_transfer_bytes) / page_bytes;
+        assert_eq!(costs.pages_written % command_pages, 0, "whole commands");
+        assert!(costs.pages_written >= 100);
+
+        assert!(costs.blank.report.blank);
+        assert_eq!(costs.blank.report.pages_replayed, 0);
+        assert!(!costs.clean.report.blank);
+        assert!(costs.clean.report.checkpoint_id.is_some());
+        assert_eq!(
+            costs.clean.report.pages_replayed, 0,
+            "a clean stop replays nothing"
+        );
+        assert_eq!(costs.cut.report.pages_replayed, costs.pages_written);
+        assert_eq!(
+            costs.cut_twice.report.pages_replayed,
+            2 * costs.pages_written
+        );
+
+        assert!(costs.cut_twice.reading_ns > costs.cut.reading_ns);
+
+        // Bounds from the timing alone: the reads take at least one read time per page on
+        // each die and plane in turn, the erases one erase time per block on each die.
+        let timing = NandTiming::from_config(&config.nand);
+        let dies = u64::from(config.nand.channels * config.nand.ways * config.nand.dies_per_way);
+        let units = dies * u64::from(config.nand.planes_per_die);
+        for boot in [costs.blank, costs.clean, costs.cut, costs.cut_twice] {
+            let reads = boot.report.pages_read.div_ceil(units);
+            assert!(
+                boot.reading_ns >= reads * timing.read_latency_ns(),
+                "{boot:?}"
+            );
+            let erases = boot.report.blocks_erased.div_ceil(dies);
+            assert!(
+                boot.erasing_ns() >= erases * timing.erase_latency_ns(),
+                "{boot:?}"
+            );
+        }
+        assert_eq!(
+            costs.blank.erasing_ns(),
+            0,
+            "blank flash is not erased again"
+        );
+
+        // The scan of blank flash (the first page of every block) keeps every die and channel
+        // busy: within a quarter of the slower of the two bounds (blocks die by die in turn).
+        let pages = costs.blank.report.pages_read;
+        let channels = u64::from(config.nand.channels);
+        let ideal = (pages * timing.page_transfer_ns / channels)
+            .max(pages.div_ceil(dies) * timing.read_latency_ns());
+        assert!(
+            costs.blank.reading_ns * 4 <= ideal * 5,
+            "{} ns to read {pages} pages; {ideal} ns with every die and channel busy",
+            costs.blank.reading_ns
+        );
+    }
+
+    #[test]
+    fn the_batches_stay_inside_one_checkpoint_interval() {
+        let config = small_config();
+        let costs = measure(&config, u64::MAX).unwrap();
+        assert!(2 * costs.pages_written < costs.interval_pages);
+        assert_eq!(
+            costs.cut_twice.report.pages_replayed,
+            2 * costs.pages_written
+        );
+    }
+}
