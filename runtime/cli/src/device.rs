@@ -54,7 +54,7 @@ pub(crate) struct DeviceInfoArgs {
     device: DeviceConfigArgs,
     /// Flash pages written before each measured boot (N; the last boot has 2N to replay):
     /// at most half the checkpoint interval, which measures the worst case. The flash is in
-    /// memory: 2N pages cost 2N x page size of RAM.
+    /// memory and the boots write 4N pages in all: about 4N x 1.4 x page size of RAM.
     #[arg(long, default_value_t = 4096, value_name = "N")]
     boot_pages: u64,
 }
