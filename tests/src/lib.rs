@@ -5,6 +5,7 @@
 //! NS_SUBMIT/NS_COLLECT, and the results are compared byte for byte with the host samplers.
 
 pub mod fuzz;
+pub mod raw_host;
 
 use sagessd_emulator::HwConfig;
 use sagessd_host_driver::{Device, LocalTransport};

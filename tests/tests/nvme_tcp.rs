@@ -11,13 +11,16 @@ use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, FabricsCommand, connect_
 use sagessd_abi::nvme::{Status, SubmissionEntry};
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
 use sagessd_abi::tcp::{
-    CapsuleCmd, CapsuleResp, DataHeader, Framing, IcReq, R2t, TermReq, fes, flags, pdu_type,
+    CapsuleResp, DataHeader, Framing, IcReq, R2t, TermReq, digest, fes, flags, pdu_type,
 };
 use sagessd_emulator::{Ssd, Target, TargetOptions};
 use sagessd_host_driver::load::{LoadReport, LoadSpec, run_load};
 use sagessd_host_driver::{Device, TcpOptions, TcpTransport, Transport};
 use sagessd_runtime::load::load_graph;
 use sagessd_runtime::rmat::{RmatParams, generate};
+use sagessd_tests::raw_host::{
+    capsule, controller, handshake, in_capsule, io_queue, response, send, write_capsule,
+};
 use sagessd_tests::{open, small_config};
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -169,39 +172,6 @@ fn a_host_that_leaves_with_jobs_uncollected_does_not_keep_the_device_slots() {
     target.stop();
 }
 
-/// A raw connection that has done ICReq/ICResp.
-fn raw_connection(target: &Target) -> TcpStream {
-    let mut s = TcpStream::connect(target.local_addr()).expect("connect");
-    let mut req = IcReq::new_zeroed();
-    req.ch.pdu_type = pdu_type::IC_REQ;
-    write_pdu(&mut s, &Framing::INITIAL, &req, &[]).expect("ICReq");
-    read_pdu(&mut s, &Framing::INITIAL, &[pdu_type::IC_RESP]).expect("ICResp");
-    s
-}
-
-fn capsule(s: &mut TcpStream, sqe: SubmissionEntry, data: &[u8]) -> Status {
-    let mut cmd = CapsuleCmd::new_zeroed();
-    cmd.ch.pdu_type = pdu_type::CAPSULE_CMD;
-    cmd.sqe = sqe;
-    if !data.is_empty() {
-        sagessd_abi::fabrics::DataPointer::InCapsule {
-            offset: 0,
-            len: data.len() as u32,
-        }
-        .encode(&mut cmd.sqe);
-    }
-    write_pdu(s, &Framing::INITIAL, &cmd, data).expect("send");
-    let framing = Framing {
-        max_data_bytes: 1 << 16,
-        ..Framing::INITIAL
-    };
-    let pdu = read_pdu(s, &framing, &[pdu_type::CAPSULE_RESP]).expect("response");
-    pdu.header_as::<sagessd_abi::tcp::CapsuleResp>()
-        .expect("resp")
-        .cqe
-        .status()
-}
-
 /// Reads the target's TermReq and its fatal error status; then the connection is closed.
 fn term(s: &mut TcpStream) -> u16 {
     let framing = Framing {
@@ -238,7 +208,7 @@ fn malformed_pdus_end_their_connection_and_bad_commands_get_statuses() {
         ),
     ];
     for (header, expected) in cases {
-        let mut s = raw_connection(&target);
+        let (mut s, _) = handshake(&target, 0, 0);
         s.write_all(header).expect("send");
         assert_eq!(term(&mut s), expected, "header {header:?}");
     }
@@ -252,25 +222,18 @@ fn malformed_pdus_end_their_connection_and_bad_commands_get_statuses() {
 
     // Commands before Connect, Connect to the wrong subsystem, unknown opcodes, LBAs past the
     // namespace, a queue Connect for a controller that does not exist.
-    let mut s = raw_connection(&target);
+    let (mut s, framing) = handshake(&target, 0, 0);
+    let mut status = |sqe, data: &[u8]| send(&mut s, &framing, sqe, data).status();
     let read = SubmissionEntry::read_write(false, 1, 1, 0, 1);
-    assert_eq!(capsule(&mut s, read, &[]), Status::COMMAND_SEQUENCE_ERROR);
+    assert_eq!(status(read, &[]), Status::COMMAND_SEQUENCE_ERROR);
     let wrong = ConnectData::new([1; 16], CNTLID_DYNAMIC, "nqn.nobody", "nqn.h");
     assert_eq!(
-        capsule(
-            &mut s,
-            FabricsCommand::connect(2, 0, 31, 0),
-            wrong.as_bytes()
-        ),
+        status(FabricsCommand::connect(2, 0, 31, 0), wrong.as_bytes()),
         connect_status::INVALID_PARAMETERS
     );
     let stranger = ConnectData::new([1; 16], 77, &nqn, "nqn.h");
     assert_eq!(
-        capsule(
-            &mut s,
-            FabricsCommand::connect(3, 1, 31, 0),
-            stranger.as_bytes()
-        ),
+        status(FabricsCommand::connect(3, 1, 31, 0), stranger.as_bytes()),
         connect_status::INVALID_PARAMETERS
     );
 
@@ -310,63 +273,6 @@ fn malformed_pdus_end_their_connection_and_bad_commands_get_statuses() {
     target.stop();
 }
 
-/// A raw connection with `framing`'s digests that has connected the admin queue of a new
-/// controller (keep-alive timeout `kato_ms`) and enabled it.
-fn admin_queue(target: &Target, digests: bool, kato_ms: u32) -> (TcpStream, Framing) {
-    let (mut s, framing) = raw_with_digests(target, digests);
-    let nqn = TargetOptions::default().nqn;
-    let data = ConnectData::new([5; 16], CNTLID_DYNAMIC, &nqn, "nqn.raw");
-    let connect = FabricsCommand::connect(1, 0, 31, kato_ms);
-    assert!(send(&mut s, &framing, connect, data.as_bytes()).is_success());
-    let enable = FabricsCommand::property_set(2, 0x14, 0x46_0001, false);
-    assert!(send(&mut s, &framing, enable, &[]).is_success());
-    (s, framing)
-}
-
-/// A raw connection that has done ICReq/ICResp, with header and data digests if asked.
-fn raw_with_digests(target: &Target, digests: bool) -> (TcpStream, Framing) {
-    let mut s = TcpStream::connect(target.local_addr()).expect("connect");
-    let mut req = IcReq::new_zeroed();
-    req.ch.pdu_type = pdu_type::IC_REQ;
-    if digests {
-        req.digest = sagessd_abi::tcp::digest::HEADER | sagessd_abi::tcp::digest::DATA;
-    }
-    write_pdu(&mut s, &Framing::INITIAL, &req, &[]).expect("ICReq");
-    read_pdu(&mut s, &Framing::INITIAL, &[pdu_type::IC_RESP]).expect("ICResp");
-    let framing = Framing {
-        header_digest: digests,
-        data_digest: digests,
-        max_data_bytes: 1 << 20,
-        data_alignment_bytes: 4,
-    };
-    (s, framing)
-}
-
-/// Sends a capsule (data in-capsule) and reads its response.
-fn send(s: &mut TcpStream, framing: &Framing, sqe: SubmissionEntry, data: &[u8]) -> Status {
-    write_capsule(s, framing, sqe, data);
-    response(s, framing)
-}
-
-fn write_capsule(s: &mut TcpStream, framing: &Framing, sqe: SubmissionEntry, data: &[u8]) {
-    let mut cmd = CapsuleCmd::new_zeroed();
-    cmd.ch.pdu_type = pdu_type::CAPSULE_CMD;
-    cmd.sqe = sqe;
-    if !data.is_empty() {
-        DataPointer::InCapsule {
-            offset: 0,
-            len: data.len() as u32,
-        }
-        .encode(&mut cmd.sqe);
-    }
-    write_pdu(s, framing, &cmd, data).expect("send");
-}
-
-fn response(s: &mut TcpStream, framing: &Framing) -> Status {
-    let pdu = read_pdu(s, framing, &[pdu_type::CAPSULE_RESP]).expect("response");
-    pdu.header_as::<CapsuleResp>().expect("resp").cqe.status()
-}
-
 /// Starts a 4 KiB host→device command whose data the target asks for with an R2T; returns
 /// the R2T's transfer tag.
 fn write_needing_r2t(s: &mut TcpStream, framing: &Framing, cid: u16) -> u16 {
@@ -401,7 +307,7 @@ fn bad_data_transfers_digests_and_silent_hosts_are_handled() {
         (0, 4096, 2, fes::INVALID_HEADER_FIELD),
     ];
     for (offset, len, which, expected) in cases {
-        let (mut s, framing) = admin_queue(&target, false, 0);
+        let (mut s, framing, _) = controller(&target, 0, 0);
         let ttag = write_needing_r2t(&mut s, &framing, 9);
         let (cid, ttag) = match which {
             1 => (10, ttag),
@@ -417,22 +323,26 @@ fn bad_data_transfers_digests_and_silent_hosts_are_handled() {
     }
 
     // A corrupt data digest fails its command only; the connection goes on.
-    let (mut s, framing) = admin_queue(&target, true, 0);
-    let mut cmd = CapsuleCmd::new_zeroed();
-    cmd.ch.pdu_type = pdu_type::CAPSULE_CMD;
-    cmd.sqe = SubmissionEntry::new(0x01, 11, 0);
-    DataPointer::InCapsule { offset: 0, len: 64 }.encode(&mut cmd.sqe);
+    let (mut s, framing, _) = controller(&target, digest::HEADER | digest::DATA, 0);
+    let cmd = capsule(in_capsule(SubmissionEntry::new(0x01, 11, 0), 64));
     let mut wire = Vec::new();
     write_pdu(&mut wire, &framing, &cmd, &[1; 64]).expect("encode");
     let last = wire.len() - 1;
     wire[last] ^= 0xFF;
     s.write_all(&wire).expect("send");
-    assert_eq!(response(&mut s, &framing), Status::generic(0x22, false));
+    assert_eq!(
+        response(&mut s, &framing).status(),
+        Status::generic(0x22, false)
+    );
     let keep_alive = SubmissionEntry::new(0x18, 12, 0);
-    assert!(send(&mut s, &framing, keep_alive, &[]).is_success());
+    assert!(
+        send(&mut s, &framing, keep_alive, &[])
+            .status()
+            .is_success()
+    );
 
     // A host that stops sending keep alives is disconnected after KATO (+ 1 s granularity).
-    let (mut s, _) = admin_queue(&target, false, 100);
+    let (mut s, _, _) = controller(&target, 0, 100);
     let started = std::time::Instant::now();
     let mut rest = Vec::new();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
@@ -551,7 +461,7 @@ fn reads_held_back_for_hosts_that_stopped_reading_all_complete_once_they_read() 
         ..TargetOptions::default()
     };
     let target = Target::start(ssd, "127.0.0.1:0", options).expect("target listens");
-    let (_admin, framing, cntlid) = controller(&target, 0);
+    let (_admin, framing, cntlid) = controller(&target, 0, 0);
     let mut hosts: Vec<TcpStream> = (1..=2).map(|q| io_queue(&target, cntlid, q)).collect();
     for s in &mut hosts {
         for cid in 0..64u16 {
@@ -580,33 +490,4 @@ fn reads_held_back_for_hosts_that_stopped_reading_all_complete_once_they_read() 
     }
     assert_eq!(target.held_bytes(), 0);
     target.stop();
-}
-
-/// A raw admin queue of a new, enabled controller; its framing and controller id.
-fn controller(target: &Target, kato_ms: u32) -> (TcpStream, Framing, u16) {
-    let (mut s, framing) = raw_with_digests(target, false);
-    let nqn = TargetOptions::default().nqn;
-    let data = ConnectData::new([5; 16], CNTLID_DYNAMIC, &nqn, "nqn.raw");
-    write_capsule(
-        &mut s,
-        &framing,
-        FabricsCommand::connect(1, 0, 31, kato_ms),
-        data.as_bytes(),
-    );
-    let pdu = read_pdu(&mut s, &framing, &[pdu_type::CAPSULE_RESP]).expect("response");
-    let cqe = pdu.header_as::<CapsuleResp>().expect("resp").cqe;
-    assert!(cqe.status().is_success());
-    let enable = FabricsCommand::property_set(2, 0x14, 0x46_0001, false);
-    assert!(send(&mut s, &framing, enable, &[]).is_success());
-    (s, framing, cqe.result.get() as u16)
-}
-
-/// A raw I/O queue `qid` (128 entries) of controller `cntlid`.
-fn io_queue(target: &Target, cntlid: u16, qid: u16) -> TcpStream {
-    let (mut s, framing) = raw_with_digests(target, false);
-    let nqn = TargetOptions::default().nqn;
-    let data = ConnectData::new([5; 16], cntlid, &nqn, "nqn.raw");
-    let connect = FabricsCommand::connect(1, qid, 127, 0);
-    assert!(send(&mut s, &framing, connect, data.as_bytes()).is_success());
-    s
 }

@@ -17,98 +17,21 @@
 //! connection is served afterwards; and the target stops within its bound.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::thread;
-use std::time::Duration;
 
-use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsCommand, property};
+use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, FabricsCommand, property};
 use sagessd_abi::nvme::SubmissionEntry;
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
-use sagessd_abi::tcp::{
-    CapsuleCmd, CapsuleResp, DataHeader, Framing, IcReq, IcResp, TermReq, flags, pdu_type,
-};
+use sagessd_abi::tcp::{CapsuleResp, DataHeader, Framing, TermReq, flags, pdu_type};
 use sagessd_emulator::target::{Target, TargetOptions};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use super::input::Input;
+use crate::raw_host::{HOST_NQN, READ_TIMEOUT, capsule, controller, handshake, in_capsule};
 
 /// Most PDUs one input sends.
 const MAX_PDUS: usize = 32;
-/// How long the target may take to end a connection the host half-closed (commands in flight
-/// finish first). Generous: an exceeded bound is reported as a hang.
-const CLOSE_BOUND: Duration = Duration::from_secs(30);
-
-/// Opens a connection and does the handshake; returns it and the framing of what the host
-/// sends (digests as granted, data aligned as the target asked).
-fn handshake(target: &Target, digests: u8, hpda: u8) -> (TcpStream, Framing) {
-    let mut s = TcpStream::connect(target.local_addr()).expect("the target accepts");
-    s.set_read_timeout(Some(CLOSE_BOUND)).expect("a timeout");
-    let mut req = IcReq::new_zeroed();
-    req.ch.pdu_type = pdu_type::IC_REQ;
-    req.hpda = hpda;
-    req.digest = digests;
-    write_pdu(&mut s, &Framing::INITIAL, &req, &[]).expect("ICReq sent");
-    let mut resp = [0u8; 128];
-    s.read_exact(&mut resp)
-        .expect("the target answers an ICReq");
-    let resp = IcResp::read_from_bytes(&resp).expect("128 bytes");
-    assert_eq!(resp.ch.pdu_type, pdu_type::IC_RESP, "not an ICResp");
-    let framing = Framing {
-        header_digest: resp.digest & 1 != 0,
-        data_digest: resp.digest & 2 != 0,
-        max_data_bytes: 0,
-        data_alignment_bytes: (usize::from(resp.cpda) + 1) * 4,
-    };
-    (s, framing)
-}
-
-/// The host NQN every connection gives.
-const HOST_NQN: &str = "nqn.2026-12.io.sagessd:fuzz";
-
-/// A command capsule carrying `sqe`.
-fn capsule(sqe: SubmissionEntry) -> CapsuleCmd {
-    let mut c = CapsuleCmd::new_zeroed();
-    c.ch.pdu_type = pdu_type::CAPSULE_CMD;
-    c.sqe = sqe;
-    c
-}
-
-/// Sends `sqe` (with in-capsule `data`) and returns the completion's result dword.
-fn setup_command(s: &mut TcpStream, framing: &Framing, sqe: SubmissionEntry, data: &[u8]) -> u32 {
-    let mut sqe = sqe;
-    if !data.is_empty() {
-        DataPointer::InCapsule {
-            offset: 0,
-            len: data.len() as u32,
-        }
-        .encode(&mut sqe);
-    }
-    write_pdu(s, framing, &capsule(sqe), data).expect("a setup command sent");
-    let framing = Framing {
-        max_data_bytes: 1 << 20,
-        ..*framing
-    };
-    let resp = read_pdu(s, &framing, &[pdu_type::CAPSULE_RESP]).expect("its response");
-    let resp: CapsuleResp = resp.header_as().expect("a response capsule");
-    assert!(
-        resp.cqe.status().is_success(),
-        "setup command failed: {:?}",
-        resp.cqe
-    );
-    resp.cqe.result.get()
-}
-
-/// A controller set up by the harness: its admin connection (kept open while the fuzzed one
-/// runs) and its controller id.
-fn controller(target: &Target, nqn: &str) -> (TcpStream, u16) {
-    let (mut s, framing) = handshake(target, 0, 0);
-    let data = ConnectData::new([7; 16], CNTLID_DYNAMIC, nqn, HOST_NQN);
-    let connect = FabricsCommand::connect(1, 0, 31, 0);
-    let cntlid = setup_command(&mut s, &framing, connect, data.as_bytes()) as u16;
-    let enable = FabricsCommand::property_set(2, property::CC, 0x46_0001, false);
-    setup_command(&mut s, &framing, enable, &[]);
-    (s, cntlid)
-}
 
 /// One PDU (or raw bytes) read from `input`, appended to `out`; an I/O queue's Connect names
 /// `cntlid` unless the input says otherwise.
@@ -128,11 +51,7 @@ fn pdu(input: &mut Input, framing: &Framing, nqn: &str, cntlid: u16, out: &mut V
             };
             let subnqn = if input.u8() == 0xFF { "nqn.wrong" } else { nqn };
             let data = ConnectData::new([7; 16], cntlid, subnqn, HOST_NQN);
-            DataPointer::InCapsule {
-                offset: 0,
-                len: 1024,
-            }
-            .encode(&mut sqe);
+            sqe = in_capsule(sqe, data.as_bytes().len());
             write_pdu(out, framing, &capsule(sqe), data.as_bytes())
         }
         1 => {
@@ -163,7 +82,7 @@ fn pdu(input: &mut Input, framing: &Framing, nqn: &str, cntlid: u16, out: &mut V
                 }
             };
             sqe.cid = input.u16().into();
-            DataPointer::Transport {
+            sagessd_abi::fabrics::DataPointer::Transport {
                 len: u32::from(input.u16()) * 8,
             }
             .encode(&mut sqe);
@@ -215,8 +134,8 @@ pub fn run(data: &[u8]) -> u32 {
     let nqn = options.nqn.clone();
     let target = Target::start(ssd, "127.0.0.1:0", options).expect("the target listens");
     let mode = input.u8();
-    let admin = (mode & 0x80 != 0).then(|| controller(&target, &nqn));
-    let cntlid = admin.as_ref().map_or(0, |(_, c)| *c);
+    let admin = (mode & 0x80 != 0).then(|| controller(&target, 0, 0));
+    let cntlid = admin.as_ref().map_or(0, |(_, _, c)| *c);
     let (mut socket, framing) = handshake(&target, mode & 3, (mode >> 2) % 32);
     let mut stream = Vec::new();
     for _ in 0..MAX_PDUS {
@@ -260,7 +179,7 @@ pub fn run(data: &[u8]) -> u32 {
         .join()
         .expect("the reader does not panic")
         .unwrap_or_else(|e| {
-            panic!("the target neither answered nor closed within {CLOSE_BOUND:?}: {e}")
+            panic!("the target neither answered nor closed within {READ_TIMEOUT:?}: {e}")
         });
     drop(socket);
     drop(admin);
