@@ -88,6 +88,7 @@
 use std::fmt;
 
 use sagessd_abi::nvme::{Status, SubmissionEntry};
+use sagessd_abi::rng::SplitMix64;
 use sagessd_firmware::MAX_COMMANDS;
 use sagessd_firmware::work::WorkCounters;
 
@@ -500,29 +501,6 @@ impl Default for CheckOptions {
     }
 }
 
-/// SplitMix64 (the project's one definition of its mix is in `sagessd_abi::sample`): a tiny
-/// deterministic generator for the random orders.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(sagessd_abi::sample::GOLDEN);
-        sagessd_abi::sample::mix(self.0)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
-        }
-    }
-}
-
 /// One I/O of a workload: write or read, first block, block count.
 #[derive(Clone, Copy, Debug)]
 struct Io {
@@ -637,7 +615,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
     let qd = options.queue_depth.max(1);
     let block = u64::from(config.firmware.block_size_bytes);
     let blocks_per_page = page / block;
-    let mut rng = Rng(options.seed);
+    let mut rng = SplitMix64::new(options.seed);
 
     // The read region: whole rows of one page per die, and whole max-size commands.
     let row_pages = dies.max(k);
@@ -731,7 +709,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
     }
 
     let small_blocks = (SMALL_READ_BYTES / block).max(1) as u32;
-    let small_read = |lpn: u64, rng: &mut Rng| Io {
+    let small_read = |lpn: u64, rng: &mut SplitMix64| Io {
         write: false,
         slba: lpn * blocks_per_page
             + rng.below(blocks_per_page / u64::from(small_blocks)) * u64::from(small_blocks),

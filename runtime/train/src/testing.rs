@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use sagessd_abi::rng::SplitMix64;
 use sagessd_abi::subgraph::{LayerCounts, SubgraphLayout, SubgraphView};
 use tch::{Device, Tensor};
 
@@ -61,27 +62,6 @@ pub(crate) fn floats(t: &Tensor) -> Vec<f32> {
     Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()
 }
 
-/// SplitMix64: a tiny reproducible generator for synthetic data, independent of torch.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
 /// Two classes, features = one-hot class + uniform noise, a homophilous random graph
 /// (each node has 4 in-neighbours, each of its own class with probability 0.8).
 pub(crate) struct Synthetic {
@@ -95,7 +75,7 @@ pub(crate) struct Synthetic {
 impl Synthetic {
     pub fn new(node_count: usize, seed: u64) -> Synthetic {
         let dim = 6;
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix64::new(seed);
         let labels: Vec<i64> = (0..node_count).map(|_| rng.below(2) as i64).collect();
         let of_class: [Vec<u64>; 2] = [0, 1].map(|c| {
             (0..node_count as u64)
@@ -106,7 +86,11 @@ impl Synthetic {
         let mut indices = Vec::new();
         for &label in &labels {
             for _ in 0..4 {
-                let class = if rng.unit() < 0.8 { label } else { 1 - label };
+                let class = if rng.next_f64() < 0.8 {
+                    label
+                } else {
+                    1 - label
+                };
                 let pool = &of_class[class as usize];
                 indices.push(pool[rng.below(pool.len() as u64) as usize]);
             }
@@ -116,7 +100,7 @@ impl Synthetic {
         for &label in &labels {
             for d in 0..dim {
                 let hot = if d as i64 == label { 1.0 } else { 0.0 };
-                features.push(hot + 0.6 * (rng.unit() - 0.5));
+                features.push(hot + 0.6 * (rng.next_f64() as f32 - 0.5));
             }
         }
         Synthetic {
