@@ -184,19 +184,11 @@ mod tests {
     use super::*;
     use crate::nand::NandTiming;
 
-    /// The Cosmos+ description shrunk to four dies, with blocks enough for a few checkpoints.
+    /// The small test device with blocks enough for a few checkpoint intervals.
     fn small_config() -> HwConfig {
-        let mut c = HwConfig::cosmos_plus();
-        c.nand.channels = 2;
-        c.nand.ways = 2;
+        let mut c = crate::ssd::tests::small_config();
         c.nand.blocks_per_die = 64;
         c.nand.pages_per_block = 64;
-        c.firmware.page_buffer_pages = 16;
-        c.firmware.isp_slots = 1;
-        c.firmware.max_targets = 64;
-        c.firmware.max_subgraph_nodes = 4096;
-        c.firmware.max_subgraph_edges = 4096;
-        c.firmware.max_transfer_bytes = 64 * 1024;
         c.validate().expect("small test config is valid");
         c
     }

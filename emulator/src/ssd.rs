@@ -1126,7 +1126,7 @@ fn dma(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use sagessd_abi::identify::{
         CNS_CONTROLLER, CNS_NAMESPACE, ControllerInfo, IDENTIFY_SIZE_BYTES, NamespaceInfo,
@@ -1137,7 +1137,7 @@ mod tests {
     const BLOCK: usize = 4096;
 
     /// The Cosmos+ description shrunk to a few dies and blocks, so tests build in milliseconds.
-    fn small_config() -> HwConfig {
+    pub(crate) fn small_config() -> HwConfig {
         let mut c = HwConfig::cosmos_plus();
         c.nand.channels = 2;
         c.nand.ways = 2;

@@ -4,18 +4,24 @@ use std::process::Command;
 
 use sagessd_emulator::HwConfig;
 
-#[test]
-fn footprint_total_is_the_firmware_dram_size() {
+/// What `sagessd ARGS` prints on stdout; it must succeed.
+fn sagessd(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
-        .args(["firmware", "footprint"])
+        .args(args)
         .output()
         .expect("running sagessd");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+#[test]
+fn footprint_total_is_the_firmware_dram_size() {
+    let stdout = sagessd(&["firmware", "footprint"]);
     let total: usize = stdout
         .lines()
         .find_map(|l| l.strip_prefix("total"))
@@ -44,16 +50,7 @@ fn footprint_total_is_the_firmware_dram_size() {
 /// says was written since the checkpoint, and the total is reading plus erasing.
 #[test]
 fn device_info_reports_boot_times_that_follow_what_was_written() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
-        .args(["device", "info", "--boot-pages", "64"])
-        .output()
-        .expect("running sagessd");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = sagessd(&["device", "info", "--boot-pages", "64"]);
     assert!(
         stdout.contains("checkpoints of the FTL's tables:"),
         "{stdout}"
