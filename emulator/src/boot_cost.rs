@@ -147,7 +147,6 @@ fn boot(
 /// Writes `commands` largest writes at consecutive LBAs from `next_lba`, eight in flight.
 fn write(ssd: &mut Ssd, commands: u64, next_lba: &mut u64) -> Result<(), EmulatorError> {
     const DEPTH: u64 = 8;
-    // Command ids wrap at 2^16; with eight in flight they never collide.
     let bytes = ssd.max_transfer_bytes();
     let blocks = bytes / ssd.block_size_bytes();
     // Wrap around the namespace: what matters is pages programmed, not where.
@@ -160,6 +159,7 @@ fn write(ssd: &mut Ssd, commands: u64, next_lba: &mut u64) -> Result<(), Emulato
         while sent < commands && sent - done < DEPTH {
             let slba = *next_lba % span;
             *next_lba += u64::from(blocks);
+            // Command ids wrap at 2^16; with eight in flight they never collide.
             let sqe = SubmissionEntry::read_write(true, sent as u16, 1, slba, blocks);
             ssd.submit(1, sqe, vec![0x5A; bytes as usize])?;
             sent += 1;
