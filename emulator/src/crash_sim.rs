@@ -85,6 +85,9 @@ pub struct SeedOutcome {
     pub commands: u64,
     /// Writes completed before the cut (each one promised durable).
     pub writes_completed: u64,
+    /// Writes, trims and Write Zeroes that completed with an error status before the cut
+    /// (allowed: injected media faults can fail one; what it may have changed stays possible).
+    pub commands_failed: u64,
     /// Commands in flight at the cut.
     pub in_flight: u64,
     /// Whether garbage collection had erased blocks, and checkpoints were written, before it.
@@ -540,7 +543,6 @@ impl Run {
         Ok(cid)
     }
 
-    /// The LBAs of the flash pages wholly inside `[slba, slba + blocks)`.
     /// The LBAs a trim or Write Zeroes may leave reading as zeros: a Write Zeroes' whole range;
     /// only the flash pages inside a trim's range (a trim deallocates whole pages only).
     fn zeroed(&self, cmd: &Command) -> std::ops::Range<u64> {
@@ -574,6 +576,7 @@ impl Run {
                     version,
                 } => {
                     self.outcome.writes_completed += u64::from(status.is_success());
+                    self.outcome.commands_failed += u64::from(!status.is_success());
                     for lba in slba..slba + u64::from(blocks) {
                         let v = &mut self.model.in_flight[lba as usize];
                         v.retain(|x| *x != Version::Data(version));
@@ -586,6 +589,7 @@ impl Run {
                     }
                 }
                 Command::Trim { .. } | Command::Zeroes { .. } => {
+                    self.outcome.commands_failed += u64::from(!status.is_success());
                     for lba in self.zeroed(&cmd) {
                         let v = &mut self.model.in_flight[lba as usize];
                         if let Some(i) = v.iter().position(|x| *x == Version::Zero) {
@@ -730,6 +734,8 @@ pub struct Campaign {
     pub commands: u64,
     /// Writes completed before the cuts: each one promised durable, and found again.
     pub writes_completed: u64,
+    /// Writes, trims and Write Zeroes failed with an error status before the cuts.
+    pub commands_failed: u64,
     /// Commands in flight at the cuts.
     pub in_flight_at_cut: u64,
     /// Programs the cuts tore.
@@ -757,6 +763,7 @@ pub fn run_campaign(first: u64, count: u64) -> Campaign {
             Ok(o) => {
                 c.commands += o.commands;
                 c.writes_completed += o.writes_completed;
+                c.commands_failed += o.commands_failed;
                 c.in_flight_at_cut += o.in_flight;
                 c.torn_programs += u64::from(o.cut.torn_programs);
                 c.torn_erases += u64::from(o.cut.torn_erases);

@@ -124,6 +124,7 @@ fn run_crash_test(args: CrashTestArgs) -> anyhow::Result<ExitCode> {
         "power cuts: {} seeds ({first}..{}), one cut each, {:.1} s\n\
          commands before the cuts    {:>10}\n\
          writes completed (promised) {:>10}\n\
+         writes/trims failed         {:>10}\n\
          commands in flight at cuts  {:>10}\n\
          programs torn               {:>10}\n\
          erases torn                 {:>10}\n\
@@ -138,6 +139,7 @@ fn run_crash_test(args: CrashTestArgs) -> anyhow::Result<ExitCode> {
         wall_s,
         c.commands,
         c.writes_completed,
+        c.commands_failed,
         c.in_flight_at_cut,
         c.torn_programs,
         c.torn_erases,
@@ -154,6 +156,7 @@ fn run_crash_test(args: CrashTestArgs) -> anyhow::Result<ExitCode> {
             .with("seeds", c.seeds)
             .with("commands", c.commands)
             .with("writes_completed", c.writes_completed)
+            .with("commands_failed", c.commands_failed)
             .with("in_flight_at_cut", c.in_flight_at_cut)
             .with("torn_programs", c.torn_programs)
             .with("torn_erases", c.torn_erases)
