@@ -69,43 +69,33 @@ pub fn measure(config: &HwConfig, pages_written: u64) -> Result<BootCosts, Emula
     let mut next_lba = 0;
     write(&mut ssd, commands, &mut next_lba)?;
     ssd.checkpoint()?;
-    let (nand, dram) = ssd.into_firmware().into_parts();
-    let (firmware, clean) = boot(config, nand, zeroed(dram))?;
-
-    let mut cuts = [clean; 2];
-    let mut ssd = Ssd::around(config, firmware);
-    for (k, cut) in cuts.iter_mut().enumerate() {
-        // After the first cut the device boots with the first batch to replay; the second
-        // batch makes the next replay twice as long.
-        if k == 1 {
-            // Start again from the clean checkpoint: a boot after a cut may itself checkpoint.
-            ssd.checkpoint()?;
-        }
-        for _ in 0..=k {
-            write(&mut ssd, commands, &mut next_lba)?;
-        }
-        ssd.settle()?;
-        let (mut nand, dram) = ssd.into_firmware().into_parts();
-        // Nothing is in flight: the cut tears nothing, it only loses DRAM.
-        nand.power_cut(0);
-        let (firmware, booted) = boot(config, nand, zeroed(dram))?;
-        *cut = booted;
-        ssd = Ssd::around(config, firmware);
-    }
+    let (mut ssd, clean) = reboot(config, ssd)?;
+    write(&mut ssd, commands, &mut next_lba)?;
+    let (mut ssd, cut) = reboot(config, ssd)?;
+    // Start again from a checkpoint (the boot replayed the first batch and may write one of
+    // its own later); then twice as much to replay.
+    ssd.checkpoint()?;
+    write(&mut ssd, 2 * commands, &mut next_lba)?;
+    let (_, cut_twice) = reboot(config, ssd)?;
     Ok(BootCosts {
         pages_written,
         blank,
         clean,
-        cut: cuts[0],
-        cut_twice: cuts[1],
+        cut,
+        cut_twice,
         interval_pages,
     })
 }
 
-/// The DRAM arena zeroed, as a boot needs it (what it held is lost with the power).
-fn zeroed(mut dram: Vec<u8>) -> Vec<u8> {
+/// Cuts the power of `ssd` once it is quiet (nothing in flight: the cut tears nothing, it only
+/// loses the DRAM) and boots it again from its flash.
+fn reboot(config: &HwConfig, mut ssd: Ssd) -> Result<(Ssd, MeasuredBoot), EmulatorError> {
+    ssd.settle()?;
+    let (mut nand, mut dram) = ssd.into_firmware().into_parts();
+    nand.power_cut(0);
     dram.fill(0);
-    dram
+    let (firmware, booted) = boot(config, nand, dram)?;
+    Ok((Ssd::around(config, firmware), booted))
 }
 
 /// Boots from `nand`, timing it on the NAND model's clock.

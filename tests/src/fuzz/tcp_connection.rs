@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::thread;
 
-use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, FabricsCommand, property};
+use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsCommand, property};
 use sagessd_abi::nvme::SubmissionEntry;
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
 use sagessd_abi::tcp::{CapsuleResp, DataHeader, Framing, TermReq, flags, pdu_type};
@@ -82,7 +82,7 @@ fn pdu(input: &mut Input, framing: &Framing, nqn: &str, cntlid: u16, out: &mut V
                 }
             };
             sqe.cid = input.u16().into();
-            sagessd_abi::fabrics::DataPointer::Transport {
+            DataPointer::Transport {
                 len: u32::from(input.u16()) * 8,
             }
             .encode(&mut sqe);
