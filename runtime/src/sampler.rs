@@ -4,8 +4,8 @@
 //! the message-flow-graph format of [`sagessd_abi::subgraph`]. For the same request all samplers
 //! must produce the same bytes; that byte identity is the project's test oracle.
 //!
-//! * [`ReferenceSampler`]: over an in-memory [`CsrGraph`] (the DRAM-only upper bound, and the
-//!   oracle).
+//! * [`ReferenceSampler`]: over an in-memory [`CsrGraph`] or a synthetic graph ([`HostGraph`]:
+//!   the DRAM-only upper bound, and the oracle).
 //! * [`IspSampler`]: the device samples; one `NS_SUBMIT` plus one `NS_COLLECT` per minibatch,
 //!   through the host driver's [`Device::sample`].
 //! * The host-over-device samplers (mmap, direct I/O, io_uring-style, and ISP through
@@ -27,7 +27,10 @@ use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
 use sagessd_abi::subgraph::{LayerCounts, SubgraphError, SubgraphLayout, SubgraphView};
 use sagessd_host_driver::{Device, DeviceCounters, DriverError, DriverStats, Transport};
 
+use sagessd_emulator::synthetic_graph::SyntheticGraph;
+
 use crate::graph::CsrGraph;
+use crate::synthetic::SyntheticSource;
 
 /// Why a sample could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -536,16 +539,104 @@ impl NeighbourSource for CsrSource<'_> {
     }
 }
 
-/// The in-memory reference sampler: the graph lives in host DRAM.
+/// A graph the host holds: a CSR in memory, or a synthetic graph computed where it is read.
+#[derive(Clone, Copy, Debug)]
+pub enum HostGraph<'g> {
+    /// An in-memory CSR.
+    Csr(&'g CsrGraph),
+    /// A synthetic graph ([`sagessd_emulator::synthetic_graph`]).
+    Synthetic(&'g SyntheticGraph),
+}
+
+impl HostGraph<'_> {
+    /// Nodes.
+    pub fn node_count(&self) -> u64 {
+        match self {
+            Self::Csr(g) => g.node_count(),
+            Self::Synthetic(g) => g.node_count(),
+        }
+    }
+
+    /// CSR entries.
+    pub fn edge_count(&self) -> u64 {
+        match self {
+            Self::Csr(g) => g.edge_count(),
+            Self::Synthetic(g) => g.edge_count(),
+        }
+    }
+
+    /// The graph as a [`NeighbourSource`].
+    pub fn source(&self) -> HostSource<'_> {
+        match *self {
+            Self::Csr(g) => HostSource::Csr(CsrSource::new(g)),
+            Self::Synthetic(g) => HostSource::Synthetic(SyntheticSource::new(g)),
+        }
+    }
+
+    /// Runs [`build_subgraph`] over the graph's [`NeighbourSource`].
+    pub fn sample(
+        &self,
+        seed: u64,
+        fanouts: &[u16],
+        targets: &[u64],
+    ) -> Result<SampledSubgraph, SamplerError> {
+        build_subgraph(&mut self.source(), seed, fanouts, targets)
+    }
+}
+
+/// The [`NeighbourSource`] of a [`HostGraph`].
+#[derive(Clone, Copy, Debug)]
+pub enum HostSource<'g> {
+    /// Over an in-memory CSR.
+    Csr(CsrSource<'g>),
+    /// Over a synthetic graph.
+    Synthetic(SyntheticSource<'g>),
+}
+
+impl NeighbourSource for HostSource<'_> {
+    fn node_count(&self) -> u64 {
+        match self {
+            Self::Csr(s) => s.node_count(),
+            Self::Synthetic(s) => s.node_count(),
+        }
+    }
+
+    fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
+        match self {
+            Self::Csr(s) => s.edge_ranges(nodes),
+            Self::Synthetic(s) => s.edge_ranges(nodes),
+        }
+    }
+
+    fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
+        match self {
+            Self::Csr(s) => s.neighbours_at(positions),
+            Self::Synthetic(s) => s.neighbours_at(positions),
+        }
+    }
+}
+
+/// The in-memory reference sampler: the graph lives in host DRAM (or, synthetic, is computed
+/// where it is read: the same bytes).
 #[derive(Debug)]
 pub struct ReferenceSampler<'g> {
-    graph: &'g CsrGraph,
+    graph: HostGraph<'g>,
     stats: SamplerStats,
 }
 
 impl<'g> ReferenceSampler<'g> {
     /// A sampler over `graph`.
     pub fn new(graph: &'g CsrGraph) -> Self {
+        Self::over(HostGraph::Csr(graph))
+    }
+
+    /// A sampler over a synthetic graph.
+    pub fn synthetic(graph: &'g SyntheticGraph) -> Self {
+        Self::over(HostGraph::Synthetic(graph))
+    }
+
+    /// A sampler over either kind of graph.
+    pub fn over(graph: HostGraph<'g>) -> Self {
         Self {
             graph,
             stats: SamplerStats::default(),
@@ -564,7 +655,7 @@ impl Sampler for ReferenceSampler<'_> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
-        let s = build_subgraph(&mut CsrSource::new(self.graph), seed, fanouts, targets)?;
+        let s = self.graph.sample(seed, fanouts, targets)?;
         self.stats.add_subgraph(&s);
         Ok(s)
     }

@@ -19,6 +19,47 @@ pub(crate) enum DatasetCommand {
     /// Print a dataset's manifest summary and degree statistics; `--verify` also checks every
     /// array against its checksum.
     Info(DatasetInfoArgs),
+    /// Print a dataset's degree and neighbour-gap profile as TOML: what a synthetic graph
+    /// (`--graph synthetic:N:PROFILE`) copies from it.
+    Profile(DatasetProfileArgs),
+    /// Print what sampling minibatches reads from each graph's on-device CSR: distinct 4 KiB
+    /// pages per minibatch and per destination node, and the pages a node's list spans.
+    Footprint(DatasetFootprintArgs),
+}
+
+/// Flags of `dataset footprint`.
+#[derive(Debug, Args)]
+pub(crate) struct DatasetFootprintArgs {
+    /// Graphs to measure (repeat the flag): rmat:SCALE[:EDGE_FACTOR[:SEED]],
+    /// synthetic:NODES[,seed=S][,local-bins=B][,profile=FILE], papers100m, or a dataset folder.
+    #[arg(long = "graph", required = true)]
+    graphs: Vec<String>,
+    /// Minibatches.
+    #[arg(long, default_value_t = 16)]
+    batches: u32,
+    /// Targets per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: u32,
+    /// Fanout per layer, hop order, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "25,10")]
+    fanouts: Vec<u16>,
+    /// Seed of target selection and of the sampling function.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Flags of `dataset profile`.
+#[derive(Debug, Args)]
+pub(crate) struct DatasetProfileArgs {
+    /// The dataset folder.
+    dir: PathBuf,
+    /// Name the profile gives the graph (default: the dataset's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Where the graph comes from, for the profile's `source` field (default: the dataset's
+    /// source).
+    #[arg(long)]
+    source: Option<String>,
 }
 
 /// The formats `dataset import` reads.
@@ -116,6 +157,15 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::npy::Dtype;
     let wall = std::time::Instant::now();
     let dataset = match command {
+        DatasetCommand::Footprint(a) => return footprint(&a),
+        DatasetCommand::Profile(a) => {
+            let d = Dataset::open(&a.dir)?;
+            let name = a.name.unwrap_or_else(|| d.manifest.name.clone());
+            let source = a.source.unwrap_or_else(|| d.manifest.source.clone());
+            let profile = sagessd_runtime::dataset::profile::profile(&d.graph()?, &name, &source);
+            print!("{}", profile.to_toml());
+            return Ok(ExitCode::SUCCESS);
+        }
         DatasetCommand::Generate(a) => {
             let feature_dtype = match a.feature_dtype.as_str() {
                 "f32" => Dtype::F32,
@@ -186,5 +236,61 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
         stats.mean, stats.median, stats.max, stats.isolated
     );
     eprintln!("(wall-clock time: {:.1} s)", wall.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dataset footprint`: one row per graph.
+fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
+    use sagessd_runtime::footprint;
+    use sagessd_runtime::graph_spec::GraphSpec;
+    println!(
+        "{} minibatches of {} targets, fanouts {:?}, seed {}; pages of 4 KiB of the on-device CSR (8-byte indptr, 4-byte indices)",
+        a.batches, a.batch_size, a.fanouts, a.seed
+    );
+    println!(
+        "{:<60} {:>11} {:>13} {:>10} {:>10} {:>12} {:>11} {:>10} {:>10}",
+        "graph",
+        "nodes",
+        "CSR entries",
+        "CSR",
+        "dst/mb",
+        "pages/mb",
+        "MiB/mb",
+        "pages/dst",
+        "list pg"
+    );
+    for word in &a.graphs {
+        let spec = GraphSpec::parse(word).map_err(anyhow::Error::msg)?;
+        let graph = spec.build().map_err(|e| anyhow::anyhow!("{word}: {e}"))?;
+        let host = graph.host();
+        let requests: Vec<(u64, Vec<u64>)> = (0..a.batches)
+            .map(|b| {
+                (
+                    minibatch_seed(a.seed, b),
+                    minibatch_targets(a.seed, b, a.batch_size, host.node_count()),
+                )
+            })
+            .collect();
+        let f = footprint::measure(host, &requests, &a.fanouts)?;
+        println!(
+            "{:<60} {:>11} {:>13} {:>10} {:>10.0} {:>12.0} {:>11.2} {:>10.3} {:>10.3}",
+            spec.describe(),
+            host.node_count(),
+            host.edge_count(),
+            human_bytes(graph.csr_bytes()),
+            f.dst_nodes as f64 / f64::from(a.batches.max(1)),
+            f.pages_per_minibatch(),
+            f.bytes_per_minibatch() / f64::from(1 << 20),
+            f.pages_per_node(),
+            f.list_pages_per_node(),
+        );
+    }
+    println!(
+        "dst/mb: destination nodes of every layer per minibatch; pages/mb: distinct indptr + indices pages a minibatch reads"
+    );
+    println!(
+        "pages/dst: those pages per destination node; list pg: pages a destination's whole list spans, on average"
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -15,11 +15,13 @@
 //! harness takes `indptr.npy`/`indices.npy` as they are). [`Dataset::open`] checks every array's
 //! header against the manifest; [`Dataset::verify`] also checks the data against its CRC32C.
 //! Writers: [`generate`] (R-MAT with community-correlated features and labels) and
-//! [`snap`] (SNAP edge lists), [`cora`] (Cora from the graphdatascience wheel), [`ogb`] (OGB-style `.npy`/`.npz` arrays), [`reorder`] (a dataset renumbered for locality).
+//! [`snap`] (SNAP edge lists), [`cora`] (Cora from the graphdatascience wheel), [`ogb`] (OGB-style `.npy`/`.npz` arrays), [`reorder`] (a dataset renumbered for locality). [`profile`] measures the degree and
+//! neighbour-gap profile a synthetic graph copies.
 
 pub mod cora;
 pub mod generate;
 pub mod ogb;
+pub mod profile;
 mod read;
 pub mod reorder;
 pub mod snap;
