@@ -37,11 +37,12 @@
 //! cannot be busier than 100 %, and it binds where the core saturates (newport's and gen4-ssd's
 //! random reads).
 //!
-//! Random 4 KiB reads at queue depth `Q` (each reading a whole page):
+//! Random 4 KiB reads at queue depth `Q`, each a column read of its 4 KiB (`X₄ = X × 4096 / P`
+//! of channel time, see [`crate::nand`]):
 //!
 //! ```plain
-//! IOPS ≤ min(D / (C + tR + X), Ch / (C + X), 1 / core_ns(work), 1 / (T(4096) + T(16)),
-//!            1 / T(64), min(Q, 64) / latency_QD1)
+//! IOPS ≤ min(D / (C + tR + X₄), Ch / (C + X₄), 1 / core_ns(work), 1 / (T(4096) + T(16)),
+//!            1 / T(64), DRAM / (2 × 4096), min(Q, 64) / latency_QD1)
 //! ```
 //!
 //! the last term being Little's law (the firmware holds at most 64 commands). The unloaded
@@ -52,7 +53,7 @@
 //! + core_ns(work of one read)             firmware calls: parse, lookup + issue, DMA + complete,
 //!                                         with the 2 polls on its path (issue, completion) and
 //!                                         their parked-command looks, not the idle polls
-//! + C + tR + X                            flash read on an idle die and channel
+//! + C + tR + X₄                           column read of the 4 KiB on an idle die and channel
 //! + posted_write_setup + T(4096) + T(16)  data to the host (posted write), then the CQE
 //!                                         behind it (its set-up overlaps the data's transfer)
 //! + interrupt
@@ -256,7 +257,8 @@ impl DeviceLimits {
             + read_4k_critical
             + t.command_overhead_ns
             + t.t_read_ns
-            + t.page_transfer_ns.max(dram.transfer_ns(page))
+            + t.transfer_ns(SMALL_READ_BYTES, page)
+                .max(dram.transfer_ns(SMALL_READ_BYTES))
             + p.posted_write_setup_ns
             + link
                 .transfer_ns(SMALL_READ_BYTES)
@@ -756,11 +758,15 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
         }
         let run = closed_loop(&mut ssd, &ios, qd)?;
         let in_firmware = qd.min(MAX_COMMANDS as u32);
+        let x4 = t.transfer_ns(SMALL_READ_BYTES, page);
         let (limited_by, bound) = min_of(&[
-            ("flash dies", dies as f64 * 1e9 / t.read_latency_ns() as f64),
+            (
+                "flash dies",
+                dies as f64 * 1e9 / (t.command_overhead_ns + t.t_read_ns + x4) as f64,
+            ),
             (
                 "flash channels",
-                channels as f64 * 1e9 / channel_cycle as f64,
+                channels as f64 * 1e9 / (t.command_overhead_ns + x4) as f64,
             ),
             (
                 "controller",
@@ -773,7 +779,7 @@ pub fn run(config: &HwConfig, options: &CheckOptions) -> Result<CheckReport, Emu
             ("PCIe host→device", 1e9 / link.transfer_ns(SQE_BYTES) as f64),
             (
                 "controller DRAM",
-                limits.dram_bytes_s / (page + SMALL_READ_BYTES) as f64,
+                limits.dram_bytes_s / (2 * SMALL_READ_BYTES) as f64,
             ),
             (
                 "queue depth / QD1 latency",
@@ -841,7 +847,9 @@ mod tests {
         assert!((l.flash_read_bytes_s - 8.0 * 16384.0 / 82_520e-9).abs() < 1.0);
         assert_eq!(l.raw_capacity_bytes, 128 << 30);
         assert!(l.namespace_bytes < l.raw_capacity_bytes);
-        assert!(l.qd1_read_latency_ns > l.die_read_cycle_ns);
+        // A 4 KiB read is a column read: 4 KiB of the page cross the channel (20,480 ns).
+        assert!(l.qd1_read_latency_ns > 600 + 60_000 + 20_480);
+        assert!(l.qd1_read_latency_ns < l.die_read_cycle_ns);
         assert!(format!("{l}").contains("QD1 4 KiB read latency bound"));
     }
 }

@@ -55,6 +55,7 @@ pub mod nand;
 pub mod pcie;
 pub mod ssd;
 pub mod synthetic_graph;
+pub mod synthetic_image;
 pub mod target;
 pub mod trainer_model;
 

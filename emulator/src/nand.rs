@@ -19,7 +19,9 @@
 //! die free at max(t_issue, its previous operation's end)         (per-die FIFO)
 //! Read:     channel [s, s+cmd)                  command + address cycles, s = channel grant
 //!           die     [s+cmd, +tR)                array → page register (sense)
-//!           channel [x, x+xfer), x = channel grant after the sense   data out
+//!           channel [x, x+xfer'), x = channel grant after the sense   data out of the sectors
+//!                                               read: xfer' = xfer × sectors / 16 (a column
+//!                                               read; the spare alone: xfer × 64 / page size)
 //!           done = x + xfer; the die stays busy until done (its page register holds the data)
 //! Program:  channel [s, s+cmd+xfer)             command, address, data in
 //!           die busy until done = s + cmd + xfer + tPROG
@@ -81,7 +83,9 @@ use rustc_hash::FxHashMap as FastMap;
 use std::collections::VecDeque;
 use std::path::Path;
 
-use sagessd_firmware::hal::{Flash, FlashCompletion, FlashError, FlashOp, Geometry};
+use sagessd_firmware::hal::{
+    Flash, FlashCompletion, FlashError, FlashOp, Geometry, SPARE_BYTES, Sectors,
+};
 use sagessd_firmware::work::WorkCounters;
 
 use crate::config::NandConfig;
@@ -91,10 +95,12 @@ use crate::event_queue::EventQueue;
 
 mod faults;
 mod store;
+pub mod synthetic;
 
 pub use faults::{CutReport, NandFaults};
 use store::{FileStore, PageState, PageStore};
 pub use store::{FlashFileLayout, ImageFormat};
+use synthetic::SyntheticPages;
 
 /// The timing parameters of the array, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +132,12 @@ impl NandTiming {
     /// Latency of one read on an idle die and channel: `cmd + tR + xfer`.
     pub fn read_latency_ns(&self) -> u64 {
         self.command_overhead_ns + self.t_read_ns + self.page_transfer_ns
+    }
+
+    /// Channel time of `bytes` of a page of `page_size_bytes`: the page's transfer time, pro
+    /// rata, rounded up (a column read of part of a page).
+    pub fn transfer_ns(&self, bytes: u64, page_size_bytes: u64) -> u64 {
+        (self.page_transfer_ns * bytes).div_ceil(page_size_bytes)
     }
 
     /// Latency of one program on an idle die and channel: `cmd + xfer + tPROG`.
@@ -165,9 +177,18 @@ impl NandStats {
 
 #[derive(Debug)]
 enum OpKind {
-    Read { ppn: u32, dram_offset_bytes: usize },
-    Program { ppn: u32, data: Box<[u8]> },
-    Erase { block: u32 },
+    Read {
+        ppn: u32,
+        dram_offset_bytes: usize,
+        sectors: Sectors,
+    },
+    Program {
+        ppn: u32,
+        data: Box<[u8]>,
+    },
+    Erase {
+        block: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -255,7 +276,7 @@ struct Finished {
     tag: u32,
     /// The media failed the operation (an injected fault).
     failed: bool,
-    read: Option<(usize, ReadData)>,
+    read: Option<(usize, Sectors, ReadData)>,
 }
 
 /// The data of a finished read. A page cannot change between the read's end and the poll
@@ -300,6 +321,8 @@ pub struct NandArray {
     dram: Option<Dram>,
     /// Injected faults, if any.
     faults: Option<NandFaults>,
+    /// Pages the array computes instead of storing (a synthetic image), if any.
+    synthetic: Option<SyntheticPages>,
 }
 
 impl NandArray {
@@ -343,6 +366,7 @@ impl NandArray {
             },
             dram: None,
             faults: None,
+            synthetic: None,
         }
     }
 
@@ -363,12 +387,22 @@ impl NandArray {
         self.dram.as_mut()
     }
 
-    /// When a page's DRAM share, requested at `at_ns`, is done (`at_ns` without a DRAM).
-    fn dram_page(&mut self, at_ns: u64) -> u64 {
-        let bytes = self.page_size_bytes as u64;
+    /// When the DRAM share of `bytes` of page data, requested at `at_ns`, is done (`at_ns`
+    /// without a DRAM).
+    fn dram_share(&mut self, at_ns: u64, bytes: u64) -> u64 {
         self.dram
             .as_mut()
             .map_or(at_ns, |d| d.transfer(at_ns, bytes))
+    }
+
+    /// Bytes operation `op_id` moves over its channel: a read's sectors (its spare alone when
+    /// it names none; the spare is not charged when data moves with it), a program's page.
+    fn channel_bytes(&self, op_id: u64) -> u64 {
+        match self.ops[&op_id].kind {
+            OpKind::Read { sectors, .. } if sectors.is_empty() => SPARE_BYTES as u64,
+            OpKind::Read { sectors, .. } => sectors.data_bytes(self.page_size_bytes) as u64,
+            _ => self.page_size_bytes as u64,
+        }
     }
 
     /// The timing parameters.
@@ -386,9 +420,17 @@ impl NandArray {
         self.now_ns
     }
 
-    /// Pages currently holding programmed data.
+    /// Pages currently holding programmed data (computed pages included).
     pub fn programmed_page_count(&self) -> usize {
-        self.store.programmed_count()
+        self.store.programmed_count() + self.synthetic.as_ref().map_or(0, |s| s.live_count())
+    }
+
+    /// The same array with computed pages (see [`synthetic`]): they read as programmed until
+    /// their block is erased, and their blocks take programs only past them.
+    pub fn with_synthetic(mut self, pages: SyntheticPages) -> Self {
+        pages.program_pointers(&mut self.next_page);
+        self.synthetic = Some(pages);
+        self
     }
 
     /// The same array kept in the flash file at `path` (created erased if it does not exist):
@@ -621,7 +663,9 @@ impl NandArray {
     /// Gives channel `ch` to `phase` of `op_id` from `s` on, and schedules what follows.
     fn grant(&mut self, ch: usize, s: u64, op_id: u64, phase: BusPhase) {
         let t = self.timing;
-        let (cmd, xfer) = (t.command_overhead_ns, t.page_transfer_ns);
+        let cmd = t.command_overhead_ns;
+        let bytes = self.channel_bytes(op_id);
+        let xfer = t.transfer_ns(bytes, self.page_size_bytes as u64);
         let die = self.ops[&op_id].die as usize;
         let g = self.die_group[die]
             .as_mut()
@@ -638,12 +682,12 @@ impl NandArray {
                 n * cmd
             }
             BusPhase::ReadData => {
-                let end = (s + xfer).max(self.dram_page(s));
+                let end = (s + xfer).max(self.dram_share(s, bytes));
                 self.schedule(end, EventKind::Done, op_id);
                 end - s
             }
             BusPhase::Program => {
-                let end = (s + cmd + xfer).max(self.dram_page(s + cmd));
+                let end = (s + cmd + xfer).max(self.dram_share(s + cmd, bytes));
                 let g = self.die_group[die]
                     .as_mut()
                     .expect("a granted phase has a group");
@@ -666,7 +710,7 @@ impl NandArray {
         };
         self.channels[ch].busy_until_ns = s + busy_ns;
         if matches!(phase, BusPhase::ReadData | BusPhase::Program) {
-            self.stats.channel_bytes[ch] += self.page_size_bytes as u64;
+            self.stats.channel_bytes[ch] += bytes;
         }
     }
 
@@ -688,9 +732,10 @@ impl NandArray {
             OpKind::Read {
                 ppn,
                 dram_offset_bytes,
+                sectors,
             } => {
                 self.stats.pages_read += 1;
-                Some((dram_offset_bytes, ReadData::Page(ppn)))
+                Some((dram_offset_bytes, sectors, ReadData::Page(ppn)))
             }
             OpKind::Program { ppn, data } => {
                 // A flash file that cannot take the page (a full disk) fails the program, as
@@ -710,12 +755,23 @@ impl NandArray {
                 let first = block * self.geometry.pages_per_block;
                 let pages_per_block = self.geometry.pages_per_block;
                 for f in &mut self.finished {
-                    if let Some((_, data)) = &mut f.read
+                    if let Some((_, _, data)) = &mut f.read
                         && let ReadData::Page(ppn) = *data
                         && (first..first + pages_per_block).contains(&ppn)
                     {
-                        *data = ReadData::Snapshot(self.store.copy(ppn, self.window_bytes));
+                        let computed = self.synthetic.as_ref().filter(|s| s.holds(ppn));
+                        *data = ReadData::Snapshot(match computed {
+                            Some(s) => {
+                                let mut page = vec![0u8; self.window_bytes].into_boxed_slice();
+                                s.read(ppn, Sectors::ALL, &mut page);
+                                Some(page)
+                            }
+                            None => self.store.copy(ppn, self.window_bytes),
+                        });
                     }
+                }
+                if let Some(s) = &mut self.synthetic {
+                    s.erase(block);
                 }
                 if self.store.erase(first, pages_per_block).is_err() {
                     self.stats.store_errors += 1;
@@ -772,6 +828,7 @@ impl Flash for NandArray {
             FlashOp::Read {
                 ppn,
                 dram_offset_bytes,
+                sectors,
             } => {
                 self.check_ppn(ppn.0)?;
                 self.check_dram(dram_offset_bytes, dram)?;
@@ -780,6 +837,7 @@ impl Flash for NandArray {
                     OpKind::Read {
                         ppn: ppn.0,
                         dram_offset_bytes,
+                        sectors,
                     },
                 )
             }
@@ -837,25 +895,36 @@ impl Flash for NandArray {
         } else {
             Ok(())
         };
-        if let Some((offset, data)) = done.read
+        if let Some((offset, sectors, data)) = done.read
             && result.is_ok()
         {
+            let page_size = self.page_size_bytes;
             result = match (dram.get_mut(offset..offset + self.window_bytes), data) {
                 (None, _) => Err(FlashError::OutOfRange),
                 (Some(_), ReadData::Page(ppn)) if self.store.state(ppn) == PageState::Torn => {
                     Err(FlashError::Media)
                 }
-                (Some(window), ReadData::Page(ppn)) => match self.store.read(ppn, window) {
-                    Ok(()) => Ok(()),
-                    Err(_) => {
-                        self.stats.store_errors += 1;
-                        Err(FlashError::Media)
+                (Some(window), ReadData::Page(ppn))
+                    if self.synthetic.as_ref().is_some_and(|s| s.holds(ppn)) =>
+                {
+                    if let Some(s) = &self.synthetic {
+                        s.read(ppn, sectors, window);
                     }
-                },
+                    Ok(())
+                }
+                (Some(window), ReadData::Page(ppn)) => {
+                    match self.store.read(ppn, sectors, window) {
+                        Ok(()) => Ok(()),
+                        Err(_) => {
+                            self.stats.store_errors += 1;
+                            Err(FlashError::Media)
+                        }
+                    }
+                }
                 (Some(window), ReadData::Snapshot(page)) => {
                     match page {
-                        Some(page) => window.copy_from_slice(&page),
-                        None => window.fill(0xFF),
+                        Some(page) => sectors.copy_window(page_size, &page, window),
+                        None => sectors.copy_window(page_size, &vec![0xFF; window.len()], window),
                     }
                     Ok(())
                 }
@@ -914,9 +983,14 @@ mod tests {
     }
 
     fn read(die: u32, page: u32, slot: usize) -> FlashOp {
+        read_sectors(die, page, slot, Sectors::ALL)
+    }
+
+    fn read_sectors(die: u32, page: u32, slot: usize, sectors: Sectors) -> FlashOp {
         FlashOp::Read {
             ppn: ppn(die, page),
             dram_offset_bytes: slot * WINDOW,
+            sectors,
         }
     }
 
@@ -939,6 +1013,66 @@ mod tests {
         assert!(dram[2 * WINDOW..3 * WINDOW].iter().all(|b| *b == 0xAB));
         assert_eq!(nand.stats().pages_read, 2);
         assert_eq!(nand.stats().pages_programmed, 1);
+    }
+
+    #[test]
+    fn a_column_read_moves_only_its_sectors_and_the_spare() {
+        let mut nand = array();
+        let mut dram = vec![0u8; 3 * WINDOW];
+        dram[..WINDOW].fill(0xAB);
+        let program = FlashOp::Program {
+            ppn: ppn(0, 0),
+            dram_offset_bytes: 0,
+        };
+        nand.submit(1, program, &dram).unwrap();
+        run(&mut nand, &mut dram);
+        let start = nand.now_ns();
+        dram[WINDOW..].fill(0x11);
+        // Sectors 1 and 2 (256 B each of a 4 KiB page) into slot 1; the spare alone into slot 2.
+        nand.submit(2, read_sectors(0, 0, 1, Sectors(0b110)), &dram)
+            .unwrap();
+        let done = run(&mut nand, &mut dram);
+        let t = *nand.timing();
+        // cmd + tR + 2/16 of the page's transfer, on an idle die and channel.
+        let two_sectors = (t.page_transfer_ns * 2).div_ceil(16);
+        assert_eq!(
+            done[0].1 - start,
+            t.command_overhead_ns + t.t_read_ns + two_sectors
+        );
+        let w = &dram[WINDOW..2 * WINDOW];
+        assert!(w[..256].iter().all(|b| *b == 0x11), "sector 0 untouched");
+        assert!(
+            w[256..768].iter().all(|b| *b == 0xAB),
+            "sectors 1 and 2 read"
+        );
+        assert!(
+            w[768..PAGE].iter().all(|b| *b == 0x11),
+            "sectors 3.. untouched"
+        );
+        assert!(
+            w[PAGE..].iter().all(|b| *b == 0xAB),
+            "the spare comes along"
+        );
+        let before = nand.stats().total_channel_bytes();
+        let start = nand.now_ns();
+        nand.submit(3, read_sectors(0, 0, 2, Sectors::NONE), &dram)
+            .unwrap();
+        let done = run(&mut nand, &mut dram);
+        let spare_ns = (t.page_transfer_ns * SPARE_BYTES as u64).div_ceil(PAGE as u64);
+        assert_eq!(
+            done[0].1 - start,
+            t.command_overhead_ns + t.t_read_ns + spare_ns
+        );
+        assert!(
+            dram[2 * WINDOW..2 * WINDOW + PAGE]
+                .iter()
+                .all(|b| *b == 0x11)
+        );
+        assert!(dram[2 * WINDOW + PAGE..].iter().all(|b| *b == 0xAB));
+        assert_eq!(
+            nand.stats().total_channel_bytes() - before,
+            SPARE_BYTES as u64
+        );
     }
 
     #[test]
@@ -971,6 +1105,7 @@ mod tests {
         let oob = FlashOp::Read {
             ppn: PhysPage(64),
             dram_offset_bytes: 0,
+            sectors: Sectors::ALL,
         };
         assert_eq!(nand.submit(7, oob, &dram), Err(FlashError::OutOfRange));
         assert_eq!(

@@ -1441,7 +1441,11 @@ pub(crate) mod tests {
         let before = ssd.stats().nand_pages_read;
         let done = read(&mut ssd, 2, 0, 1);
         assert_eq!(ssd.stats().nand_pages_read - before, 1);
-        let flash = NandTiming::from_config(&config.nand).read_latency_ns();
+        // A column read: the block's sectors cross the channel, not the whole page.
+        let t = NandTiming::from_config(&config.nand);
+        let flash = t.command_overhead_ns
+            + t.t_read_ns
+            + t.transfer_ns(BLOCK as u64, u64::from(config.nand.page_size_bytes));
         let link = PcieLink::new(&config.pcie);
         let fixed = config.controller.doorbell_ns
             + config.pcie.dma_read_setup_ns

@@ -5,7 +5,7 @@ use crate::checkpoint::Checkpointer;
 use crate::dram::Region;
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::Ftl;
-use crate::hal::{FlashOp, Geometry};
+use crate::hal::{FlashOp, Geometry, Sectors};
 use crate::page_buffer::{Acquire, PageBuffer};
 use crate::work::WorkCounters;
 
@@ -29,31 +29,33 @@ impl Backend {
         self.work.page_lookups += 1;
     }
 
-    /// Pins logical page `lpn` in the page buffer. On a miss it starts the flash read (or, for an
-    /// unmapped page, fills zeros at once; for a page the media lost, fails at once), so the
-    /// answer is never [`Acquire::Miss`]: `Valid`, `Loading` (poll again), `Failed`, or `Full`
-    /// (nothing pinned; try later).
-    pub fn request_page(&mut self, dram: &mut [u8], lpn: u32) -> Acquire {
+    /// Pins logical page `lpn` in the page buffer with at least the sectors `want`. On a miss
+    /// it starts the flash read of the missing sectors (or, for an unmapped page, fills zeros at
+    /// once; for a page the media lost, fails at once), so the answer is never
+    /// [`Acquire::Miss`]: `Valid`, `Loading` (poll again, then ask again: the read in flight may
+    /// be another reader's), `Failed`, or `Full` (nothing pinned; try later).
+    pub fn request_page(&mut self, dram: &mut [u8], lpn: u32, want: Sectors) -> Acquire {
         self.work.page_lookups += 1;
         // A miss that needs a flash read it cannot queue now must not evict a cached page.
         if !self.queue.has_room(1) && !self.buffer.contains(dram, lpn) {
             return Acquire::Full;
         }
-        match self.buffer.acquire(dram, lpn, true) {
-            Acquire::Miss(slot) if self.ftl.is_lost(dram, lpn) => {
-                self.buffer.fill_done(dram, slot, false);
+        match self.buffer.acquire(dram, lpn, want, true) {
+            Acquire::Miss(slot, _) if self.ftl.is_lost(dram, lpn) => {
+                self.buffer.load_done(dram, slot, false);
                 Acquire::Failed(slot)
             }
-            Acquire::Miss(slot) => match self.ftl.lookup(dram, lpn) {
+            Acquire::Miss(slot, missing) => match self.ftl.lookup(dram, lpn) {
                 None => {
                     self.buffer.slot_region(slot).bytes_mut(dram).fill(0);
-                    self.buffer.fill_done(dram, slot, true);
+                    self.buffer.filled(dram, slot, Sectors::ALL);
                     Acquire::Valid(slot)
                 }
                 Some(ppn) if self.queue.has_room(1) => {
                     let op = FlashOp::Read {
                         ppn,
                         dram_offset_bytes: self.buffer.slot_region(slot).start,
+                        sectors: missing,
                     };
                     self.queue.push(Tag::new(TagKind::Fill, 0, slot as u16), op);
                     Acquire::Loading(slot)

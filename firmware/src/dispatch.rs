@@ -24,7 +24,7 @@ use crate::config::{
 use crate::dram::{DramLayout, DramRegions, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats, logical_page_count};
-use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp, PhysPage};
+use crate::hal::{Flash, FlashCompletion, FlashError, FlashOp, PhysPage, Sectors};
 use crate::host::{CommandId, DmaError, HostInterface};
 use crate::isp::{Collect, Isp};
 use crate::page_buffer::{Acquire, PageBuffer};
@@ -996,7 +996,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 let named = buffer.lpn_of(dram, slot).is_none_or(|lpn| {
                     Ftl::data_version(buffer.spare_region(slot).bytes(dram), lpn).is_some()
                 });
-                buffer.fill_done(dram, slot, c.result.is_ok() && named)
+                buffer.load_done(dram, slot, c.result.is_ok() && named)
             }
             TagKind::CheckpointErase | TagKind::CheckpointProgram => self
                 .backend
@@ -1292,8 +1292,11 @@ impl Io<'_> {
     ) -> (bool, bool) {
         let mut progress = false;
         let mut waits_on_loads = true;
+        let page_size = self.backend.geometry.page_size_bytes as usize;
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
+            let (in_page, in_host, len) = self.page_span(t, i);
+            let want = Sectors::covering(in_page, len, page_size);
             let dram = &mut *self.dram;
             let before = self.pages.get(dram, me, i);
             if before == PageIo::Todo && !status.is_success() {
@@ -1303,7 +1306,7 @@ impl Io<'_> {
                 continue;
             }
             let mut page = before;
-            let next = page_contents(self.backend, dram, lpn, &mut page, status, true);
+            let next = page_contents(self.backend, dram, lpn, (&mut page, want), status, true);
             if page != before {
                 self.pages.set(dram, me, i, page);
             }
@@ -1318,7 +1321,6 @@ impl Io<'_> {
                     continue;
                 }
             };
-            let (in_page, in_host, len) = self.page_span(t, i);
             let src = self.backend.slot(slot).sub(in_page, len);
             if dma_out(
                 &mut self.backend.work,
@@ -1374,8 +1376,8 @@ impl Io<'_> {
                 // A whole-page write needs no old data: any slot for the page will do. A new
                 // slot stays "loading" until the host data is in, so readers wait for it.
                 PageIo::Todo if len == ps && status.is_success() => {
-                    match self.backend.buffer.acquire(dram, lpn, true) {
-                        Acquire::Valid(s) | Acquire::Miss(s) => Next::Ready(s),
+                    match self.backend.buffer.acquire_for_overwrite(dram, lpn) {
+                        Acquire::Valid(s) | Acquire::Miss(s, _) => Next::Ready(s),
                         Acquire::Loading(s) => {
                             pages.set(dram, me, i, PageIo::Waiting(s));
                             Next::Moved
@@ -1392,7 +1394,15 @@ impl Io<'_> {
                 PageIo::Owned(s) => Next::Ready(s),
                 before => {
                     let mut page = before;
-                    let next = page_contents(self.backend, dram, lpn, &mut page, status, len < ps);
+                    let need_old = len < ps;
+                    let next = page_contents(
+                        self.backend,
+                        dram,
+                        lpn,
+                        (&mut page, Sectors::ALL),
+                        status,
+                        need_old,
+                    );
                     if page != before {
                         pages.set(dram, me, i, page);
                     }
@@ -1445,7 +1455,7 @@ impl Io<'_> {
                 // the slot holds, and then left unmapped.
                 *status = Status::DATA_TRANSFER_ERROR;
             }
-            self.backend.buffer.fill_done(dram, slot, true);
+            self.backend.buffer.filled(dram, slot, Sectors::ALL);
             if !status.is_success() {
                 self.backend.buffer.detach_slot(dram, slot);
             }
@@ -1565,31 +1575,42 @@ enum Next {
     Wait,
 }
 
-/// Brings logical page `lpn` of a transfer into the page buffer with its current contents:
-/// starts the read when the page is still to do, waits while it loads, and hands back the pinned
-/// slot once it is valid. A failed read ends the page with Unrecovered Read Error, unless
+/// Brings the sectors `want` of logical page `lpn` of a transfer into the page buffer with
+/// their current contents: starts the read when the page is still to do, waits while it loads
+/// (and asks again if the read that landed was another reader's), and hands back the pinned
+/// slot once they are valid. A failed read ends the page with Unrecovered Read Error, unless
 /// `need_old` is false (the caller overwrites the whole page), in which case the slot is handed
 /// back all the same. A page of a command that already failed is not started.
 fn page_contents(
     backend: &mut Backend,
     dram: &mut [u8],
     lpn: u32,
-    page: &mut PageIo,
+    (page, want): (&mut PageIo, Sectors),
     status: &mut Status,
     need_old: bool,
 ) -> Next {
+    if let PageIo::Waiting(s) = *page
+        && need_old
+        && !backend.buffer.is_loading(dram, s)
+        && !backend.buffer.is_failed(dram, s)
+        && !backend.buffer.has(dram, s, want)
+    {
+        // The read that landed brought someone else's sectors: ask for ours.
+        backend.buffer.unpin(dram, s);
+        *page = PageIo::Todo;
+    }
     let failed = match *page {
         PageIo::Todo if !status.is_success() => {
             *page = PageIo::Done;
             return Next::Moved;
         }
-        PageIo::Todo => match backend.request_page(dram, lpn) {
+        PageIo::Todo => match backend.request_page(dram, lpn, want) {
             Acquire::Valid(s) => return Next::Ready(s),
             Acquire::Loading(s) => {
                 *page = PageIo::Waiting(s);
                 return Next::Moved;
             }
-            Acquire::Failed(s) | Acquire::Miss(s) => s,
+            Acquire::Failed(s) | Acquire::Miss(s, _) => s,
             Acquire::Full => return Next::Wait,
         },
         PageIo::Waiting(s) if backend.buffer.is_loading(dram, s) => return Next::Wait,

@@ -102,7 +102,7 @@ pub(crate) struct DramLayout {
     pub block_state: Region,
     /// Per die: free-list head + 1, free count, active block + 1, next page in it (4 × `u32`).
     pub dies: Region,
-    /// Page-buffer slot metadata, 12 bytes per slot.
+    /// Page-buffer slot metadata, 16 bytes per slot (key, LRU stamp, pins, state, valid and loading sectors).
     pub slot_meta: Region,
     /// Page-buffer slot data, one flash-page window (data, then spare) per slot.
     pub slot_data: Region,
@@ -131,7 +131,7 @@ pub(crate) struct DramLayout {
 }
 
 /// Bytes of metadata per page-buffer slot.
-pub(crate) const SLOT_META_BYTES: usize = 12;
+pub(crate) const SLOT_META_BYTES: usize = 16;
 
 /// Words of the `command_pages` region: one per page of every command slot.
 pub(crate) const COMMAND_PAGE_WORDS: usize =

@@ -23,7 +23,7 @@ pub(crate) use rebuild::{BlockScan, Replayed};
 use crate::checkpoint::{CheckpointLayout, reserved_block_count};
 use crate::dram::{DramLayout, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
-use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage, SPARE_BYTES};
+use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage, SPARE_BYTES, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
 use crate::work::WorkCounters;
 
@@ -543,6 +543,7 @@ impl Ftl {
                     let op = FlashOp::Read {
                         ppn: from,
                         dram_offset_bytes: self.gc_page.start,
+                        sectors: Sectors::ALL,
                     };
                     queue.push(Tag::new(TagKind::GcRead, 0, 0), op);
                     self.gc = Gc::Reading { victim, page };

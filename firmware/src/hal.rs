@@ -16,6 +16,13 @@
 //! [`SPARE_BYTES`] of spare, which a program stores and a read returns with the data. The FTL
 //! keeps each page's logical owner and sequence numbers there (`crate::oob`), which is what lets
 //! it rebuild its mapping after a power cut.
+//!
+//! A read names the [`Sectors`] of the page it needs: after the array senses the page into its
+//! register, the controller moves out only those columns (ONFI's Change Read Column), so a read
+//! of 1 KiB of a 16 KiB page holds the channel for 1 KiB. A sector is a sixteenth of the page's
+//! data (1 KiB of a 16 KiB page: an error-correction codeword's worth, the smallest unit a
+//! controller can check), and the spare always comes with it; a read of no sector reads the
+//! spare alone, which is how boot scans learn what a page holds.
 
 /// The shape of the NAND array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +81,11 @@ impl Geometry {
         self.page_size_bytes as usize + SPARE_BYTES
     }
 
+    /// Bytes of one sector, the unit of a column read ([`Sectors`]).
+    pub fn sector_bytes(&self) -> usize {
+        self.page_size_bytes as usize / SECTORS_PER_PAGE
+    }
+
     /// The channel a die sits on. Dies are numbered channel-first (die `d` is on channel
     /// `d % channels`, way `(d / channels) % ways`), so consecutive dies use different channels.
     pub fn channel_of(&self, die: u32) -> u32 {
@@ -104,6 +116,92 @@ impl Geometry {
 /// line-aligned.
 pub const SPARE_BYTES: usize = 64;
 
+/// Sectors per page: the unit of a column read is `page_size_bytes / SECTORS_PER_PAGE`.
+pub const SECTORS_PER_PAGE: usize = 16;
+
+/// A set of a page's sectors (bit `i`: bytes `i × sector .. (i + 1) × sector` of its data).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Sectors(pub u16);
+
+impl Sectors {
+    /// The whole page.
+    pub const ALL: Self = Self(u16::MAX);
+    /// No data: the spare alone.
+    pub const NONE: Self = Self(0);
+
+    /// The sectors holding bytes `offset .. offset + len` of a page of `page_size_bytes`
+    /// (`NONE` when `len` is 0; bytes past the page are ignored).
+    pub fn covering(offset: usize, len: usize, page_size_bytes: usize) -> Self {
+        let sector = page_size_bytes / SECTORS_PER_PAGE;
+        if len == 0 || sector == 0 || offset >= page_size_bytes {
+            return Self::NONE;
+        }
+        let first = offset / sector;
+        let last = (offset + len - 1).min(page_size_bytes - 1) / sector;
+        let upto = if last + 1 >= 16 {
+            u16::MAX
+        } else {
+            (1u16 << (last + 1)) - 1
+        };
+        Self(upto & !((1u16 << first) - 1))
+    }
+
+    /// Every sector of both.
+    pub fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// The sectors of `self` not in `other`.
+    pub fn without(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
+
+    /// Whether every sector of `other` is in `self`.
+    pub fn contains(self, other: Self) -> bool {
+        other.0 & !self.0 == 0
+    }
+
+    /// Whether no sector is named.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Sectors named.
+    pub fn count(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    /// Copies what a read of these sectors moves from one page window (data, then spare) to
+    /// another: each named sector, and the spare; `to`'s other sectors are left as they are.
+    pub fn copy_window(self, page_size_bytes: usize, from: &[u8], to: &mut [u8]) {
+        let sector = page_size_bytes / SECTORS_PER_PAGE;
+        for (first, count) in self.runs() {
+            let (a, b) = (first * sector, (first + count) * sector);
+            to[a..b].copy_from_slice(&from[a..b]);
+        }
+        to[page_size_bytes..].copy_from_slice(&from[page_size_bytes..]);
+    }
+
+    /// Bytes of page data a read of these sectors moves.
+    pub fn data_bytes(self, page_size_bytes: usize) -> usize {
+        self.count() as usize * (page_size_bytes / SECTORS_PER_PAGE)
+    }
+
+    /// The runs of consecutive sectors, as `(first, count)`, in order.
+    pub fn runs(self) -> impl Iterator<Item = (usize, usize)> {
+        let mut rest = self.0;
+        core::iter::from_fn(move || {
+            if rest == 0 {
+                return None;
+            }
+            let first = rest.trailing_zeros() as usize;
+            let count = (rest >> first).trailing_ones() as usize;
+            rest &= !(((1u32 << count) - 1) << first) as u16;
+            Some((first, count))
+        })
+    }
+}
+
 /// A physical page number: `(die * blocks_per_die + block) * pages_per_block + page`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PhysPage(pub u32);
@@ -123,12 +221,15 @@ impl PhysBlock {
 /// of the DRAM arena: the page's data, then its spare area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlashOp {
-    /// Read a page (data and spare) into DRAM.
+    /// Read sectors of a page, and its spare, into DRAM.
     Read {
         /// The page.
         ppn: PhysPage,
-        /// Where its data lands.
+        /// Where its data lands (the window of the whole page: sector `i` lands at
+        /// `i × sector_bytes` in it, the spare after the data).
         dram_offset_bytes: usize,
+        /// The sectors needed.
+        sectors: Sectors,
     },
     /// Program an erased page (data and spare) from DRAM. The window must stay untouched until
     /// completion.
@@ -174,7 +275,9 @@ pub struct FlashCompletion {
 /// Implementations MUST: report each accepted operation exactly once from [`Flash::poll`];
 /// execute and complete the operations of one die in the order they were submitted (the FTL
 /// relies on it: a block's pages are programmed in order, and a block is erased only after the
-/// reads queued against it); finish a Read's DMA into DRAM before reporting it; read a Program's
+/// reads queued against it); finish a Read's DMA into DRAM before reporting it, bringing in at
+/// least the sectors it names and the spare (hardware that reads whole pages may bring the
+/// rest of the page too; the firmware never relies on the others either way); read a Program's
 /// data no later than its completion; keep erased pages at 0xFF; refuse a program that is not
 /// the next page of its block; move a page's spare area with its data; after a power loss,
 /// report a page whose program was interrupted either as erased or with [`FlashError::Media`]
@@ -196,5 +299,30 @@ pub trait Flash {
     /// the work before it, not at the end of the poll call that issued it.
     fn note_work(&mut self, work: &crate::work::WorkCounters) {
         let _ = work;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    #[test]
+    fn sectors_cover_byte_ranges() {
+        let page = 16384;
+        assert_eq!(Sectors::covering(0, page, page), Sectors::ALL);
+        assert_eq!(Sectors::covering(0, 1, page), Sectors(1));
+        assert_eq!(Sectors::covering(1023, 2, page), Sectors(0b11));
+        assert_eq!(Sectors::covering(4096, 4096, page), Sectors(0xF0));
+        assert_eq!(Sectors::covering(15 * 1024, 5000, page), Sectors(0x8000));
+        assert_eq!(Sectors::covering(5, 0, page), Sectors::NONE);
+        assert_eq!(Sectors::covering(page, 8, page), Sectors::NONE);
+        assert!(Sectors::ALL.contains(Sectors(0x0F0F)));
+        assert!(!Sectors(0x0F0F).contains(Sectors(0x1000)));
+        assert_eq!(Sectors(0x0FF0).without(Sectors(0x00FF)), Sectors(0x0F00));
+        let runs: Vec<_> = Sectors(0b1100_0111_0000_0001).runs().collect();
+        assert_eq!(runs, [(0, 1), (8, 3), (14, 2)]);
+        assert_eq!(Sectors::ALL.runs().collect::<Vec<_>>(), [(0, 16)]);
+        assert_eq!(Sectors::NONE.runs().count(), 0);
     }
 }

@@ -31,6 +31,7 @@ use sagessd_abi::subgraph::{LayerCounts, SubgraphLayout};
 use crate::backend::Backend;
 use crate::config::MAX_ISP_SLOTS;
 use crate::dram::{DramLayout, Region, SlotRegions, hash_capacity};
+use crate::hal::Sectors;
 use crate::host::{CommandId, DmaError, HostInterface};
 use crate::page_buffer::Acquire;
 use crate::work::WorkCounters;
@@ -176,7 +177,8 @@ pub(crate) struct Isp {
     limits: NsLimits,
     next_seq: u32,
     run: Option<Run>,
-    window: Deque<(u32, u32), MAX_WINDOW>,
+    /// Pinned pages ahead of the consumer: (page, slot, the sectors its items need).
+    window: Deque<(u32, u32, Sectors), MAX_WINDOW>,
     window_pages: usize,
     scratch: [u64; MAX_FANOUT as usize],
     block_size_bytes: u64,
@@ -541,7 +543,44 @@ impl Isp {
         )
     }
 
-    /// Pins pages ahead of the consumer, up to the window.
+    /// The width in bytes of one item of the running gather.
+    fn item_width(&self, run: &Run) -> usize {
+        match run.gather {
+            Gather::Bounds => 8,
+            Gather::Neighbours => usize::from(run.graph.id_width_bytes),
+            Gather::Features => self.jobs[run.slot].feature_row_bytes as usize,
+        }
+    }
+
+    /// The sectors of `page` that the items from sorted key `from` on need (the keys of a
+    /// page are consecutive); counts each key looked at as work.
+    fn page_sectors(
+        &self,
+        dram: &[u8],
+        backend: &mut Backend,
+        run: &Run,
+        page: u32,
+        from: u32,
+    ) -> Sectors {
+        let width = self.item_width(run);
+        let page_size = self.page_size_bytes as usize;
+        let mut want = Sectors::NONE;
+        let mut k = from;
+        while k < run.item_count {
+            let (p, item) = self.key(dram, k);
+            if p != page {
+                break;
+            }
+            let offset = (self.item_address(dram, run, item) % self.page_size_bytes) as usize;
+            want = want.union(Sectors::covering(offset, width, page_size));
+            k += 1;
+        }
+        backend.work.sort_key_moves += u64::from(k - from);
+        want
+    }
+
+    /// Pins pages ahead of the consumer, up to the window, each with the sectors its items
+    /// need.
     fn issue(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
         let Some(mut run) = self.run else {
             return false;
@@ -553,14 +592,15 @@ impl Isp {
                 if self.window.len() >= self.window_pages {
                     break;
                 }
-                match backend.request_page(dram, page) {
+                let want = self.page_sectors(dram, backend, &run, page, run.issued);
+                match backend.request_page(dram, page, want) {
                     Acquire::Full => break,
                     Acquire::Valid(slot)
                     | Acquire::Loading(slot)
                     | Acquire::Failed(slot)
-                    | Acquire::Miss(slot) => {
+                    | Acquire::Miss(slot, _) => {
                         // The window has room (checked above).
-                        let _ = self.window.push_back((page, slot));
+                        let _ = self.window.push_back((page, slot, want));
                         run.last_issued = Some(page);
                         progress = true;
                     }
@@ -572,6 +612,41 @@ impl Isp {
         progress
     }
 
+    /// The front window page's slot once it holds the sectors its items need: `Ok(None)` while
+    /// a read is in flight (or none can start yet). A read that landed with another reader's
+    /// sectors is followed by one for ours.
+    fn front_page(
+        &mut self,
+        dram: &mut [u8],
+        backend: &mut Backend,
+    ) -> Result<Option<u32>, Status> {
+        let Some(&(page, slot, want)) = self.window.front() else {
+            return Err(Status::INTERNAL_ERROR);
+        };
+        if backend.buffer.is_failed(dram, slot) {
+            return Err(Status::UNRECOVERED_READ_ERROR);
+        }
+        if backend.buffer.is_loading(dram, slot) {
+            return Ok(None);
+        }
+        if backend.buffer.has(dram, slot, want) {
+            return Ok(Some(slot));
+        }
+        let (again, ready) = match backend.request_page(dram, page, want) {
+            Acquire::Full => return Ok(None),
+            Acquire::Valid(again) => (again, true),
+            Acquire::Loading(again) | Acquire::Failed(again) | Acquire::Miss(again, _) => {
+                (again, false)
+            }
+        };
+        // The new request holds its own pin.
+        backend.buffer.unpin(dram, slot);
+        if let Some(front) = self.window.front_mut() {
+            front.1 = again;
+        }
+        Ok(ready.then_some(again))
+    }
+
     /// Copies issued items' values out of their pages, in key order, while pages are present;
     /// runs the in-order pass and the next gather when the gather is complete.
     fn consume(&mut self, dram: &mut [u8], backend: &mut Backend) -> Result<bool, Status> {
@@ -579,26 +654,17 @@ impl Isp {
             return Ok(false);
         };
         let mut progress = false;
-        let width = match run.gather {
-            Gather::Bounds => 8,
-            Gather::Neighbours => usize::from(run.graph.id_width_bytes),
-            Gather::Features => self.jobs[run.slot].feature_row_bytes as usize,
-        };
+        let width = self.item_width(&run);
         while run.consumed < run.issued {
             let (page, item) = self.key(dram, run.consumed);
-            while self.window.front().is_some_and(|(p, _)| *p != page) {
-                if let Some((_, slot)) = self.window.pop_front() {
+            while self.window.front().is_some_and(|(p, _, _)| *p != page) {
+                if let Some((_, slot, _)) = self.window.pop_front() {
                     backend.buffer.unpin(dram, slot);
                     backend.work.pages_scanned += 1;
                 }
             }
-            let slot = match self.window.front() {
-                Some(&(_, slot)) if backend.buffer.is_failed(dram, slot) => {
-                    return Err(Status::UNRECOVERED_READ_ERROR);
-                }
-                Some(&(_, slot)) if backend.buffer.is_loading(dram, slot) => break,
-                Some(&(_, slot)) => slot,
-                None => return Err(Status::INTERNAL_ERROR),
+            let Some(slot) = self.front_page(dram, backend)? else {
+                break;
             };
             let offset = (self.item_address(dram, &run, item) % self.page_size_bytes) as usize;
             if run.gather == Gather::Features {
@@ -743,7 +809,7 @@ impl Isp {
 
     /// Releases every pinned window page.
     fn drain_window(&mut self, dram: &mut [u8], backend: &mut Backend) {
-        while let Some((_, slot)) = self.window.pop_front() {
+        while let Some((_, slot, _)) = self.window.pop_front() {
             backend.buffer.unpin(dram, slot);
             backend.work.pages_scanned += 1;
         }

@@ -50,4 +50,5 @@ pub use config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_SLOTS};
 pub use dispatch::{Busy, Firmware};
 pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};
 pub use ftl::FtlStats;
+pub use oob::data_page_spare;
 pub use recovery::{BootReport, RestoreError};

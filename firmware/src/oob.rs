@@ -112,6 +112,22 @@ impl Spare {
     }
 }
 
+/// The out-of-band record of logical page `lpn`'s data, as the FTL writes it beside the page:
+/// what a tool that lays out a device image (the emulator's synthetic images) writes for each
+/// data page it places, so that [`crate::Firmware::recover`] maps it. Sequence numbers must
+/// grow in the order the pages would have been programmed.
+pub fn data_page_spare(lpn: u32, data_seq: u64, program_seq: u64) -> [u8; SPARE_BYTES] {
+    let mut out = [0u8; SPARE_BYTES];
+    Spare {
+        kind: PageKind::Data,
+        index: lpn,
+        data_seq,
+        program_seq,
+    }
+    .encode(&mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ use crate::checkpoint::{CHECKPOINT_WINDOWS, HEADER_BYTES, Header, Piece, for_eac
 use crate::config::{ConfigError, FirmwareConfig};
 use crate::dispatch::Firmware;
 use crate::ftl::{BlockScan, Replayed};
-use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage};
+use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
 
 /// Why the firmware cannot boot from the flash it was given. Each variant names what is wrong.
@@ -59,6 +59,11 @@ trait Scan<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage>;
     /// Handles the read of `ppn` into window `k`.
     fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool);
+    /// The sectors each read needs: none (the spare alone, a column read of the out-of-band
+    /// record) unless the step reads page data.
+    fn sectors(&self) -> Sectors {
+        Sectors::NONE
+    }
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
@@ -235,6 +240,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 let op = FlashOp::Read {
                     ppn,
                     dram_offset_bytes: self.checkpointer().window(k).start,
+                    sectors: scan.sectors(),
                 };
                 match self.submit_boot_op(k as u32, op) {
                     Ok(()) => reading[k] = Some(ppn),
@@ -315,6 +321,10 @@ struct CheckpointCopy {
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for CheckpointCopy {
+    fn sectors(&self) -> Sectors {
+        Sectors::ALL
+    }
+
     fn next(&mut self, fw: &mut Firmware<F, M>) -> Option<PhysPage> {
         let layout = fw.checkpointer().layout;
         (self.intact && self.next < layout.pages).then(|| {

@@ -33,23 +33,14 @@ pub enum LoadError {
 /// Where [`load_graph`] puts `graph` from `start_lba` on a namespace with `block_size_bytes`
 /// blocks: the descriptor it will attach.
 pub fn plan_layout(graph: &CsrGraph, start_lba: u64, block_size_bytes: u32) -> GraphDescriptor {
-    let bs = u64::from(block_size_bytes);
-    let indptr_blocks = ((graph.node_count() + 1) * 8).div_ceil(bs);
-    let indices_blocks = (graph.edge_count() * 4).div_ceil(bs);
-    GraphDescriptor {
-        node_count: graph.node_count(),
-        edge_count: graph.edge_count(),
-        id_width_bytes: 4,
-        indptr: LbaRange {
-            slba: start_lba,
-            block_count: indptr_blocks,
-        },
-        indices: LbaRange {
-            slba: start_lba + indptr_blocks,
-            block_count: indices_blocks,
-        },
-        features: None,
-    }
+    // An in-memory graph's sizes (at most 2^32 nodes, its indices in memory) cannot overflow.
+    GraphDescriptor::csr_layout(
+        graph.node_count(),
+        graph.edge_count(),
+        start_lba,
+        block_size_bytes,
+    )
+    .expect("an in-memory graph's layout fits 64 bits")
 }
 
 /// Writes `graph` from `start_lba`, flushes, and attaches it; returns the descriptor.

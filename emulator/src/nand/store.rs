@@ -28,7 +28,7 @@ use std::path::Path;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use sagessd_abi::crc32c::crc32c;
-use sagessd_firmware::hal::{Geometry, SPARE_BYTES};
+use sagessd_firmware::hal::{Geometry, SECTORS_PER_PAGE, SPARE_BYTES, Sectors};
 
 use crate::error::EmulatorError;
 
@@ -77,6 +77,16 @@ pub(crate) enum PageStore {
     File(FileStore),
 }
 
+/// Fills `sectors` of a page window and its spare with `byte` (what a read of an erased page
+/// brings).
+fn fill_sectors(sectors: Sectors, page_size: usize, window: &mut [u8], byte: u8) {
+    let sector = page_size / SECTORS_PER_PAGE;
+    for (first, count) in sectors.runs() {
+        window[first * sector..(first + count) * sector].fill(byte);
+    }
+    window[page_size..].fill(byte);
+}
+
 impl Default for PageStore {
     fn default() -> Self {
         Self::Memory {
@@ -107,17 +117,20 @@ impl PageStore {
         }
     }
 
-    /// Copies page `ppn` (data, then spare) into `window`; an erased page reads 0xFF.
-    pub fn read(&self, ppn: u32, window: &mut [u8]) -> std::io::Result<()> {
+    /// Copies `sectors` of page `ppn` and its spare into their places in `window` (the page's
+    /// data, then its spare); an erased page reads 0xFF. The window's other sectors are left
+    /// as they are.
+    pub fn read(&self, ppn: u32, sectors: Sectors, window: &mut [u8]) -> std::io::Result<()> {
+        let page_size = window.len() - SPARE_BYTES;
         match self {
             Self::Memory { pages, .. } => {
                 match pages.get(&ppn) {
-                    Some(page) => window.copy_from_slice(page),
-                    None => window.fill(0xFF),
+                    Some(page) => sectors.copy_window(page_size, page, window),
+                    None => fill_sectors(sectors, page_size, window, 0xFF),
                 }
                 Ok(())
             }
-            Self::File(f) => f.read(ppn, window),
+            Self::File(f) => f.read(ppn, sectors, window),
         }
     }
 
@@ -127,7 +140,7 @@ impl PageStore {
             return None;
         }
         let mut page = vec![0u8; window_bytes].into_boxed_slice();
-        self.read(ppn, &mut page).ok().map(|()| page)
+        self.read(ppn, Sectors::ALL, &mut page).ok().map(|()| page)
     }
 
     /// Stores a programmed page.
@@ -357,14 +370,20 @@ impl FileStore {
         })
     }
 
-    fn read(&self, ppn: u32, window: &mut [u8]) -> std::io::Result<()> {
+    fn read(&self, ppn: u32, sectors: Sectors, window: &mut [u8]) -> std::io::Result<()> {
+        let page_size = self.page_bytes as usize;
         if self.states.get(ppn as usize) != Some(&PROGRAMMED) {
-            window.fill(0xFF);
+            fill_sectors(sectors, page_size, window, 0xFF);
             return Ok(());
         }
-        let (data, spare) = window.split_at_mut(self.page_bytes as usize);
-        self.file
-            .read_exact_at(data, self.data_at + u64::from(ppn) * self.page_bytes)?;
+        let (data, spare) = window.split_at_mut(page_size);
+        let sector = page_size / SECTORS_PER_PAGE;
+        let page_at = self.data_at + u64::from(ppn) * self.page_bytes;
+        for (first, count) in sectors.runs() {
+            let (a, b) = (first * sector, (first + count) * sector);
+            self.file
+                .read_exact_at(&mut data[a..b], page_at + a as u64)?;
+        }
         self.file
             .read_exact_at(spare, self.spares_at + u64::from(ppn) * SPARE_BYTES as u64)
     }

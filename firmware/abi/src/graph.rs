@@ -147,6 +147,35 @@ pub struct GraphDescriptor {
 }
 
 impl GraphDescriptor {
+    /// The standard on-device layout of a CSR graph from `start_lba` on a namespace of
+    /// `block_size_bytes` blocks: `indptr` as `node_count + 1` little-endian `u64`, then
+    /// `indices` as little-endian `u32` from the next block boundary, no features. `None` if the
+    /// sizes overflow 64 bits.
+    pub fn csr_layout(
+        node_count: u64,
+        edge_count: u64,
+        start_lba: u64,
+        block_size_bytes: u32,
+    ) -> Option<Self> {
+        let bs = u64::from(block_size_bytes);
+        let indptr_blocks = node_count.checked_add(1)?.checked_mul(8)?.div_ceil(bs);
+        let indices_blocks = edge_count.checked_mul(4)?.div_ceil(bs);
+        Some(Self {
+            node_count,
+            edge_count,
+            id_width_bytes: 4,
+            indptr: LbaRange {
+                slba: start_lba,
+                block_count: indptr_blocks,
+            },
+            indices: LbaRange {
+                slba: start_lba.checked_add(indptr_blocks)?,
+                block_count: indices_blocks,
+            },
+            features: None,
+        })
+    }
+
     /// Bytes of this descriptor on the wire: 64, or 128 with a feature region.
     pub fn wire_len(&self) -> usize {
         if self.features.is_some() { 128 } else { 64 }

@@ -80,9 +80,12 @@ impl Flash for BoardFlash {
             }
         };
         let (kind, address, dram_page) = match op {
+            // The board reads whole pages (its controller decodes a page's codewords together),
+            // which the HAL allows: a read may bring in more than the sectors it names.
             FlashOp::Read {
                 ppn,
                 dram_offset_bytes,
+                sectors: _,
             } => (FLASH_READ, ppn.0, window(dram_offset_bytes)?),
             FlashOp::Program {
                 ppn,
