@@ -163,8 +163,9 @@ impl PageBuffer {
     }
 
     /// Looks `lpn` up for the sectors `want` and, if `pin`, pins the slot found (a miss always
-    /// pins its slot). A slot that lacks some of `want` while no read is in flight into it
-    /// answers [`Acquire::Miss`] with the missing sectors, now loading.
+    /// pins its slot). A new slot answers [`Acquire::Miss`] with `want`; a slot that lacks some
+    /// of `want` while no read is in flight into it, with every sector it lacks (the rest of the
+    /// page), now loading.
     pub fn acquire(&mut self, dram: &mut [u8], lpn: u32, want: Sectors, pin: bool) -> Acquire {
         self.clock = self.clock.wrapping_add(1);
         let Some(slot) = self.find(dram, lpn) else {
@@ -183,8 +184,11 @@ impl PageBuffer {
         } else if !m.loading.is_empty() {
             Acquire::Loading(slot)
         } else {
-            m.loading = missing;
-            Acquire::Miss(slot, missing)
+            // A page asked for again is likely to be asked for once more: the second read
+            // brings the rest of it, so no page costs more than two reads while it stays.
+            let rest = Sectors::ALL.without(m.valid);
+            m.loading = rest;
+            Acquire::Miss(slot, rest)
         };
         m.pins += u16::from(pin || matches!(answer, Acquire::Miss(..)));
         self.put(dram, slot, m);
@@ -401,21 +405,22 @@ mod tests {
         pb.load_done(&mut dram, s, true);
         assert!(pb.has(&dram, s, a) && !pb.has(&dram, s, b));
         assert_eq!(pb.acquire(&mut dram, 7, a, true), Acquire::Valid(s));
+        // The second read of a page brings all of the rest of it.
         assert_eq!(
             pb.acquire(&mut dram, 7, b, true),
-            Acquire::Miss(s, Sectors(0b0100))
+            Acquire::Miss(s, Sectors(0xFFFC))
         );
         assert!(pb.is_loading(&dram, s));
-        pb.load_done(&mut dram, s, true);
-        assert!(pb.has(&dram, s, a.union(b)));
         // Giving up a partial miss keeps what the slot held.
-        assert_eq!(
-            pb.acquire(&mut dram, 7, ALL, true),
-            Acquire::Miss(s, Sectors(0xFFF8))
-        );
         pb.abandon(&mut dram, s);
         assert!(!pb.is_loading(&dram, s) && !pb.is_failed(&dram, s));
         assert_eq!(pb.acquire(&mut dram, 7, a, false), Acquire::Valid(s));
+        assert_eq!(
+            pb.acquire(&mut dram, 7, b, true),
+            Acquire::Miss(s, Sectors(0xFFFC))
+        );
+        pb.load_done(&mut dram, s, true);
+        assert!(pb.has(&dram, s, ALL));
     }
 
     #[test]

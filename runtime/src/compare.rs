@@ -30,10 +30,12 @@ use sagessd_abi::sample::{MAX_FANOUT, mix};
 use sagessd_emulator::{DeviceStats, HwConfig};
 use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport, Transport};
 
-use crate::graph::{CsrGraph, DegreeStats};
+use sagessd_emulator::Ssd;
+
+use crate::graph::DegreeStats;
+use crate::graph_spec::{GraphSpec, WorkloadGraph};
 use crate::host_io::{HostIoMode, HostIoSampler, Request};
 use crate::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
-use crate::rmat::{RmatError, RmatParams, generate};
 use crate::rng::SplitMix64;
 use crate::sampler::{
     FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, SamplerError, SamplerStats, fnv1a,
@@ -42,12 +44,9 @@ use crate::sampler::{
 /// Everything a comparison needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompareConfig {
-    /// R-MAT scale (log2 of the node count).
-    pub scale: u32,
-    /// R-MAT edges drawn per node.
-    pub edge_factor: u32,
-    /// Seed of the graph.
-    pub graph_seed: u64,
+    /// The graph (`--graph`; an R-MAT from `--scale`, `--edge-factor` and `--graph-seed`
+    /// otherwise).
+    pub graph: GraphSpec,
     /// Number of minibatches.
     pub batches: u32,
     /// Targets per minibatch.
@@ -92,9 +91,9 @@ pub enum CompareError {
     /// The configuration is unusable.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// The graph could not be generated.
-    #[error("graph generation failed: {0}")]
-    Rmat(#[from] RmatError),
+    /// The graph could not be built (generated, tabulated or read).
+    #[error("graph could not be built: {0}")]
+    Graph(String),
     /// The device could not be created or opened.
     #[error("device bring-up failed: {0}")]
     Device(#[from] DriverError),
@@ -271,10 +270,8 @@ impl CompareConfig {
     pub fn command_line(&self, config_arg: Option<&str>) -> String {
         let modes: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
         let mut s = format!(
-            "sagessd compare --scale {} --edge-factor {} --graph-seed {} --batches {} --batch-size {} --fanouts {} --seed {} --mode {} --workers {}",
-            self.scale,
-            self.edge_factor,
-            self.graph_seed,
+            "sagessd compare --graph {} --batches {} --batch-size {} --fanouts {} --seed {} --mode {} --workers {}",
+            self.graph.word(),
             self.batches,
             self.batch_size,
             join(&self.fanouts),
@@ -373,10 +370,29 @@ impl CompareConfig {
 
 fn loaded_device(
     hw: &HwConfig,
-    graph: &CsrGraph,
+    graph: &WorkloadGraph,
     name: &str,
     events: &mut dyn FnMut(Event<'_>),
 ) -> Result<(Device<LocalTransport>, GraphDescriptor), CompareError> {
+    let graph = match graph {
+        WorkloadGraph::Csr(g) => g,
+        WorkloadGraph::Synthetic(g) => {
+            // The flash computes the graph: the device boots holding it (no load), cold.
+            events(Event::Phase {
+                name,
+                total: 0,
+                bytes: false,
+            });
+            let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, g.clone(), 0)
+                .map_err(|e| CompareError::Config(format!("synthetic image: {e}")))?;
+            let mut device = Device::open(LocalTransport::new(ssd))?;
+            if hw.firmware.isp {
+                device.attach_graph(&desc)?;
+            }
+            events(Event::PhaseDone);
+            return Ok((device, desc));
+        }
+    };
     let transport = LocalTransport::from_config(hw).map_err(DriverError::from)?;
     let mut device = Device::open(transport)?;
     let bs = device.info().block_size_bytes;
@@ -405,9 +421,9 @@ fn workers_label(workers: usize) -> String {
     format!("{workers} worker{}", if workers == 1 { "" } else { "s" })
 }
 
-/// The generated graph, the minibatches, and their in-memory reference samples.
+/// The graph, the minibatches, and their in-memory reference samples.
 struct Reference {
-    graph: CsrGraph,
+    graph: WorkloadGraph,
     requests: Vec<Request>,
     expected: Vec<SampledSubgraph>,
     stats: SamplerStats,
@@ -420,22 +436,19 @@ fn reference(
 ) -> Result<Reference, CompareError> {
     config.validate()?;
     events(Event::Phase {
-        name: "generating R-MAT graph",
+        name: "building the graph",
         total: 0,
         bytes: false,
     });
-    let graph = generate(&RmatParams::graph500(
-        config.scale,
-        config.edge_factor,
-        config.graph_seed,
-    ))?;
+    let graph = config.graph.build().map_err(CompareError::Graph)?;
     events(Event::PhaseDone);
+    let host = graph.host();
     tracing::info!(
-        nodes = graph.node_count(),
-        edges = graph.edge_count(),
-        "graph generated"
+        nodes = host.node_count(),
+        edges = host.edge_count(),
+        "graph built"
     );
-    let n = graph.node_count();
+    let n = host.node_count();
     if n == 0 {
         return Err(CompareError::Config("empty graph".into()));
     }
@@ -451,7 +464,7 @@ fn reference(
         total: u64::from(config.batches),
         bytes: false,
     });
-    let mut reference = ReferenceSampler::new(&graph);
+    let mut reference = ReferenceSampler::over(host);
     let mut expected: Vec<SampledSubgraph> = Vec::with_capacity(requests.len());
     for (b, r) in requests.iter().enumerate() {
         let s = reference
@@ -644,14 +657,21 @@ pub fn run_on_device<T: Transport>(
 ) -> Result<DeviceRunReport, CompareError> {
     let r = reference(config, events)?;
     config.check_device_limits(device.info())?;
-    let plan = crate::load::plan_layout(&r.graph, 0, device.info().block_size_bytes);
+    let WorkloadGraph::Csr(graph) = &r.graph else {
+        return Err(CompareError::Config(format!(
+            "{} is computed by the emulator's flash; a real device needs a graph the host \
+             writes (an R-MAT or a dataset)",
+            config.graph.describe()
+        )));
+    };
+    let plan = crate::load::plan_layout(graph, 0, device.info().block_size_bytes);
     events(Event::Phase {
         name: "writing and attaching the graph",
         total: (plan.indptr.block_count + plan.indices.block_count)
             * u64::from(device.info().block_size_bytes),
         bytes: true,
     });
-    load_graph_with_progress(device, &r.graph, 0, &mut |done, _| {
+    load_graph_with_progress(device, graph, 0, &mut |done, _| {
         events(Event::Progress { done })
     })?;
     events(Event::PhaseDone);
@@ -742,12 +762,15 @@ impl CompareReport {
             u64::from(c.hw.firmware.page_buffer_pages) * u64::from(c.hw.nand.page_size_bytes);
         let mut out = String::new();
         out.push_str(&format!(
-            "graph: R-MAT scale {} edge factor {} seed {}: {} nodes, {} stored edges (symmetric), degree max {} mean {:.2} median {}, {} isolated; {} on the device (LBAs {}..{} indptr, {}..{} indices)\n",
-            c.scale,
-            c.edge_factor,
-            c.graph_seed,
+            "graph: {}: {} nodes, {} stored edges{}, degree max {} mean {:.2} median {}, {} isolated; {} on the device (LBAs {}..{} indptr, {}..{} indices)\n",
+            c.graph.describe(),
             g.node_count,
             g.edge_count,
+            if matches!(c.graph, GraphSpec::Rmat(_)) {
+                " (symmetric)"
+            } else {
+                ""
+            },
             g.max,
             g.mean,
             g.median,
@@ -954,12 +977,11 @@ impl CompareReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rmat::RmatParams;
 
     fn small() -> CompareConfig {
         CompareConfig {
-            scale: 10,
-            edge_factor: 8,
-            graph_seed: 3,
+            graph: GraphSpec::Rmat(RmatParams::graph500(10, 8, 3)),
             batches: 6,
             batch_size: 64,
             fanouts: vec![5, 5],
@@ -1120,7 +1142,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("replay: sagessd compare --scale 10"),
+            text.contains("replay: sagessd compare --graph rmat:10:8:3"),
             "{text}"
         );
     }
@@ -1149,12 +1171,12 @@ mod tests {
             assert!(matches!(e, Err(CompareError::Config(_))), "{c:?}: {e:?}");
         }
         let c = CompareConfig {
-            scale: 0,
+            graph: GraphSpec::Rmat(RmatParams::graph500(0, 8, 3)),
             ..small()
         };
         assert!(matches!(
             run(&c, None, &mut |_| {}),
-            Err(CompareError::Rmat(_))
+            Err(CompareError::Graph(_))
         ));
     }
 
@@ -1162,7 +1184,7 @@ mod tests {
     fn the_replay_command_names_every_flag() {
         assert_eq!(
             small().command_line(Some("x.toml")),
-            "sagessd compare --scale 10 --edge-factor 8 --graph-seed 3 --batches 6 --batch-size 64 \
+            "sagessd compare --graph rmat:10:8:3 --batches 6 --batch-size 64 \
              --fanouts 5,5 --seed 11 --mode dram,mmap,direct,async,isp --workers 1,3 --config x.toml"
         );
     }

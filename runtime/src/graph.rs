@@ -77,6 +77,36 @@ pub struct DegreeStats {
     pub isolated: u64,
 }
 
+impl DegreeStats {
+    /// The statistics of a degree histogram: `(degree, nodes)` pairs in ascending degree, and
+    /// the number of stored edges. `None` for an empty histogram.
+    pub fn from_histogram(histogram: &[(u64, u64)], edge_count: u64) -> Option<Self> {
+        let node_count: u64 = histogram.iter().map(|(_, n)| n).sum();
+        let (&(min, _), &(max, _)) = (histogram.first()?, histogram.last()?);
+        let mut below = 0;
+        let mut median = max;
+        for &(d, n) in histogram {
+            below += n;
+            if below > (node_count - 1) / 2 {
+                median = d;
+                break;
+            }
+        }
+        Some(Self {
+            node_count,
+            edge_count,
+            min,
+            max,
+            mean: edge_count as f64 / node_count as f64,
+            median,
+            isolated: histogram
+                .iter()
+                .find(|(d, _)| *d == 0)
+                .map_or(0, |(_, n)| *n),
+        })
+    }
+}
+
 impl CsrGraph {
     /// Builds a graph from its arrays, checking every invariant (see [`GraphError`]).
     pub fn new(indptr: Vec<u64>, indices: Vec<u32>) -> Result<Self, GraphError> {
@@ -235,6 +265,15 @@ mod tests {
         let s = g.degree_stats();
         assert_eq!((s.min, s.max, s.median, s.isolated), (0, 2, 2, 1));
         assert!((s.mean - 1.5).abs() < 1e-12);
+        // Degrees 2, 2, 2, 0: the same statistics from the histogram.
+        assert_eq!(DegreeStats::from_histogram(&[(0, 1), (2, 3)], 6), Some(s));
+        let even = DegreeStats::from_histogram(&[(1, 2), (5, 2)], 12).unwrap();
+        assert_eq!(
+            (even.median, even.isolated, even.node_count),
+            (1, 0, 4),
+            "lower median"
+        );
+        assert_eq!(DegreeStats::from_histogram(&[], 0), None);
     }
 
     #[test]

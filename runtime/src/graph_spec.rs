@@ -18,7 +18,7 @@ use sagessd_emulator::synthetic_graph::{
 };
 
 use crate::dataset::Dataset;
-use crate::graph::CsrGraph;
+use crate::graph::{CsrGraph, DegreeStats};
 use crate::rmat::{self, RmatParams};
 use crate::sampler::HostGraph;
 
@@ -27,8 +27,8 @@ use crate::sampler::HostGraph;
 pub enum GraphSpec {
     /// A Graph500 R-MAT.
     Rmat(RmatParams),
-    /// A synthetic graph following a profile.
-    Synthetic(SyntheticSpec),
+    /// A synthetic graph following a profile (read from the file, if one was named).
+    Synthetic(SyntheticSpec, Option<PathBuf>),
     /// A dataset folder.
     Dataset(PathBuf),
 }
@@ -48,6 +48,17 @@ impl WorkloadGraph {
         match self {
             Self::Csr(g) => HostGraph::Csr(g),
             Self::Synthetic(g) => HostGraph::Synthetic(g),
+        }
+    }
+
+    /// Its degree statistics.
+    pub fn degree_stats(&self) -> DegreeStats {
+        match self {
+            Self::Csr(g) => g.degree_stats(),
+            Self::Synthetic(g) => {
+                DegreeStats::from_histogram(&g.degree_histogram(), g.edge_count())
+                    .expect("a synthetic graph has nodes")
+            }
         }
     }
 
@@ -101,6 +112,7 @@ impl GraphSpec {
             });
         if let Some((nodes, options)) = synthetic {
             let mut spec = SyntheticSpec::cnr_2000_like(nodes.map_err(bad)?, 1);
+            let mut profile_path = None;
             for option in options.split(',').filter(|o| !o.is_empty()) {
                 let (key, value) = option
                     .split_once('=')
@@ -120,6 +132,7 @@ impl GraphSpec {
                         spec.profile = Arc::new(
                             GraphProfile::load(value.as_ref()).map_err(|e| bad(e.to_string()))?,
                         );
+                        profile_path = Some(PathBuf::from(value));
                     }
                     other => {
                         return Err(bad(format!(
@@ -128,7 +141,7 @@ impl GraphSpec {
                     }
                 }
             }
-            return Ok(Self::Synthetic(spec));
+            return Ok(Self::Synthetic(spec, profile_path));
         }
         Ok(Self::Dataset(PathBuf::from(text)))
     }
@@ -139,7 +152,7 @@ impl GraphSpec {
             Self::Rmat(p) => rmat::generate(p)
                 .map(|g| WorkloadGraph::Csr(Arc::new(g)))
                 .map_err(|e| e.to_string()),
-            Self::Synthetic(spec) => SyntheticGraph::new(spec.clone())
+            Self::Synthetic(spec, _) => SyntheticGraph::new(spec.clone())
                 .map(|g| WorkloadGraph::Synthetic(Arc::new(g)))
                 .map_err(|e| e.to_string()),
             Self::Dataset(dir) => Dataset::open(dir)
@@ -156,11 +169,29 @@ impl GraphSpec {
                 "R-MAT scale {} edge factor {} seed {}",
                 p.scale, p.edge_factor, p.seed
             ),
-            Self::Synthetic(s) => format!(
+            Self::Synthetic(s, _) => format!(
                 "synthetic, {} nodes, following {} (degrees; gaps below 2^{} ids), seed {}",
                 s.node_count, s.profile.name, s.local_bins, s.seed
             ),
             Self::Dataset(dir) => format!("dataset {}", dir.display()),
+        }
+    }
+
+    /// The `--graph` word that names this graph ([`Self::parse`] reads it back).
+    pub fn word(&self) -> String {
+        match self {
+            Self::Rmat(p) => format!("rmat:{}:{}:{}", p.scale, p.edge_factor, p.seed),
+            Self::Synthetic(s, profile) => {
+                let mut w = format!(
+                    "synthetic:{},seed={},local-bins={}",
+                    s.node_count, s.seed, s.local_bins
+                );
+                if let Some(path) = profile {
+                    w.push_str(&format!(",profile={}", path.display()));
+                }
+                w
+            }
+            Self::Dataset(dir) => dir.display().to_string(),
         }
     }
 }
@@ -179,12 +210,13 @@ mod tests {
             GraphSpec::parse("rmat:20:16:3").unwrap(),
             GraphSpec::Rmat(RmatParams::graph500(20, 16, 3))
         );
-        let GraphSpec::Synthetic(s) = GraphSpec::parse("synthetic:2M,seed=4,local-bins=0").unwrap()
+        let GraphSpec::Synthetic(s, None) =
+            GraphSpec::parse("synthetic:2M,seed=4,local-bins=0").unwrap()
         else {
             panic!("not synthetic");
         };
         assert_eq!((s.node_count, s.seed, s.local_bins), (2_000_000, 4, 0));
-        let GraphSpec::Synthetic(s) = GraphSpec::parse("papers100m,seed=2").unwrap() else {
+        let GraphSpec::Synthetic(s, None) = GraphSpec::parse("papers100m,seed=2").unwrap() else {
             panic!("not synthetic");
         };
         assert_eq!((s.node_count, s.seed), (PAPERS100M_NODES, 2));
@@ -192,6 +224,15 @@ mod tests {
             GraphSpec::parse("data/x").unwrap(),
             GraphSpec::Dataset("data/x".into())
         );
+        for word in [
+            "rmat:12:4:9",
+            "synthetic:1000,seed=3,local-bins=5",
+            "papers100m",
+            "d/x",
+        ] {
+            let spec = GraphSpec::parse(word).unwrap();
+            assert_eq!(GraphSpec::parse(&spec.word()).unwrap(), spec, "{word}");
+        }
     }
 
     #[test]

@@ -308,6 +308,20 @@ impl SyntheticGraph {
         self.class_degree[self.node_class[v as usize] as usize]
     }
 
+    /// `(degree, nodes)` for every degree some node has, ascending.
+    pub fn degree_histogram(&self) -> Vec<(u64, u64)> {
+        let mut counts = vec![0u64; self.class_degree.len()];
+        for &c in &self.node_class {
+            counts[c as usize] += 1;
+        }
+        self.class_degree
+            .iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(&d, n)| (d, n))
+            .collect()
+    }
+
     /// `indptr[v]` (`v ≤ n`): where node `v`'s list starts.
     pub fn indptr(&self, v: u64) -> u64 {
         let chunk = v / CHUNK_NODES;

@@ -274,8 +274,7 @@ fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let f = footprint::measure(host, &requests, &a.fanouts)?;
         println!(
-            "{:<60} {:>11} {:>13} {:>10} {:>10.0} {:>12.0} {:>11.2} {:>10.3} {:>10.3}",
-            spec.describe(),
+            "{:>11} {:>13} {:>10} {:>8.0} {:>9.0} {:>7.2} {:>9.3} {:>7.3}  {}",
             host.node_count(),
             host.edge_count(),
             human_bytes(graph.csr_bytes()),
@@ -284,6 +283,7 @@ fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
             f.bytes_per_minibatch() / f64::from(1 << 20),
             f.pages_per_node(),
             f.list_pages_per_node(),
+            spec.describe(),
         );
     }
     println!(

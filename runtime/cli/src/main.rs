@@ -9,7 +9,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sagessd_emulator::HwConfig;
 use sagessd_host_driver::{DeviceUri, Endpoint};
 use sagessd_runtime::compare::{self, CompareConfig, Event};
+use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::rmat::RmatParams;
 
 /// mimalloc: the samplers allocate and free multi-MiB buffers every minibatch. glibc's malloc
 /// hands such memory back to the kernel and then faults it in again, zeroed, page by page (a
@@ -112,6 +114,12 @@ struct NsConfigArgs {
 /// The flags of `compare` but its worker counts.
 #[derive(Debug, Args)]
 struct RunArgs {
+    /// The graph: rmat:SCALE[:EDGE_FACTOR[:SEED]], synthetic:NODES[,seed=S][,local-bins=B]
+    /// [,profile=FILE] (a graph the emulator's flash computes, following a real graph's degree
+    /// and neighbour-gap profile; cnr-2000 by default), papers100m (synthetic:111059956), or a
+    /// dataset folder. Without it, the R-MAT of --scale, --edge-factor and --graph-seed.
+    #[arg(long, value_name = "GRAPH")]
+    graph: Option<String>,
     /// R-MAT scale: the graph has 2^SCALE nodes.
     #[arg(long, default_value_t = 16)]
     scale: u32,
@@ -172,11 +180,17 @@ impl RunArgs {
         hw: HwConfig,
         modes: Vec<HostIoMode>,
         workers: Vec<usize>,
-    ) -> CompareConfig {
-        CompareConfig {
-            scale: self.scale,
-            edge_factor: self.edge_factor,
-            graph_seed: self.graph_seed,
+    ) -> anyhow::Result<CompareConfig> {
+        let graph = match &self.graph {
+            Some(word) => GraphSpec::parse(word).map_err(anyhow::Error::msg)?,
+            None => GraphSpec::Rmat(RmatParams::graph500(
+                self.scale,
+                self.edge_factor,
+                self.graph_seed,
+            )),
+        };
+        Ok(CompareConfig {
+            graph,
             batches: self.batches,
             batch_size: self.batch_size,
             fanouts: self.fanouts.clone(),
@@ -184,7 +198,7 @@ impl RunArgs {
             hw,
             modes,
             workers,
-        }
+        })
     }
 }
 
@@ -207,7 +221,7 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let config = args.compare_config(load_hw(args.config.as_ref())?, modes, workers);
+    let config = args.compare_config(load_hw(args.config.as_ref())?, modes, workers)?;
     let config_arg = args.config.as_ref().map(|p| p.display().to_string());
 
     let mut bar: Option<ProgressBar> = None;
@@ -391,7 +405,7 @@ fn run_on_device(args: RunArgs, uri: &DeviceUri) -> anyhow::Result<ExitCode> {
     let hw = load_hw(args.config.as_ref())?;
     let name = uri.to_string();
     let mut device = sagessd_host_driver::open_device(uri, &hw)?;
-    let config = args.compare_config(hw, vec![HostIoMode::Isp], vec![1]);
+    let config = args.compare_config(hw, vec![HostIoMode::Isp], vec![1])?;
     let report = compare::run_on_device(&config, &mut device, &name, &mut |_| {})?;
     let mut out = records::Output::new(args.output.format());
     out.text(report.render());

@@ -681,12 +681,9 @@ fn smartsage_report(
         let _ = writeln!(r, "## {} ({source})\n", first.device);
         let _ = writeln!(
             r,
-            "Workload: an R-MAT graph of scale {} (edge factor {}, seed {}), {} minibatches of {} \
-             targets, fanouts {:?}, sampling seed {}; host workers {:?} (at most the device's {} \
-             sampling slots).\n",
-            c.scale,
-            c.edge_factor,
-            c.graph_seed,
+            "Workload: {}, {} minibatches of {} targets, fanouts {:?}, sampling seed {}; host \
+             workers {:?} (at most the device's {} sampling slots).\n",
+            c.graph.describe(),
             c.batches,
             c.batch_size,
             c.fanouts,

@@ -11,7 +11,9 @@
 
 use sagessd_emulator::HwConfig;
 use sagessd_runtime::compare::{self, CompareConfig, CompareReport, ModeResult};
+use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::rmat::RmatParams;
 
 use super::paper;
 use super::plot::{Figure, Series};
@@ -113,9 +115,7 @@ pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConf
 pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     let config =
         |hw: HwConfig, batches: u32, modes: Vec<HostIoMode>, workers: Vec<usize>| CompareConfig {
-            scale: sweep.workload.scale,
-            edge_factor: 8,
-            graph_seed: 1,
+            graph: GraphSpec::Rmat(RmatParams::graph500(sweep.workload.scale, 8, 1)),
             batches,
             batch_size: sweep.workload.batch_size,
             fanouts: sweep.workload.fanouts.clone(),
