@@ -2,9 +2,81 @@
 //! the graph as a [`NeighbourSource`] (for the in-memory reference and the DRAM-only design,
 //! which read it where the host would hold it), and as a dataset folder on real storage.
 
+use std::path::Path;
+
 use sagessd_emulator::synthetic_graph::SyntheticGraph;
 
+use crate::dataset::{Dataset, DatasetError, DatasetWriter, FORMAT_VERSION, Manifest};
+use crate::npy::Dtype;
 use crate::sampler::{EdgeRange, NeighbourSource, SamplerError};
+
+/// Bytes computed and written per step when a synthetic graph is written out.
+const WRITE_CHUNK_BYTES: u64 = 4 << 20;
+
+/// Writes `graph` as a dataset folder `dir` (`indptr.npy` int64, `indices.npy` int32, no
+/// features or labels), computing it a chunk at a time: the same bytes the emulated flash
+/// serves, on real storage for the real-file samplers. `description` is the manifest's source.
+pub fn write_dataset(
+    graph: &SyntheticGraph,
+    dir: &Path,
+    name: &str,
+    description: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Dataset, DatasetError> {
+    let w = DatasetWriter::create(dir)?;
+    let total = graph.indptr_bytes() + graph.indices_bytes();
+    let mut done = 0;
+    let mut write = |file: &str,
+                     dtype: Dtype,
+                     len: u64,
+                     bytes: u64,
+                     fill: &dyn Fn(u64, &mut [u8])|
+     -> Result<_, DatasetError> {
+        let mut out = w.array(file, dtype, &[len])?;
+        let mut buf = vec![0u8; WRITE_CHUNK_BYTES as usize];
+        let mut at = 0;
+        while at < bytes {
+            let n = WRITE_CHUNK_BYTES.min(bytes - at) as usize;
+            fill(at, &mut buf[..n]);
+            out.write(&buf[..n])?;
+            at += n as u64;
+            done += n as u64;
+            progress(done, total);
+        }
+        out.finish()
+    };
+    let indptr = write(
+        "indptr.npy",
+        Dtype::I64,
+        graph.node_count() + 1,
+        graph.indptr_bytes(),
+        &|o, b| graph.fill_indptr(o, b),
+    )?;
+    let indices = write(
+        "indices.npy",
+        Dtype::I32,
+        graph.edge_count(),
+        graph.indices_bytes(),
+        &|o, b| graph.fill_indices(o, b),
+    )?;
+    w.finish(&Manifest {
+        format_version: FORMAT_VERSION,
+        name: name.to_owned(),
+        source: description.to_owned(),
+        node_count: graph.node_count(),
+        edge_count: graph.edge_count(),
+        symmetric: false,
+        class_count: None,
+        indptr,
+        indices,
+        features: None,
+        labels: None,
+        train: None,
+        valid: None,
+        test: None,
+        node_ids: None,
+    })
+}
 
 /// A [`NeighbourSource`] computing a synthetic graph's lists where they are asked for.
 #[derive(Clone, Copy, Debug)]
@@ -62,25 +134,16 @@ mod tests {
     use crate::graph::CsrGraph;
     use crate::sampler::{ReferenceSampler, Sampler};
 
-    /// The synthetic source samples exactly what the same graph, materialised as a CSR, does.
+    /// The synthetic source samples exactly what the same graph, written out as a dataset and
+    /// read back (checksums verified, CSR invariants checked), does.
     #[test]
     fn samples_like_its_materialised_csr() {
         let g = SyntheticGraph::new(SyntheticSpec::cnr_2000_like(30_000, 2)).unwrap();
-        let mut indptr = vec![0u8; g.indptr_bytes() as usize];
-        let mut indices = vec![0u8; g.indices_bytes() as usize];
-        g.fill_indptr(0, &mut indptr);
-        g.fill_indices(0, &mut indices);
-        let csr = CsrGraph::new(
-            indptr
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-            indices
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        )
-        .unwrap();
+        let dir = std::env::temp_dir().join(format!("sagessd-synthetic-{}", std::process::id()));
+        let d = write_dataset(&g, &dir, "t", "test", &mut |_, _| {}).unwrap();
+        d.verify().unwrap();
+        let csr: CsrGraph = d.graph().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
         let targets: Vec<u64> = (0..300).map(|i| i * 97 % 30_000).collect();
         let a = ReferenceSampler::new(&csr)
             .sample(5, &[25, 10], &targets)

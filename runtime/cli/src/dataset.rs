@@ -92,6 +92,11 @@ pub(crate) struct DatasetGenerateArgs {
     /// Dataset folder to write.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// Write a synthetic graph instead (synthetic:NODES[,seed=S][,local-bins=B][,profile=FILE]
+    /// or papers100m): its CSR only, the bytes the emulator's flash computes, for the real-file
+    /// samplers. The R-MAT flags below are then unused.
+    #[arg(long, value_name = "GRAPH")]
+    graph: Option<String>,
     /// R-MAT scale: 2^SCALE nodes.
     #[arg(long, default_value_t = 16)]
     scale: u32,
@@ -165,6 +170,30 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
             let profile = sagessd_runtime::dataset::profile::profile(&d.graph()?, &name, &source);
             print!("{}", profile.to_toml());
             return Ok(ExitCode::SUCCESS);
+        }
+        DatasetCommand::Generate(DatasetGenerateArgs {
+            out,
+            graph: Some(word),
+            name,
+            ..
+        }) => {
+            use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
+            let spec = GraphSpec::parse(&word).map_err(anyhow::Error::msg)?;
+            let WorkloadGraph::Synthetic(graph) = spec.build().map_err(anyhow::Error::msg)? else {
+                anyhow::bail!(
+                    "--graph {word}: give a synthetic graph (R-MAT: --scale, --edge-factor)"
+                );
+            };
+            let bar = indicatif::ProgressBar::new(graph.indptr_bytes() + graph.indices_bytes());
+            let d = sagessd_runtime::synthetic::write_dataset(
+                &graph,
+                &out,
+                &name.unwrap_or_else(|| word.clone()),
+                &format!("sagessd {} (--graph {})", spec.describe(), spec.word()),
+                &mut |done, _| bar.set_position(done),
+            )?;
+            bar.finish_and_clear();
+            d
         }
         DatasetCommand::Generate(a) => {
             let feature_dtype = match a.feature_dtype.as_str() {

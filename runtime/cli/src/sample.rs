@@ -300,6 +300,8 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 "syscalls",
                 (!faults && kind != Memory).then_some(io.syscalls),
             )
+            .with("major_faults", faults.then_some(io.major_faults))
+            .with("minor_faults", faults.then_some(io.minor_faults))
             .with("sample_wall_s", wall)
             .with("io_wait_s", (!faults).then_some(io_wait_s))
             .with(

@@ -90,13 +90,16 @@ impl AgnesLayout {
                 format!("{block_bytes} is not a multiple of 4 KiB"),
             ));
         }
-        let csr = super::CsrFiles::open(dataset).map_err(|e| match e {
+        let csr_error = |e| match e {
             // Its messages name the file at fault.
             crate::sampler::SamplerError::GraphCorrupt(why) => {
                 field_error(dataset.dir(), "CSR files", why)
             }
             other => field_error(dataset.dir(), "CSR files", other.to_string()),
-        })?;
+        };
+        let files = super::CsrFiles::open(dataset).map_err(csr_error)?;
+        let indptr = files.load_indptr().map_err(csr_error)?;
+        let csr = &files.indices;
         fs::create_dir_all(dir).map_err(|source| DatasetError::Io {
             path: dir.to_owned(),
             source,
@@ -124,7 +127,7 @@ impl AgnesLayout {
         let mut element = [0u8; 8];
         let width = csr.element_bytes as usize;
         for v in 0..n {
-            let degree = csr.indptr[v as usize + 1] - csr.indptr[v as usize];
+            let degree = indptr[v as usize + 1] - indptr[v as usize];
             let len = 4 * degree;
             let room = b - at % b;
             if len > room && !at.is_multiple_of(b) {
@@ -150,7 +153,7 @@ impl AgnesLayout {
                     };
                     return Err(field_error(
                         &csr.path,
-                        format!("entry {}", csr.indptr[v as usize] + k),
+                        format!("entry {}", indptr[v as usize] + k),
                         format!("{shown} is not a node id (the layout holds 4-byte ids below {n})"),
                     ));
                 }
@@ -166,7 +169,7 @@ impl AgnesLayout {
         let mut index = NpyWriter::create(&dir.join("index.npy"), Dtype::I64, &[n, 2])?;
         let mut row = Vec::with_capacity(1 << 16);
         for v in 0..n {
-            let degree = csr.indptr[v as usize + 1] - csr.indptr[v as usize];
+            let degree = indptr[v as usize + 1] - indptr[v as usize];
             row.extend_from_slice(&offsets[v as usize].to_le_bytes());
             row.extend_from_slice(&degree.to_le_bytes());
             if row.len() >= 1 << 16 {
@@ -792,7 +795,7 @@ mod tests {
     use super::*;
     use crate::dataset::generate::{GenerateParams, generate};
     use crate::ooc::DirectSampler;
-    use crate::sampler::ReferenceSampler;
+    use crate::sampler::{ReferenceSampler, Sampler};
 
     #[test]
     fn damaged_files_are_errors_not_panics() {
@@ -812,18 +815,27 @@ mod tests {
         let layout_dir = layout.dir().to_owned();
         drop(layout);
 
-        // A decreasing indptr: the file samplers refuse to open, naming the file.
+        // A broken indptr entry (the 10th from the end, node n - 10's end): the file samplers
+        // read indptr as they sample, and refuse that node's range, naming the file.
         let indptr = dir.join("indptr.npy");
         let good = fs::read(&indptr).unwrap();
         let mut bad = good.clone();
         let at = bad.len() - 8 * 10;
         bad[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         fs::write(&indptr, &bad).unwrap();
-        let err = DirectSampler::open(&dataset, false)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("indptr.npy"), "{err}");
-        assert!(crate::ooc::MmapSampler::open(&dataset).is_err());
+        let node = dataset.manifest.node_count - 10;
+        let samplers: [Box<dyn Sampler>; 3] = [
+            Box::new(DirectSampler::open(&dataset, false).unwrap()),
+            Box::new(DirectSampler::open(&dataset, true).unwrap()),
+            Box::new(crate::ooc::MmapSampler::open(&dataset).unwrap()),
+        ];
+        for mut s in samplers {
+            let err = s.sample(1, &[2], &[node]).unwrap_err().to_string();
+            assert!(
+                err.contains("indptr.npy") && err.contains(&format!("node {node}")),
+                "{err}"
+            );
+        }
         fs::write(&indptr, &good).unwrap();
 
         // A truncated blocks file and an index pointing past the blocks.

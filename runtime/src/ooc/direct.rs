@@ -1,7 +1,8 @@
-//! [`DirectSampler`]: the CSR `indices` array read with `O_DIRECT`, exactly the sectors the
-//! sampled positions fall in (adjacent sectors coalesced into one read), `indptr` in memory.
-//! Synchronously, one read at a time (SmartSAGE's host baseline), or through io_uring: a hop's
-//! reads all submitted at once, up to [`super::file::RING_DEPTH`] in flight.
+//! [`DirectSampler`]: the CSR arrays read with `O_DIRECT`, exactly the 4 KiB blocks a hop needs
+//! (its destinations' `indptr` entries, then its sampled positions in `indices`; adjacent
+//! blocks coalesced into one read). Synchronously, one read at a time (SmartSAGE's host
+//! baseline), or through io_uring: a hop's reads all submitted at once, up to
+//! [`super::file::RING_DEPTH`] in flight.
 
 use std::path::Path;
 
@@ -20,11 +21,14 @@ const MAX_EXTENT_BYTES: u64 = 1 << 20;
 /// Direct-I/O sampler over a dataset's CSR files.
 pub struct DirectSampler {
     csr: super::CsrFiles,
+    indptr: DataFile,
     indices: DataFile,
     reader: ExtentReader,
     io: IoStats,
     /// The hop the next `neighbours_at` call serves (reset per minibatch).
     hop: usize,
+    /// The I/O statistics when the current hop began (at its `edge_ranges`).
+    hop_start: IoStats,
     stats: SamplerStats,
 }
 
@@ -38,19 +42,70 @@ impl std::fmt::Debug for DirectSampler {
 }
 
 impl DirectSampler {
-    /// Opens `dataset`'s CSR: `indptr` is loaded, `indices` stays on storage; `uring`: read
-    /// through io_uring.
+    /// Opens `dataset`'s CSR files (both stay on storage); `uring`: read through io_uring.
     pub fn open(dataset: &Dataset, uring: bool) -> Result<Self, SamplerError> {
         let csr = super::CsrFiles::open(dataset)?;
         Ok(Self {
-            indices: open_data(&csr.path)?,
+            indptr: open_data(&csr.indptr.path)?,
+            indices: open_data(&csr.indices.path)?,
             csr,
             reader: ExtentReader::new(uring)
                 .map_err(|e| SamplerError::GraphCorrupt(format!("io_uring: {e}")))?,
             io: IoStats::default(),
             hop: 0,
+            hop_start: IoStats::default(),
             stats: SamplerStats::default(),
         })
+    }
+
+    /// Reads elements `positions` of `indptr` (`false`) or `indices` (`true`): the blocks they
+    /// fall in, runs of adjacent blocks as one read; returns them in the order asked.
+    fn read_elements(
+        &mut self,
+        indices: bool,
+        positions: &[u64],
+    ) -> Result<Vec<u64>, SamplerError> {
+        let (array, file) = if indices {
+            (&self.csr.indices, &self.indices)
+        } else {
+            (&self.csr.indptr, &self.indptr)
+        };
+        let sector = ALIGN_BYTES as u64;
+        let element = array.element_bytes;
+        // The sectors the positions fall in, sorted; runs of adjacent sectors are one read.
+        let mut order: Vec<usize> = (0..positions.len()).collect();
+        order.sort_unstable_by_key(|&i| positions[i]);
+        let mut extents: Vec<(u64, usize)> = Vec::new();
+        let mut members: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut i = 0;
+        while i < order.len() {
+            let first = array.byte_of(positions[order[i]]) / sector;
+            let mut last = first;
+            let mut j = i;
+            // Adjacent sectors join the read, up to MAX_EXTENT_BYTES.
+            while j < order.len() {
+                let s = array.byte_of(positions[order[j]]) / sector;
+                if s > last + 1 || (s - first + 1) * sector > MAX_EXTENT_BYTES {
+                    break;
+                }
+                last = last.max(s);
+                j += 1;
+            }
+            extents.push((first * sector, ((last + 1 - first) * sector) as usize));
+            members.push(i..j);
+            i = j;
+        }
+        let mut out = vec![0u64; positions.len()];
+        let result = self.reader.read(file, &extents, &mut self.io, |e, bytes| {
+            let start = extents[e].0;
+            for &k in &order[members[e].clone()] {
+                let at = (array.byte_of(positions[k]) - start) as usize;
+                out[k] = array.decode(&bytes[at..at + element as usize]);
+            }
+        });
+        result.map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
+        self.io.bytes_used += positions.len() as u64 * element;
+        Ok(out)
     }
 
     /// The storage I/O so far.
@@ -66,58 +121,24 @@ pub(super) fn open_data(path: &Path) -> Result<DataFile, SamplerError> {
 
 impl NeighbourSource for DirectSampler {
     fn node_count(&self) -> u64 {
-        self.csr.indptr.len() as u64 - 1
+        self.csr.node_count()
     }
 
     fn edge_ranges(&mut self, nodes: &[u64]) -> Result<Vec<EdgeRange>, SamplerError> {
-        Ok(nodes.iter().map(|&v| self.csr.range(v)).collect())
+        self.hop_start = self.io.clone();
+        let positions: Vec<u64> = nodes.iter().flat_map(|&v| [v, v + 1]).collect();
+        let offsets = self.read_elements(false, &positions)?;
+        nodes
+            .iter()
+            .zip(offsets.chunks_exact(2))
+            .map(|(&v, o)| self.csr.range(v, o[0], o[1]))
+            .collect()
     }
 
     fn neighbours_at(&mut self, positions: &[u64]) -> Result<Vec<u64>, SamplerError> {
-        let before = self.io.clone();
-        let sector = ALIGN_BYTES as u64;
-        let element = self.csr.element_bytes;
-        let offset = self.csr.data_offset;
-        let byte = |p: u64| offset + p * element;
-        // The sectors the positions fall in, sorted; runs of adjacent sectors are one read.
-        let mut order: Vec<usize> = (0..positions.len()).collect();
-        order.sort_unstable_by_key(|&i| positions[i]);
-        let mut extents: Vec<(u64, usize)> = Vec::new();
-        let mut members: Vec<std::ops::Range<usize>> = Vec::new();
-        let mut i = 0;
-        while i < order.len() {
-            let first = byte(positions[order[i]]) / sector;
-            let mut last = first;
-            let mut j = i;
-            // Adjacent sectors join the read, up to MAX_EXTENT_BYTES.
-            while j < order.len()
-                && byte(positions[order[j]]) / sector <= last + 1
-                && (byte(positions[order[j]]) / sector - first + 1) * sector <= MAX_EXTENT_BYTES
-            {
-                last = last.max(byte(positions[order[j]]) / sector);
-                j += 1;
-            }
-            extents.push((first * sector, ((last + 1 - first) * sector) as usize));
-            members.push(i..j);
-            i = j;
-        }
-        let mut out = vec![0u64; positions.len()];
-        let result = self
-            .reader
-            .read(&self.indices, &extents, &mut self.io, |e, bytes| {
-                let start = extents[e].0;
-                for &k in &order[members[e].clone()] {
-                    let at = (byte(positions[k]) - start) as usize;
-                    let raw = &bytes[at..at + element as usize];
-                    out[k] = match element {
-                        4 => u64::from(u32::from_le_bytes(raw.try_into().unwrap_or([0; 4]))),
-                        _ => u64::from_le_bytes(raw.try_into().unwrap_or([0; 8])),
-                    };
-                }
-            });
-        result.map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
-        self.io.bytes_used += positions.len() as u64 * element;
-        self.io.charge_hop(self.hop, &before);
+        let out = self.read_elements(true, positions)?;
+        let hop_start = std::mem::take(&mut self.hop_start);
+        self.io.charge_hop(self.hop, &hop_start);
         self.hop += 1;
         Ok(out)
     }

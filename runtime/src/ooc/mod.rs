@@ -30,84 +30,151 @@ pub use direct::DirectSampler;
 pub use mmap::MmapSampler;
 pub use store::{BlockDevice, SharedDevice};
 
-/// A dataset's CSR as the file-backed samplers use it: `indptr` in memory (checked), and where
-/// `indices`' elements lie in its file (checked against the file's length).
-#[derive(Debug)]
-pub(crate) struct CsrFiles {
-    /// Row offsets, validated: `n + 1` entries from 0, non-decreasing, ending at `m`.
-    pub indptr: Vec<u64>,
-    /// The `indices` file.
+/// One CSR array as it lies in its `.npy` file: where its elements start and how wide they are.
+#[derive(Clone, Debug)]
+pub(crate) struct ArrayFile {
+    /// The file.
     pub path: std::path::PathBuf,
     /// Byte offset of its first element (a multiple of the element size).
     pub data_offset: u64,
     /// 4 (int32) or 8 (int64).
     pub element_bytes: u64,
+    /// Elements.
+    pub len: u64,
 }
 
-impl CsrFiles {
-    pub(crate) fn open(
+impl ArrayFile {
+    /// The array `file` of `dataset`, checked: integer elements of 4 or 8 bytes, aligned, and
+    /// the file as long as its header says.
+    fn open(
         dataset: &crate::dataset::Dataset,
+        file: &str,
     ) -> Result<Self, crate::sampler::SamplerError> {
         use crate::npy::{self, Dtype};
         let corrupt = crate::sampler::SamplerError::GraphCorrupt;
-        let m = &dataset.manifest;
-        let indptr_path = dataset.dir().join(&m.indptr.file);
-        let indptr: Vec<u64> = npy::read_i64(&indptr_path)
-            .map_err(|e| corrupt(e.to_string()))?
-            .into_iter()
-            .map(|v| u64::try_from(v).unwrap_or(u64::MAX))
-            .collect();
-        let path = dataset.dir().join(&m.indices.file);
+        let path = dataset.dir().join(file);
         let header = npy::read_header(&path).map_err(|e| corrupt(e.to_string()))?;
         let element_bytes = match header.dtype {
             Dtype::I32 => 4,
             Dtype::I64 => 8,
             other => {
                 return Err(corrupt(format!(
-                    "{}: indices dtype {}",
+                    "{}: dtype {}, not int32 or int64",
                     path.display(),
                     other.descr()
                 )));
             }
         };
-        let edges = header.len();
-        let valid = indptr.len() as u64 == m.node_count + 1
-            && indptr.first() == Some(&0)
-            && indptr.windows(2).all(|w| w[0] <= w[1])
-            && indptr.last() == Some(&edges);
-        if !valid {
-            return Err(corrupt(format!(
-                "{}: indptr is not {} offsets from 0 to {edges}, non-decreasing",
-                indptr_path.display(),
-                m.node_count + 1
-            )));
-        }
+        let len = header.len();
         let file_len = std::fs::metadata(&path)
             .map_err(|e| corrupt(format!("{}: {e}", path.display())))?
             .len();
-        if header.data_offset % element_bytes != 0
-            || file_len < header.data_offset + edges * element_bytes
-        {
+        let end = len
+            .checked_mul(element_bytes)
+            .and_then(|b| b.checked_add(header.data_offset));
+        if header.data_offset % element_bytes != 0 || end.is_none_or(|end| file_len < end) {
             return Err(corrupt(format!(
                 "{}: data misaligned or shorter than its header says",
                 path.display()
             )));
         }
         Ok(Self {
-            indptr,
             path,
             data_offset: header.data_offset,
             element_bytes,
+            len,
         })
     }
 
-    /// Edge range of node `v`.
-    pub(crate) fn range(&self, v: u64) -> crate::sampler::EdgeRange {
-        let (a, b) = (self.indptr[v as usize], self.indptr[v as usize + 1]);
-        crate::sampler::EdgeRange {
-            start: a,
-            degree: b - a,
+    /// Byte offset in the file of element `i`.
+    pub fn byte_of(&self, i: u64) -> u64 {
+        self.data_offset + i * self.element_bytes
+    }
+
+    /// Element `i` from its little-endian bytes.
+    pub fn decode(&self, raw: &[u8]) -> u64 {
+        match self.element_bytes {
+            4 => u64::from(u32::from_le_bytes(raw[..4].try_into().unwrap_or([0; 4]))),
+            _ => u64::from_le_bytes(raw[..8].try_into().unwrap_or([0; 8])),
         }
+    }
+}
+
+/// A dataset's CSR as the file-backed samplers read it: both arrays stay in their files (the
+/// samplers read `indptr` entries like `indices` entries, through their own path, as the
+/// modelled host modes do), checked for shape; their values are checked as they are read
+/// ([`CsrFiles::range`]).
+#[derive(Debug)]
+pub(crate) struct CsrFiles {
+    /// `indptr`: `n + 1` offsets.
+    pub indptr: ArrayFile,
+    /// `indices`: `m` neighbour ids.
+    pub indices: ArrayFile,
+}
+
+impl CsrFiles {
+    pub(crate) fn open(
+        dataset: &crate::dataset::Dataset,
+    ) -> Result<Self, crate::sampler::SamplerError> {
+        let m = &dataset.manifest;
+        let indptr = ArrayFile::open(dataset, &m.indptr.file)?;
+        let indices = ArrayFile::open(dataset, &m.indices.file)?;
+        if indptr.len != m.node_count + 1 || indptr.element_bytes != 8 {
+            return Err(crate::sampler::SamplerError::GraphCorrupt(format!(
+                "{}: not {} int64 offsets",
+                indptr.path.display(),
+                m.node_count + 1
+            )));
+        }
+        Ok(Self { indptr, indices })
+    }
+
+    /// Nodes.
+    pub(crate) fn node_count(&self) -> u64 {
+        self.indptr.len - 1
+    }
+
+    /// The whole `indptr`, read and checked (from 0, non-decreasing, ending at the number of
+    /// `indices`): for preprocessing that walks every node (AGNES's layout).
+    pub(crate) fn load_indptr(&self) -> Result<Vec<u64>, crate::sampler::SamplerError> {
+        let corrupt = crate::sampler::SamplerError::GraphCorrupt;
+        let indptr: Vec<u64> = crate::npy::read_i64(&self.indptr.path)
+            .map_err(|e| corrupt(e.to_string()))?
+            .into_iter()
+            .map(|v| u64::try_from(v).unwrap_or(u64::MAX))
+            .collect();
+        let valid = indptr.first() == Some(&0)
+            && indptr.windows(2).all(|w| w[0] <= w[1])
+            && indptr.last() == Some(&self.indices.len);
+        if !valid {
+            return Err(corrupt(format!(
+                "{}: indptr is not {} offsets from 0 to {}, non-decreasing",
+                self.indptr.path.display(),
+                self.indptr.len,
+                self.indices.len
+            )));
+        }
+        Ok(indptr)
+    }
+
+    /// The edge range of node `v` from its two `indptr` entries as read, checked.
+    pub(crate) fn range(
+        &self,
+        v: u64,
+        start: u64,
+        end: u64,
+    ) -> Result<crate::sampler::EdgeRange, crate::sampler::SamplerError> {
+        if start > end || end > self.indices.len {
+            return Err(crate::sampler::SamplerError::GraphCorrupt(format!(
+                "{}: node {v}'s offsets {start}..{end} are not a range of the {} indices",
+                self.indptr.path.display(),
+                self.indices.len
+            )));
+        }
+        Ok(crate::sampler::EdgeRange {
+            start,
+            degree: end - start,
+        })
     }
 }
 
@@ -133,6 +200,10 @@ pub struct IoStats {
     /// System calls the reads took (`pread`s, `io_uring_enter`s); 0 where reads are not
     /// system calls (page faults, an in-process device).
     pub syscalls: u64,
+    /// Major page faults (mmap: faults that waited for storage).
+    pub major_faults: u64,
+    /// Minor page faults (mmap: faults served from the page cache).
+    pub minor_faults: u64,
     /// Each hop's share (hop order, summed over minibatches).
     pub hops: [HopIo; sagessd_abi::ns_config::MAX_LAYERS],
 }
