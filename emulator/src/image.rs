@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use sagessd_firmware::{Firmware, RestoreError};
+use sagessd_firmware::{BootReport, Firmware, RestoreError};
 
 use crate::config::HwConfig;
 use crate::error::EmulatorError;
@@ -40,7 +40,22 @@ impl Ssd {
             over_provisioning_percent: u32::from(config.firmware.over_provisioning_percent),
         };
         let nand = nand.with_file(path, format)?;
-        let (firmware, _) = Firmware::recover(
+        let (firmware, _) = Self::recover(config, nand, dram, &|field, reason| {
+            bad(field.unwrap_or("nand"), reason)
+        })?;
+        Ok(Self::around(config, firmware))
+    }
+
+    /// Boots the firmware of `config` from what `nand` holds ([`Firmware::recover`]); a boot
+    /// that refuses the flash becomes `bad(field, reason)` (the checkpoint field at fault, or
+    /// `None` when the array refused a read).
+    pub(crate) fn recover(
+        config: &HwConfig,
+        nand: NandArray,
+        dram: Vec<u8>,
+        bad: &dyn Fn(Option<&str>, String) -> EmulatorError,
+    ) -> Result<(Firmware<NandArray, Vec<u8>>, BootReport), EmulatorError> {
+        Firmware::recover(
             config.firmware.to_firmware_config(),
             nand,
             dram,
@@ -48,10 +63,9 @@ impl Ssd {
         )
         .map_err(|e| match e {
             RestoreError::Config(c) => config.firmware_error(c),
-            RestoreError::Invalid(f) => bad(f, "does not match this configuration".into()),
-            RestoreError::Flash(e) => bad("nand", format!("the array refused a boot read: {e:?}")),
-        })?;
-        Ok(Self::around(config, firmware))
+            RestoreError::Invalid(f) => bad(Some(f), "does not match this configuration".into()),
+            RestoreError::Flash(e) => bad(None, format!("the array refused a boot read: {e:?}")),
+        })
     }
 
     /// A clean stop of a device opened with [`Self::open_image`]: every command must have been

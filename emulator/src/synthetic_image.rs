@@ -8,11 +8,10 @@
 use std::sync::Arc;
 
 use sagessd_abi::graph::GraphDescriptor;
-use sagessd_firmware::{BootReport, Firmware, RestoreError};
+use sagessd_firmware::BootReport;
 
 use crate::config::HwConfig;
 use crate::error::EmulatorError;
-use crate::nand::NandArray;
 use crate::nand::synthetic::{LogicalContent, SyntheticPages};
 use crate::ssd::Ssd;
 use crate::synthetic_graph::SyntheticGraph;
@@ -98,16 +97,11 @@ impl Ssd {
                 ))
             })?;
         let nand = nand.with_synthetic(pages);
-        let (firmware, report) = Firmware::recover(
-            config.firmware.to_firmware_config(),
-            nand,
-            dram,
-            &mut NandArray::wait_for_completion,
-        )
-        .map_err(|e| match e {
-            RestoreError::Config(c) => config.firmware_error(c),
-            RestoreError::Invalid(f) => too_big(format!("the boot refused it: {f}")),
-            RestoreError::Flash(e) => too_big(format!("the array refused a boot read: {e:?}")),
+        let (firmware, report) = Self::recover(config, nand, dram, &|field, reason| {
+            too_big(format!(
+                "the boot refused it ({}): {reason}",
+                field.unwrap_or("nand")
+            ))
         })?;
         if desc.indices.slba + desc.indices.block_count > firmware.namespace_block_count() {
             return Err(too_big(format!(
@@ -125,17 +119,8 @@ mod tests {
     use sagessd_abi::nvme::{Status, SubmissionEntry};
 
     use super::*;
+    use crate::ssd::tests::small_config;
     use crate::synthetic_graph::SyntheticSpec;
-
-    fn small_config() -> HwConfig {
-        let mut c = HwConfig::cosmos_plus();
-        c.nand.channels = 2;
-        c.nand.ways = 2;
-        c.nand.blocks_per_die = 64;
-        c.nand.pages_per_block = 64;
-        c.validate().expect("small test config is valid");
-        c
-    }
 
     /// Every LBA of the graph reads back as the content says, through NVMe Reads of odd sizes,
     /// and a write over part of it reads back as written (the computed page is replaced).

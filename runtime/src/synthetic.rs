@@ -6,7 +6,7 @@ use std::path::Path;
 
 use sagessd_emulator::synthetic_graph::SyntheticGraph;
 
-use crate::dataset::{Dataset, DatasetError, DatasetWriter, FORMAT_VERSION, Manifest};
+use crate::dataset::{Dataset, DatasetError, DatasetWriter, Manifest};
 use crate::npy::Dtype;
 use crate::sampler::{EdgeRange, NeighbourSource, SamplerError};
 
@@ -59,23 +59,13 @@ pub fn write_dataset(
         graph.indices_bytes(),
         &|o, b| graph.fill_indices(o, b),
     )?;
-    w.finish(&Manifest {
-        format_version: FORMAT_VERSION,
-        name: name.to_owned(),
-        source: description.to_owned(),
-        node_count: graph.node_count(),
-        edge_count: graph.edge_count(),
-        symmetric: false,
-        class_count: None,
+    w.finish(&Manifest::graph_only(
+        name,
+        description.to_owned(),
+        (graph.node_count(), graph.edge_count(), false),
         indptr,
         indices,
-        features: None,
-        labels: None,
-        train: None,
-        valid: None,
-        test: None,
-        node_ids: None,
-    })
+    ))
 }
 
 /// A [`NeighbourSource`] computing a synthetic graph's lists where they are asked for.

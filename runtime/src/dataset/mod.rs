@@ -91,6 +91,36 @@ pub struct Manifest {
     pub node_ids: Option<ArrayEntry>,
 }
 
+impl Manifest {
+    /// The manifest of a dataset that holds only its graph (no labels, features, splits or
+    /// original ids; set those on the result where a writer has them).
+    pub fn graph_only(
+        name: &str,
+        source: String,
+        (node_count, edge_count, symmetric): (u64, u64, bool),
+        indptr: ArrayEntry,
+        indices: ArrayEntry,
+    ) -> Self {
+        Self {
+            format_version: FORMAT_VERSION,
+            name: name.to_owned(),
+            source,
+            node_count,
+            edge_count,
+            symmetric,
+            class_count: None,
+            indptr,
+            indices,
+            features: None,
+            labels: None,
+            train: None,
+            valid: None,
+            test: None,
+            node_ids: None,
+        }
+    }
+}
+
 /// Why a dataset cannot be written or used.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use crate::graph::CsrGraph;
 
-use super::{Dataset, DatasetError, DatasetWriter, FORMAT_VERSION, Manifest, field_error};
+use super::{Dataset, DatasetError, DatasetWriter, Manifest, field_error};
 
 /// Imports the edge list `input` (one file, plain or `.gz`) into dataset folder `dir`.
 pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, DatasetError> {
@@ -71,25 +71,22 @@ pub fn import(input: &Path, dir: &Path, symmetric: bool) -> Result<Dataset, Data
         n.to_string_lossy().trim_end_matches(".gz").to_owned()
     });
     let manifest = Manifest {
-        format_version: FORMAT_VERSION,
-        name,
-        source: format!(
-            "SNAP edge list {}{}",
-            input.display(),
-            if symmetric { ", symmetrised" } else { "" }
-        ),
-        node_count: graph.node_count(),
-        edge_count: graph.edge_count(),
-        symmetric: symmetric || graph.is_symmetric(),
-        class_count: None,
-        indptr,
-        indices,
-        features: None,
-        labels: None,
-        train: None,
-        valid: None,
-        test: None,
         node_ids: Some(w.ids("node_ids.npy", &node_ids)?),
+        ..Manifest::graph_only(
+            &name,
+            format!(
+                "SNAP edge list {}{}",
+                input.display(),
+                if symmetric { ", symmetrised" } else { "" }
+            ),
+            (
+                graph.node_count(),
+                graph.edge_count(),
+                symmetric || graph.is_symmetric(),
+            ),
+            indptr,
+            indices,
+        )
     };
     w.finish(&manifest)
 }
