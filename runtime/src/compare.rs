@@ -789,7 +789,7 @@ impl CompareReport {
             human_bytes(u64::from(self.device.max_transfer_bytes)),
             human_bytes(buffer_bytes),
             human_bytes(host.page_cache_bytes),
-            host.readahead_max_pages,
+            host.ra_pages(),
             host.node_ns,
             host.edge_sampled_ns,
             host.uring_queue_depth,

@@ -79,8 +79,8 @@ use std::task::{Context, Poll, Waker};
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_emulator::host_stack::{
-    Access, CACHE_LINE_BYTES, HostStackConfig, PAGE_SIZE_BYTES, PageCache, PageCacheStats,
-    ReadAround, cache_lines_touched,
+    Access, CACHE_LINE_BYTES, FileReadahead, HostStackConfig, PAGE_SIZE_BYTES, PageCache,
+    PageCacheStats, Window, cache_lines_touched, fault_around_window,
 };
 use sagessd_host_driver::{
     Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DriverError, IO_QUEUE, LocalTransport,
@@ -194,16 +194,43 @@ enum Region {
 }
 
 /// The mmap mode's kernel state, shared by every worker: the page cache, its pages' bytes, one
-/// fault read-around state per file, and the pages being read.
+/// fault readahead state per file, the pages being read, and the reads nobody waits for.
 #[derive(Debug)]
 struct MmapState {
     cache: PageCache,
     pages: HashMap<u64, Vec<u8>>,
-    readahead: [ReadAround; 2],
-    /// Pages some worker is reading now (locked, not yet up to date).
+    readahead: [FileReadahead; 2],
+    /// Pages being read (locked, not yet up to date).
     pending: HashSet<u64>,
+    /// Reads in flight that no worker waits for (the rest of a read-around window, an
+    /// asynchronous readahead): command → (first page, pages, the page to mark).
+    background: HashMap<u16, (u64, u64, Option<u64>)>,
     /// Virtual time of the latest page-cache operation (for `cache_order_violations`).
     last_touch_ns: u64,
+}
+
+impl MmapState {
+    /// Inserts the pages a read brought (`data`, from page `first`), the one `mark` names
+    /// with the readahead mark, and drops their pending state. `last` (a faulting page, which
+    /// its fault holds until it is mapped) goes in after the others, so that none of them
+    /// evicts it.
+    fn insert_read(&mut self, first: u64, data: &[u8], mark: Option<u64>, last: Option<u64>) {
+        let n = (data.len() as u64).div_ceil(PAGE_SIZE_BYTES);
+        let order = (first..first + n)
+            .filter(|&p| Some(p) != last)
+            .chain(last.filter(|p| (first..first + n).contains(p)));
+        for p in order {
+            if !self.cache.contains(p) {
+                if let Some(old) = self.cache.insert(p, mark == Some(p)) {
+                    self.pages.remove(&old);
+                }
+                let at = ((p - first) * PAGE_SIZE_BYTES) as usize;
+                let end = (at + PAGE_SIZE_BYTES as usize).min(data.len());
+                self.pages.insert(p, data[at..end].to_vec());
+            }
+            self.pending.remove(&p);
+        }
+    }
 }
 
 /// What a worker is doing, for the scheduler.
@@ -285,20 +312,24 @@ impl Worker {
 
     /// A yield point before touching shared kernel state (the mmap page cache): if another
     /// worker could act earlier — a runnable one with a smaller clock, or one blocked on a
-    /// command the device may complete before this worker's clock — hand control back to the
-    /// scheduler, which runs the earliest first. With one worker it never yields.
+    /// command the device may complete before this worker's clock — or a readahead in flight
+    /// may land before it, hand control back to the scheduler, which delivers what completes
+    /// first and runs the earliest worker. With one worker and no readahead in flight it never
+    /// yields.
     async fn yield_to_earlier(&self) {
         let must = {
             let s = self.sh.borrow();
             let me = (s.clocks[self.w], self.w);
-            s.states.iter().enumerate().any(|(w, st)| {
-                w != self.w
-                    && match st {
-                        WorkerState::Runnable => (s.clocks[w], w) < me,
-                        WorkerState::Waiting(_) => true,
-                        WorkerState::WaitingPage(_) | WorkerState::Finished => false,
-                    }
-            })
+            let readahead = s.mmap.as_ref().is_some_and(|m| !m.background.is_empty());
+            readahead
+                || s.states.iter().enumerate().any(|(w, st)| {
+                    w != self.w
+                        && match st {
+                            WorkerState::Runnable => (s.clocks[w], w) < me,
+                            WorkerState::Waiting(_) => true,
+                            WorkerState::WaitingPage(_) | WorkerState::Finished => false,
+                        }
+                })
         };
         if must {
             self.sh.borrow_mut().states[self.w] = WorkerState::Runnable;
@@ -549,8 +580,12 @@ impl Worker {
         }
     }
 
-    /// Loads `len` bytes at byte `byte` of `region` through the page cache (mmap mode); the
-    /// memory access itself is charged by the caller, per cache line.
+    /// Loads `len` bytes at byte `byte` of `region` through the page cache (mmap mode), the
+    /// way Linux 6.18 serves a mapped file ([`sagessd_emulator::host_stack`]): a mapped page is
+    /// a memory access; a cached one a minor fault, which maps the cached pages of its 16-page
+    /// block (and starts asynchronous readahead if it carries the mark); a missing one a major
+    /// fault, which reads the uncached pages of its read-around window, waits for its own
+    /// read only, and maps its block. The memory access itself is charged by the caller.
     async fn mmap_load(
         &self,
         region: Region,
@@ -562,7 +597,11 @@ impl Worker {
         let addr = r.slba * bs + byte;
         let page = addr / PAGE_SIZE_BYTES;
         let in_page = (addr % PAGE_SIZE_BYTES) as usize;
+        // The file: the region's pages.
+        let first_page = r.slba * bs / PAGE_SIZE_BYTES;
+        let file_pages = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES) - first_page;
         let h = self.sh.borrow().host.clone();
+        let mut waited = false;
         loop {
             // The page cache is touched in virtual-time order.
             self.yield_to_earlier().await;
@@ -573,108 +612,199 @@ impl Worker {
             if !pending {
                 break;
             }
-            // Another worker is reading the page: sleep on the page lock until it is up to date.
+            // The page is being read: sleep on its lock until it is up to date (a minor fault
+            // on 6.18, whose per-VMA-lock retry does not count as major).
             self.sh.borrow_mut().states[self.w] = WorkerState::WaitingPage(page);
             Park(false).await;
             self.sh.borrow_mut().stats.page_waits += 1;
             self.charge(h.context_switch_ns);
+            waited = true;
         }
         self.touch_cache();
         let access = {
             let mut s = self.sh.borrow_mut();
             s.mmap.as_mut().expect("mmap mode").cache.access(page)
         };
+        if waited && access != Access::Miss {
+            self.charge(h.minor_fault_ns);
+        }
+        // The load completes with the fault: its bytes are taken before anything else can run
+        // (a later await lets other workers evict the page).
+        let bytes_now = |me: &Self| -> Result<Vec<u8>, SamplerError> {
+            let mut s = me.sh.borrow_mut();
+            s.stats.bytes_used += len as u64;
+            let state = s.mmap.as_ref().expect("mmap mode");
+            let bytes = state.pages.get(&page).ok_or_else(|| {
+                SamplerError::GraphCorrupt(format!("page {page} is not cached after its fault"))
+            })?;
+            Ok(bytes[in_page..in_page + len].to_vec())
+        };
         match access {
-            Access::Hit => {}
+            Access::Hit => bytes_now(self),
             Access::MinorFault => {
-                let mut s = self.sh.borrow_mut();
-                let state = s.mmap.as_mut().expect("mmap mode");
-                state.readahead[region as usize].on_cached_fault();
-                drop(s);
-                self.charge(h.minor_fault_ns);
+                if !waited {
+                    self.charge(h.minor_fault_ns);
+                }
+                self.fault_around(region, page, first_page, file_pages);
+                bytes_now(self)
             }
-            Access::Miss => {
-                // The file: the region's pages.
-                let first_page = r.slba * bs / PAGE_SIZE_BYTES;
-                let end_page = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES);
-                let (run, block_count, max_blocks) = {
+            Access::Marked => {
+                if !waited {
+                    self.charge(h.minor_fault_ns);
+                }
+                self.fault_around(region, page, first_page, file_pages);
+                let window = {
                     let mut s = self.sh.borrow_mut();
-                    let info = s.device.info().clone();
                     let state = s.mmap.as_mut().expect("mmap mode");
-                    let window = state.readahead[region as usize]
-                        .on_miss(page - first_page, end_page - first_page);
-                    let (lo, hi) = (first_page + window.start, first_page + window.end);
-                    // The run of uncached pages around the fault within the window.
-                    let free = |p: u64| !state.cache.contains(p) && !state.pending.contains(&p);
-                    let mut start = page;
-                    while start > lo && free(start - 1) {
-                        start -= 1;
-                    }
-                    let mut end = page + 1;
-                    while end < hi && free(end) {
-                        end += 1;
-                    }
-                    state.pending.extend(start..end);
-                    (
-                        start..end,
-                        info.block_count,
-                        u64::from(info.max_transfer_blocks()).max(1),
+                    state.cache.clear_mark(page);
+                    state.cache.map(page);
+                    let (cache, pending) = (&state.cache, &state.pending);
+                    state.readahead[region as usize].on_marked_fault(
+                        page - first_page,
+                        file_pages,
+                        |from, limit| {
+                            (from..limit).find(|&q| {
+                                !cache.contains(first_page + q)
+                                    && !pending.contains(&(first_page + q))
+                            })
+                        },
                     )
                 };
-                let count = run.end - run.start;
-                let per_page = PAGE_SIZE_BYTES / bs;
-                // Never past the namespace's end (a region's last page may be partial).
-                let first_lba = run.start * per_page;
-                let last_lba = (run.end * per_page).min(block_count);
-                let mut data = Vec::with_capacity((count * PAGE_SIZE_BYTES) as usize);
-                let mut lba = first_lba;
-                // One fault, one blocking I/O (split only if it exceeds the transfer limit).
-                let mut before = h.major_fault_submit_ns();
-                while lba < last_lba {
-                    let n = (last_lba - lba).min(max_blocks);
-                    let d = self
-                        .read_blocking(lba, n as u32, before, h.blocking_completion_ns())
-                        .await?;
-                    data.extend_from_slice(&d);
-                    before = h.submit_ns;
-                    lba += n;
+                let bytes = bytes_now(self)?;
+                if let Some(w) = window {
+                    self.read_window(&w, first_page, None, h.submit_ns).await?;
                 }
-                data.resize((count * PAGE_SIZE_BYTES) as usize, 0);
-                self.yield_to_earlier().await;
-                self.touch_cache();
-                let mut s = self.sh.borrow_mut();
-                let now = s.clocks[self.w];
-                let state = s.mmap.as_mut().expect("mmap mode");
-                // Read-around pages first, the faulting page last (most recently used, mapped).
-                let order = run.clone().filter(|&p| p != page).chain([page]);
-                for p in order {
-                    let i = p - run.start;
-                    let bytes = data
-                        [(i * PAGE_SIZE_BYTES) as usize..((i + 1) * PAGE_SIZE_BYTES) as usize]
-                        .to_vec();
-                    if let Some(old) = state.cache.insert(p, p == page) {
-                        state.pages.remove(&old);
-                    }
-                    state.pages.insert(p, bytes);
-                    state.pending.remove(&p);
-                }
-                // Wake the workers sleeping on these pages.
-                let Shared { states, clocks, .. } = &mut *s;
-                for (st, clock) in states.iter_mut().zip(clocks.iter_mut()) {
-                    if let WorkerState::WaitingPage(p) = *st
-                        && run.contains(&p)
-                    {
-                        *st = WorkerState::Runnable;
-                        *clock = (*clock).max(now);
-                    }
-                }
+                Ok(bytes)
+            }
+            Access::Miss => {
+                let window = {
+                    let mut s = self.sh.borrow_mut();
+                    let state = s.mmap.as_mut().expect("mmap mode");
+                    state.readahead[region as usize].on_major_fault(page - first_page, file_pages)
+                };
+                // Returns with the page inserted and mapped, nothing run in between.
+                self.read_window(&window, first_page, Some(page), h.major_fault_submit_ns())
+                    .await?;
+                self.fault_around(region, page, first_page, file_pages);
+                bytes_now(self)
             }
         }
+    }
+
+    /// Reads the pages of `window` (file pages, from `first_page` on the device) that are
+    /// neither cached nor being read, one Read per run of them (split at the transfer limit),
+    /// submitted one after another: `first_ns` of host time before the first, `submit_ns` before
+    /// each other. A major fault waits for the Read holding `wait_for` (its page); every other
+    /// Read lands in the background ([`deliver`]).
+    async fn read_window(
+        &self,
+        window: &Window,
+        first_page: u64,
+        wait_for: Option<u64>,
+        first_ns: u64,
+    ) -> Result<(), SamplerError> {
+        let (runs, block_count, per_page, h) = {
+            let mut s = self.sh.borrow_mut();
+            let info = s.device.info().clone();
+            let h = s.host.clone();
+            let state = s.mmap.as_mut().expect("mmap mode");
+            let (lo, hi) = (
+                first_page + window.pages.start,
+                first_page + window.pages.end,
+            );
+            let per_page = PAGE_SIZE_BYTES / u64::from(info.block_size_bytes);
+            let max_pages = (u64::from(info.max_transfer_blocks()) / per_page).max(1);
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for p in lo..hi {
+                if state.cache.contains(p) || state.pending.contains(&p) {
+                    continue;
+                }
+                state.pending.insert(p);
+                match runs.last_mut() {
+                    Some((start, n)) if *start + *n == p && *n < max_pages => *n += 1,
+                    _ => runs.push((p, 1)),
+                }
+            }
+            (runs, info.block_count, per_page, h)
+        };
+        let mark = window.mark.map(|m| first_page + m);
+        let mut before = first_ns;
+        let mut own: Option<(u16, u64, u64)> = None;
+        for &(start, n) in &runs {
+            // Never past the namespace's end (a region's last page may be partial).
+            let lba = start * per_page;
+            let blocks = (n * per_page).min(block_count.saturating_sub(lba));
+            self.charge(before);
+            before = h.submit_ns;
+            let cid = self
+                .submit(
+                    Self::read_command(lba, blocks as u32),
+                    vec![0; (n * PAGE_SIZE_BYTES) as usize],
+                )
+                .await?;
+            if wait_for.is_some_and(|p| (start..start + n).contains(&p)) {
+                own = Some((cid, start, n));
+            } else {
+                let mut s = self.sh.borrow_mut();
+                let state = s.mmap.as_mut().expect("mmap mode");
+                state.background.insert(cid, (start, n, mark));
+            }
+        }
+        let Some((cid, start, n)) = own else {
+            return Ok(());
+        };
+        let c = self.wait(cid).await?;
+        self.note_completion(&c);
+        if !c.cqe.status().is_success() {
+            return Err(command_error(io_opcode::READ, &c));
+        }
+        let len = (n * PAGE_SIZE_BYTES) as usize;
+        let mut data = c.data;
+        data.resize(len, 0);
+        {
+            let mut s = self.sh.borrow_mut();
+            s.stats.ios += 1;
+            s.stats.bytes_read += len as u64;
+        }
+        self.charge(h.blocking_completion_ns());
+        self.yield_to_earlier().await;
+        self.touch_cache();
         let mut s = self.sh.borrow_mut();
-        s.stats.bytes_used += len as u64;
-        let state = s.mmap.as_ref().expect("mmap mode");
-        let bytes = state.pages.get(&page).expect("an accessed page is cached");
-        Ok(bytes[in_page..in_page + len].to_vec())
+        let now = s.clocks[self.w];
+        let state = s.mmap.as_mut().expect("mmap mode");
+        state.insert_read(start, &data, mark, wait_for);
+        // The fault maps its page at once (fault-around follows).
+        if let Some(p) = wait_for {
+            state.cache.map(p);
+        }
+        // Wake the workers sleeping on these pages.
+        let Shared { states, clocks, .. } = &mut *s;
+        for (st, clock) in states.iter_mut().zip(clocks.iter_mut()) {
+            if let WorkerState::WaitingPage(p) = *st
+                && (start..start + n).contains(&p)
+            {
+                *st = WorkerState::Runnable;
+                *clock = (*clock).max(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fault-around for a fault at `page`: maps the cached pages of its 16-page block that are
+    /// neither marked nor being read, and takes those not marked as working set off the file's
+    /// `mmap_miss`.
+    fn fault_around(&self, region: Region, page: u64, first_page: u64, file_pages: u64) {
+        let mut s = self.sh.borrow_mut();
+        let state = s.mmap.as_mut().expect("mmap mode");
+        let mut hits = 0;
+        for q in fault_around_window(page - first_page, file_pages) {
+            let p = first_page + q;
+            if state.cache.contains(p) && !state.cache.is_marked(p) && !state.pending.contains(&p) {
+                hits += u64::from(!state.cache.is_workingset(p));
+                state.cache.map(p);
+            }
+        }
+        state.readahead[region as usize].on_fault_around(hits);
     }
 
     /// The entries at byte offsets `entries` (each `len` bytes) of the host's resident copy
@@ -989,6 +1119,36 @@ fn drive(
 fn deliver(s: &mut Shared, c: Completion) {
     let cid = c.cid();
     let t = c.completed_at_ns.unwrap_or(0);
+    if let Some(state) = s.mmap.as_mut()
+        && let Some((first, pages, mark)) = state.background.remove(&cid)
+    {
+        // A read nobody waits for: its pages enter the cache now; its interrupt and
+        // completion are host CPU time off every worker's path.
+        let len = (pages * PAGE_SIZE_BYTES) as usize;
+        if c.cqe.status().is_success() && c.data.len() >= len {
+            state.insert_read(first, &c.data[..len], mark, None);
+        } else {
+            // A failed readahead leaves its pages uncached; a fault on one reads it again.
+            for p in first..first + pages {
+                state.pending.remove(&p);
+            }
+        }
+        state.last_touch_ns = state.last_touch_ns.max(t);
+        s.stats.ios += 1;
+        s.stats.bytes_read += len as u64;
+        s.stats.host_cpu_ns += s.host.complete_ns;
+        s.stats.timeline_hash = fnv1a(s.stats.timeline_hash, &t.to_le_bytes());
+        let Shared { states, clocks, .. } = s;
+        for (st, clock) in states.iter_mut().zip(clocks.iter_mut()) {
+            if let WorkerState::WaitingPage(p) = *st
+                && (first..first + pages).contains(&p)
+            {
+                *st = WorkerState::Runnable;
+                *clock = (*clock).max(t);
+            }
+        }
+        return;
+    }
     s.done.insert(cid, c);
     let Shared { states, clocks, .. } = s;
     if let Some(w) = states
@@ -1030,8 +1190,9 @@ impl HostIoSampler {
         let mmap = (mode == HostIoMode::Mmap).then(|| MmapState {
             cache: host.page_cache(),
             pages: HashMap::new(),
-            readahead: [host.read_around(), host.read_around()],
+            readahead: [host.file_readahead(), host.file_readahead()],
             pending: HashSet::new(),
+            background: HashMap::new(),
             last_touch_ns: 0,
         });
         let mut device = device;
@@ -1156,7 +1317,19 @@ impl HostIoSampler {
                 }) as WorkerFuture
             })
             .collect();
-        let outcome = drive(&sh, futures, &finished, progress);
+        let outcome = drive(&sh, futures, &finished, progress).and_then(|()| {
+            // Readahead still in flight lands now, so that the next run starts with none.
+            loop {
+                let mut s = sh.borrow_mut();
+                if s.mmap.as_ref().is_none_or(|m| m.background.is_empty()) {
+                    return Ok(());
+                }
+                match s.device.wait_next()? {
+                    Some(c) => deliver(&mut s, c),
+                    None => return Ok(()),
+                }
+            }
+        });
         let mut shared = Rc::try_unwrap(sh)
             .expect("the workers are gone")
             .into_inner();

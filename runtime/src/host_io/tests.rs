@@ -122,7 +122,8 @@ fn modes_charge_what_they_should() {
     let mut mmap = sampler(&g, HostIoMode::Mmap, host.clone());
     mmap.sample(9, &[10, 10], &t).unwrap();
     let cold = mmap.host_stats();
-    assert!(cold.ios > 0 && cold.page_cache.misses == cold.ios);
+    // Each major fault reads at least its own page; the rest of its window reads too.
+    assert!(cold.page_cache.misses > 0 && cold.ios >= cold.page_cache.misses);
     assert_eq!(cold.syscalls, 0);
     mmap.sample(9, &[10, 10], &t).unwrap();
     let warm = mmap.host_stats();
@@ -221,7 +222,7 @@ fn a_fault_reads_the_window_centred_on_it() {
     let m = sh.mmap.as_ref().unwrap();
     let first = sh.graph.indptr.slba * bs / PAGE_SIZE_BYTES;
     let fault = (sh.graph.indptr.slba * bs + 8 * v) / PAGE_SIZE_BYTES;
-    let half = u64::from(host.readahead_max_pages / 2);
+    let half = u64::from(host.ra_pages() / 2);
     assert!(fault - first > half, "the window must not be clipped here");
     // Pages fault − 16 .. fault + 16 are cached, nothing outside.
     for p in fault - half..fault + half {

@@ -454,7 +454,7 @@ pub(crate) fn diagnosis(p: &Point) -> String {
             mmap.nand_pages_read,
             direct.nand_pages_read,
             100.0 * mmap.page_cache_hit_rate.unwrap_or(0.0),
-            p.report.config.hw.host.readahead_max_pages,
+            p.report.config.hw.host.ra_pages(),
             p.ratio
         ));
     }
