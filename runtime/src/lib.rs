@@ -23,11 +23,13 @@
 
 pub mod agreement;
 pub mod bench;
+pub mod cgroup;
 pub mod compare;
 pub mod dataset;
 pub mod footprint;
 pub mod graph;
 pub mod graph_spec;
+pub mod host_check;
 pub mod host_io;
 pub mod load;
 pub mod minibatch;

@@ -33,6 +33,7 @@ mod sample;
 mod storage;
 #[cfg(feature = "train")]
 mod train;
+mod validate;
 
 /// sagessd: GNN neighbour sampling inside an (emulated) computational SSD.
 #[derive(Debug, Parser)]
@@ -73,6 +74,10 @@ enum Command {
     /// Datasets: generate one, import one, describe one.
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
+    /// Check the model against the real thing: `validate host` sets the modelled host I/O
+    /// stack beside the Linux kernel's counts on this machine.
+    #[command(subcommand)]
+    Validate(validate::ValidateCommand),
     /// Rerun a seed's comparisons on the emulated devices: one CSV per figure and a report
     /// setting each figure beside the paper's value (modelled time).
     Experiment(experiment::ExperimentArgs),
@@ -376,6 +381,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Emulator(command) => emulator::run(command),
         Command::NsConfig(args) => run_ns_config(args),
         Command::Dataset(command) => dataset::run(command),
+        Command::Validate(command) => validate::run(command),
         Command::Bench(command) => bench::run(command),
         Command::Sample(args) => sample::run_sample(args),
         #[cfg(feature = "train")]

@@ -356,6 +356,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     out.record(
         Record::new("sample.memory")
             .with("peak_rss_bytes", peak_rss)
+            .with("rss_anon_bytes", rss_anon_bytes())
             .with("graph_buffer_bytes", graph_buffer)
             .with("feature_cache_bytes", feature_cache)
             .with("largest_output_bytes", peak_output.0)
@@ -390,6 +391,15 @@ pub(crate) fn host_sampling_ns(
         .map(|l| u64::from(v.layer(l).counts.dst_count))
         .sum();
     hw.host.sampling_ns(dst, sub.edge_count())
+}
+
+/// This process's anonymous resident memory now (`RssAnon`: what a memory cgroup charges it
+/// besides the page cache).
+fn rss_anon_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// This process's peak resident set size so far.

@@ -1,0 +1,283 @@
+//! `sagessd validate host`: the modelled host I/O stack against the Linux kernel. Each real-file
+//! sampler runs as a child `sagessd sample` in a memory cgroup whose limit leaves the page
+//! cache at the graph's size over *r*, caches dropped first; the kernel's counts (pages read
+//! from `/proc/PID/io`, faults from `getrusage`) are set beside the model's for the same graph,
+//! minibatches, page cache (what the cgroup holds of it when the child is done) and
+//! `read_ahead_kb`.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use sagessd_runtime::cgroup::{self, MemoryCgroup, ReadAheadGuard};
+use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
+use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
+use sagessd_runtime::host_check::{self, IoCounts};
+use sagessd_runtime::host_io::{HostIoMode, Request};
+
+use crate::records::{FormatArgs, Output, Record};
+
+/// The `validate` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ValidateCommand {
+    /// The host model (page cache, faults, readahead; direct and io_uring reads) against the
+    /// Linux kernel on this machine: real · modelled · ratio per sampler and graph-to-memory
+    /// ratio (needs root: memory cgroups, drop_caches).
+    Host(HostArgs),
+}
+
+/// Flags of `validate host`.
+#[derive(Debug, Args)]
+pub(crate) struct HostArgs {
+    /// A synthetic graph (synthetic:NODES[,...] or papers100m): written once as a dataset under
+    /// --data for the real samplers; the model's device computes it.
+    #[arg(long, default_value = "synthetic:16M")]
+    graph: String,
+    /// Where the dataset is written (once; reused when it is there).
+    #[arg(long, value_name = "DIR", default_value = "target/validate")]
+    data: PathBuf,
+    /// Graph-to-page-cache ratios.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    ratios: Vec<u32>,
+    /// Samplers: mmap, direct, uring.
+    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,uring")]
+    samplers: Vec<String>,
+    /// Minibatches.
+    #[arg(long, default_value_t = 16)]
+    batches: u32,
+    /// Targets per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: u32,
+    /// Fanouts in hop order.
+    #[arg(long, value_delimiter = ',', default_value = "25,10")]
+    fanouts: Vec<u16>,
+    /// Seed of targets and sampling.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The disk's read_ahead_kb for the runs (set, then restored); default: as it is.
+    #[arg(long)]
+    read_ahead_kb: Option<u32>,
+    #[command(flatten)]
+    output: FormatArgs,
+}
+
+/// `validate host`.
+pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
+    let ValidateCommand::Host(a) = command;
+    cgroup::available().map_err(|why| anyhow::anyhow!("validate host needs cgroups: {why}"))?;
+    let spec = GraphSpec::parse(&a.graph).map_err(anyhow::Error::msg)?;
+    let WorkloadGraph::Synthetic(graph) = spec.build().map_err(anyhow::Error::msg)? else {
+        anyhow::bail!("--graph {}: give a synthetic graph", a.graph);
+    };
+    let modes: Vec<(String, HostIoMode)> = a
+        .samplers
+        .iter()
+        .map(|s| match s.as_str() {
+            "mmap" => Ok((s.clone(), HostIoMode::Mmap)),
+            "direct" => Ok((s.clone(), HostIoMode::Direct)),
+            "uring" => Ok((s.clone(), HostIoMode::Async)),
+            other => anyhow::bail!("--samplers {other}: mmap, direct or uring"),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    anyhow::ensure!(a.ratios.iter().all(|r| *r > 0), "--ratios must be ≥ 1");
+    // The dataset the real samplers read: the same bytes, written once.
+    let dir = a.data.join(spec.word().replace([':', ',', '=', '/'], "_"));
+    let dataset = match sagessd_runtime::dataset::Dataset::open(&dir) {
+        Ok(d) if d.manifest.source.contains(&spec.word()) => d,
+        _ => {
+            eprintln!("writing {} to {} (once)", spec.describe(), dir.display());
+            sagessd_runtime::synthetic::write_dataset(
+                &graph,
+                &dir,
+                &spec.word(),
+                &format!("sagessd {} (--graph {})", spec.describe(), spec.word()),
+                &mut |_, _| {},
+            )?
+        }
+    };
+    let indices_file = dir.join(&dataset.manifest.indices.file);
+    let ra_path = cgroup::read_ahead_file(&indices_file)?;
+    let _guard = a
+        .read_ahead_kb
+        .map(|kb| ReadAheadGuard::set(ra_path.clone(), kb))
+        .transpose()?;
+    let read_ahead_kb = cgroup::read_ahead_kb(&ra_path)?;
+    let csr_bytes = graph.indptr_bytes() + graph.indices_bytes();
+    let requests: Vec<Request> = (0..a.batches)
+        .map(|b| Request {
+            seed: minibatch_seed(a.seed, b),
+            targets: minibatch_targets(a.seed, b, a.batch_size, graph.node_count()),
+        })
+        .collect();
+    let hw = sagessd_emulator::HwConfig::cosmos_plus();
+    let mut out = Output::new(a.output.format());
+    out.text(format!(
+        "host model vs the Linux kernel: {} ({} of CSR); {} minibatches of {} targets, fanouts {:?}, seed {}; read_ahead_kb {read_ahead_kb} ({})\n",
+        spec.describe(),
+        human_bytes(csr_bytes),
+        a.batches,
+        a.batch_size,
+        a.fanouts,
+        a.seed,
+        ra_path.display(),
+    ));
+    out.text(format!(
+        "{:<7} {:>3} {:>11}   {:>29}   {:>27}   {:>23}\n",
+        "sampler",
+        "r",
+        "page cache",
+        "pages read: real · model · ×",
+        "major faults: real · model · ×",
+        "minor faults: real · model"
+    ));
+    let mut worst: f64 = 1.0;
+    let exe = std::env::current_exe()?;
+    for (name, mode) in &modes {
+        // The child's anonymous memory, learnt from each run for the next (the ratios run in
+        // the order given; the first one gets 256 MiB).
+        let mut anon_bytes = 256u64 << 20;
+        for &r in &a.ratios {
+            let cache_target = csr_bytes / u64::from(r);
+            let cg = MemoryCgroup::create(
+                &format!("sagessd-validate-{}", std::process::id()),
+                cache_target + anon_bytes,
+            )?;
+            cgroup::drop_caches()?;
+            let child = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(format!(
+                    "echo $$ > '{}' && exec \"$0\" \"$@\"",
+                    cg.procs().display()
+                ))
+                .arg(&exe)
+                .args(["sample", "--dataset"])
+                .arg(&dir)
+                .args(["--sampler", name, "--batches"])
+                .arg(a.batches.to_string())
+                .args(["--batch-size", &a.batch_size.to_string(), "--fanouts"])
+                .arg(crate::join_fanouts(&a.fanouts))
+                .args(["--seed", &a.seed.to_string(), "--format", "json"])
+                .output()?;
+            anyhow::ensure!(
+                child.status.success(),
+                "sagessd sample --sampler {name} failed: {}",
+                String::from_utf8_lossy(&child.stderr)
+            );
+            let (real, anon) = parse_sample(&child.stdout, *mode)?;
+            if let Some(anon) = anon {
+                // The next run's allowance: this run's, with 16 MiB to spare.
+                anon_bytes = anon + (16 << 20);
+            }
+            // The page cache the child had: what the cgroup still holds of it after the child is
+            // gone (a full cache stays full), or else the limit less its anonymous memory.
+            let limit = cache_target + anon_bytes;
+            let cache_bytes = cg
+                .stat("cache")
+                .filter(|&c| c > 0)
+                .unwrap_or_else(|| limit.saturating_sub(anon.unwrap_or(0)))
+                .max(4096)
+                / 4096
+                * 4096;
+            drop(cg);
+            let host = sagessd_emulator::host_stack::HostStackConfig {
+                page_cache_bytes: cache_bytes,
+                read_ahead_kb,
+                ..hw.host.clone()
+            };
+            let model =
+                host_check::modelled(&hw, Arc::clone(&graph), *mode, host, &a.fanouts, &requests)?;
+            let x = |real: u64, model: u64| host_check::ratio(real, model);
+            for q in [
+                x(real.pages_read, model.pages_read),
+                real.major_faults
+                    .zip(model.major_faults)
+                    .and_then(|(r, m)| x(r, m)),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                worst = if (q - 1.0).abs() > (worst - 1.0).abs() {
+                    q
+                } else {
+                    worst
+                };
+            }
+            let show = |q: Option<f64>| q.map_or("-".into(), |q| format!("{q:.3}"));
+            let faults = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+            out.text(format!(
+                "{:<7} {:>3} {:>11}   {:>11} · {:>9} · {:>5}   {:>9} · {:>9} · {:>5}   {:>9} · {:>9}\n",
+                name,
+                r,
+                if *mode == HostIoMode::Mmap {
+                    human_bytes(cache_bytes)
+                } else {
+                    "-".into()
+                },
+                real.pages_read,
+                model.pages_read,
+                show(x(real.pages_read, model.pages_read)),
+                faults(real.major_faults),
+                faults(model.major_faults),
+                show(real.major_faults.zip(model.major_faults).and_then(|(r, m)| x(r, m))),
+                faults(real.minor_faults),
+                faults(model.minor_faults),
+            ));
+            out.record(
+                Record::new("validate.host")
+                    .with("sampler", name.as_str())
+                    .with("ratio", r)
+                    .with("graph_bytes", csr_bytes)
+                    .with("page_cache_bytes", cache_bytes)
+                    .with("read_ahead_kb", read_ahead_kb)
+                    .with("real_pages_read", real.pages_read)
+                    .with("model_pages_read", model.pages_read)
+                    .with("real_reads", real.reads)
+                    .with("model_reads", model.reads)
+                    .with("real_major_faults", real.major_faults)
+                    .with("model_major_faults", model.major_faults)
+                    .with("real_minor_faults", real.minor_faults)
+                    .with("model_minor_faults", model.minor_faults)
+                    .with("timing", "counts"),
+            )?;
+        }
+    }
+    out.text(format!(
+        "real: the kernel's counts for `sagessd sample` in a memory cgroup (pages = /proc/PID/io read_bytes / 4 KiB for mmap, the sampler's O_DIRECT bytes otherwise); model: the host model on the emulated device, same minibatches, page cache and read_ahead_kb; largest deviation ×{worst:.3}\n"
+    ));
+    out.finish()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The real run's counts from `sagessd sample --format json`, and its anonymous memory.
+fn parse_sample(stdout: &[u8], mode: HostIoMode) -> anyhow::Result<(IoCounts, Option<u64>)> {
+    let text = String::from_utf8_lossy(stdout);
+    let mut counts = None;
+    let mut anon = None;
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        match v["record"].as_str() {
+            Some("sample.sampler") => {
+                let n = |k: &str| v[k].as_u64();
+                counts = Some(IoCounts {
+                    pages_read: n("bytes_read").unwrap_or(0) / 4096,
+                    reads: n("reads").unwrap_or(0),
+                    major_faults: (mode == HostIoMode::Mmap)
+                        .then(|| n("major_faults"))
+                        .flatten(),
+                    minor_faults: (mode == HostIoMode::Mmap)
+                        .then(|| n("minor_faults"))
+                        .flatten(),
+                });
+            }
+            Some("sample.memory") => anon = v["rss_anon_bytes"].as_u64(),
+            _ => {}
+        }
+    }
+    Ok((
+        counts.ok_or_else(|| anyhow::anyhow!("sagessd sample printed no sample.sampler record"))?,
+        anon,
+    ))
+}
