@@ -32,6 +32,7 @@ use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport, Trans
 
 use sagessd_emulator::Ssd;
 
+use crate::footprint::Footprint;
 use crate::graph::DegreeStats;
 use crate::graph_spec::{GraphSpec, WorkloadGraph};
 use crate::host_io::{HostIoMode, HostIoSampler, Request};
@@ -184,6 +185,8 @@ pub struct CompareReport {
     pub config: CompareConfig,
     /// The graph's degree statistics.
     pub graph: DegreeStats,
+    /// What the minibatches read of the graph's CSR (distinct pages).
+    pub footprint: Footprint,
     /// Where the graph lives on each device.
     pub descriptor: GraphDescriptor,
     /// What Identify reported.
@@ -427,6 +430,7 @@ struct Reference {
     requests: Vec<Request>,
     expected: Vec<SampledSubgraph>,
     stats: SamplerStats,
+    footprint: Footprint,
 }
 
 /// Generates the graph and samples every minibatch with the in-memory reference.
@@ -479,11 +483,23 @@ fn reference(
     events(Event::PhaseDone);
 
     let stats = reference.stats();
+    let pairs: Vec<(u64, Vec<u64>)> = requests
+        .iter()
+        .map(|r| (r.seed, r.targets.clone()))
+        .collect();
+    let footprint =
+        crate::footprint::measure(graph.host(), &pairs, &config.fanouts).map_err(|source| {
+            CompareError::Sample {
+                sampler: "the footprint of the reference's reads".into(),
+                source,
+            }
+        })?;
     Ok(Reference {
         graph,
         requests,
         stats,
         expected,
+        footprint,
     })
 }
 
@@ -499,6 +515,7 @@ pub fn run(
         requests,
         expected,
         stats: reference_stats,
+        footprint,
     } = reference(config, events)?;
     let checksum = expected
         .iter()
@@ -586,6 +603,7 @@ pub fn run(
     Ok(CompareReport {
         config: config.clone(),
         graph: graph.degree_stats(),
+        footprint,
         descriptor,
         device,
         reference: reference_stats,
@@ -814,9 +832,21 @@ impl CompareReport {
                 "evicted pages are read from NAND again"
             },
         ));
+        let f = &self.footprint;
         out.push_str(&format!(
-            "workload: {} minibatches × {} targets, fanouts {}, seed {}; each mode on its own freshly loaded device \
-             (same hardware description and WRITE sequence, controller page buffer emptied after the load); sampling phase only\n\n",
+            "memory regime: graph / host page cache r = {:.2}; a minibatch reads {:.0} distinct 4 KiB pages of the CSR ({}), {:.1} % of the page cache\n",
+            graph_bytes as f64 / host.page_cache_bytes.max(1) as f64,
+            f.pages_per_minibatch(),
+            human_bytes(f.bytes_per_minibatch() as u64),
+            100.0 * f.share_of(host.page_cache_bytes),
+        ));
+        let devices = if matches!(c.graph, GraphSpec::Synthetic(..)) {
+            "each mode on its own device booted holding the graph (its flash computes it; the controller page buffer cold)"
+        } else {
+            "each mode on its own freshly loaded device (same hardware description and WRITE sequence, controller page buffer emptied after the load)"
+        };
+        out.push_str(&format!(
+            "workload: {} minibatches × {} targets, fanouts {}, seed {}; {devices}; sampling phase only\n\n",
             c.batches,
             c.batch_size,
             join(&c.fanouts),

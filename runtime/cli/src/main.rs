@@ -315,6 +315,18 @@ fn compare_records(report: &compare::CompareReport) -> Vec<records::Record> {
             .with("graph_bytes", report.graph_bytes())
             .with("controller_buffer_bytes", buffer_bytes)
             .with("host_page_cache_bytes", c.hw.host.page_cache_bytes)
+            .with(
+                "graph_to_page_cache_ratio",
+                report.graph_bytes() as f64 / c.hw.host.page_cache_bytes.max(1) as f64,
+            )
+            .with(
+                "footprint_bytes_per_minibatch",
+                report.footprint.bytes_per_minibatch(),
+            )
+            .with(
+                "footprint_share_of_page_cache",
+                report.footprint.share_of(c.hw.host.page_cache_bytes),
+            )
             .with("minibatches", c.batches)
             .with("batch_size", c.batch_size)
             .with("fanouts", join_fanouts(&c.fanouts))
