@@ -207,6 +207,23 @@ pub fn minibatch_seed(seed: u64, batch: u32) -> u64 {
     mix(seed ^ mix(u64::from(batch) + 1))
 }
 
+/// The `batches` minibatches of a run with seed `seed` over a graph of `node_count` nodes: each
+/// one's [`minibatch_seed`] and [`minibatch_targets`]. Every command that samples "the run's
+/// minibatches" (compare, sample, validate, footprint, the experiments) draws them here.
+pub fn minibatch_requests(
+    seed: u64,
+    batches: u32,
+    batch_size: u32,
+    node_count: u64,
+) -> Vec<Request> {
+    (0..batches)
+        .map(|b| Request {
+            seed: minibatch_seed(seed, b),
+            targets: minibatch_targets(seed, b, batch_size, node_count),
+        })
+        .collect()
+}
+
 /// The targets of minibatch `batch`: `batch_size` nodes drawn from `0..node_count` with the run
 /// seed, distinct while the graph has enough nodes (then the distinct draw repeats cyclically).
 pub fn minibatch_targets(seed: u64, batch: u32, batch_size: u32, node_count: u64) -> Vec<u64> {
@@ -456,12 +473,7 @@ fn reference(
     if n == 0 {
         return Err(CompareError::Config("empty graph".into()));
     }
-    let requests: Vec<Request> = (0..config.batches)
-        .map(|b| Request {
-            seed: minibatch_seed(config.seed, b),
-            targets: minibatch_targets(config.seed, b, config.batch_size, n),
-        })
-        .collect();
+    let requests = minibatch_requests(config.seed, config.batches, config.batch_size, n);
 
     events(Event::Phase {
         name: "sampling (in-memory reference)",
@@ -483,12 +495,8 @@ fn reference(
     events(Event::PhaseDone);
 
     let stats = reference.stats();
-    let pairs: Vec<(u64, Vec<u64>)> = requests
-        .iter()
-        .map(|r| (r.seed, r.targets.clone()))
-        .collect();
     let footprint =
-        crate::footprint::measure(graph.host(), &pairs, &config.fanouts).map_err(|source| {
+        crate::footprint::measure(graph.host(), &requests, &config.fanouts).map_err(|source| {
             CompareError::Sample {
                 sampler: "the footprint of the reference's reads".into(),
                 source,
@@ -760,6 +768,53 @@ impl CompareReport {
         let isp = self.result(HostIoMode::Isp, workers)?;
         let t = isp.time_per_minibatch_ns();
         (t > 0.0).then(|| host.time_per_minibatch_ns() / t)
+    }
+
+    /// Adds `other`'s results to this report: the same comparison (graph, minibatches,
+    /// worker counts, hardware) run with another host page cache, whose modes do not read
+    /// through the page cache (everything but mmap). A page-cache sweep runs those modes once
+    /// and mmap at every size. Results stay workers-major in [`HostIoMode::ALL`] order.
+    pub fn merge_page_cache_free(&mut self, other: CompareReport) -> Result<(), CompareError> {
+        let refuse = |why: &str| Err(CompareError::Config(format!("cannot merge reports: {why}")));
+        let (a, b) = (&self.config, &other.config);
+        let mut b_hw = b.hw.clone();
+        b_hw.host.page_cache_bytes = a.hw.host.page_cache_bytes;
+        if (
+            &a.graph,
+            a.batches,
+            a.batch_size,
+            &a.fanouts,
+            a.seed,
+            &a.workers,
+        ) != (
+            &b.graph,
+            b.batches,
+            b.batch_size,
+            &b.fanouts,
+            b.seed,
+            &b.workers,
+        ) || a.hw != b_hw
+        {
+            return refuse("they compare different workloads or hardware");
+        }
+        if self.checksum != other.checksum || self.descriptor != other.descriptor {
+            return refuse("their reference samples or graph layouts differ");
+        }
+        if b.modes.contains(&HostIoMode::Mmap) {
+            return refuse(
+                "mmap reads through the page cache: its results belong to their own size",
+            );
+        }
+        if let Some(m) = b.modes.iter().find(|m| a.modes.contains(m)) {
+            return refuse(&format!("both ran {}", m.name()));
+        }
+        self.mismatch = self.mismatch.take().or(other.mismatch);
+        self.results.extend(other.results);
+        let order = |m: HostIoMode| HostIoMode::ALL.iter().position(|&x| x == m);
+        self.results.sort_by_key(|r| (r.workers, order(r.mode)));
+        self.config.modes.extend(other.config.modes);
+        self.config.modes.sort_by_key(|&m| order(m));
+        Ok(())
     }
 
     /// Bytes of the graph on the device (its `indptr` and `indices` blocks).
@@ -1038,6 +1093,47 @@ mod tests {
         // The dense path (more than half the nodes).
         let c = minibatch_targets(3, 2, 60, 100);
         assert_eq!(c.iter().collect::<HashSet<_>>().len(), 60);
+    }
+
+    #[test]
+    fn only_mmap_reads_through_the_page_cache_and_sweeps_merge() {
+        let with_cache = |bytes: u64, modes: Vec<HostIoMode>| {
+            let mut c = small();
+            c.hw.host.page_cache_bytes = bytes;
+            c.modes = modes;
+            run(&c, None, &mut |_| {}).unwrap()
+        };
+        use HostIoMode::{Async, Direct, Isp, Memory, Mmap};
+        let free = vec![Memory, Direct, Async, Isp];
+        // The modes that bypass the page cache do not notice its size (a tiny cache against
+        // one holding the graph); mmap does.
+        let tiny = with_cache(8192, free.clone());
+        let large = with_cache(64 << 20, free.clone());
+        assert_eq!(tiny.results, large.results);
+        let mmap_tiny = with_cache(8192, vec![Mmap]);
+        let mmap_large = with_cache(64 << 20, vec![Mmap]);
+        assert_ne!(mmap_tiny.results, mmap_large.results);
+        // mmap at the tiny cache plus the rest from the large one is the full run at the tiny one.
+        let mut merged = mmap_tiny.clone();
+        merged.merge_page_cache_free(large.clone()).unwrap();
+        let full = with_cache(8192, HostIoMode::ALL.to_vec());
+        assert_eq!(merged.results, full.results);
+        assert_eq!(merged.config, full.config);
+        assert_eq!(merged.render(), full.render());
+        // What cannot be merged is refused: mmap from another size, a mode twice, another
+        // workload.
+        let mut m = mmap_tiny.clone();
+        assert!(m.merge_page_cache_free(mmap_large).is_err());
+        let mut m = merged.clone();
+        assert!(m.merge_page_cache_free(large.clone()).is_err());
+        let mut other = small();
+        other.seed += 1;
+        other.modes = free;
+        let mut m = mmap_tiny;
+        assert!(
+            m.merge_page_cache_free(run(&other, None, &mut |_| {}).unwrap())
+                .is_err()
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 
+use crate::host_io::Request;
 use crate::sampler::{EdgeRange, HostGraph, NeighbourSource, SamplerError, SubgraphBuilder};
 
 /// Bytes of a page.
@@ -93,15 +94,15 @@ impl<S: NeighbourSource> NeighbourSource for Recorder<'_, S> {
     }
 }
 
-/// The footprint of sampling `requests` (seed, targets) with `fanouts` from `graph`.
+/// The footprint of sampling `requests` with `fanouts` from `graph`.
 pub fn measure(
     graph: HostGraph<'_>,
-    requests: &[(u64, Vec<u64>)],
+    requests: &[Request],
     fanouts: &[u16],
 ) -> Result<Footprint, SamplerError> {
     let mut f = Footprint::default();
     let (mut run_indptr, mut run_indices) = (HashSet::new(), HashSet::new());
-    for (seed, targets) in requests {
+    for Request { seed, targets } in requests {
         let (mut indptr, mut indices) = (HashSet::new(), HashSet::new());
         let mut b = SubgraphBuilder::new(graph.node_count(), *seed, fanouts, targets)?;
         let mut recorder = Recorder {
@@ -138,11 +139,33 @@ mod tests {
         let edges: Vec<(u32, u32)> = (0..2000).map(|_| (0, 1)).collect();
         let g = CsrGraph::from_edges(600, &edges).unwrap();
         // One layer, fanout 1024 of node 0's 2,000: indptr page 0, indices pages 0 and 1.
-        let f = measure(HostGraph::Csr(&g), &[(1, vec![0])], &[1024]).unwrap();
+        let f = measure(
+            HostGraph::Csr(&g),
+            &[Request {
+                seed: 1,
+                targets: vec![0],
+            }],
+            &[1024],
+        )
+        .unwrap();
         assert_eq!((f.indptr_pages, f.indices_pages, f.dst_nodes), (1, 2, 1));
         assert_eq!(f.list_pages, 2);
         // Node 599's indptr entries (bytes 4792..4808) sit on page 1.
-        let f = measure(HostGraph::Csr(&g), &[(1, vec![599]), (2, vec![0])], &[1]).unwrap();
+        let f = measure(
+            HostGraph::Csr(&g),
+            &[
+                Request {
+                    seed: 1,
+                    targets: vec![599],
+                },
+                Request {
+                    seed: 2,
+                    targets: vec![0],
+                },
+            ],
+            &[1],
+        )
+        .unwrap();
         assert_eq!(f.indptr_pages, 2, "page 1 for node 599, page 0 for node 0");
         assert_eq!(
             f.indices_pages, 1,

@@ -67,7 +67,7 @@ pub fn ratio(real: u64, modelled: u64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::{minibatch_seed, minibatch_targets};
+    use crate::compare::minibatch_requests;
     use sagessd_emulator::synthetic_graph::SyntheticSpec;
 
     /// The model's counts are its statistics: a direct run reads whole blocks of what it needs,
@@ -76,12 +76,7 @@ mod tests {
     fn modelled_counts_come_from_the_host_model() {
         let hw = HwConfig::cosmos_plus();
         let g = Arc::new(SyntheticGraph::new(SyntheticSpec::cnr_2000_like(50_000, 1)).unwrap());
-        let requests: Vec<Request> = (0..2)
-            .map(|b| Request {
-                seed: minibatch_seed(1, b),
-                targets: minibatch_targets(1, b, 64, g.node_count()),
-            })
-            .collect();
+        let requests = minibatch_requests(1, 2, 64, g.node_count());
         let csr_pages = (g.indptr_bytes() + g.indices_bytes()).div_ceil(PAGE_SIZE_BYTES);
         let host = HostStackConfig {
             page_cache_bytes: 1 << 30,

@@ -34,18 +34,8 @@ pub(crate) struct DatasetFootprintArgs {
     /// synthetic:NODES[,seed=S][,local-bins=B][,profile=FILE], papers100m, or a dataset folder.
     #[arg(long = "graph", required = true)]
     graphs: Vec<String>,
-    /// Minibatches.
-    #[arg(long, default_value_t = 16)]
-    batches: u32,
-    /// Targets per minibatch.
-    #[arg(long, default_value_t = 1024)]
-    batch_size: u32,
-    /// Fanout per layer, hop order, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "25,10")]
-    fanouts: Vec<u16>,
-    /// Seed of target selection and of the sampling function.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    workload: crate::workload_args::WorkloadArgs,
 }
 
 /// Flags of `dataset profile`.
@@ -270,12 +260,12 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
 
 /// `dataset footprint`: one row per graph.
 fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
+    use sagessd_runtime::compare::human_bytes;
     use sagessd_runtime::footprint;
     use sagessd_runtime::graph_spec::GraphSpec;
     println!(
-        "{} minibatches of {} targets, fanouts {:?}, seed {}; pages of 4 KiB of the on-device CSR (8-byte indptr, 4-byte indices)",
-        a.batches, a.batch_size, a.fanouts, a.seed
+        "{}; pages of 4 KiB of the on-device CSR (8-byte indptr, 4-byte indices)",
+        a.workload.describe()
     );
     println!(
         "{:<60} {:>11} {:>13} {:>10} {:>10} {:>12} {:>11} {:>10} {:>10}",
@@ -293,21 +283,14 @@ fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
         let spec = GraphSpec::parse(word).map_err(anyhow::Error::msg)?;
         let graph = spec.build().map_err(|e| anyhow::anyhow!("{word}: {e}"))?;
         let host = graph.host();
-        let requests: Vec<(u64, Vec<u64>)> = (0..a.batches)
-            .map(|b| {
-                (
-                    minibatch_seed(a.seed, b),
-                    minibatch_targets(a.seed, b, a.batch_size, host.node_count()),
-                )
-            })
-            .collect();
-        let f = footprint::measure(host, &requests, &a.fanouts)?;
+        let requests = a.workload.requests(host.node_count());
+        let f = footprint::measure(host, &requests, &a.workload.fanouts)?;
         println!(
             "{:>11} {:>13} {:>10} {:>8.0} {:>9.0} {:>7.2} {:>9.3} {:>7.3}  {}",
             host.node_count(),
             host.edge_count(),
             human_bytes(graph.csr_bytes()),
-            f.dst_nodes as f64 / f64::from(a.batches.max(1)),
+            f.dst_nodes as f64 / f64::from(a.workload.batches.max(1)),
             f.pages_per_minibatch(),
             f.bytes_per_minibatch() / f64::from(1 << 20),
             f.pages_per_node(),

@@ -34,6 +34,7 @@ mod storage;
 #[cfg(feature = "train")]
 mod train;
 mod validate;
+mod workload_args;
 
 /// sagessd: GNN neighbour sampling inside an (emulated) computational SSD.
 #[derive(Debug, Parser)]
@@ -297,8 +298,6 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
 fn compare_records(report: &compare::CompareReport) -> Vec<records::Record> {
     use records::Record;
     let c = &report.config;
-    let buffer_bytes =
-        u64::from(c.hw.firmware.page_buffer_pages) * u64::from(c.hw.nand.page_size_bytes);
     let mut rows: Vec<Record> = report
         .results
         .iter()
@@ -308,34 +307,49 @@ fn compare_records(report: &compare::CompareReport) -> Vec<records::Record> {
         })
         .collect();
     rows.push(
-        Record::new("compare.summary")
-            .with("device", c.hw.device.name.as_str())
-            .with("graph_nodes", report.graph.node_count)
-            .with("graph_edges", report.graph.edge_count)
-            .with("graph_bytes", report.graph_bytes())
-            .with("controller_buffer_bytes", buffer_bytes)
-            .with("host_page_cache_bytes", c.hw.host.page_cache_bytes)
-            .with(
-                "graph_to_page_cache_ratio",
-                report.graph_bytes() as f64 / c.hw.host.page_cache_bytes.max(1) as f64,
-            )
-            .with(
-                "footprint_bytes_per_minibatch",
-                report.footprint.bytes_per_minibatch(),
-            )
-            .with(
-                "footprint_share_of_page_cache",
-                report.footprint.share_of(c.hw.host.page_cache_bytes),
-            )
-            .with("minibatches", c.batches)
-            .with("batch_size", c.batch_size)
-            .with("fanouts", join_fanouts(&c.fanouts))
-            .with("seed", c.seed)
-            .with("checksum", format!("{:#018x}", report.checksum))
-            .with("samples_identical", report.identical())
-            .with("timing", "modelled"),
+        regime_fields(
+            Record::new("compare.summary")
+                .with("device", c.hw.device.name.as_str())
+                .with("graph_nodes", report.graph.node_count)
+                .with("graph_edges", report.graph.edge_count),
+            report,
+        )
+        .with("minibatches", c.batches)
+        .with("batch_size", c.batch_size)
+        .with("fanouts", join_fanouts(&c.fanouts))
+        .with("seed", c.seed)
+        .with("checksum", format!("{:#018x}", report.checksum))
+        .with("samples_identical", report.identical())
+        .with("timing", "modelled"),
     );
     rows
+}
+
+/// `head` with the memory regime of a comparison: the graph's size, the controller's page buffer,
+/// the host page cache, r = graph / page cache, and the minibatch footprint (distinct CSR bytes)
+/// as a share of the page cache. Every row of `compare` and the experiments states them.
+pub(crate) fn regime_fields(
+    head: records::Record,
+    report: &compare::CompareReport,
+) -> records::Record {
+    let hw = &report.config.hw;
+    let buffer_bytes =
+        u64::from(hw.firmware.page_buffer_pages) * u64::from(hw.nand.page_size_bytes);
+    head.with("graph_bytes", report.graph_bytes())
+        .with("controller_buffer_bytes", buffer_bytes)
+        .with("host_page_cache_bytes", hw.host.page_cache_bytes)
+        .with(
+            "graph_to_page_cache_ratio",
+            report.graph_bytes() as f64 / hw.host.page_cache_bytes.max(1) as f64,
+        )
+        .with(
+            "footprint_bytes_per_minibatch",
+            report.footprint.bytes_per_minibatch(),
+        )
+        .with(
+            "footprint_share_of_page_cache",
+            report.footprint.share_of(hw.host.page_cache_bytes),
+        )
 }
 
 /// `head` with one mode's modelled figures (`compare.mode` and the experiments' rows).

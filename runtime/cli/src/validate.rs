@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use sagessd_runtime::cgroup::{self, MemoryCgroup, ReadAheadGuard};
-use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
+use sagessd_runtime::compare::human_bytes;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
 use sagessd_runtime::host_check::{self, IoCounts};
-use sagessd_runtime::host_io::{HostIoMode, Request};
+use sagessd_runtime::host_io::HostIoMode;
 
 use crate::records::{FormatArgs, Output, Record};
+use crate::workload_args::WorkloadArgs;
 
 /// The `validate` subcommands.
 #[derive(Debug, Subcommand)]
@@ -43,18 +44,8 @@ pub(crate) struct HostArgs {
     /// Samplers: mmap, direct, uring.
     #[arg(long, value_delimiter = ',', default_value = "mmap,direct,uring")]
     samplers: Vec<String>,
-    /// Minibatches.
-    #[arg(long, default_value_t = 16)]
-    batches: u32,
-    /// Targets per minibatch.
-    #[arg(long, default_value_t = 1024)]
-    batch_size: u32,
-    /// Fanouts in hop order.
-    #[arg(long, value_delimiter = ',', default_value = "25,10")]
-    fanouts: Vec<u16>,
-    /// Seed of targets and sampling.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    workload: WorkloadArgs,
     /// The disk's read_ahead_kb for the runs (set, then restored); default: as it is.
     #[arg(long)]
     read_ahead_kb: Option<u32>,
@@ -104,22 +95,15 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let read_ahead_kb = cgroup::read_ahead_kb(&ra_path)?;
     let csr_bytes = graph.indptr_bytes() + graph.indices_bytes();
-    let requests: Vec<Request> = (0..a.batches)
-        .map(|b| Request {
-            seed: minibatch_seed(a.seed, b),
-            targets: minibatch_targets(a.seed, b, a.batch_size, graph.node_count()),
-        })
-        .collect();
+    let w = &a.workload;
+    let requests = w.requests(graph.node_count());
     let hw = sagessd_emulator::HwConfig::cosmos_plus();
     let mut out = Output::new(a.output.format());
     out.text(format!(
-        "host model vs the Linux kernel: {} ({} of CSR); {} minibatches of {} targets, fanouts {:?}, seed {}; read_ahead_kb {read_ahead_kb} ({})\n",
+        "host model vs the Linux kernel: {} ({} of CSR); {}; read_ahead_kb {read_ahead_kb} ({})\n",
         spec.describe(),
         human_bytes(csr_bytes),
-        a.batches,
-        a.batch_size,
-        a.fanouts,
-        a.seed,
+        w.describe(),
         ra_path.display(),
     ));
     out.text(format!(
@@ -154,10 +138,10 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 .args(["sample", "--dataset"])
                 .arg(&dir)
                 .args(["--sampler", name, "--batches"])
-                .arg(a.batches.to_string())
-                .args(["--batch-size", &a.batch_size.to_string(), "--fanouts"])
-                .arg(crate::join_fanouts(&a.fanouts))
-                .args(["--seed", &a.seed.to_string(), "--format", "json"])
+                .arg(w.batches.to_string())
+                .args(["--batch-size", &w.batch_size.to_string(), "--fanouts"])
+                .arg(crate::join_fanouts(&w.fanouts))
+                .args(["--seed", &w.seed.to_string(), "--format", "json"])
                 .output()?;
             anyhow::ensure!(
                 child.status.success(),
@@ -186,7 +170,7 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 ..hw.host.clone()
             };
             let model =
-                host_check::modelled(&hw, Arc::clone(&graph), *mode, host, &a.fanouts, &requests)?;
+                host_check::modelled(&hw, Arc::clone(&graph), *mode, host, &w.fanouts, &requests)?;
             let x = |real: u64, model: u64| host_check::ratio(real, model);
             for q in [
                 x(real.pages_read, model.pages_read),

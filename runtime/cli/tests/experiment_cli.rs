@@ -144,20 +144,63 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
     let svg14 = std::fs::read_to_string(dir.join("fig14_cosmos-plus.svg")).unwrap();
     assert!(svg14.contains("paper"), "Fig. 14 draws the paper's values");
     let fig14 = rows(&dir.join("fig14_one_worker.csv"));
-    let designs: Vec<&str> = fig14.iter().map(|r| r["design"].as_str()).collect();
-    assert_eq!(designs, ["SSD(mmap)", "SmartSAGE(SW)", "SmartSAGE(HW/SW)"]);
+    let designs: Vec<(&str, &str)> = fig14
+        .iter()
+        .map(|r| (r["r"].as_str(), r["design"].as_str()))
+        .collect();
+    assert_eq!(
+        designs,
+        [
+            ("1", "SSD(mmap)"),
+            ("1", "SmartSAGE(SW)"),
+            ("1", "SmartSAGE(HW/SW)"),
+            ("8", "SSD(mmap)"),
+            ("8", "SmartSAGE(SW)"),
+            ("8", "SmartSAGE(HW/SW)"),
+        ]
+    );
     for col in [
-        "graph_to_memory_ratio",
+        "r",
+        "graph_bytes",
         "host_page_cache_bytes",
         "controller_buffer_bytes",
+        "graph_to_page_cache_ratio",
+        "footprint_share_of_page_cache",
         "time_per_minibatch_ns",
         "speedup_vs_mmap",
         "nand_pages_read",
     ] {
         assert!(fig14[0].contains_key(col), "fig14 lacks {col}");
     }
+    // Fixed hardware: the controller's page buffer is the description's 16 MiB at every r;
+    // only the host page cache is graph / r, and the footprint's share follows it.
+    let num = |r: &BTreeMap<String, String>, c: &str| -> f64 { r[c].parse().unwrap() };
+    for row in &fig14 {
+        assert_eq!(row["controller_buffer_bytes"], (16u64 << 20).to_string());
+        let (graph, cache, r) = (
+            num(row, "graph_bytes"),
+            num(row, "host_page_cache_bytes"),
+            num(row, "r"),
+        );
+        assert!(graph > 16.0 * 1024.0 * 1024.0, "larger than the buffer");
+        assert!((graph / r - cache).abs() < 4096.0, "{row:?}");
+        let footprint = num(row, "footprint_bytes_per_minibatch");
+        assert!((num(row, "footprint_share_of_page_cache") - footprint / cache).abs() < 1e-9);
+    }
+    // Direct I/O and ISP do not read through the page cache: their rows repeat at every r;
+    // mmap's do not.
+    let at = |r: &str, d: &str| {
+        fig14
+            .iter()
+            .find(|x| x["r"] == r && x["design"] == d)
+            .unwrap()["time_per_minibatch_ns"]
+            .clone()
+    };
+    assert_eq!(at("1", "SmartSAGE(SW)"), at("8", "SmartSAGE(SW)"));
+    assert_eq!(at("1", "SmartSAGE(HW/SW)"), at("8", "SmartSAGE(HW/SW)"));
+    assert_ne!(at("1", "SSD(mmap)"), at("8", "SSD(mmap)"));
     let fig16 = rows(&dir.join("fig16_workers.csv"));
-    assert_eq!(fig16.len(), 6, "3 designs × 2 worker counts");
+    assert_eq!(fig16.len(), 12, "2 ratios × 3 designs × 2 worker counts");
     // Fig. 15: the whole minibatch in one NS_config is Fig. 14's in-storage run; a finer
     // granularity pays more commands (and resamples nodes shared between its NS_configs).
     let fig15 = rows(&dir.join("fig15_coalescing.csv"));
@@ -244,64 +287,68 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         let vs: f64 = r["speedup_vs_mmap"].parse().unwrap();
         assert!((vs - epoch("SSD(mmap)") / e).abs() < 1e-9, "{r:?}");
     }
-    assert_eq!(rows(&dir.join("fig17_hwsw_over_sw.csv")).len(), 2);
+    assert_eq!(rows(&dir.join("fig17_hwsw_over_sw.csv")).len(), 4);
 
-    // The report's "ours" column is what the CSV says: one memory ratio, so the mean speedups
-    // are the rows' own.
+    // The report's "ours" columns are what the CSVs say: sampling at each r (a mean or maximum
+    // at one r is that r's value), end to end at the training runs' one ratio.
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     for section in [
-        "### Paper · ours · ratio",
+        "### Paper · ours · ratio: sampling (Figs. 14, 16)",
+        "### Paper · ours · ratio: end to end (Figs. 6, 18)",
         "### Fig. 14 and Fig. 16: time per minibatch",
         "### Fig. 17: SmartSAGE(HW/SW) over SmartSAGE(SW)",
         "### Fig. 15: coalescing granularity",
         "### Figs. 6, 7, 18: end-to-end training",
         "sagessd train --dataset",
-        "graph-to-memory ratio",
+        "| r | graph on the device | host page cache | a minibatch's distinct CSR pages | share of the page cache |",
         "**Every number is modelled**",
     ] {
         assert!(report.contains(section), "report lacks {section:?}");
     }
-    // Every paper value has ours beside it, recomputed here from the CSVs' times: one memory
-    // ratio, so a mean or maximum over ratios is that ratio's value.
-    let time = |rows: &[BTreeMap<String, String>], design: &str, workers: &str| -> f64 {
+    let time = |rows: &[BTreeMap<String, String>], r: &str, design: &str, workers: &str| -> f64 {
         rows.iter()
-            .find(|r| r["design"] == design && r["workers"] == workers)
-            .unwrap_or_else(|| panic!("no row {design} × {workers}"))["time_per_minibatch_ns"]
+            .find(|x| x["r"] == r && x["design"] == design && x["workers"] == workers)
+            .unwrap_or_else(|| panic!("no row {design} × {workers} at r = {r}"))
+            ["time_per_minibatch_ns"]
             .parse()
             .unwrap()
     };
     let (mmap, sw, hwsw) = ("SSD(mmap)", "SmartSAGE(SW)", "SmartSAGE(HW/SW)");
-    let one = |d| time(&fig14, d, "1");
-    let two = |d| time(&fig16, d, "2");
-    let want = [
-        (
-            "SmartSAGE(SW) (direct I/O) over mmap, one worker, average",
-            one(mmap) / one(sw),
-        ),
-        (
-            "SmartSAGE(HW/SW) (ISP) over mmap, one worker, average",
-            one(mmap) / one(hwsw),
-        ),
-        (
-            "SmartSAGE(HW/SW) over mmap, one worker, maximum",
-            one(mmap) / one(hwsw),
-        ),
-        (
-            "SmartSAGE(HW/SW) over SmartSAGE(SW), one worker, average",
-            one(sw) / one(hwsw),
-        ),
-        (
-            "SmartSAGE(HW/SW) over SmartSAGE(SW), one worker, maximum",
-            one(sw) / one(hwsw),
-        ),
-        (
-            "SmartSAGE(HW/SW) over mmap, several workers, average",
-            two(mmap) / two(hwsw),
-        ),
-        (
-            "SmartSAGE(HW/SW) over mmap, several workers, maximum",
-            two(mmap) / two(hwsw),
-        ),
+    let sampling: Vec<(&str, Box<dyn Fn(&str) -> f64>)> = {
+        let one = |r: &str, d| time(&fig14, r, d, "1");
+        let two = |r: &str, d| time(&fig16, r, d, "2");
+        vec![
+            (
+                "SmartSAGE(SW) (direct I/O) over mmap, one worker, average",
+                Box::new(move |r| one(r, mmap) / one(r, sw)),
+            ),
+            (
+                "SmartSAGE(HW/SW) (ISP) over mmap, one worker, average",
+                Box::new(move |r| one(r, mmap) / one(r, hwsw)),
+            ),
+            (
+                "SmartSAGE(HW/SW) over mmap, one worker, maximum",
+                Box::new(move |r| one(r, mmap) / one(r, hwsw)),
+            ),
+            (
+                "SmartSAGE(HW/SW) over SmartSAGE(SW), one worker, average",
+                Box::new(move |r| one(r, sw) / one(r, hwsw)),
+            ),
+            (
+                "SmartSAGE(HW/SW) over SmartSAGE(SW), one worker, maximum",
+                Box::new(move |r| one(r, sw) / one(r, hwsw)),
+            ),
+            (
+                "SmartSAGE(HW/SW) over mmap, several workers, average",
+                Box::new(move |r| two(r, mmap) / two(r, hwsw)),
+            ),
+            (
+                "SmartSAGE(HW/SW) over mmap, several workers, maximum",
+                Box::new(move |r| two(r, mmap) / two(r, hwsw)),
+            ),
+        ]
+    };
+    let end_to_end = [
         (
             "slowdown of SSD(mmap) against in-memory processing, average",
             epoch(mmap) / epoch("DRAM-only"),
@@ -331,20 +378,37 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         .lines()
         .filter(|l| l.starts_with("| SmartSAGE Fig."))
         .collect();
-    assert_eq!(table.len(), want.len(), "one row per paper value");
-    for (quantity, value) in want {
+    assert_eq!(
+        table.len(),
+        sampling.len() + end_to_end.len(),
+        "one row per paper value"
+    );
+    let row = |quantity: &str| -> Vec<String> {
         let line = table
             .iter()
             .find(|l| l.contains(quantity))
             .unwrap_or_else(|| panic!("no row {quantity:?}"));
-        let ours = line.split('|').nth(4).unwrap().trim();
-        assert_eq!(ours, format!("{value:.2}×"), "{quantity}");
+        line.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    let cell = |v: f64, paper: &str| -> String {
+        let paper: f64 = paper.trim_end_matches('×').parse().unwrap();
+        format!("{v:.2}× ({:.2})", v / paper)
+    };
+    for (quantity, value) in &sampling {
+        let cells = row(quantity);
+        // | figure | quantity | paper | r = 1 | r = 8 | within |
+        assert_eq!(cells[4], cell(value("1"), &cells[3]), "{quantity} at r = 1");
+        assert_eq!(cells[5], cell(value("8"), &cells[3]), "{quantity} at r = 8");
+    }
+    for (quantity, value) in end_to_end {
+        let cells = row(quantity);
+        assert_eq!(cells[4], cell(value, &cells[3]), "{quantity}");
     }
     // Fig. 17 is ISP over direct I/O, per worker count, as Fig. 16's times give it.
     for r in rows(&dir.join("fig17_hwsw_over_sw.csv")) {
         let w = r["workers"].as_str();
         let got: f64 = r["hwsw_speedup_vs_sw"].parse().unwrap();
-        let t = |d| time(&fig16, d, w);
+        let t = |d| time(&fig16, &r["r"], d, w);
         assert!((got - t(sw) / t(hwsw)).abs() < 1e-9, "{r:?}");
     }
     let _ = std::fs::remove_dir_all(&a);

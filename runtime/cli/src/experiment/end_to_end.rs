@@ -493,6 +493,25 @@ impl Section {
     pub(crate) fn ours(&self, key: &str) -> Option<f64> {
         ours(&self.points, key)
     }
+
+    /// Our value of one of the paper's keys at one memory ratio alone.
+    pub(crate) fn ours_at(&self, key: &str, ratio: u32) -> Option<f64> {
+        let at: Vec<Point> = self
+            .points
+            .iter()
+            .filter(|p| p.ratio == ratio)
+            .cloned()
+            .collect();
+        ours(&at, key)
+    }
+
+    /// The memory ratios the section ran, ascending.
+    pub(crate) fn ratios(&self) -> Vec<u32> {
+        let mut r: Vec<u32> = self.points.iter().map(|p| p.ratio).collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    }
 }
 
 /// Runs the end-to-end designs on `hw` (the oracle on the built-in Newport-class description)

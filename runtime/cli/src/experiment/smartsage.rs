@@ -2,82 +2,88 @@
 //! (SmartSAGE(SW)) and in-storage sampling (SmartSAGE(HW/SW)) (Fig. 14), ISP as the minibatch is
 //! split over more NS_configs (Fig. 15), the same with 1…N workers contending for the device
 //! (Fig. 16), and ISP's speedup over direct I/O as workers are added (Fig. 17); each at several
-//! ratios of graph size to memory, since the seed's graphs are many times larger than host
-//! memory.
+//! ratios r of graph size to host page cache, since the seed's graphs are many times larger than
+//! host memory.
 //!
-//! The regime is made by scaling memory down, not the graph up: at ratio r, the host page cache
-//! and the controller's page buffer each hold 1/r of the graph's bytes. Every figure is modelled
-//! (virtual time of the hardware description), so two runs write byte-identical CSVs.
+//! The regime is the seeds' own: a graph of ogbn-papers100M's size (`papers100m`, 7.79 GiB of
+//! CSR that the emulated flash computes) on the hardware description's own controller (its DRAM,
+//! page buffer and ISP window, never scaled), with only the host page cache varying: graph/r.
+//! Direct I/O and in-storage sampling do not read through the page cache, so they run once per
+//! worker count and their rows repeat at every r; mmap runs at every r
+//! ([`CompareReport::merge_page_cache_free`] checks that the runs compare the same thing).
+//! Every figure is modelled (virtual time of the hardware description), so two runs write
+//! byte-identical CSVs.
 
 use sagessd_emulator::HwConfig;
 use sagessd_runtime::compare::{self, CompareConfig, CompareReport, ModeResult};
 use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
-use sagessd_runtime::rmat::RmatParams;
 
 use super::paper;
 use super::plot::{Figure, Series};
 use crate::records::Record;
 
-/// The sweep: workload size, memory ratios and worker counts.
+/// The sweep: the graph, the minibatches, the page-cache ratios and worker counts.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Sweep {
-    /// The graph and the minibatches.
-    pub workload: super::Workload,
-    /// Graph bytes over memory bytes.
+    /// The graph on the device.
+    pub graph: GraphSpec,
+    /// Minibatches of one design point.
+    pub batches: u32,
+    /// Targets per minibatch.
+    pub batch_size: u32,
+    /// Fanouts, hop order.
+    pub fanouts: Vec<u16>,
+    /// Graph bytes over host page-cache bytes.
     pub ratios: Vec<u32>,
     /// Host worker counts (those above the device's sampling slots are left out).
     pub workers: Vec<usize>,
     /// Fig. 15: targets per NS_config, from the whole minibatch down (each must divide the
     /// batch size).
     pub targets_per_config: Vec<u32>,
-    /// Fig. 15's memory ratio (one of `ratios`).
+    /// Fig. 15's ratio, for its mmap baseline (one of `ratios`).
     pub coalescing_ratio: u32,
 }
 
 impl Sweep {
-    /// The full sweep.
+    /// The full sweep: papers100M's size, SmartSAGE's minibatches (1,024 targets, fanouts
+    /// 25,10), r = 1 to 16.
     pub(crate) fn full() -> Self {
         Self {
-            workload: super::Workload {
-                scale: 16,
-                batches: 8,
-                batch_size: 1024,
-                fanouts: vec![25, 10],
-            },
-            ratios: vec![1, 4, 16],
-            workers: vec![1, 2, 4, 8],
+            graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
+            batches: 16,
+            batch_size: 1024,
+            fanouts: vec![25, 10],
+            ratios: vec![1, 2, 4, 8, 16],
+            workers: vec![1, 2, 4],
             targets_per_config: vec![1024, 256, 64, 16, 4, 1],
-            coalescing_ratio: 4,
+            coalescing_ratio: 8,
         }
     }
 
-    /// The reduced sweep the test suite runs (every output, small numbers).
+    /// The reduced sweep the test suite runs (every output, small numbers): a synthetic graph
+    /// of 400,000 nodes (about 28 MiB, larger than the controller's page buffer).
     pub(crate) fn quick() -> Self {
         Self {
-            workload: super::Workload {
-                scale: 11,
-                batches: 2,
-                batch_size: 256,
-                fanouts: vec![25, 10],
-            },
-            ratios: vec![4],
+            graph: GraphSpec::parse("synthetic:400000").expect("a valid graph word"),
+            batches: 2,
+            batch_size: 256,
+            fanouts: vec![25, 10],
+            ratios: vec![1, 8],
             workers: vec![1, 2],
             targets_per_config: vec![256, 16],
-            coalescing_ratio: 4,
+            coalescing_ratio: 8,
         }
     }
 }
 
-/// One device at one memory ratio: what the comparison measured.
+/// One device at one page-cache ratio: what the comparison measured.
 pub(crate) struct Point {
     /// The device's name.
     pub device: String,
-    /// Graph bytes over memory bytes.
+    /// Graph bytes over host page-cache bytes.
     pub ratio: u32,
-    /// The host page cache and the controller page buffer, bytes.
-    pub memory_bytes: (u64, u64),
-    /// The comparison.
+    /// The comparison (its hardware's `host.page_cache_bytes` is this ratio's page cache).
     pub report: CompareReport,
     /// Fig. 15, at the coalescing ratio only: for each targets-per-NS_config, in-storage
     /// sampling's modelled time per whole minibatch (one worker).
@@ -98,73 +104,100 @@ impl Point {
     }
 }
 
-/// `hw` with the host page cache and the controller page buffer each holding `1/ratio` of
-/// `graph_bytes` (within the firmware's page-buffer limits: a multiple of 8 pages, 16 to 32,768).
-pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
+/// `hw` with the host page cache holding `1/ratio` of `graph_bytes` (whole 4 KiB pages); the
+/// controller is the description's own.
+pub(crate) fn with_page_cache(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
     let mut hw = hw.clone();
     let bytes = graph_bytes / u64::from(ratio.max(1));
     hw.host.page_cache_bytes = (bytes / 4096).max(1) * 4096;
+    hw
+}
+
+/// The page cache and the controller page buffer each holding `1/ratio` of `graph_bytes` (the
+/// buffer within the firmware's limits: a multiple of 8 pages, 16 to 32,768): the scaled-down
+/// regime the end-to-end runs still use on their small graph.
+pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
+    let mut hw = with_page_cache(hw, graph_bytes, ratio);
     let page = u64::from(hw.nand.page_size_bytes);
-    let pages = bytes.div_ceil(page).next_multiple_of(8).clamp(16, 32_768);
+    let pages = (graph_bytes / u64::from(ratio.max(1)))
+        .div_ceil(page)
+        .next_multiple_of(8)
+        .clamp(16, 32_768);
     hw.firmware.page_buffer_pages = pages as u32;
     hw
 }
 
-/// Runs the sweep on `hw`: a first small run finds the graph's size on the device, then one
-/// comparison (mmap, direct, ISP × every worker count) per memory ratio.
+/// Runs the sweep on `hw`: direct I/O and in-storage sampling once (every worker count), then
+/// mmap at each ratio's page cache, merged into one comparison per ratio.
 pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     let config =
         |hw: HwConfig, batches: u32, modes: Vec<HostIoMode>, workers: Vec<usize>| CompareConfig {
-            graph: GraphSpec::Rmat(RmatParams::graph500(sweep.workload.scale, 8, 1)),
+            graph: sweep.graph.clone(),
             batches,
-            batch_size: sweep.workload.batch_size,
-            fanouts: sweep.workload.fanouts.clone(),
+            batch_size: sweep.batch_size,
+            fanouts: sweep.fanouts.clone(),
             seed: 1,
             hw,
             modes,
             workers,
         };
-    let probe = compare::run(
-        &config(hw.clone(), 1, vec![HostIoMode::Isp], vec![1]),
-        None,
-        &mut |_| {},
-    )?;
-    let graph_bytes = probe.graph_bytes();
-    let mut points = Vec::new();
-    for &ratio in &sweep.ratios {
-        let scaled = with_memory(hw, graph_bytes, ratio);
-        let memory_bytes = (
-            scaled.host.page_cache_bytes,
-            u64::from(scaled.firmware.page_buffer_pages) * u64::from(scaled.nand.page_size_bytes),
-        );
-        let modes = vec![HostIoMode::Mmap, HostIoMode::Direct, HostIoMode::Isp];
-        // One sampling job in flight per worker: no more workers than the device has slots.
-        let slots = usize::from(hw.firmware.isp_slots);
-        let workers: Vec<usize> = sweep
-            .workers
-            .iter()
-            .copied()
-            .filter(|&w| w <= slots)
-            .collect();
-        let report = compare::run(
-            &config(scaled.clone(), sweep.workload.batches, modes, workers),
-            None,
-            &mut |_| {},
-        )?;
+    // One sampling job in flight per worker: no more workers than the device has slots.
+    let slots = usize::from(hw.firmware.isp_slots);
+    let workers: Vec<usize> = sweep
+        .workers
+        .iter()
+        .copied()
+        .filter(|&w| w <= slots)
+        .collect();
+    let checked = |report: CompareReport, what: &str| -> anyhow::Result<CompareReport> {
         anyhow::ensure!(
             report.identical(),
-            "the samples of {} at ratio {ratio} differ from the in-memory reference",
+            "the samples of {} ({what}) differ from the in-memory reference",
             hw.device.name
         );
+        Ok(report)
+    };
+    eprintln!("  direct I/O and in-storage sampling, workers {workers:?}");
+    let free = checked(
+        compare::run(
+            &config(
+                hw.clone(),
+                sweep.batches,
+                vec![HostIoMode::Direct, HostIoMode::Isp],
+                workers.clone(),
+            ),
+            None,
+            &mut |_| {},
+        )?,
+        "direct and ISP",
+    )?;
+    let graph_bytes = free.graph_bytes();
+    let mut points = Vec::new();
+    for &ratio in &sweep.ratios {
+        eprintln!("  mmap at r = {ratio}");
+        let at_ratio = with_page_cache(hw, graph_bytes, ratio);
+        let mut report = checked(
+            compare::run(
+                &config(
+                    at_ratio.clone(),
+                    sweep.batches,
+                    vec![HostIoMode::Mmap],
+                    workers.clone(),
+                ),
+                None,
+                &mut |_| {},
+            )?,
+            &format!("mmap at r = {ratio}"),
+        )?;
+        report.merge_page_cache_free(free.clone())?;
         let coalescing = if ratio == sweep.coalescing_ratio {
-            coalescing(&scaled, sweep, &config)?
+            coalescing(&at_ratio, sweep, &config)?
         } else {
             Vec::new()
         };
         points.push(Point {
             device: hw.device.name.clone(),
             ratio,
-            memory_bytes,
             report,
             coalescing,
         });
@@ -182,7 +215,7 @@ fn coalescing(
     sweep: &Sweep,
     config: &dyn Fn(HwConfig, u32, Vec<HostIoMode>, Vec<usize>) -> CompareConfig,
 ) -> anyhow::Result<Vec<(u32, f64)>> {
-    let batch = sweep.workload.batch_size;
+    let batch = sweep.batch_size;
     let mut out = Vec::new();
     for &g in &sweep.targets_per_config {
         anyhow::ensure!(
@@ -192,7 +225,7 @@ fn coalescing(
         let per_batch = batch / g;
         let mut c = config(
             hw.clone(),
-            sweep.workload.batches * per_batch,
+            sweep.batches * per_batch,
             vec![HostIoMode::Isp],
             vec![1],
         );
@@ -217,9 +250,7 @@ pub(crate) fn fig15(points: &[Point]) -> Vec<Record> {
     for p in points {
         for (g, ns, speedup) in p.coalescing_speedups() {
             rows.push(
-                Record::new("smartsage.fig15")
-                    .with("device", p.device.as_str())
-                    .with("graph_to_memory_ratio", p.ratio)
+                point_head("smartsage.fig15", p)
                     .with("targets_per_ns_config", g)
                     .with(
                         "ns_configs_per_minibatch",
@@ -270,14 +301,18 @@ pub(crate) fn design(mode: HostIoMode) -> &'static str {
     }
 }
 
+/// A row of `kind` about point `p`: its device, r and memory regime.
+fn point_head(kind: &'static str, p: &Point) -> Record {
+    crate::regime_fields(
+        Record::new(kind)
+            .with("device", p.device.as_str())
+            .with("r", p.ratio),
+        &p.report,
+    )
+}
+
 fn mode_row(kind: &'static str, p: &Point, r: &ModeResult) -> Record {
-    let head = Record::new(kind)
-        .with("device", p.device.as_str())
-        .with("graph_to_memory_ratio", p.ratio)
-        .with("graph_bytes", p.report.graph_bytes())
-        .with("host_page_cache_bytes", p.memory_bytes.0)
-        .with("controller_buffer_bytes", p.memory_bytes.1)
-        .with("design", design(r.mode));
+    let head = point_head(kind, p).with("design", design(r.mode));
     crate::mode_fields(head, &p.report, r)
 }
 
@@ -310,16 +345,10 @@ pub(crate) fn fig17(points: &[Point]) -> Vec<Record> {
     let mut rows = Vec::new();
     for p in points {
         for &w in &p.report.config.workers {
-            rows.push(
-                Record::new("smartsage.fig17")
-                    .with("device", p.device.as_str())
-                    .with("graph_to_memory_ratio", p.ratio)
-                    .with("workers", w)
-                    .with(
-                        "hwsw_speedup_vs_sw",
-                        p.report.isp_speedup(HostIoMode::Direct, w),
-                    ),
-            );
+            rows.push(point_head("smartsage.fig17", p).with("workers", w).with(
+                "hwsw_speedup_vs_sw",
+                p.report.isp_speedup(HostIoMode::Direct, w),
+            ));
         }
     }
     rows
@@ -499,5 +528,9 @@ mod tests {
         assert_eq!(b.firmware.page_buffer_pages, 16);
         assert_eq!(b.host.page_cache_bytes, 4096);
         assert!(b.validate().is_ok());
+        // The sampling sweep's regime: the page cache at 1/r, the controller untouched.
+        let c = with_page_cache(&hw, graph, 8);
+        assert_eq!(c.host.page_cache_bytes, 8 << 20);
+        assert_eq!(c.firmware, hw.firmware);
     }
 }
