@@ -142,6 +142,9 @@ pub struct ModeResult {
     pub submit_lag_ns: u64,
     /// FNV-1a 64 over the completion times, in handling order.
     pub timeline_hash: u64,
+    /// When each minibatch's subgraph was done, relative to the sampling phase's start, in
+    /// minibatch order (what a modelled trainer's timeline takes as its input's ready times).
+    pub done_ns: Vec<u64>,
 }
 
 impl ModeResult {
@@ -193,6 +196,9 @@ pub struct CompareReport {
     pub device: DeviceInfo,
     /// The in-memory reference sampler's statistics (subgraph sizes).
     pub reference: SamplerStats,
+    /// Each minibatch's layer counts (hop order), as the reference sampled it (every mode's
+    /// subgraphs are these when the samples are identical): what a step model prices.
+    pub minibatch_layers: Vec<Vec<sagessd_abi::subgraph::LayerCounts>>,
     /// One entry per (workers, mode), workers-major.
     pub results: Vec<ModeResult>,
     /// FNV-1a 64 over the reference subgraphs' bytes, in minibatch order (equal to every mode's
@@ -528,6 +534,15 @@ pub fn run(
     let checksum = expected
         .iter()
         .fold(FNV_OFFSET, |h, s| fnv1a(h, s.as_bytes()));
+    let minibatch_layers = expected
+        .iter()
+        .map(|s| {
+            let view = s.view();
+            (0..view.layer_count())
+                .map(|l| view.layer(l).counts)
+                .collect()
+        })
+        .collect();
     let mut results = Vec::new();
     let mut mismatch = None;
     let mut layout: Option<(DeviceInfo, GraphDescriptor)> = None;
@@ -604,6 +619,7 @@ pub fn run(
                 host_cpu_ns: h.host_cpu_ns,
                 submit_lag_ns: h.submit_lag_ns,
                 timeline_hash: h.timeline_hash,
+                done_ns: run.done_ns,
             });
         }
     }
@@ -615,6 +631,7 @@ pub fn run(
         descriptor,
         device,
         reference: reference_stats,
+        minibatch_layers,
         results,
         checksum,
         mismatch,

@@ -69,6 +69,9 @@ fn rows(path: &Path) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
+/// Paper quantities, each with ours at an r (recomputed from the CSVs).
+type PerRatio<'a> = Vec<(&'a str, Box<dyn Fn(&str) -> f64 + 'a>)>;
+
 #[test]
 fn smartsage_quick_writes_every_figure_reproducibly() {
     let (a, b) = (scratch("a"), scratch("b"));
@@ -79,6 +82,10 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "fig16_workers.csv",
         "fig17_hwsw_over_sw.csv",
         "fig15_coalescing.csv",
+        "end_to_end_at_scale.csv",
+        "fig6_mmap_slowdown_at_scale_cosmos-plus.svg",
+        "fig7_trainer_idle_at_scale_cosmos-plus.svg",
+        "fig18_end_to_end_at_scale_cosmos-plus.svg",
         "fig15_cosmos-plus.svg",
         "fig15_cosmos-plus.png",
         "report.md",
@@ -294,7 +301,9 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     for section in [
         "### Paper · ours · ratio: sampling (Figs. 14, 16)",
-        "### Paper · ours · ratio: end to end (Figs. 6, 18)",
+        "#### Paper · ours · ratio: end to end (Figs. 6, 18)",
+        "### Figs. 6, 7, 18 at scale: end-to-end training, modelled",
+        "The step model against a measurement: SALIENT's GraphSAGE step on an NVIDIA V100",
         "### Fig. 14 and Fig. 16: time per minibatch",
         "### Fig. 17: SmartSAGE(HW/SW) over SmartSAGE(SW)",
         "### Fig. 15: coalescing granularity",
@@ -314,7 +323,7 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
             .unwrap()
     };
     let (mmap, sw, hwsw) = ("SSD(mmap)", "SmartSAGE(SW)", "SmartSAGE(HW/SW)");
-    let sampling: Vec<(&str, Box<dyn Fn(&str) -> f64>)> = {
+    let sampling: PerRatio = {
         let one = |r: &str, d| time(&fig14, r, d, "1");
         let two = |r: &str, d| time(&fig16, r, d, "2");
         vec![
@@ -348,32 +357,54 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
             ),
         ]
     };
-    let end_to_end = [
+    // End to end at scale: the figures' worker count, per r, from the CSV's modelled times.
+    let at_scale = rows(&dir.join("end_to_end_at_scale.csv"));
+    assert!(
+        at_scale.iter().any(|r| r["figures_workers"] == "true"),
+        "the figures name their worker count"
+    );
+    let e2e = |r: &str, design: &str| -> f64 {
+        at_scale
+            .iter()
+            .find(|x| x["r"] == r && x["design"] == design && x["figures_workers"] == "true")
+            .unwrap_or_else(|| panic!("no end-to-end row {design} at r = {r}"))["modelled_time_ns"]
+            .parse()
+            .unwrap()
+    };
+    let end_to_end: PerRatio = vec![
         (
             "slowdown of SSD(mmap) against in-memory processing, average",
-            epoch(mmap) / epoch("DRAM-only"),
+            Box::new(move |r| e2e(r, mmap) / e2e(r, "DRAM-only")),
         ),
         (
             "slowdown of SSD(mmap) against in-memory processing, maximum",
-            epoch(mmap) / epoch("DRAM-only"),
+            Box::new(move |r| e2e(r, mmap) / e2e(r, "DRAM-only")),
         ),
         (
             "training throughput of SmartSAGE(HW/SW) over SSD(mmap), average",
-            epoch(mmap) / epoch(hwsw),
+            Box::new(move |r| e2e(r, mmap) / e2e(r, hwsw)),
         ),
         (
             "training throughput of SmartSAGE(HW/SW) over SSD(mmap), maximum",
-            epoch(mmap) / epoch(hwsw),
+            Box::new(move |r| e2e(r, mmap) / e2e(r, hwsw)),
         ),
         (
             "performance of SmartSAGE(HW/SW) as a share of DRAM-only",
-            epoch("DRAM-only") / epoch(hwsw),
+            Box::new(move |r| e2e(r, "DRAM-only") / e2e(r, hwsw)),
         ),
         (
             "performance of SmartSAGE(oracle) as a share of DRAM-only",
-            epoch("DRAM-only") / epoch("SmartSAGE(oracle)"),
+            Box::new(move |r| e2e(r, "DRAM-only") / e2e(r, "SmartSAGE(oracle)")),
         ),
     ];
+    for row in &at_scale {
+        // Every row states its regime, and the trainer is busy or idle.
+        assert_eq!(row["controller_buffer_bytes"], (16u64 << 20).to_string());
+        let idle: f64 = row["trainer_idle_fraction"].parse().unwrap();
+        let (time, train) = (num(row, "modelled_time_ns"), num(row, "modelled_train_ns"));
+        assert!((0.0..1.0).contains(&idle) && train <= time, "{row:?}");
+        assert!((idle * time - (time - train)).abs() <= 2.0, "{row:?}");
+    }
     let table: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("| SmartSAGE Fig."))
@@ -394,15 +425,11 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         let paper: f64 = paper.trim_end_matches('×').parse().unwrap();
         format!("{v:.2}× ({:.2})", v / paper)
     };
-    for (quantity, value) in &sampling {
+    for (quantity, value) in sampling.iter().chain(&end_to_end) {
         let cells = row(quantity);
         // | figure | quantity | paper | r = 1 | r = 8 | within |
         assert_eq!(cells[4], cell(value("1"), &cells[3]), "{quantity} at r = 1");
         assert_eq!(cells[5], cell(value("8"), &cells[3]), "{quantity} at r = 8");
-    }
-    for (quantity, value) in end_to_end {
-        let cells = row(quantity);
-        assert_eq!(cells[4], cell(value, &cells[3]), "{quantity}");
     }
     // Fig. 17 is ISP over direct I/O, per worker count, as Fig. 16's times give it.
     for r in rows(&dir.join("fig17_hwsw_over_sw.csv")) {
@@ -528,7 +555,9 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
             .lines()
             .find(|l| l.starts_with(&format!("| {figure} |")))
             .unwrap_or_else(|| panic!("no row {figure}"));
-        line.split('|').nth(4).unwrap().trim().to_string()
+        // "ours (ours / paper)"
+        let cell = line.split('|').nth(4).unwrap().trim();
+        cell.split(" (").next().unwrap().to_string()
     };
     assert_eq!(
         ours("AGNES Fig. 9(b)"),

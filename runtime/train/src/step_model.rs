@@ -3,7 +3,7 @@
 //! this machine, so that a modelled epoch is the same on every run and every machine, and
 //! stands for the accelerator the description names (SmartSAGE Figs. 6, 7, 18 train on a GPU).
 
-use sagessd_abi::subgraph::SubgraphView;
+use sagessd_abi::subgraph::{LayerCounts, SubgraphView};
 use sagessd_emulator::trainer_model::{LayerShape, TrainerConfig};
 
 use crate::model::ModelKind;
@@ -39,12 +39,18 @@ const GAT_EDGE_FLOPS_PER_HEAD: u64 = 5;
 impl StepModel {
     /// The layers of `view` in GNN order (the farthest hop first), with their widths.
     pub fn layers(&self, view: &SubgraphView<'_>) -> Vec<LayerShape> {
-        let count = view.layer_count();
+        self.layers_of(&counts(view))
+    }
+
+    /// The layers of a subgraph with layer counts `counts` (hop order) in GNN order (the
+    /// farthest hop first), with their widths.
+    pub fn layers_of(&self, counts: &[LayerCounts]) -> Vec<LayerShape> {
+        let count = counts.len();
         (0..count)
             .rev()
             .enumerate()
             .map(|(k, hop)| {
-                let c = view.layer(hop).counts;
+                let c = counts[hop];
                 let last = k + 1 == count;
                 let in_dim = if k == 0 { self.in_dim } else { self.hidden };
                 let (dst, src) = (u64::from(c.dst_count), u64::from(c.src_count));
@@ -92,15 +98,17 @@ impl StepModel {
     /// Bytes of the step's input copied to the accelerator: the input layer's feature rows, the
     /// index tensors and the targets' labels.
     pub fn input_bytes(&self, view: &SubgraphView<'_>) -> u64 {
-        let count = view.layer_count();
-        if count == 0 {
+        self.input_bytes_of(&counts(view))
+    }
+
+    /// [`Self::input_bytes`] of a subgraph with layer counts `counts` (hop order).
+    pub fn input_bytes_of(&self, counts: &[LayerCounts]) -> u64 {
+        let (Some(first), Some(last)) = (counts.first(), counts.last()) else {
             return 0;
-        }
-        let nodes = u64::from(view.layer(count - 1).counts.src_count);
-        let edges: u64 = (0..count)
-            .map(|l| u64::from(view.layer(l).counts.edge_count))
-            .sum();
-        let targets = u64::from(view.layer(0).counts.dst_count);
+        };
+        let nodes = u64::from(last.src_count);
+        let edges: u64 = counts.iter().map(|c| u64::from(c.edge_count)).sum();
+        let targets = u64::from(first.dst_count);
         nodes
             .saturating_mul(self.feature_row_bytes)
             .saturating_add(edges.saturating_mul(INDEX_BYTES_PER_EDGE))
@@ -109,9 +117,21 @@ impl StepModel {
 
     /// The modelled step over `view`, ns.
     pub fn step_ns(&self, view: &SubgraphView<'_>) -> u64 {
-        self.accelerator
-            .step_ns(&self.layers(view), self.input_bytes(view))
+        self.step_ns_of(&counts(view))
     }
+
+    /// The modelled step over a subgraph with layer counts `counts` (hop order), ns.
+    pub fn step_ns_of(&self, counts: &[LayerCounts]) -> u64 {
+        self.accelerator
+            .step_ns(&self.layers_of(counts), self.input_bytes_of(counts))
+    }
+}
+
+/// The layer counts of `view`, hop order.
+fn counts(view: &SubgraphView<'_>) -> Vec<LayerCounts> {
+    (0..view.layer_count())
+        .map(|l| view.layer(l).counts)
+        .collect()
 }
 
 #[cfg(test)]

@@ -94,6 +94,20 @@ impl Sweep {
     }
 }
 
+/// The page cache and the controller page buffer each holding `1/ratio` of `graph_bytes` (the
+/// buffer within the firmware's limits: a multiple of 8 pages, 16 to 32,768): the scaled-down
+/// regime the end-to-end runs still use on their small graph.
+fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
+    let mut hw = super::smartsage::with_page_cache(hw, graph_bytes, ratio);
+    let page = u64::from(hw.nand.page_size_bytes);
+    let pages = (graph_bytes / u64::from(ratio.max(1)))
+        .div_ceil(page)
+        .next_multiple_of(8)
+        .clamp(16, 32_768);
+    hw.firmware.page_buffer_pages = pages as u32;
+    hw
+}
+
 /// One design point of SmartSAGE's Fig. 18.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Design {
@@ -271,7 +285,7 @@ pub(crate) fn run(
                 });
                 continue;
             }
-            let scaled = super::smartsage::with_memory(base, bytes, ratio);
+            let scaled = with_memory(base, bytes, ratio);
             let config = dir.join(format!(
                 "{}-ratio{ratio}.toml",
                 file_safe(&base.device.name)
@@ -390,6 +404,16 @@ pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
     }
 }
 
+/// Our value of one of the paper's keys at one memory ratio alone.
+pub(crate) fn ours_at(points: &[Point], key: &str, ratio: u32) -> Option<f64> {
+    let at: Vec<Point> = points
+        .iter()
+        .filter(|p| p.ratio == ratio)
+        .cloned()
+        .collect();
+    ours(&at, key)
+}
+
 fn ratios_text(points: &[Point]) -> String {
     let mut r: Vec<u32> = points.iter().map(|p| p.ratio).collect();
     r.dedup();
@@ -488,32 +512,6 @@ pub(crate) struct Section {
     pub files: Vec<String>,
 }
 
-impl Section {
-    /// Our value of one of the paper's keys, if this section measures it.
-    pub(crate) fn ours(&self, key: &str) -> Option<f64> {
-        ours(&self.points, key)
-    }
-
-    /// Our value of one of the paper's keys at one memory ratio alone.
-    pub(crate) fn ours_at(&self, key: &str, ratio: u32) -> Option<f64> {
-        let at: Vec<Point> = self
-            .points
-            .iter()
-            .filter(|p| p.ratio == ratio)
-            .cloned()
-            .collect();
-        ours(&at, key)
-    }
-
-    /// The memory ratios the section ran, ascending.
-    pub(crate) fn ratios(&self) -> Vec<u32> {
-        let mut r: Vec<u32> = self.points.iter().map(|p| p.ratio).collect();
-        r.sort_unstable();
-        r.dedup();
-        r
-    }
-}
-
 /// Runs the end-to-end designs on `hw` (the oracle on the built-in Newport-class description)
 /// and writes their CSVs and plots into `dir`, named after the device.
 pub(crate) fn section(
@@ -532,11 +530,11 @@ pub(crate) fn section(
         eprintln!(
             "experiment smartsage: Figs. 6, 7 and 18 SKIPPED: this sagessd was built without the `train` feature (libtorch)"
         );
-        return Ok(Section {
+        Ok(Section {
             points: Vec::new(),
             report: "### Figs. 6, 7, 18: end-to-end training\n\n**Not run**: this sagessd was built without the `train` feature (libtorch), which these figures train with.\n".into(),
             files: Vec::new(),
-        });
+        })
     }
     #[cfg(feature = "train")]
     {
@@ -711,4 +709,26 @@ fn report(
         );
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_scaled_to_the_ratio_within_the_firmware_limits() {
+        let hw = HwConfig::cosmos_plus();
+        let graph = 64u64 << 20;
+        let a = with_memory(&hw, graph, 4);
+        assert_eq!(a.host.page_cache_bytes, 16 << 20);
+        assert_eq!(
+            u64::from(a.firmware.page_buffer_pages) * u64::from(a.nand.page_size_bytes),
+            16 << 20
+        );
+        // A tiny share still leaves the firmware its smallest page buffer.
+        let b = with_memory(&hw, graph, 1 << 20);
+        assert_eq!(b.firmware.page_buffer_pages, 16);
+        assert_eq!(b.host.page_cache_bytes, 4096);
+        assert!(b.validate().is_ok());
+    }
 }

@@ -113,20 +113,6 @@ pub(crate) fn with_page_cache(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> Hw
     hw
 }
 
-/// The page cache and the controller page buffer each holding `1/ratio` of `graph_bytes` (the
-/// buffer within the firmware's limits: a multiple of 8 pages, 16 to 32,768): the scaled-down
-/// regime the end-to-end runs still use on their small graph.
-pub(crate) fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
-    let mut hw = with_page_cache(hw, graph_bytes, ratio);
-    let page = u64::from(hw.nand.page_size_bytes);
-    let pages = (graph_bytes / u64::from(ratio.max(1)))
-        .div_ceil(page)
-        .next_multiple_of(8)
-        .clamp(16, 32_768);
-    hw.firmware.page_buffer_pages = pages as u32;
-    hw
-}
-
 /// Runs the sweep on `hw`: direct I/O and in-storage sampling once (every worker count), then
 /// mmap at each ratio's page cache, merged into one comparison per ratio.
 pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
@@ -514,23 +500,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn memory_is_scaled_to_the_ratio_within_the_firmware_limits() {
+    fn the_page_cache_is_one_rth_of_the_graph_and_the_controller_is_untouched() {
         let hw = HwConfig::cosmos_plus();
-        let graph = 64u64 << 20;
-        let a = with_memory(&hw, graph, 4);
-        assert_eq!(a.host.page_cache_bytes, 16 << 20);
-        assert_eq!(
-            u64::from(a.firmware.page_buffer_pages) * u64::from(a.nand.page_size_bytes),
-            16 << 20
-        );
-        // A tiny share still leaves the firmware its smallest page buffer.
-        let b = with_memory(&hw, graph, 1 << 20);
-        assert_eq!(b.firmware.page_buffer_pages, 16);
-        assert_eq!(b.host.page_cache_bytes, 4096);
-        assert!(b.validate().is_ok());
-        // The sampling sweep's regime: the page cache at 1/r, the controller untouched.
-        let c = with_page_cache(&hw, graph, 8);
+        let c = with_page_cache(&hw, 64 << 20, 8);
         assert_eq!(c.host.page_cache_bytes, 8 << 20);
         assert_eq!(c.firmware, hw.firmware);
+        assert_eq!(
+            with_page_cache(&hw, 64 << 20, 1 << 30)
+                .host
+                .page_cache_bytes,
+            4096
+        );
     }
 }
