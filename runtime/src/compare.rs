@@ -354,18 +354,6 @@ impl CompareConfig {
         {
             return bad(format!("--workers lists {w} twice"));
         }
-        // Each ISP worker keeps one job on the device; a job beyond its sampling slots would be
-        // refused (NoFreeSlot) rather than queued.
-        let slots = usize::from(self.hw.firmware.isp_slots);
-        if let Some(w) = self.workers.iter().find(|w| **w > slots)
-            && self.modes.contains(&HostIoMode::Isp)
-        {
-            return bad(format!(
-                "isp with {w} workers needs {w} sampling slots, and {} has {slots} \
-                 (firmware.isp_slots): use at most {slots} workers with isp",
-                self.hw.device.name
-            ));
-        }
         Ok(())
     }
 

@@ -44,7 +44,10 @@
 //! * **isp** ([`HostIoMode::Isp`]): no host sampling compute or graph loads (the device
 //!   samples): `NS_SUBMIT` then `NS_COLLECT`, each one synchronous
 //!   passthrough ioctl: `C.syscall_ns + C.submit_ns` before, `C.complete_ns +
-//!   C.context_switch_ns` after.
+//!   C.context_switch_ns` after. With more workers than the device has sampling slots, an
+//!   `NS_SUBMIT` the device refuses with "no free slot" leaves its worker asleep until another
+//!   worker collects a job (a driver's wait on the device's slots; the refused ioctl is
+//!   charged), then it submits again: [`HostIoStats::slot_waits`].
 //!
 //! # Workers
 //!
@@ -79,8 +82,8 @@ use std::task::{Context, Poll, Waker};
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_emulator::host_stack::{
-    Access, CACHE_LINE_BYTES, FileReadahead, HostStackConfig, PAGE_SIZE_BYTES, PageCache,
-    PageCacheStats, Window, cache_lines_touched, fault_around_window,
+    Access, CACHE_LINE_BYTES, FileReadahead, HostStackConfig, MmapWorkers, PAGE_SIZE_BYTES,
+    PageCache, PageCacheStats, Window, cache_lines_touched, fault_around_window,
 };
 use sagessd_host_driver::{
     Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DriverError, IO_QUEUE, LocalTransport,
@@ -162,6 +165,9 @@ pub struct HostIoStats {
     /// Times a worker found a page another worker was reading and slept until it arrived
     /// (mmap, several workers).
     pub page_waits: u64,
+    /// Times the device refused an `NS_SUBMIT` for want of a free sampling slot and its
+    /// worker slept until another worker collected a job (ISP, more workers than slots).
+    pub slot_waits: u64,
     /// Submission lag: total nanoseconds by which commands reached the device later than
     /// their worker's clock (see the module documentation; always 0 with one worker).
     pub submit_lag_ns: u64,
@@ -199,7 +205,13 @@ enum Region {
 struct MmapState {
     cache: PageCache,
     pages: HashMap<u64, Vec<u8>>,
-    readahead: [FileReadahead; 2],
+    /// Each mapping's readahead state of the two files (indptr, indices): one mapping for
+    /// threads, one per worker for processes ([`MmapState::mapping`]).
+    readahead: Vec<[FileReadahead; 2]>,
+    /// How the workers map the files.
+    workers: MmapWorkers,
+    /// A new mapping's readahead state.
+    fresh: FileReadahead,
     /// Pages being read (locked, not yet up to date).
     pending: HashSet<u64>,
     /// Reads in flight that no worker waits for (the rest of a read-around window, an
@@ -210,6 +222,25 @@ struct MmapState {
 }
 
 impl MmapState {
+    /// The mapping worker `w` faults through: the process's one (0) for threads, its own for
+    /// processes.
+    fn mapping(&self, w: usize) -> usize {
+        match self.workers {
+            MmapWorkers::Threads => 0,
+            MmapWorkers::Processes => w,
+        }
+    }
+
+    /// The readahead state of `mapping`'s view of file `region`.
+    fn readahead(&mut self, mapping: usize, region: Region) -> &mut FileReadahead {
+        if self.readahead.len() <= mapping {
+            let fresh = self.fresh.clone();
+            self.readahead
+                .resize_with(mapping + 1, || [fresh.clone(), fresh.clone()]);
+        }
+        &mut self.readahead[mapping][region as usize]
+    }
+
     /// Inserts the pages a read brought (`data`, from page `first`), the one `mark` names
     /// with the readahead mark, and drops their pending state. `last` (a faulting page, which
     /// its fault holds until it is mapped) goes in after the others, so that none of them
@@ -242,6 +273,9 @@ enum WorkerState {
     Waiting(u16),
     /// Blocked until another worker's read of `page` is in the page cache.
     WaitingPage(u64),
+    /// Blocked until another worker collects an in-storage sampling job (the device had no
+    /// free sampling slot for this worker's).
+    WaitingSlot,
     /// Done with its minibatches.
     Finished,
 }
@@ -327,7 +361,9 @@ impl Worker {
                         && match st {
                             WorkerState::Runnable => (s.clocks[w], w) < me,
                             WorkerState::Waiting(_) => true,
-                            WorkerState::WaitingPage(_) | WorkerState::Finished => false,
+                            WorkerState::WaitingPage(_)
+                            | WorkerState::WaitingSlot
+                            | WorkerState::Finished => false,
                         }
                 })
         };
@@ -623,7 +659,9 @@ impl Worker {
         self.touch_cache();
         let access = {
             let mut s = self.sh.borrow_mut();
-            s.mmap.as_mut().expect("mmap mode").cache.access(page)
+            let state = s.mmap.as_mut().expect("mmap mode");
+            let mapping = state.mapping(self.w);
+            state.cache.access(page, mapping)
         };
         if waited && access != Access::Miss {
             self.charge(h.minor_fault_ns);
@@ -657,9 +695,11 @@ impl Worker {
                     let mut s = self.sh.borrow_mut();
                     let state = s.mmap.as_mut().expect("mmap mode");
                     state.cache.clear_mark(page);
-                    state.cache.map(page);
+                    let mapping = state.mapping(self.w);
+                    state.cache.map(page, mapping);
+                    state.readahead(mapping, region);
                     let (cache, pending) = (&state.cache, &state.pending);
-                    state.readahead[region as usize].on_marked_fault(
+                    state.readahead[mapping][region as usize].on_marked_fault(
                         page - first_page,
                         file_pages,
                         |from, limit| {
@@ -680,7 +720,10 @@ impl Worker {
                 let window = {
                     let mut s = self.sh.borrow_mut();
                     let state = s.mmap.as_mut().expect("mmap mode");
-                    state.readahead[region as usize].on_major_fault(page - first_page, file_pages)
+                    let mapping = state.mapping(self.w);
+                    state
+                        .readahead(mapping, region)
+                        .on_major_fault(page - first_page, file_pages)
                 };
                 // Returns with the page inserted and mapped, nothing run in between.
                 self.read_window(&window, first_page, Some(page), h.major_fault_submit_ns())
@@ -775,7 +818,8 @@ impl Worker {
         state.insert_read(start, &data, mark, wait_for);
         // The fault maps its page at once (fault-around follows).
         if let Some(p) = wait_for {
-            state.cache.map(p);
+            let mapping = state.mapping(self.w);
+            state.cache.map(p, mapping);
         }
         // Wake the workers sleeping on these pages.
         let Shared { states, clocks, .. } = &mut *s;
@@ -796,15 +840,16 @@ impl Worker {
     fn fault_around(&self, region: Region, page: u64, first_page: u64, file_pages: u64) {
         let mut s = self.sh.borrow_mut();
         let state = s.mmap.as_mut().expect("mmap mode");
+        let mapping = state.mapping(self.w);
         let mut hits = 0;
         for q in fault_around_window(page - first_page, file_pages) {
             let p = first_page + q;
             if state.cache.contains(p) && !state.cache.is_marked(p) && !state.pending.contains(&p) {
                 hits += u64::from(!state.cache.is_workingset(p));
-                state.cache.map(p);
+                state.cache.map(p, mapping);
             }
         }
-        state.readahead[region as usize].on_fault_around(hits);
+        state.readahead(mapping, region).on_fault_around(hits);
     }
 
     /// The entries at byte offsets `entries` (each `len` bytes) of the host's resident copy
@@ -962,6 +1007,22 @@ impl Worker {
         Ok(c)
     }
 
+    /// This worker's job was collected, so its sampling slot is free: the worker that has
+    /// waited for one longest (the earliest clock, then the lowest index) may submit again,
+    /// from now on.
+    fn slot_freed(&self) {
+        let mut s = self.sh.borrow_mut();
+        let now = s.clocks[self.w];
+        let Shared { states, clocks, .. } = &mut *s;
+        if let Some(w) = (0..states.len())
+            .filter(|&w| states[w] == WorkerState::WaitingSlot)
+            .min_by_key(|&w| (clocks[w], w))
+        {
+            states[w] = WorkerState::Runnable;
+            clocks[w] = clocks[w].max(now);
+        }
+    }
+
     /// In-storage sampling of one minibatch: `NS_SUBMIT` with the whole NS_config, then
     /// `NS_COLLECT` (one retry with the exact size if the device answers `BufferTooSmall`).
     async fn isp_sample(
@@ -973,7 +1034,16 @@ impl Worker {
         let node_count = self.sh.borrow().graph.node_count;
         crate::sampler::validate_request(fanouts, targets, node_count)?;
         let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
-        let tag = ns::submitted_tag(self.ioctl(submit, config).await?)?;
+        let tag = loop {
+            let c = self.ioctl(submit, config.clone()).await?;
+            if VendorStatus::from_status(c.cqe.status()) != Some(VendorStatus::NoFreeSlot) {
+                break ns::submitted_tag(c)?;
+            }
+            // Every slot holds another worker's job: sleep until one is collected.
+            self.sh.borrow_mut().stats.slot_waits += 1;
+            self.sh.borrow_mut().states[self.w] = WorkerState::WaitingSlot;
+            Park(false).await;
+        };
         let mut len = ns::first_collect_len(
             fanouts,
             targets.len() as u64,
@@ -987,6 +1057,7 @@ impl Worker {
             match ns::collected(c, len, retried, seed, fanouts.len())? {
                 ns::Collected::Subgraph(data) => {
                     self.sh.borrow_mut().stats.bytes_used += data.len() as u64;
+                    self.slot_freed();
                     return SampledSubgraph::from_bytes(data);
                 }
                 ns::Collected::Retry(needed) => {
@@ -1190,7 +1261,9 @@ impl HostIoSampler {
         let mmap = (mode == HostIoMode::Mmap).then(|| MmapState {
             cache: host.page_cache(),
             pages: HashMap::new(),
-            readahead: [host.file_readahead(), host.file_readahead()],
+            readahead: Vec::new(),
+            workers: host.mmap_workers,
+            fresh: host.file_readahead(),
             pending: HashSet::new(),
             background: HashMap::new(),
             last_touch_ns: 0,

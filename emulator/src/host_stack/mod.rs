@@ -115,9 +115,25 @@ const MAX_QUEUE_DEPTH: u32 = 65_535;
 /// The host CPU's cache line: loads from one line, one after another, cost one DRAM access.
 pub const CACHE_LINE_BYTES: u64 = 64;
 
-/// `[host]`: the host's I/O stack costs, page cache and readahead. Every field is mandatory in
-/// TOML and unknown fields are rejected; [`HostStackConfig::default`] is a typical Linux x86-64
-/// server (sources in the module documentation).
+/// How a host's sampling workers map a file: threads of one process share one mapping (one set
+/// of page tables, one open file's readahead state); processes (a PyTorch DataLoader's workers)
+/// each map it for themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MmapWorkers {
+    /// One mapping: a page one worker faulted in is mapped for all.
+    #[default]
+    Threads,
+    /// A mapping per worker: a page another worker faulted in is a minor fault (and a
+    /// fault-around) here, each worker's faults drive its own read-around and `mmap_miss`, and
+    /// a page young in two workers' page tables is activated by the first scan that sees it.
+    Processes,
+}
+
+/// `[host]`: the host's I/O stack costs, page cache and readahead. Every field but
+/// `mmap_workers` (default `threads`) is mandatory in TOML and unknown fields are rejected;
+/// [`HostStackConfig::default`] is a typical Linux x86-64 server (sources in the module
+/// documentation).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostStackConfig {
@@ -164,6 +180,10 @@ pub struct HostStackConfig {
     /// Host sampling compute per destination node of a layer (loop, sample-count choice,
     /// relabelling). Default 50 ns \[estimate\].
     pub node_ns: u64,
+    /// Whether the mmap sampler's workers are threads sharing one mapping (default; what
+    /// `compare` and the experiments model) or processes mapping the file each.
+    #[serde(default)]
+    pub mmap_workers: MmapWorkers,
 }
 
 impl Default for HostStackConfig {
@@ -183,6 +203,7 @@ impl Default for HostStackConfig {
             read_ahead_kb: 128,
             edge_sampled_ns: 90,
             node_ns: 50,
+            mmap_workers: MmapWorkers::Threads,
         }
     }
 }

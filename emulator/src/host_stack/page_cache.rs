@@ -68,6 +68,12 @@ impl PageCacheStats {
     }
 }
 
+/// The bit of `process` in a page's mapper and young masks: processes are numbered from 0
+/// (threads of one process all use 0); past 63 they share bits, as a bounded model must.
+fn process_bit(process: usize) -> u64 {
+    1 << (process % 64)
+}
+
 /// "No slot" in the intrusive lists.
 const NIL: u32 = u32::MAX;
 const INACTIVE: usize = 0;
@@ -79,8 +85,10 @@ struct Slot {
     prev: u32,
     next: u32,
     list: u8,
-    mapped: bool,
-    young: bool,
+    /// The processes mapping it, a bit each ([`process_bit`]).
+    mappers: u64,
+    /// The processes whose page-table entry for it is young, a bit each.
+    young: u64,
     referenced: bool,
     marked: bool,
     workingset: bool,
@@ -158,9 +166,10 @@ impl PageCache {
         self.index.contains_key(&page)
     }
 
-    /// Whether `page` is cached and mapped.
-    pub fn is_mapped(&self, page: u64) -> bool {
-        self.slot(page).is_some_and(|s| s.mapped)
+    /// Whether `page` is cached and mapped into `process`.
+    pub fn is_mapped(&self, page: u64, process: usize) -> bool {
+        self.slot(page)
+            .is_some_and(|s| s.mappers & process_bit(process) != 0)
     }
 
     /// Whether `page` is cached with the readahead mark.
@@ -188,15 +197,17 @@ impl PageCache {
         self.index.get(&page).map(|&i| &self.slots[i as usize])
     }
 
-    /// An access to `page` by the process (counted): a mapped page's young bit is set.
-    pub fn access(&mut self, page: u64) -> Access {
+    /// An access to `page` by `process` (counted): if the page is mapped into it, its
+    /// page-table entry's young bit is set; cached but not mapped there, a minor fault.
+    pub fn access(&mut self, page: u64, process: usize) -> Access {
         let Some(&i) = self.index.get(&page) else {
             self.stats.misses += 1;
             return Access::Miss;
         };
         let s = &mut self.slots[i as usize];
-        if s.mapped {
-            s.young = true;
+        let bit = process_bit(process);
+        if s.mappers & bit != 0 {
+            s.young |= bit;
             self.stats.hits += 1;
             Access::Hit
         } else {
@@ -209,15 +220,16 @@ impl PageCache {
         }
     }
 
-    /// Maps cached `page` into the process (a fault, or fault-around), young; `false` if it is
+    /// Maps cached `page` into `process` (a fault, or fault-around), young; `false` if it is
     /// not cached.
-    pub fn map(&mut self, page: u64) -> bool {
+    pub fn map(&mut self, page: u64, process: usize) -> bool {
         let Some(&i) = self.index.get(&page) else {
             return false;
         };
         let s = &mut self.slots[i as usize];
-        s.mapped = true;
-        s.young = true;
+        let bit = process_bit(process);
+        s.mappers |= bit;
+        s.young |= bit;
         true
     }
 
@@ -252,8 +264,8 @@ impl PageCache {
             prev: NIL,
             next: NIL,
             list: list as u8,
-            mapped: false,
-            young: false,
+            mappers: 0,
+            young: 0,
             referenced: false,
             marked,
             workingset,
@@ -290,7 +302,7 @@ impl PageCache {
                 let i = self.lists[ACTIVE].tail;
                 self.unlink(i);
                 let s = &mut self.slots[i as usize];
-                s.young = false;
+                s.young = 0;
                 s.workingset = true;
                 s.list = INACTIVE as u8;
                 self.push_head(INACTIVE, i);
@@ -298,12 +310,18 @@ impl PageCache {
             }
             let i = self.lists[INACTIVE].tail;
             let s = self.slots[i as usize];
-            if s.young {
-                // Referenced since the last scan: keep it, or activate it the second time.
+            if s.young != 0 {
+                // Referenced since the last scan: keep it, or activate it the second time, or
+                // at once when several processes' entries were young (`folio_check_references`:
+                // more than one referenced PTE activates).
                 self.unlink(i);
-                let list = if s.referenced { ACTIVE } else { INACTIVE };
+                let list = if s.referenced || s.young.count_ones() > 1 {
+                    ACTIVE
+                } else {
+                    INACTIVE
+                };
                 let slot = &mut self.slots[i as usize];
-                slot.young = false;
+                slot.young = 0;
                 slot.referenced = list == INACTIVE;
                 slot.list = list as u8;
                 if list == ACTIVE {
@@ -389,16 +407,16 @@ mod tests {
     #[test]
     fn pages_arrive_inactive_unmapped_and_faults_map_them() {
         let mut pc = PageCache::new(4);
-        assert_eq!(pc.access(1), Access::Miss);
+        assert_eq!(pc.access(1, 0), Access::Miss);
         assert_eq!(pc.insert(1, false), None);
         assert_eq!(pc.insert(2, true), None);
-        assert_eq!(pc.access(1), Access::MinorFault);
-        assert!(pc.map(1));
-        assert_eq!(pc.access(1), Access::Hit);
-        assert_eq!(pc.access(2), Access::Marked);
+        assert_eq!(pc.access(1, 0), Access::MinorFault);
+        assert!(pc.map(1, 0));
+        assert_eq!(pc.access(1, 0), Access::Hit);
+        assert_eq!(pc.access(2, 0), Access::Marked);
         pc.clear_mark(2);
-        assert_eq!(pc.access(2), Access::MinorFault);
-        assert!(!pc.map(9));
+        assert_eq!(pc.access(2, 0), Access::MinorFault);
+        assert!(!pc.map(9, 0));
         assert_eq!(pc.list_order(false), vec![2, 1]);
         assert_eq!(pc.list_order(true), Vec::<u64>::new());
         let s = pc.stats();
@@ -412,13 +430,13 @@ mod tests {
         let mut pc = PageCache::new(3);
         for p in [1, 2, 3] {
             pc.insert(p, false);
-            pc.map(p); // young
+            pc.map(p, 0); // young
         }
         // Page 1 (the inactive tail) was young: kept, referenced; 2 and 3 too; then 1 again,
         // now old: evicted.
         assert_eq!(pc.insert(4, false), Some(1));
         // 2 and 3 are referenced and old; touch 2 again: it will be activated.
-        assert_eq!(pc.access(2), Access::Hit);
+        assert_eq!(pc.access(2, 0), Access::Hit);
         assert_eq!(pc.insert(5, false), Some(3));
         assert_eq!(pc.list_order(true), vec![2]);
         assert!(pc.stats().activations >= 1);
@@ -431,13 +449,13 @@ mod tests {
         let mut pc = PageCache::new(4);
         for p in [1, 2, 3, 4] {
             pc.insert(p, false);
-            pc.map(p);
+            pc.map(p, 0);
         }
         // One pass gives every page a second chance; 1, the oldest, is then evicted.
         assert_eq!(pc.insert(5, false), Some(1));
         // 2 and 3 are touched again: the next reclaim activates them and evicts 4.
-        pc.access(2);
-        pc.access(3);
+        pc.access(2, 0);
+        pc.access(3, 0);
         assert_eq!(pc.insert(6, false), Some(4));
         assert_eq!(pc.list_order(true), vec![3, 2]);
         // 4 comes back two evictions later, within the active list's two pages: active.
@@ -463,15 +481,15 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let page = x % 60;
-            match pc.access(page) {
+            match pc.access(page, 0) {
                 Access::Miss => {
                     let evicted = pc.insert(page, x & 64 == 0);
                     assert!(evicted.is_none_or(|e| e != page && !pc.contains(e)));
-                    pc.map(page);
+                    pc.map(page, 0);
                 }
                 Access::MinorFault | Access::Marked => {
                     pc.clear_mark(page);
-                    assert!(pc.map(page));
+                    assert!(pc.map(page, 0));
                 }
                 Access::Hit => {}
             }
@@ -496,10 +514,10 @@ mod tests {
     fn a_hot_page_survives_a_stream_of_cold_ones() {
         let mut pc = PageCache::new(64);
         pc.insert(7, false);
-        pc.map(7);
+        pc.map(7, 0);
         for p in 1000..11_000u64 {
             assert_eq!(
-                pc.access(7),
+                pc.access(7, 0),
                 Access::Hit,
                 "hot page lost before cold page {p}"
             );
@@ -516,7 +534,7 @@ mod tests {
     fn pages_mapped_on_arrival_are_passed_over_once() {
         let mut pc = PageCache::new(2);
         pc.insert(1, false);
-        pc.map(1);
+        pc.map(1, 0);
         pc.insert(2, false);
         assert_eq!(pc.insert(3, false), Some(2), "1 is young: 2 goes first");
         assert_eq!(
@@ -524,5 +542,27 @@ mod tests {
             Some(1),
             "1 was passed over once, untouched since"
         );
+    }
+
+    /// Processes map a cached page each for themselves (a page another process mapped is a
+    /// minor fault here), and a page young in two processes' page tables is activated at the
+    /// first scan that finds it so, where one process's touch only earns a second chance.
+    #[test]
+    fn processes_map_separately_and_two_young_mappings_activate() {
+        let mut pc = PageCache::new(3);
+        pc.insert(1, false);
+        pc.insert(2, false);
+        assert!(pc.map(1, 0));
+        assert_eq!(pc.access(1, 0), Access::Hit);
+        assert_eq!(pc.access(1, 1), Access::MinorFault);
+        assert!(pc.is_mapped(1, 0) && !pc.is_mapped(1, 1));
+        assert!(pc.map(1, 1));
+        assert!(pc.map(2, 0));
+        pc.insert(3, false);
+        // Full: the scan finds 1 young in both processes (activated), 2 young in one (second
+        // chance), 3 untouched (evicted).
+        assert_eq!(pc.insert(4, false), Some(3));
+        assert_eq!(pc.list_order(true), vec![1]);
+        assert_eq!(pc.list_order(false), vec![4, 2]);
     }
 }

@@ -1,6 +1,6 @@
-//! The README shows what the main job, `sagessd demo`, prints: its modelled epochs price each
+//! The README shows what the main job, `sagessd demo`, prints: its modelled times price each
 //! step on the `[trainer]` accelerator and the accuracies come from single-threaded CPU
-//! training of the same minibatches, so the README's copy must be exactly today's output.
+//! training, so the README's copy must be exactly today's output.
 
 use std::process::Command;
 
@@ -27,13 +27,18 @@ fn the_readme_shows_the_main_job_as_it_prints() {
         String::from_utf8_lossy(&out.stderr)
     );
     let printed = String::from_utf8_lossy(&out.stdout);
-    // The table; the note after it names the output folder and the wall-clock time.
-    let table: String = printed.lines().take(6).map(|l| format!("{l}\n")).collect();
+    // The table and the memory regime; the note after them names the output folder and the
+    // wall-clock time.
+    let table: String = printed.lines().take(7).map(|l| format!("{l}\n")).collect();
     assert_eq!(
         shown, table,
         "README.md's main-job output is stale: replace it with the table `sagessd demo` prints"
     );
-    for f in ["report.md", "fig18_end_to_end_cosmos-plus.svg"] {
+    for f in [
+        "report.md",
+        "fig18_end_to_end_at_scale_cosmos-plus.svg",
+        "fig18_end_to_end_cosmos-plus.svg",
+    ] {
         assert!(out_dir.join(f).is_file(), "demo wrote no {f}");
     }
     let _ = std::fs::remove_dir_all(&out_dir);

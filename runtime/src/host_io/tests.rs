@@ -200,8 +200,10 @@ fn read_around_covers_a_small_file_in_one_fault() {
     assert!(s.sample(1, &[2], &all).unwrap() == r);
     let h = s.host_stats();
     let m = s.shared().mmap.as_ref().unwrap();
-    // The first fault of each file reads the whole (12-page) file: 32-page read-around.
-    for ra in &m.readahead {
+    // The first fault of each file reads the whole (12-page) file: 32-page read-around (one
+    // worker: one mapping).
+    assert_eq!(m.readahead.len(), 1);
+    for ra in &m.readahead[0] {
         assert_eq!((ra.around_reads, ra.single_page_reads), (1, 0));
     }
     assert_eq!(h.ios, 2, "{h:?}");
@@ -316,6 +318,73 @@ fn isp_mode_equals_the_reference_and_charges_two_ioctls() {
     assert_eq!(h.host_cpu_ns, 8 * per);
     // The device samples: no host sampling compute, no host memory loads.
     assert_eq!((h.compute_ns, h.memory_lines), (0, 0));
+}
+
+#[test]
+fn isp_workers_beyond_the_sampling_slots_wait_for_one() {
+    let g = generate(&RmatParams::graph500(10, 8, 5)).unwrap();
+    let reqs = requests(24, g.node_count());
+    let fanouts = [10u16, 5];
+    let slots = usize::from(HwConfig::cosmos_plus().firmware.isp_slots);
+    let run = |workers: usize| {
+        let mut s = sampler(&g, HostIoMode::Isp, HostStackConfig::default());
+        let r = s.run_workers(workers, &fanouts, &reqs).unwrap();
+        (r, s.host_stats(), s.stats())
+    };
+    let (at_slots, h_slots, _) = run(slots);
+    let (beyond, h_beyond, st) = run(2 * slots);
+    // The same subgraphs; the device refused submissions while its slots were full, and each
+    // refused worker slept until a job was collected, then got one.
+    assert_eq!(beyond.subgraphs, at_slots.subgraphs);
+    assert_eq!(h_slots.slot_waits, 0);
+    assert!(h_beyond.slot_waits > 0, "{h_beyond:?}");
+    assert_eq!(
+        st.driver.ns_submits,
+        reqs.len() as u64 + h_beyond.slot_waits,
+        "one NS_SUBMIT per job plus one per refusal"
+    );
+    assert_eq!(st.driver.ns_collects, reqs.len() as u64);
+    // Twice the workers cannot sample faster than the slots allow by more than their host
+    // overhead overlapping: no worker count beats the device.
+    assert!(
+        beyond.makespan_ns * 10 >= at_slots.makespan_ns * 9,
+        "{} vs {}",
+        beyond.makespan_ns,
+        at_slots.makespan_ns
+    );
+}
+
+#[test]
+fn worker_processes_map_the_file_each_and_threads_share_it() {
+    use sagessd_emulator::host_stack::MmapWorkers;
+    let g = generate(&RmatParams::graph500(10, 8, 5)).unwrap();
+    let reqs = requests(16, g.node_count());
+    let fanouts = [10u16, 5];
+    let run = |workers: usize, kind: MmapWorkers| {
+        let host = HostStackConfig {
+            mmap_workers: kind,
+            ..HostStackConfig::default()
+        };
+        let mut s = sampler(&g, HostIoMode::Mmap, host);
+        let r = s.run_workers(workers, &fanouts, &reqs).unwrap();
+        (r, s.host_stats())
+    };
+    // One worker: one mapping either way.
+    let (t1, ht1) = run(1, MmapWorkers::Threads);
+    let (p1, hp1) = run(1, MmapWorkers::Processes);
+    assert_eq!((t1.makespan_ns, ht1.page_cache), (p1.makespan_ns, hp1.page_cache));
+    // Four: the same subgraphs; each process faults in for itself the pages the others
+    // brought (minor faults), where threads find them mapped.
+    let (t4, ht4) = run(4, MmapWorkers::Threads);
+    let (p4, hp4) = run(4, MmapWorkers::Processes);
+    assert_eq!(p4.subgraphs, t4.subgraphs);
+    assert!(
+        hp4.page_cache.minor_faults > ht4.page_cache.minor_faults,
+        "{:?} vs {:?}",
+        hp4.page_cache,
+        ht4.page_cache
+    );
+    assert!(hp4.page_cache.hits < ht4.page_cache.hits);
 }
 
 #[test]

@@ -32,7 +32,8 @@ use sagessd_runtime::host_io::HostIoMode;
 use sagessd_train::{ModelKind, StepModel};
 
 #[cfg(feature = "train")]
-use super::end_to_end::{Design, Point};
+use super::end_to_end::Design;
+use super::end_to_end::Point;
 use super::smartsage;
 use crate::records::Record;
 
@@ -40,6 +41,8 @@ use crate::records::Record;
 pub(crate) struct Section {
     /// The report's section (Markdown), with its paper · ours · ratio table.
     pub report: String,
+    /// The figures' design points (at their worker count), every r.
+    pub points: Vec<Point>,
     /// Its CSV rows (`smartsage.end_to_end`).
     pub rows: Vec<Record>,
     /// The plot stems it wrote.
@@ -66,6 +69,7 @@ pub(crate) fn section(
             report: "### Figs. 6, 7, 18 at scale\n\nNot computed: this sagessd was built \
                      without the `train` feature.\n"
                 .into(),
+            points: Vec::new(),
             rows: Vec::new(),
             plots: Vec::new(),
             far: 0,
@@ -92,6 +96,7 @@ pub(crate) fn section(
         let (report, far) = report(hw, &oracle, &at, sampling, salient);
         Ok(Section {
             report,
+            points: at.points().to_vec(),
             rows: records(&at, sampling),
             plots,
             far,
@@ -380,11 +385,7 @@ pub(crate) fn run(
         )?,
         "DRAM-only",
     )?;
-    let oracle_workers: Vec<usize> = workers
-        .iter()
-        .copied()
-        .filter(|&w| w <= usize::from(oracle.firmware.isp_slots))
-        .collect();
+    let oracle_workers = workers.clone();
     eprintln!(
         "  SmartSAGE(oracle): in-storage sampling on {}, workers {oracle_workers:?}",
         oracle.device.name

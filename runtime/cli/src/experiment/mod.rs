@@ -7,10 +7,10 @@
 mod agnes;
 mod bgl;
 pub(crate) mod end_to_end;
-mod end_to_end_at_scale;
+pub(crate) mod end_to_end_at_scale;
 mod paper;
 mod plot;
-mod smartsage;
+pub(crate) mod smartsage;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -729,7 +729,8 @@ fn smartsage_report(
         let _ = writeln!(
             r,
             "Workload: {}, {} minibatches of {} targets, fanouts {:?}, sampling seed {}; host \
-             workers {:?} (at most the device's {} sampling slots); controller page buffer {}.\n",
+             workers {:?} (in storage, those beyond the device's {} sampling slots wait for one); \
+             controller page buffer {}.\n",
             c.graph.describe(),
             c.batches,
             c.batch_size,
