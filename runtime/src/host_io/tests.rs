@@ -372,7 +372,10 @@ fn worker_processes_map_the_file_each_and_threads_share_it() {
     // One worker: one mapping either way.
     let (t1, ht1) = run(1, MmapWorkers::Threads);
     let (p1, hp1) = run(1, MmapWorkers::Processes);
-    assert_eq!((t1.makespan_ns, ht1.page_cache), (p1.makespan_ns, hp1.page_cache));
+    assert_eq!(
+        (t1.makespan_ns, ht1.page_cache),
+        (p1.makespan_ns, hp1.page_cache)
+    );
     // Four: the same subgraphs; each process faults in for itself the pages the others
     // brought (minor faults), where threads find them mapped.
     let (t4, ht4) = run(4, MmapWorkers::Threads);
