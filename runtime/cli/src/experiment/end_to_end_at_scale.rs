@@ -398,14 +398,13 @@ pub(crate) fn run(
         )?,
         "DRAM-only",
     )?;
-    let oracle_workers = workers.clone();
     eprintln!(
-        "  SmartSAGE(oracle): in-storage sampling on {}, workers {oracle_workers:?}",
+        "  SmartSAGE(oracle): in-storage sampling on {}, workers {workers:?}",
         oracle.device.name
     );
     let oracle_report = checked(
         compare::run(
-            &config(oracle, HostIoMode::Isp, oracle_workers),
+            &config(oracle, HostIoMode::Isp, workers.clone()),
             None,
             &mut |_| {},
         )?,
