@@ -234,9 +234,7 @@ impl MmapState {
     /// The readahead state of `mapping`'s view of file `region`.
     fn readahead(&mut self, mapping: usize, region: Region) -> &mut FileReadahead {
         if self.readahead.len() <= mapping {
-            let fresh = self.fresh.clone();
-            self.readahead
-                .resize_with(mapping + 1, || [fresh.clone(), fresh.clone()]);
+            self.readahead.resize(mapping + 1, [self.fresh; 2]);
         }
         &mut self.readahead[mapping][region as usize]
     }
