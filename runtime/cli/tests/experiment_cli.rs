@@ -307,7 +307,7 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         "### Fig. 14 and Fig. 16: time per minibatch",
         "### Fig. 17: SmartSAGE(HW/SW) over SmartSAGE(SW)",
         "### Fig. 15: coalescing granularity",
-        "### Figs. 6, 7, 18: end-to-end training",
+        "### Real training on a small graph: accuracy (Figs. 6, 7, 18 in the scaled-down regime)",
         "sagessd train --dataset",
         "| r | graph on the device | host page cache | a minibatch's distinct CSR pages | share of the page cache |",
         "**Every number is modelled**",

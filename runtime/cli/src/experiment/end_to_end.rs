@@ -532,7 +532,7 @@ pub(crate) fn section(
         );
         Ok(Section {
             points: Vec::new(),
-            report: "### Figs. 6, 7, 18: end-to-end training\n\n**Not run**: this sagessd was built without the `train` feature (libtorch), which these figures train with.\n".into(),
+            report: "### Real training on a small graph: accuracy (Figs. 6, 7, 18 in the scaled-down regime)\n\n**Not run**: this sagessd was built without the `train` feature (libtorch), which these figures train with.\n".into(),
             files: Vec::new(),
         })
     }
@@ -592,7 +592,12 @@ fn report(
     let mut r = String::new();
     let _ = writeln!(
         r,
-        "### Figs. 6, 7, 18: end-to-end training\n\n\
+        "### Real training on a small graph: accuracy (Figs. 6, 7, 18 in the scaled-down regime)\n\n\
+         These runs check that every design's sampler feeds real training the same minibatches, \
+         on a graph small enough to train, with the host page cache and the controller's page \
+         buffer both scaled to 1/ratio of it: their modelled epochs are not the figures (those \
+         are modelled at scale: papers100M's size in `experiment smartsage`, 1.12 GiB in the \
+         demo). \
          GraphSAGE (hidden 64, Adam, lr 0.01) trained for {} epoch(s) on a generated dataset \
          (R-MAT scale {}, edge factor 8, {} f32 features, {} classes, 60 % of the nodes in the \
          training split), minibatches of {} targets, fanouts {:?}, {} modelled host workers \
