@@ -28,9 +28,10 @@ pub struct IoCounts {
     pub minor_faults: Option<u64>,
 }
 
-/// The model's counts for sampling `requests` (fanouts `fanouts`, one worker) with `mode` on a
-/// device of `hw` holding the synthetic `graph`, the host being `host` (its page cache and
-/// `read_ahead_kb` set to the real run's).
+/// The model's counts for sampling `requests` (fanouts `fanouts`, `workers` workers, minibatch
+/// `i` on worker `i mod workers`) with `mode` on a device of `hw` holding the synthetic `graph`,
+/// the host being `host` (its page cache, `read_ahead_kb` and `mmap_workers` set to the real
+/// run's).
 pub fn modelled(
     hw: &HwConfig,
     graph: Arc<SyntheticGraph>,
@@ -38,13 +39,14 @@ pub fn modelled(
     host: HostStackConfig,
     fanouts: &[u16],
     requests: &[Request],
+    workers: usize,
 ) -> Result<IoCounts, SamplerError> {
     let corrupt = |e: String| SamplerError::GraphCorrupt(e);
     let (ssd, desc, _) =
         Ssd::with_synthetic_graph(hw, graph, 0).map_err(|e| corrupt(e.to_string()))?;
     let device = Device::open(LocalTransport::new(ssd))?;
     let mut s = HostIoSampler::new(device, desc, mode, host)?;
-    s.run_workers(1, fanouts, requests)?;
+    s.run_workers(workers.max(1), fanouts, requests)?;
     let st = s.host_stats();
     let mmap = mode == HostIoMode::Mmap;
     Ok(IoCounts {
@@ -53,6 +55,22 @@ pub fn modelled(
         major_faults: mmap.then_some(st.page_cache.misses),
         minor_faults: mmap.then_some(st.page_cache.minor_faults),
     })
+}
+
+impl IoCounts {
+    /// Both runs' counts together (several processes' shares of one run).
+    pub fn plus(self, other: Self) -> Self {
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+        Self {
+            pages_read: self.pages_read + other.pages_read,
+            reads: self.reads + other.reads,
+            major_faults: sum(self.major_faults, other.major_faults),
+            minor_faults: sum(self.minor_faults, other.minor_faults),
+        }
+    }
 }
 
 /// `modelled / real` (1 when both are 0; `None` when only the real one is).
@@ -89,6 +107,7 @@ mod tests {
             host.clone(),
             &[10, 5],
             &requests,
+            1,
         )
         .unwrap();
         assert!(m.major_faults.unwrap() > 0 && m.reads >= m.major_faults.unwrap());
@@ -96,7 +115,7 @@ mod tests {
             m.pages_read <= csr_pages + 2,
             "{m:?}: a page is read at most once"
         );
-        let d = modelled(&hw, g, HostIoMode::Direct, host, &[10, 5], &requests).unwrap();
+        let d = modelled(&hw, g, HostIoMode::Direct, host, &[10, 5], &requests, 1).unwrap();
         assert_eq!((d.major_faults, d.minor_faults), (None, None));
         assert!(d.pages_read >= d.reads && d.reads > 0);
         assert_eq!(ratio(0, 0), Some(1.0));

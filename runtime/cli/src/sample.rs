@@ -50,6 +50,14 @@ pub(crate) struct SampleArgs {
     /// of the training nodes).
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
+    /// Sample only the minibatches whose index is OFFSET modulo STRIDE: one of STRIDE worker
+    /// processes sharing the run's minibatches as modelled workers do (worker w takes w,
+    /// w + STRIDE, …).
+    #[arg(long, default_value_t = 1, value_name = "STRIDE")]
+    batch_stride: u32,
+    /// This process's share of the minibatches (see --batch-stride).
+    #[arg(long, default_value_t = 0, value_name = "OFFSET")]
+    batch_offset: u32,
     #[command(flatten)]
     target: crate::storage::TargetArgs,
     #[command(flatten)]
@@ -69,6 +77,12 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         a.batch_size > 0 && a.batches > 0,
         "--batches and --batch-size must be ≥ 1"
+    );
+    anyhow::ensure!(
+        a.batch_stride > 0 && a.batch_offset < a.batch_stride,
+        "--batch-offset {} must be below --batch-stride {} (≥ 1)",
+        a.batch_offset,
+        a.batch_stride
     );
     // Bad flags are refused before any work.
     sagessd_runtime::sampler::validate_request(&a.fanouts, &[0], 1)?;
@@ -128,6 +142,12 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             requests
         }
     };
+    let requests: Vec<(u64, Vec<u64>)> = requests
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 % u64::from(a.batch_stride) == u64::from(a.batch_offset))
+        .map(|(_, r)| r)
+        .collect();
     let block_bytes = a.cache.block_bytes();
     let buffer_bytes = a.cache.buffer_bytes();
     if a.target.on_device {

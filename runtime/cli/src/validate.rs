@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
+use sagessd_emulator::host_stack::MmapWorkers;
 use sagessd_runtime::cgroup::{self, MemoryCgroup, ReadAheadGuard};
 use sagessd_runtime::compare::human_bytes;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
@@ -46,6 +47,10 @@ pub(crate) struct HostArgs {
     samplers: Vec<String>,
     #[command(flatten)]
     workload: WorkloadArgs,
+    /// Worker processes sharing the minibatches (worker w takes w, w + N, …), run at once in
+    /// the one cgroup; the model's workers are then processes too (`[host] mmap_workers`).
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
     /// The disk's read_ahead_kb for the runs (set, then restored); default: as it is.
     #[arg(long)]
     read_ahead_kb: Option<u32>,
@@ -72,6 +77,10 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
         })
         .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(a.ratios.iter().all(|r| *r > 0), "--ratios must be ≥ 1");
+    anyhow::ensure!(
+        (1..=64).contains(&a.processes),
+        "--processes must be 1 to 64"
+    );
     // The dataset the real samplers read: the same bytes, written once.
     let dir = a.data.join(spec.word().replace([':', ',', '=', '/'], "_"));
     let dataset = match sagessd_runtime::dataset::Dataset::open(&dir) {
@@ -128,27 +137,45 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 cache_target + anon_bytes,
             )?;
             cgroup::drop_caches()?;
-            let child = Command::new("/bin/sh")
-                .arg("-c")
-                .arg(format!(
-                    "echo $$ > '{}' && exec \"$0\" \"$@\"",
-                    cg.procs().display()
-                ))
-                .arg(&exe)
-                .args(["sample", "--dataset"])
-                .arg(&dir)
-                .args(["--sampler", name, "--batches"])
-                .arg(w.batches.to_string())
-                .args(["--batch-size", &w.batch_size.to_string(), "--fanouts"])
-                .arg(crate::join_fanouts(&w.fanouts))
-                .args(["--seed", &w.seed.to_string(), "--format", "json"])
-                .output()?;
-            anyhow::ensure!(
-                child.status.success(),
-                "sagessd sample --sampler {name} failed: {}",
-                String::from_utf8_lossy(&child.stderr)
-            );
-            let (real, anon) = parse_sample(&child.stdout, *mode)?;
+            let children = (0..a.processes)
+                .map(|k| {
+                    Command::new("/bin/sh")
+                        .arg("-c")
+                        .arg(format!(
+                            "echo $$ > '{}' && exec \"$0\" \"$@\"",
+                            cg.procs().display()
+                        ))
+                        .arg(&exe)
+                        .args(["sample", "--dataset"])
+                        .arg(&dir)
+                        .args(["--sampler", name, "--batches"])
+                        .arg(w.batches.to_string())
+                        .args(["--batch-size", &w.batch_size.to_string(), "--fanouts"])
+                        .arg(crate::join_fanouts(&w.fanouts))
+                        .args(["--seed", &w.seed.to_string(), "--format", "json"])
+                        .args(["--batch-stride", &a.processes.to_string()])
+                        .args(["--batch-offset", &k.to_string()])
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped())
+                        .spawn()
+                })
+                .collect::<std::io::Result<Vec<_>>>()?;
+            let mut real = IoCounts::default();
+            let mut anon: Option<u64> = None;
+            for child in children {
+                let child = child.wait_with_output()?;
+                anyhow::ensure!(
+                    child.status.success(),
+                    "sagessd sample --sampler {name} failed: {}",
+                    String::from_utf8_lossy(&child.stderr)
+                );
+                let (counts, child_anon) = parse_sample(&child.stdout, *mode)?;
+                real = real.plus(counts);
+                anon = match (anon, child_anon) {
+                    (Some(x), Some(y)) => Some(x + y),
+                    (x, y) => x.or(y),
+                };
+            }
             if let Some(anon) = anon {
                 // The next run's allowance: this run's, with 16 MiB to spare.
                 anon_bytes = anon + (16 << 20);
@@ -167,10 +194,22 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
             let host = sagessd_emulator::host_stack::HostStackConfig {
                 page_cache_bytes: cache_bytes,
                 read_ahead_kb,
+                mmap_workers: if a.processes > 1 {
+                    MmapWorkers::Processes
+                } else {
+                    MmapWorkers::Threads
+                },
                 ..hw.host.clone()
             };
-            let model =
-                host_check::modelled(&hw, Arc::clone(&graph), *mode, host, &w.fanouts, &requests)?;
+            let model = host_check::modelled(
+                &hw,
+                Arc::clone(&graph),
+                *mode,
+                host,
+                &w.fanouts,
+                &requests,
+                a.processes,
+            )?;
             let x = |real: u64, model: u64| host_check::ratio(real, model);
             for q in [
                 x(real.pages_read, model.pages_read),
@@ -211,6 +250,7 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 Record::new("validate.host")
                     .with("sampler", name.as_str())
                     .with("ratio", r)
+                    .with("processes", a.processes)
                     .with("graph_bytes", csr_bytes)
                     .with("page_cache_bytes", cache_bytes)
                     .with("read_ahead_kb", read_ahead_kb)
