@@ -143,6 +143,33 @@ fn samplers_agree_on_files_and_on_the_device() {
     assert_eq!(uring[0], direct[0], "{files}");
     assert!(uring[3] < direct[3], "{files}");
 
+    // One of three worker processes' share: minibatches 1 and 4; an offset past the stride is
+    // refused, saying why.
+    let share = sagessd(
+        &[
+            &common[..],
+            &[
+                "--sampler",
+                "direct",
+                "--batch-stride",
+                "3",
+                "--batch-offset",
+                "1",
+            ],
+            &["--format", "json"],
+        ]
+        .concat(),
+    );
+    let share = stdout_of(&share);
+    assert!(share.contains("\"minibatches\":2"), "{share}");
+    let bad = sagessd(&[&common[..], &["--batch-stride", "3", "--batch-offset", "3"]].concat());
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("--batch-offset 3 must be below --batch-stride 3"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
     let device = stdout_of(&sagessd(
         &[
             &common[..],
