@@ -294,6 +294,23 @@ struct Shared {
     states: Vec<WorkerState>,
     /// Completions reaped and not yet claimed by their worker.
     done: HashMap<u16, Completion>,
+    /// ISP: the run's sampling slots as the host sees them ([`Worker::isp_sample`]).
+    slots: SlotQueue,
+}
+
+/// The host's side of the device's sampling slots in ISP mode: workers the device refused wait
+/// in arrival order, and a slot freed by a collect is handed to the first of them, so that no
+/// worker submits ahead of one that has waited longer.
+#[derive(Debug, Default)]
+struct SlotQueue {
+    /// Workers waiting for a slot, first come first.
+    waiting: std::collections::VecDeque<usize>,
+    /// Workers handed a freed slot and not yet submitted into it.
+    handed: HashSet<usize>,
+    /// Jobs this run's workers hold on the device (submitted, not yet collected).
+    held: usize,
+    /// Slots freed so far: a refusal that raced a collect sees it changed and submits again.
+    freed: u64,
 }
 
 /// A future that is pending exactly once: the point where a worker hands control back to the
@@ -1005,20 +1022,35 @@ impl Worker {
         Ok(c)
     }
 
-    /// This worker's job was collected, so its sampling slot is free: the worker that has
-    /// waited for one longest (the earliest clock, then the lowest index) may submit again,
-    /// from now on.
+    /// This worker's job was collected, so its sampling slot is free: it goes to the worker that
+    /// has waited longest for one, runnable from now on.
     fn slot_freed(&self) {
         let mut s = self.sh.borrow_mut();
         let now = s.clocks[self.w];
-        let Shared { states, clocks, .. } = &mut *s;
-        if let Some(w) = (0..states.len())
-            .filter(|&w| states[w] == WorkerState::WaitingSlot)
-            .min_by_key(|&w| (clocks[w], w))
-        {
+        let Shared {
+            states,
+            clocks,
+            slots,
+            ..
+        } = &mut *s;
+        slots.held = slots.held.saturating_sub(1);
+        slots.freed += 1;
+        if let Some(w) = slots.waiting.pop_front() {
+            slots.handed.insert(w);
             states[w] = WorkerState::Runnable;
             clocks[w] = clocks[w].max(now);
         }
+    }
+
+    /// Joins the queue for a sampling slot and sleeps until a collect hands this worker one.
+    async fn wait_for_slot(&self) {
+        {
+            let mut s = self.sh.borrow_mut();
+            s.stats.slot_waits += 1;
+            s.slots.waiting.push_back(self.w);
+            s.states[self.w] = WorkerState::WaitingSlot;
+        }
+        Park(false).await;
     }
 
     /// In-storage sampling of one minibatch: `NS_SUBMIT` with the whole NS_config, then
@@ -1033,14 +1065,39 @@ impl Worker {
         crate::sampler::validate_request(fanouts, targets, node_count)?;
         let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
         let tag = loop {
-            let c = self.ioctl(submit, config.clone()).await?;
-            if VendorStatus::from_status(c.cqe.status()) != Some(VendorStatus::NoFreeSlot) {
-                break ns::submitted_tag(c)?;
+            // While others wait for a slot or hold one handed to them, a worker not handed one
+            // queues behind them.
+            let queue_first = {
+                let s = self.sh.borrow();
+                !s.slots.handed.contains(&self.w)
+                    && (!s.slots.waiting.is_empty() || !s.slots.handed.is_empty())
+            };
+            if queue_first {
+                self.wait_for_slot().await;
+                continue;
             }
-            // Every slot holds another worker's job: sleep until one is collected.
-            self.sh.borrow_mut().stats.slot_waits += 1;
-            self.sh.borrow_mut().states[self.w] = WorkerState::WaitingSlot;
-            Park(false).await;
+            let freed_before = self.sh.borrow().slots.freed;
+            let c = self.ioctl(submit, config.clone()).await?;
+            self.sh.borrow_mut().slots.handed.remove(&self.w);
+            if VendorStatus::from_status(c.cqe.status()) != Some(VendorStatus::NoFreeSlot) {
+                let tag = ns::submitted_tag(c)?;
+                self.sh.borrow_mut().slots.held += 1;
+                break tag;
+            }
+            let (freed_since, held) = {
+                let s = self.sh.borrow();
+                (s.slots.freed != freed_before, s.slots.held)
+            };
+            if freed_since {
+                // A collect freed a slot while this submission was refused: try again.
+                continue;
+            }
+            if held == 0 {
+                // No job of this run holds a slot, so none will free one: the device's slots
+                // are held by someone else.
+                return Err(command_error(io_opcode::NS_SUBMIT, &c));
+            }
+            self.wait_for_slot().await;
         };
         let mut len = ns::first_collect_len(
             fanouts,
@@ -1292,6 +1349,7 @@ impl HostIoSampler {
                 clocks: Vec::new(),
                 states: Vec::new(),
                 done: HashMap::new(),
+                slots: SlotQueue::default(),
             }),
             sampler: SamplerStats::default(),
         })
@@ -1357,6 +1415,7 @@ impl HostIoSampler {
         let device_before = shared.device.device_counters();
         shared.clocks = vec![start; workers];
         shared.states = vec![WorkerState::Runnable; workers];
+        shared.slots = SlotQueue::default();
         shared.done.clear();
         let sh = Rc::new(RefCell::new(shared));
         let results: Rc<RefCell<Vec<Option<SampledSubgraph>>>> =

@@ -148,6 +148,13 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         .filter(|(i, _)| *i as u64 % u64::from(a.batch_stride) == u64::from(a.batch_offset))
         .map(|(_, r)| r)
         .collect();
+    anyhow::ensure!(
+        !requests.is_empty(),
+        "--batch-offset {} of --batch-stride {} selects none of the {} minibatches",
+        a.batch_offset,
+        a.batch_stride,
+        a.batches
+    );
     let block_bytes = a.cache.block_bytes();
     let buffer_bytes = a.cache.buffer_bytes();
     if a.target.on_device {
@@ -182,7 +189,12 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     };
     out.note(format!(
         "dataset {}: {} nodes, {} CSR entries; {} minibatches of {} targets, fanouts {:?}",
-        dataset.manifest.name, n, dataset.manifest.edge_count, a.batches, a.batch_size, a.fanouts
+        dataset.manifest.name,
+        n,
+        dataset.manifest.edge_count,
+        requests.len(),
+        a.batch_size,
+        a.fanouts
     ));
     let graph = samplers
         .contains(&Memory)

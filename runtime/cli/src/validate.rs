@@ -127,9 +127,9 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
     let mut worst: f64 = 1.0;
     let exe = std::env::current_exe()?;
     for (name, mode) in &modes {
-        // The child's anonymous memory, learnt from each run for the next (the ratios run in
-        // the order given; the first one gets 256 MiB).
-        let mut anon_bytes = 256u64 << 20;
+        // The children's anonymous memory, learnt from each run for the next (the ratios run in
+        // the order given; the first one gets 256 MiB a child).
+        let mut anon_bytes = (256u64 << 20) * a.processes as u64;
         for &r in &a.ratios {
             let cache_target = csr_bytes / u64::from(r);
             let cg = MemoryCgroup::create(
@@ -137,33 +137,48 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 cache_target + anon_bytes,
             )?;
             cgroup::drop_caches()?;
-            let children = (0..a.processes)
-                .map(|k| {
-                    Command::new("/bin/sh")
-                        .arg("-c")
-                        .arg(format!(
-                            "echo $$ > '{}' && exec \"$0\" \"$@\"",
-                            cg.procs().display()
-                        ))
-                        .arg(&exe)
-                        .args(["sample", "--dataset"])
-                        .arg(&dir)
-                        .args(["--sampler", name, "--batches"])
-                        .arg(w.batches.to_string())
-                        .args(["--batch-size", &w.batch_size.to_string(), "--fanouts"])
-                        .arg(crate::join_fanouts(&w.fanouts))
-                        .args(["--seed", &w.seed.to_string(), "--format", "json"])
-                        .args(["--batch-stride", &a.processes.to_string()])
-                        .args(["--batch-offset", &k.to_string()])
-                        .stdout(std::process::Stdio::piped())
-                        .stderr(std::process::Stdio::piped())
-                        .spawn()
-                })
-                .collect::<std::io::Result<Vec<_>>>()?;
+            let mut children = Vec::with_capacity(a.processes);
+            for k in 0..a.processes {
+                let child = Command::new("/bin/sh")
+                    .arg("-c")
+                    .arg(format!(
+                        "echo $$ > '{}' && exec \"$0\" \"$@\"",
+                        cg.procs().display()
+                    ))
+                    .arg(&exe)
+                    .args(["sample", "--dataset"])
+                    .arg(&dir)
+                    .args(["--sampler", name, "--batches"])
+                    .arg(w.batches.to_string())
+                    .args(["--batch-size", &w.batch_size.to_string(), "--fanouts"])
+                    .arg(crate::join_fanouts(&w.fanouts))
+                    .args(["--seed", &w.seed.to_string(), "--format", "json"])
+                    .args(["--batch-stride", &a.processes.to_string()])
+                    .args(["--batch-offset", &k.to_string()])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn();
+                match child {
+                    Ok(c) => children.push(c),
+                    Err(e) => {
+                        // Leave no child behind in the cgroup.
+                        for mut c in children {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            // Every child is waited for before any failure is reported.
+            let outputs: Vec<std::io::Result<std::process::Output>> = children
+                .into_iter()
+                .map(std::process::Child::wait_with_output)
+                .collect();
             let mut real = IoCounts::default();
             let mut anon: Option<u64> = None;
-            for child in children {
-                let child = child.wait_with_output()?;
+            for child in outputs {
+                let child = child?;
                 anyhow::ensure!(
                     child.status.success(),
                     "sagessd sample --sampler {name} failed: {}",

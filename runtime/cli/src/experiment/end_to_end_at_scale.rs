@@ -11,9 +11,9 @@
 //! the small graph, feature rows come from host memory in every design and cross to the
 //! accelerator at `[trainer] host_copy_mb_per_s` inside the step.
 //!
-//! The minibatches stand for a slice of a long epoch: the timeline replays them 16 times (each
-//! repeat ready one makespan after the one before), so the pipeline fill is paid once an epoch,
-//! and a design's time is one slice's share. The figures use the fewest host workers (of the sweep's) that keep DRAM-only's trainer at least 90 %
+//! The minibatches stand for a slice of a long epoch: the timeline replays them 16 times, each
+//! worker starting a repeat where it finished the one before, so the pipeline fill is paid once
+//! an epoch, and a design's time is one slice's share. The figures use the fewest host workers (of the sweep's) that keep DRAM-only's trainer at least 90 %
 //! busy, SmartSAGE §III-C's "high GPU utilization" of in-memory training (Fig. 7);
 //! the report says which, and every worker count's points are in the CSV.
 //!
@@ -331,17 +331,27 @@ pub(crate) fn step_model(hw: &HwConfig) -> StepModel {
     }
 }
 
-/// The trainer's timeline over `result`'s minibatches, the slice repeated [`REPEATS`] times
-/// (repeat `k` ready `k` makespans later: an epoch of that many slices, whose pipeline fill is
-/// paid once): step `i` starts when minibatch `i` is ready and the previous step is done
-/// (queue: [`QUEUE_GROUPS`] groups of the run's workers).
+/// The trainer's timeline over `result`'s minibatches, the slice repeated [`REPEATS`] times as
+/// an epoch of that many slices: worker `w` (minibatches `w`, `w + workers`, …) starts each
+/// repeat where it finished the one before, so the pipeline fill is paid once, not once a
+/// slice. Step `i` starts when minibatch `i` is ready and the previous step is done (queue:
+/// [`QUEUE_GROUPS`] groups of the run's workers).
 #[cfg(feature = "train")]
 fn timeline(result: &ModeResult, report: &CompareReport, step: &StepModel) -> Timeline {
-    let span = result.done_ns.iter().copied().max().unwrap_or(0);
-    let mut t = Timeline::starting_at(0, QUEUE_GROUPS * result.workers.max(1));
+    let workers = result.workers.max(1);
+    let mut worker_end = vec![0u64; workers];
+    for (i, &done) in result.done_ns.iter().enumerate() {
+        worker_end[i % workers] = worker_end[i % workers].max(done);
+    }
+    let mut t = Timeline::starting_at(0, QUEUE_GROUPS * workers);
     for k in 0..REPEATS {
-        for (ready, layers) in result.done_ns.iter().zip(&report.minibatch_layers) {
-            t.step(k * span + ready, step.step_ns_of(layers));
+        for (i, (ready, layers)) in result
+            .done_ns
+            .iter()
+            .zip(&report.minibatch_layers)
+            .enumerate()
+        {
+            t.step(k * worker_end[i % workers] + ready, step.step_ns_of(layers));
         }
     }
     t
@@ -451,6 +461,7 @@ pub(crate) fn run(
         }
         by_workers.push((w, points));
     }
+    dram_busy.sort_by_key(|(w, _)| *w);
     let chosen = dram_busy
         .iter()
         .find(|(_, busy)| *busy >= BUSY_TARGET)
