@@ -60,16 +60,20 @@ pub fn modelled(
 impl IoCounts {
     /// Both runs' counts together (several processes' shares of one run).
     pub fn plus(self, other: Self) -> Self {
-        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x + y),
-            (x, y) => x.or(y),
-        };
         Self {
             pages_read: self.pages_read + other.pages_read,
             reads: self.reads + other.reads,
-            major_faults: sum(self.major_faults, other.major_faults),
-            minor_faults: sum(self.minor_faults, other.minor_faults),
+            major_faults: sum_present(self.major_faults, other.major_faults),
+            minor_faults: sum_present(self.minor_faults, other.minor_faults),
         }
+    }
+}
+
+/// The sum of two counts where either may be absent (absent + x = x; both absent: absent).
+pub fn sum_present(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, y) => x.or(y),
     }
 }
 

@@ -186,10 +186,7 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 );
                 let (counts, child_anon) = parse_sample(&child.stdout, *mode)?;
                 real = real.plus(counts);
-                anon = match (anon, child_anon) {
-                    (Some(x), Some(y)) => Some(x + y),
-                    (x, y) => x.or(y),
-                };
+                anon = host_check::sum_present(anon, child_anon);
             }
             if let Some(anon) = anon {
                 // The next run's allowance: this run's, with 16 MiB to spare.

@@ -392,34 +392,22 @@ pub(crate) fn run(
         hw: hw.clone(),
         ..first.report.config.clone()
     };
-    let checked = |report: CompareReport, what: &str| -> anyhow::Result<CompareReport> {
+    // A comparison of `mode` on `hw`, checked to sample what the sweep sampled.
+    let run_checked = |hw: &HwConfig, mode: HostIoMode, what: &str| {
+        let report = compare::run(&config(hw, mode, workers.clone()), None, &mut |_| {})?;
         anyhow::ensure!(
             report.identical() && report.checksum == first.report.checksum,
             "{what}: the samples differ from the sampling sweep's"
         );
-        Ok(report)
+        Ok::<_, anyhow::Error>(report)
     };
     eprintln!("  DRAM-only (the graph in host memory), workers {workers:?}");
-    let dram = checked(
-        compare::run(
-            &config(hw, HostIoMode::Memory, workers.clone()),
-            None,
-            &mut |_| {},
-        )?,
-        "DRAM-only",
-    )?;
+    let dram = run_checked(hw, HostIoMode::Memory, "DRAM-only")?;
     eprintln!(
         "  SmartSAGE(oracle): in-storage sampling on {}, workers {workers:?}",
         oracle.device.name
     );
-    let oracle_report = checked(
-        compare::run(
-            &config(oracle, HostIoMode::Isp, workers.clone()),
-            None,
-            &mut |_| {},
-        )?,
-        "the oracle",
-    )?;
+    let oracle_report = run_checked(oracle, HostIoMode::Isp, "the oracle")?;
     let step = step_model(hw);
     let steps: Vec<u64> = first
         .report
