@@ -82,6 +82,7 @@
 use rustc_hash::FxHashMap as FastMap;
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::Arc;
 
 use sagessd_firmware::hal::{
     Flash, FlashCompletion, FlashError, FlashOp, Geometry, SPARE_BYTES, Sectors,
@@ -94,10 +95,12 @@ use crate::error::EmulatorError;
 use crate::event_queue::EventQueue;
 
 mod faults;
+pub mod page_compute;
 mod store;
 pub mod synthetic;
 
 pub use faults::{CutReport, NandFaults};
+use page_compute::{PageJob, PagePool};
 use store::{FileStore, PageState, PageStore};
 pub use store::{FlashFileLayout, ImageFormat};
 use synthetic::SyntheticPages;
@@ -288,6 +291,8 @@ enum ReadData {
     Page(u32),
     /// A copy taken before an erase (`None` = erased when read).
     Snapshot(Option<Box<[u8]>>),
+    /// A computed page's read, filled by a [`PageJob`] started when it was issued.
+    Computed(Arc<PageJob>),
 }
 
 /// An emulated NAND array: see the [module documentation](self) for the model.
@@ -323,6 +328,10 @@ pub struct NandArray {
     faults: Option<NandFaults>,
     /// Pages the array computes instead of storing (a synthetic image), if any.
     synthetic: Option<SyntheticPages>,
+    /// The threads that compute those pages ahead of their polls (with `synthetic`).
+    page_pool: Option<PagePool>,
+    /// Reads of computed pages issued and not yet done: operation → its job.
+    computing: FastMap<u64, Arc<PageJob>>,
 }
 
 impl NandArray {
@@ -367,6 +376,8 @@ impl NandArray {
             dram: None,
             faults: None,
             synthetic: None,
+            page_pool: None,
+            computing: FastMap::default(),
         }
     }
 
@@ -430,6 +441,7 @@ impl NandArray {
     pub fn with_synthetic(mut self, pages: SyntheticPages) -> Self {
         pages.program_pointers(&mut self.next_page);
         self.synthetic = Some(pages);
+        self.page_pool = Some(PagePool::for_this_machine());
         self
     }
 
@@ -718,6 +730,7 @@ impl NandArray {
         let Some(op) = self.ops.remove(&op_id) else {
             return;
         };
+        let job = self.computing.remove(&op_id);
         let mut failed = false;
         let read = match op.kind {
             OpKind::Read { ppn, .. }
@@ -735,7 +748,15 @@ impl NandArray {
                 sectors,
             } => {
                 self.stats.pages_read += 1;
-                Some((dram_offset_bytes, sectors, ReadData::Page(ppn)))
+                // A job started at the issue holds this read's contents while the page is
+                // still the computed one (it stops being so only by an erase, for good).
+                let data = match job {
+                    Some(job) if self.synthetic.as_ref().is_some_and(|s| s.holds(ppn)) => {
+                        ReadData::Computed(job)
+                    }
+                    _ => ReadData::Page(ppn),
+                };
+                Some((dram_offset_bytes, sectors, data))
             }
             OpKind::Program { ppn, data } => {
                 // A flash file that cannot take the page (a full disk) fails the program, as
@@ -871,6 +892,13 @@ impl Flash for NandArray {
         let plane = block % self.planes;
         let op_id = self.next_op_id;
         self.next_op_id += 1;
+        if let (OpKind::Read { ppn, sectors, .. }, Some(s), Some(pool)) =
+            (&kind, &self.synthetic, &self.page_pool)
+            && let Some(read) = s.page_read(*ppn, *sectors)
+        {
+            self.computing
+                .insert(op_id, pool.start(read, self.window_bytes));
+        }
         self.ops.insert(
             op_id,
             Op {
@@ -920,6 +948,11 @@ impl Flash for NandArray {
                             Err(FlashError::Media)
                         }
                     }
+                }
+                (Some(window), ReadData::Computed(job)) => {
+                    let pool = self.page_pool.as_ref().expect("computed reads have a pool");
+                    sectors.copy_window(page_size, &pool.take(&job), window);
+                    Ok(())
                 }
                 (Some(window), ReadData::Snapshot(page)) => {
                     match page {
@@ -1013,6 +1046,53 @@ mod tests {
         assert!(dram[2 * WINDOW..3 * WINDOW].iter().all(|b| *b == 0xAB));
         assert_eq!(nand.stats().pages_read, 2);
         assert_eq!(nand.stats().pages_programmed, 1);
+    }
+
+    /// Namespace bytes that name their offset.
+    #[derive(Debug)]
+    struct Offsets;
+    impl synthetic::LogicalContent for Offsets {
+        fn fill(&self, offset: u64, out: &mut [u8]) {
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = ((offset + i as u64) % 251) as u8;
+            }
+        }
+    }
+
+    #[test]
+    fn a_computed_read_keeps_the_page_it_read_when_an_erase_follows_before_the_poll() {
+        let mut nand = array();
+        let pages = SyntheticPages::new(Arc::new(Offsets), nand.geometry, 0, 4).unwrap();
+        let mut expected = vec![0u8; WINDOW];
+        assert!(pages.read(ppn(0, 0).0, Sectors::ALL, &mut expected));
+        assert!(expected[..PAGE].iter().any(|b| *b != 0xFF));
+        nand = nand.with_synthetic(pages);
+        let mut dram = vec![0u8; 2 * WINDOW];
+        nand.submit(1, read(0, 0, 0), &dram).unwrap();
+        nand.submit(
+            2,
+            FlashOp::Erase {
+                block: PhysBlock(0),
+            },
+            &dram,
+        )
+        .unwrap();
+        nand.submit(3, read(0, 0, 1), &dram).unwrap();
+        // Every operation completes before the first poll: the erase has run by then.
+        nand.issue_staged(nand.now_ns());
+        while nand.process_next_event().is_some() {}
+        let mut tags = Vec::new();
+        while let Some(c) = nand.poll(&mut dram) {
+            assert_eq!(c.result, Ok(()));
+            tags.push(c.tag);
+        }
+        assert_eq!(tags, vec![1, 2, 3]);
+        assert_eq!(&dram[..WINDOW], &expected[..], "read before the erase");
+        assert!(
+            dram[WINDOW..].iter().all(|b| *b == 0xFF),
+            "read after the erase"
+        );
+        assert!(nand.computing.is_empty());
     }
 
     #[test]

@@ -172,6 +172,7 @@ impl NandArray {
         self.noted = None;
         self.events = Default::default();
         self.finished.clear();
+        self.computing.clear();
         for g in &mut self.die_group {
             *g = None;
         }

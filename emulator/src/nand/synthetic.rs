@@ -90,20 +90,22 @@ impl SyntheticPages {
     /// Reads `sectors` of computed page `ppn` and its spare into their places in `window`.
     /// `false` if `ppn` holds no computed page.
     pub fn read(&self, ppn: u32, sectors: Sectors, window: &mut [u8]) -> bool {
-        let Some(k) = self.index_of(ppn) else {
-            return false;
-        };
-        let page = self.geometry.page_size_bytes as usize;
-        let sector = page / SECTORS_PER_PAGE;
-        let lpn = self.first_lpn + k;
-        let base = u64::from(lpn) * page as u64;
-        for (first, count) in sectors.runs() {
-            let (a, b) = (first * sector, (first + count) * sector);
-            self.content.fill(base + a as u64, &mut window[a..b]);
-        }
-        let seq = u64::from(k) + 1;
-        window[page..page + SPARE_BYTES].copy_from_slice(&data_page_spare(lpn, seq, seq));
-        true
+        self.page_read(ppn, sectors)
+            .map(|read| read.fill(window))
+            .is_some()
+    }
+
+    /// What reading `sectors` of computed page `ppn` returns, as a job that any thread can
+    /// fill (see [`PageRead`]); `None` if `ppn` holds no computed page.
+    pub fn page_read(&self, ppn: u32, sectors: Sectors) -> Option<PageRead> {
+        let k = self.index_of(ppn)?;
+        Some(PageRead {
+            content: Arc::clone(&self.content),
+            lpn: self.first_lpn + k,
+            seq: u64::from(k) + 1,
+            sectors,
+            page_bytes: self.geometry.page_size_bytes as usize,
+        })
     }
 
     /// Forgets the computed pages of `block` (it was erased).
@@ -121,6 +123,34 @@ impl SyntheticPages {
             let block = (ppn / ppb) as usize;
             pointers[block] = pointers[block].max(ppn % ppb + 1);
         }
+    }
+}
+
+/// One read of a computed page, detached from the array: a pure function of the page's
+/// content, so it can be filled on another thread ahead of the poll that delivers it (the
+/// contents stay those of the read even if the block is erased meanwhile).
+#[derive(Debug, Clone)]
+pub struct PageRead {
+    content: Arc<dyn LogicalContent>,
+    lpn: u32,
+    seq: u64,
+    sectors: Sectors,
+    page_bytes: usize,
+}
+
+impl PageRead {
+    /// Fills the read's sectors and the page's spare into their places in `window` (a page
+    /// window: data, then spare); its other sectors are left as they are.
+    pub fn fill(&self, window: &mut [u8]) {
+        let page = self.page_bytes;
+        let sector = page / SECTORS_PER_PAGE;
+        let base = u64::from(self.lpn) * page as u64;
+        for (first, count) in self.sectors.runs() {
+            let (a, b) = (first * sector, (first + count) * sector);
+            self.content.fill(base + a as u64, &mut window[a..b]);
+        }
+        window[page..page + SPARE_BYTES]
+            .copy_from_slice(&data_page_spare(self.lpn, self.seq, self.seq));
     }
 }
 
