@@ -39,9 +39,10 @@ impl GraphContent {
 
 impl LogicalContent for GraphContent {
     fn fill(&self, offset_bytes: u64, out: &mut [u8]) {
-        out.fill(0);
         let end = offset_bytes + out.len() as u64;
         type Fill<'a> = &'a dyn Fn(u64, &mut [u8]);
+        // In namespace order (the layout puts indptr first): zeros between them, each region
+        // filled once.
         let regions: [(u64, u64, Fill); 2] = [
             (self.indptr_at, self.graph.indptr_bytes(), &|o, b| {
                 self.graph.fill_indptr(o, b)
@@ -50,13 +51,18 @@ impl LogicalContent for GraphContent {
                 self.graph.fill_indices(o, b)
             }),
         ];
+        debug_assert!(self.indptr_at + self.graph.indptr_bytes() <= self.indices_at);
+        let mut written = 0;
         for (at, len, fill) in regions {
             let (lo, hi) = (offset_bytes.max(at), end.min(at + len));
             if lo < hi {
-                let dst = &mut out[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize];
-                fill(lo - at, dst);
+                let (a, b) = ((lo - offset_bytes) as usize, (hi - offset_bytes) as usize);
+                out[written..a].fill(0);
+                fill(lo - at, &mut out[a..b]);
+                written = b;
             }
         }
+        out[written..].fill(0);
     }
 }
 

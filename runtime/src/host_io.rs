@@ -79,6 +79,8 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_emulator::host_stack::{
@@ -204,7 +206,7 @@ enum Region {
 #[derive(Debug)]
 struct MmapState {
     cache: PageCache,
-    pages: HashMap<u64, Vec<u8>>,
+    pages: FxHashMap<u64, Vec<u8>>,
     /// Each mapping's readahead state of the two files (indptr, indices): one mapping for
     /// threads, one per worker for processes ([`MmapState::mapping`]).
     readahead: Vec<[FileReadahead; 2]>,
@@ -213,7 +215,7 @@ struct MmapState {
     /// A new mapping's readahead state.
     fresh: FileReadahead,
     /// Pages being read (locked, not yet up to date).
-    pending: HashSet<u64>,
+    pending: FxHashSet<u64>,
     /// Reads in flight that no worker waits for (the rest of a read-around window, an
     /// asynchronous readahead): command → (first page, pages, the page to mark).
     background: HashMap<u16, (u64, u64, Option<u64>)>,
@@ -250,12 +252,17 @@ impl MmapState {
             .chain(last.filter(|p| (first..first + n).contains(p)));
         for p in order {
             if !self.cache.contains(p) {
-                if let Some(old) = self.cache.insert(p, mark == Some(p)) {
-                    self.pages.remove(&old);
-                }
+                // The evicted page's buffer holds the new one (no allocation per page).
+                let mut buffer = self
+                    .cache
+                    .insert(p, mark == Some(p))
+                    .and_then(|old| self.pages.remove(&old))
+                    .unwrap_or_default();
                 let at = ((p - first) * PAGE_SIZE_BYTES) as usize;
                 let end = (at + PAGE_SIZE_BYTES as usize).min(data.len());
-                self.pages.insert(p, data[at..end].to_vec());
+                buffer.clear();
+                buffer.extend_from_slice(&data[at..end]);
+                self.pages.insert(p, buffer);
             }
             self.pending.remove(&p);
         }
@@ -1315,11 +1322,11 @@ impl HostIoSampler {
         }
         let mmap = (mode == HostIoMode::Mmap).then(|| MmapState {
             cache: host.page_cache(),
-            pages: HashMap::new(),
+            pages: FxHashMap::default(),
             readahead: Vec::new(),
             workers: host.mmap_workers,
             fresh: host.file_readahead(),
-            pending: HashSet::new(),
+            pending: FxHashSet::default(),
             background: HashMap::new(),
             last_touch_ns: 0,
         });

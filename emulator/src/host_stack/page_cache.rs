@@ -19,7 +19,7 @@
 //! asynchronous readahead, see [`super::readahead`]). Metadata only: the caller keeps the bytes.
 //! Every operation is O(1) amortised (intrusive lists over a slot vector, a hash index).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// What an access to a page found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,11 +136,11 @@ impl PageCache {
     pub fn new(capacity_pages: usize) -> Self {
         Self {
             capacity_pages: capacity_pages.clamp(1, NIL as usize - 1),
-            index: HashMap::new(),
+            index: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             lists: [EMPTY_LIST; 2],
-            shadows: HashMap::new(),
+            shadows: HashMap::default(),
             age: 0,
             stats: PageCacheStats::default(),
         }
