@@ -1048,21 +1048,11 @@ mod tests {
         assert_eq!(nand.stats().pages_programmed, 1);
     }
 
-    /// Namespace bytes that name their offset.
-    #[derive(Debug)]
-    struct Offsets;
-    impl synthetic::LogicalContent for Offsets {
-        fn fill(&self, offset: u64, out: &mut [u8]) {
-            for (i, b) in out.iter_mut().enumerate() {
-                *b = ((offset + i as u64) % 251) as u8;
-            }
-        }
-    }
-
     #[test]
     fn a_computed_read_keeps_the_page_it_read_when_an_erase_follows_before_the_poll() {
         let mut nand = array();
-        let pages = SyntheticPages::new(Arc::new(Offsets), nand.geometry, 0, 4).unwrap();
+        let pages =
+            SyntheticPages::new(Arc::new(synthetic::fakes::Offsets), nand.geometry, 0, 4).unwrap();
         let mut expected = vec![0u8; WINDOW];
         assert!(pages.read(ppn(0, 0).0, Sectors::ALL, &mut expected));
         assert!(expected[..PAGE].iter().any(|b| *b != 0xFF));

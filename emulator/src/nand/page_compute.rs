@@ -210,36 +210,20 @@ impl Drop for PagePool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nand::synthetic::{LogicalContent, SyntheticPages};
-    use sagessd_firmware::hal::{Geometry, SPARE_BYTES, Sectors};
+    use crate::nand::synthetic::SyntheticPages;
+    use crate::nand::synthetic::fakes::{Offsets, geometry};
+    use sagessd_firmware::hal::{SPARE_BYTES, Sectors};
 
-    /// Bytes that name their offset.
-    #[derive(Debug)]
-    struct Offsets;
-    impl LogicalContent for Offsets {
-        fn fill(&self, offset: u64, out: &mut [u8]) {
-            for (i, b) in out.iter_mut().enumerate() {
-                *b = ((offset + i as u64) % 251) as u8;
-            }
-        }
-    }
+    const PAGE: usize = 16384;
 
     fn pages() -> SyntheticPages {
-        let geometry = Geometry {
-            channels: 2,
-            ways: 2,
-            dies_per_way: 1,
-            blocks_per_die: 8,
-            pages_per_block: 4,
-            page_size_bytes: 4096,
-        };
-        SyntheticPages::new(Arc::new(Offsets), geometry, 3, 40).unwrap()
+        SyntheticPages::new(Arc::new(Offsets), geometry(), 3, 40).unwrap()
     }
 
     #[test]
     fn jobs_fill_what_a_direct_read_fills_whoever_runs_them() {
         let pages = pages();
-        let window = 4096 + SPARE_BYTES;
+        let window = PAGE + SPARE_BYTES;
         // Every computed page of dies 0 and 1, alternating whole and column reads.
         let reads: Vec<(u32, Sectors)> = (0..40u32)
             .map(|k| {
@@ -263,7 +247,7 @@ mod tests {
                 let mut direct = vec![0u8; window];
                 assert!(pages.read(ppn, sectors, &mut direct));
                 let mut via_job = vec![0u8; window];
-                sectors.copy_window(4096, &pool.take(job), &mut via_job);
+                sectors.copy_window(PAGE, &pool.take(job), &mut via_job);
                 assert_eq!(via_job, direct, "ppn {ppn}, {helpers} helpers");
             }
         }
@@ -277,7 +261,7 @@ mod tests {
             let ppn = k % 4 * 32 + k / 4;
             drop(pool.start(
                 pages.page_read(ppn, Sectors::ALL).unwrap(),
-                4096 + SPARE_BYTES,
+                PAGE + SPARE_BYTES,
             ));
         }
         drop(pool);

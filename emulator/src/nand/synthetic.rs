@@ -154,8 +154,38 @@ impl PageRead {
     }
 }
 
+/// What the array's tests compute pages of.
+#[cfg(test)]
+pub(crate) mod fakes {
+    use super::*;
+
+    /// Namespace bytes that name their offset (modulo a prime, so pages differ).
+    #[derive(Debug)]
+    pub struct Offsets;
+    impl LogicalContent for Offsets {
+        fn fill(&self, offset: u64, out: &mut [u8]) {
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = ((offset + i as u64) % 251) as u8;
+            }
+        }
+    }
+
+    /// 4 dies of 8 blocks of 4 pages of 16 KiB: 32 pages a die, 64 computed at most.
+    pub fn geometry() -> Geometry {
+        Geometry {
+            channels: 2,
+            ways: 2,
+            dies_per_way: 1,
+            blocks_per_die: 8,
+            pages_per_block: 4,
+            page_size_bytes: 16384,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::fakes::geometry;
     use super::*;
 
     #[derive(Debug)]
@@ -165,17 +195,6 @@ mod tests {
             for (i, b) in out.iter_mut().enumerate() {
                 *b = ((offset + i as u64) / 1024) as u8;
             }
-        }
-    }
-
-    fn geometry() -> Geometry {
-        Geometry {
-            channels: 2,
-            ways: 2,
-            dies_per_way: 1,
-            blocks_per_die: 8,
-            pages_per_block: 4,
-            page_size_bytes: 16384,
         }
     }
 
