@@ -62,6 +62,25 @@ pub struct LayoutManifest {
     pub source_crc32c: String,
 }
 
+/// Whether `block_bytes` is a block size: a multiple of 4 KiB (the `O_DIRECT` unit) up to
+/// 1 GiB.
+pub fn block_bytes_valid(block_bytes: u64) -> bool {
+    (MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&block_bytes)
+        && block_bytes.is_multiple_of(MIN_BLOCK_BYTES)
+}
+
+/// Where the object of `len_bytes` goes when the block stream is `at_bytes` long: there, or at
+/// the next block boundary if it does not fit the rest of a block it would not start (the one
+/// packing rule of every layout, written or computed).
+pub fn object_start(at_bytes: u64, len_bytes: u64, block_bytes: u64) -> u64 {
+    let room = block_bytes - at_bytes % block_bytes;
+    if len_bytes > room && !at_bytes.is_multiple_of(block_bytes) {
+        at_bytes + room
+    } else {
+        at_bytes
+    }
+}
+
 /// An AGNES block layout: where it is and its in-memory object index.
 #[derive(Debug)]
 pub struct AgnesLayout {
@@ -81,9 +100,7 @@ impl AgnesLayout {
     /// Writes the topology of `dataset` as a block layout into `dir`, streaming `indices` from
     /// its file (only `indptr` and the object offsets are held in memory).
     fn write(dataset: &Dataset, dir: &Path, block_bytes: usize) -> Result<Self, DatasetError> {
-        if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&(block_bytes as u64))
-            || !block_bytes.is_multiple_of(super::file::ALIGN_BYTES)
-        {
+        if !block_bytes_valid(block_bytes as u64) {
             return Err(field_error(
                 dir,
                 "block size",
@@ -129,13 +146,10 @@ impl AgnesLayout {
         for v in 0..n {
             let degree = indptr[v as usize + 1] - indptr[v as usize];
             let len = 4 * degree;
-            let room = b - at % b;
-            if len > room && !at.is_multiple_of(b) {
-                // Start the object on the next block (pad the rest of this one).
-                std::io::copy(&mut std::io::repeat(0).take(room), &mut out)
-                    .map_err(io(&blocks_path))?;
-                at += room;
-            }
+            let start = object_start(at, len, b);
+            std::io::copy(&mut std::io::repeat(0).take(start - at), &mut out)
+                .map_err(io(&blocks_path))?;
+            at = start;
             if len > b {
                 split_nodes += 1;
             }
@@ -213,7 +227,7 @@ impl AgnesLayout {
             ));
         }
         let b = manifest.block_bytes;
-        if !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&b) || !b.is_multiple_of(MIN_BLOCK_BYTES) {
+        if !block_bytes_valid(b) {
             return Err(field_error(
                 &path,
                 "block_bytes",
@@ -335,7 +349,7 @@ impl AgnesLayout {
     }
 
     /// Edge range of `v` in units of 4 bytes of the block stream.
-    fn range(&self, v: u64) -> EdgeRange {
+    pub(crate) fn range(&self, v: u64) -> EdgeRange {
         EdgeRange {
             start: self.offsets[v as usize] / 4,
             degree: self.degrees[v as usize],
