@@ -1,5 +1,6 @@
-//! A device that holds a synthetic graph from the moment it powers on: its flash computes the
-//! graph's pages ([`crate::nand::synthetic`]) and the firmware maps them by its ordinary
+//! A device that holds computed regions — a synthetic graph's CSR, a layout of it — from the
+//! moment it powers on: its flash computes their pages ([`crate::nand::synthetic`]) and the
+//! firmware maps them by its ordinary
 //! recovering boot, as if the host had written the graph and the power had then failed before
 //! a checkpoint. No WRITE crosses the link and no page is stored, so a 100 GB graph costs no
 //! disk and no time to load; what the device then does with it (reads, sampling, garbage
@@ -16,49 +17,72 @@ use crate::nand::synthetic::{LogicalContent, SyntheticPages};
 use crate::ssd::Ssd;
 use crate::synthetic_graph::SyntheticGraph;
 
-/// A synthetic graph's CSR placed on a namespace as [`GraphDescriptor::csr_layout`] lays it out:
-/// the namespace's bytes, zero outside the graph's regions and in their tails.
-#[derive(Debug)]
-pub struct GraphContent {
-    graph: Arc<SyntheticGraph>,
-    indptr_at: u64,
-    indices_at: u64,
+/// One computed region of a namespace: `len_bytes` of `content` (from its byte 0) placed at
+/// namespace byte `at_bytes`.
+#[derive(Clone, Debug)]
+pub struct Region {
+    /// Where it starts on the namespace.
+    pub at_bytes: u64,
+    /// Its length.
+    pub len_bytes: u64,
+    /// Its bytes.
+    pub content: Arc<dyn LogicalContent>,
 }
 
-impl GraphContent {
-    /// `graph` placed as `desc` (a layout of it) says, on blocks of `block_size_bytes`.
-    pub fn new(graph: Arc<SyntheticGraph>, desc: &GraphDescriptor, block_size_bytes: u32) -> Self {
-        let bs = u64::from(block_size_bytes);
-        Self {
-            graph,
-            indptr_at: desc.indptr.slba * bs,
-            indices_at: desc.indices.slba * bs,
+/// A namespace's bytes: computed regions, in order and apart, and zeros between and around
+/// them (the namespace's unwritten bytes).
+#[derive(Debug)]
+pub struct RegionContent {
+    regions: Vec<Region>,
+}
+
+impl RegionContent {
+    /// `regions` on one namespace; `None` if two overlap or one ends past 2^64 bytes.
+    pub fn new(mut regions: Vec<Region>) -> Option<Self> {
+        regions.sort_by_key(|r| r.at_bytes);
+        let mut end = 0;
+        for r in &regions {
+            if r.at_bytes < end {
+                return None;
+            }
+            end = r.at_bytes.checked_add(r.len_bytes)?;
         }
+        Some(Self { regions })
+    }
+
+    /// A synthetic graph's CSR placed as `desc` (a layout of it) says, on blocks of
+    /// `block_size_bytes`: `indptr` and `indices`.
+    pub fn csr(graph: &Arc<SyntheticGraph>, desc: &GraphDescriptor, block_size_bytes: u32) -> Self {
+        csr_regions(graph, desc, block_size_bytes)
+            .and_then(Self::new)
+            .expect("a CSR layout places indptr before indices")
+    }
+
+    /// Where the last region ends (0 without regions).
+    pub fn end_bytes(&self) -> u64 {
+        self.regions.last().map_or(0, |r| r.at_bytes + r.len_bytes)
+    }
+
+    /// Where the first region starts (0 without regions).
+    pub fn start_bytes(&self) -> u64 {
+        self.regions.first().map_or(0, |r| r.at_bytes)
     }
 }
 
-impl LogicalContent for GraphContent {
+impl LogicalContent for RegionContent {
     fn fill(&self, offset_bytes: u64, out: &mut [u8]) {
-        let end = offset_bytes + out.len() as u64;
-        type Fill<'a> = &'a dyn Fn(u64, &mut [u8]);
-        // In namespace order (the layout puts indptr first): zeros between them, each region
-        // filled once.
-        let regions: [(u64, u64, Fill); 2] = [
-            (self.indptr_at, self.graph.indptr_bytes(), &|o, b| {
-                self.graph.fill_indptr(o, b)
-            }),
-            (self.indices_at, self.graph.indices_bytes(), &|o, b| {
-                self.graph.fill_indices(o, b)
-            }),
-        ];
-        debug_assert!(self.indptr_at + self.graph.indptr_bytes() <= self.indices_at);
+        let end = offset_bytes.saturating_add(out.len() as u64);
+        // Each region filled once, zeros between them.
         let mut written = 0;
-        for (at, len, fill) in regions {
-            let (lo, hi) = (offset_bytes.max(at), end.min(at + len));
+        for r in &self.regions {
+            let (lo, hi) = (
+                offset_bytes.max(r.at_bytes),
+                end.min(r.at_bytes + r.len_bytes),
+            );
             if lo < hi {
                 let (a, b) = ((lo - offset_bytes) as usize, (hi - offset_bytes) as usize);
                 out[written..a].fill(0);
-                fill(lo - at, &mut out[a..b]);
+                r.content.fill(lo - r.at_bytes, &mut out[a..b]);
                 written = b;
             }
         }
@@ -66,40 +90,91 @@ impl LogicalContent for GraphContent {
     }
 }
 
+/// A synthetic graph's `indptr` bytes.
+#[derive(Debug)]
+struct IndptrBytes(Arc<SyntheticGraph>);
+impl LogicalContent for IndptrBytes {
+    fn fill(&self, offset_bytes: u64, out: &mut [u8]) {
+        self.0.fill_indptr(offset_bytes, out);
+    }
+}
+
+/// A synthetic graph's `indices` bytes.
+#[derive(Debug)]
+struct IndicesBytes(Arc<SyntheticGraph>);
+impl LogicalContent for IndicesBytes {
+    fn fill(&self, offset_bytes: u64, out: &mut [u8]) {
+        self.0.fill_indices(offset_bytes, out);
+    }
+}
+
+/// The CSR's two regions as `desc` places them (`None` on an overflowing descriptor).
+fn csr_regions(
+    graph: &Arc<SyntheticGraph>,
+    desc: &GraphDescriptor,
+    block_size_bytes: u32,
+) -> Option<Vec<Region>> {
+    let bs = u64::from(block_size_bytes);
+    Some(vec![
+        Region {
+            at_bytes: desc.indptr.slba.checked_mul(bs)?,
+            len_bytes: graph.indptr_bytes(),
+            content: Arc::new(IndptrBytes(Arc::clone(graph))),
+        },
+        Region {
+            at_bytes: desc.indices.slba.checked_mul(bs)?,
+            len_bytes: graph.indices_bytes(),
+            content: Arc::new(IndicesBytes(Arc::clone(graph))),
+        },
+    ])
+}
+
 impl Ssd {
     /// A device of `config` whose flash holds `graph` from LBA `start_lba` on (laid out by
-    /// [`GraphDescriptor::csr_layout`]), booted by the firmware's recovery; returns the device,
-    /// the descriptor to `GRAPH_ATTACH`, and what the boot did (pages read and replayed, its
-    /// modelled time in the device's clock). The pages stay computed until the firmware erases
-    /// their blocks.
+    /// [`GraphDescriptor::csr_layout`]), booted by the firmware's recovery
+    /// ([`Ssd::with_synthetic_regions`]); returns the device, the descriptor to `GRAPH_ATTACH`,
+    /// and what the boot did (pages read and replayed, its modelled time in the device's clock).
     pub fn with_synthetic_graph(
         config: &HwConfig,
         graph: Arc<SyntheticGraph>,
         start_lba: u64,
     ) -> Result<(Self, GraphDescriptor, BootReport), EmulatorError> {
-        let (nand, dram) = Self::parts(config)?;
         let bs = config.firmware.block_size_bytes;
-        let too_big = |reason: String| EmulatorError::InvalidConfig {
-            field: "synthetic graph",
-            reason,
-        };
         let desc =
             GraphDescriptor::csr_layout(graph.node_count(), graph.edge_count(), start_lba, bs)
                 .ok_or_else(|| too_big("its layout overflows 64-bit LBAs".into()))?;
-        let end_bytes = (desc.indices.slba + desc.indices.block_count) * u64::from(bs);
+        let regions = csr_regions(&graph, &desc, bs)
+            .ok_or_else(|| too_big("its layout overflows 64-bit bytes".into()))?;
+        let (ssd, report) = Self::with_synthetic_regions(config, regions)?;
+        Ok((ssd, desc, report))
+    }
+
+    /// A device of `config` whose flash holds computed `regions` from the moment it powers on,
+    /// booted by the firmware's recovery (see the module documentation); returns the device
+    /// and what the boot did. The pages stay computed until the firmware erases their blocks.
+    pub fn with_synthetic_regions(
+        config: &HwConfig,
+        regions: Vec<Region>,
+    ) -> Result<(Self, BootReport), EmulatorError> {
+        let (nand, dram) = Self::parts(config)?;
+        let bs = u64::from(config.firmware.block_size_bytes);
+        let content = RegionContent::new(regions)
+            .ok_or_else(|| too_big("its regions overlap or overflow".into()))?;
+        let (start, end) = (content.start_bytes(), content.end_bytes());
         let page = u64::from(config.nand.page_size_bytes);
-        let first_lpn = start_lba * u64::from(bs) / page;
-        let lpns = end_bytes.div_ceil(page) - first_lpn;
+        let first_lpn = start / page;
+        let lpns = end.div_ceil(page) - first_lpn;
         let geometry = config.nand.geometry();
-        let content = Arc::new(GraphContent::new(graph, &desc, bs));
         let pages = u32::try_from(first_lpn)
             .ok()
             .zip(u32::try_from(lpns).ok())
-            .and_then(|(first, count)| SyntheticPages::new(content, geometry, first, count))
+            .and_then(|(first, count)| {
+                SyntheticPages::new(Arc::new(content), geometry, first, count)
+            })
             .ok_or_else(|| {
                 too_big(format!(
-                    "{} bytes from LBA {start_lba} need more than half of every die's blocks",
-                    end_bytes - start_lba * u64::from(bs)
+                    "{} bytes from byte {start} need more than half of every die's blocks",
+                    end - start
                 ))
             })?;
         let nand = nand.with_synthetic(pages);
@@ -109,14 +184,22 @@ impl Ssd {
                 field.unwrap_or("nand")
             ))
         })?;
-        if desc.indices.slba + desc.indices.block_count > firmware.namespace_block_count() {
+        let end_lba = end.div_ceil(bs);
+        if end_lba > firmware.namespace_block_count() {
             return Err(too_big(format!(
-                "it needs LBAs up to {} but the namespace has {}",
-                desc.indices.slba + desc.indices.block_count,
+                "it needs LBAs up to {end_lba} but the namespace has {}",
                 firmware.namespace_block_count()
             )));
         }
-        Ok((Self::around(config, firmware), desc, report))
+        Ok((Self::around(config, firmware), report))
+    }
+}
+
+/// The error of a synthetic image the device cannot hold.
+fn too_big(reason: String) -> EmulatorError {
+    EmulatorError::InvalidConfig {
+        field: "synthetic graph",
+        reason,
     }
 }
 
@@ -142,7 +225,7 @@ mod tests {
             report.pages_replayed,
             (end * bs).div_ceil(16384) - 8 * bs / 16384
         );
-        let content = GraphContent::new(graph.clone(), &desc, ssd.block_size_bytes());
+        let content = RegionContent::csr(&graph, &desc, ssd.block_size_bytes());
         let mut lba = 0u64;
         let mut cid = 0u16;
         for n in [3u64, 1, 7, 16, 2].iter().cycle() {

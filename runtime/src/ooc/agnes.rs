@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +32,7 @@ use crate::sampler::{
 };
 
 use super::IoStats;
+use super::agnes_synthetic::SyntheticLayout;
 use super::file::{AlignedBuf, DataFile};
 use super::store::{BlockDevice, Span, Store};
 
@@ -81,14 +83,28 @@ pub fn object_start(at_bytes: u64, len_bytes: u64, block_bytes: u64) -> u64 {
     }
 }
 
+/// Fills block `k` of a layout into the buffer: read from its file or computed.
+type BlockSource<'a> = Box<dyn FnMut(u64, &mut [u8]) -> Result<(), SamplerError> + 'a>;
+
 /// An AGNES block layout: where it is and its in-memory object index.
 #[derive(Debug)]
 pub struct AgnesLayout {
-    dir: PathBuf,
     /// Its manifest.
     pub manifest: LayoutManifest,
-    offsets: Vec<u64>,
-    degrees: Vec<u64>,
+    index: Index,
+}
+
+/// Where a layout's blocks and object index come from.
+#[derive(Debug)]
+enum Index {
+    /// Written: `blocks.bin` in `dir`, and the index loaded from its `index.npy`.
+    Written {
+        dir: PathBuf,
+        offsets: Vec<u64>,
+        degrees: Vec<u64>,
+    },
+    /// Computed from a synthetic graph: no files, the blocks are where a device computes them.
+    Computed(Arc<SyntheticLayout>),
 }
 
 /// The folder of `dataset`'s layout with `block_bytes` blocks.
@@ -273,11 +289,32 @@ impl AgnesLayout {
             ));
         }
         Ok(Self {
-            dir: dir.to_owned(),
             manifest,
-            offsets,
-            degrees,
+            index: Index::Written {
+                dir: dir.to_owned(),
+                offsets,
+                degrees,
+            },
         })
+    }
+
+    /// The layout of a synthetic graph, computed ([`SyntheticLayout`]): its blocks are read from
+    /// a device whose flash computes them (or that [`AgnesLayout::write_to_device`] wrote).
+    pub fn computed(layout: Arc<SyntheticLayout>) -> Self {
+        let graph = layout.graph();
+        let spec = graph.spec();
+        Self {
+            manifest: LayoutManifest {
+                block_bytes: layout.block_bytes(),
+                block_count: layout.block_count(),
+                node_count: graph.node_count(),
+                split_nodes: layout.split_nodes(),
+                edge_count: graph.edge_count(),
+                dataset: format!("synthetic:{},seed={}", spec.node_count, spec.seed),
+                source_crc32c: "computed".into(),
+            },
+            index: Index::Computed(layout),
+        }
     }
 
     /// Opens `dataset`'s layout with `block_bytes` blocks, writing it first if there is none.
@@ -326,13 +363,22 @@ impl AgnesLayout {
                 device.info().block_count
             )));
         }
-        let path = self.dir.join("blocks.bin");
-        let mut file = fs::File::open(&path)
-            .map_err(|e| SamplerError::GraphCorrupt(format!("{}: {e}", path.display())))?;
         let mut buf = vec![0u8; b as usize];
+        let mut next_block: BlockSource<'_> = match &self.index {
+            Index::Written { dir, .. } => {
+                let path = dir.join("blocks.bin");
+                let corrupt =
+                    move |e| SamplerError::GraphCorrupt(format!("{}: {e}", path.display()));
+                let mut file = fs::File::open(dir.join("blocks.bin")).map_err(&corrupt)?;
+                Box::new(move |_, buf| file.read_exact(buf).map_err(&corrupt))
+            }
+            Index::Computed(layout) => Box::new(move |k, buf| {
+                sagessd_emulator::nand::synthetic::LogicalContent::fill(&**layout, k * b, buf);
+                Ok(())
+            }),
+        };
         for k in 0..self.manifest.block_count {
-            file.read_exact(&mut buf)
-                .map_err(|e| SamplerError::GraphCorrupt(format!("{}: {e}", path.display())))?;
+            next_block(k, &mut buf)?;
             device.write(slba + k * (b / lba), &buf)?;
         }
         Ok(end)
@@ -340,19 +386,30 @@ impl AgnesLayout {
 
     /// Node count.
     pub fn node_count(&self) -> u64 {
-        self.degrees.len() as u64
+        self.manifest.node_count
     }
 
-    /// The layout folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The layout folder (`None` for a computed layout).
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.index {
+            Index::Written { dir, .. } => Some(dir),
+            Index::Computed(_) => None,
+        }
     }
 
     /// Edge range of `v` in units of 4 bytes of the block stream.
     pub(crate) fn range(&self, v: u64) -> EdgeRange {
-        EdgeRange {
-            start: self.offsets[v as usize] / 4,
-            degree: self.degrees[v as usize],
+        match &self.index {
+            Index::Written {
+                offsets, degrees, ..
+            } => EdgeRange {
+                start: offsets[v as usize] / 4,
+                degree: degrees[v as usize],
+            },
+            Index::Computed(layout) => EdgeRange {
+                start: layout.offset(v) / 4,
+                degree: layout.graph().degree(v),
+            },
         }
     }
 }
@@ -543,9 +600,16 @@ impl<'d> GraphBuffer<'d> {
                 }
                 Store::Device { device, slba }
             }
-            None => Store::File {
-                file: super::direct::open_data(&layout.dir.join("blocks.bin"))?,
-                offset: 0,
+            None => match layout.dir() {
+                Some(dir) => Store::File {
+                    file: super::direct::open_data(&dir.join("blocks.bin"))?,
+                    offset: 0,
+                },
+                None => {
+                    return Err(SamplerError::InvalidRequest(
+                        "a computed layout has no file: read it from a device".into(),
+                    ));
+                }
             },
         };
         Ok(Self {
@@ -826,7 +890,7 @@ mod tests {
         };
         let dataset = generate(&dir, &params).unwrap();
         let (layout, _) = AgnesLayout::for_dataset(&dataset, 4096).unwrap();
-        let layout_dir = layout.dir().to_owned();
+        let layout_dir = layout.dir().unwrap().to_owned();
         drop(layout);
 
         // A broken indptr entry (the 10th from the end, node n - 10's end): the file samplers
@@ -929,7 +993,7 @@ mod tests {
         let (layout, written) = AgnesLayout::for_dataset(&dataset, block).unwrap();
         assert!(written);
         // Every edge is found exactly once through the object index; hubs span blocks.
-        let blocks = fs::read(layout.dir().join("blocks.bin")).unwrap();
+        let blocks = fs::read(layout.dir().unwrap().join("blocks.bin")).unwrap();
         for v in 0..graph.node_count() {
             let r = layout.range(v);
             let got: Vec<u32> = (0..r.degree)

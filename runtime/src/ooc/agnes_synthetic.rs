@@ -139,7 +139,7 @@ impl LogicalContent for SyntheticLayout {
 mod tests {
     use super::*;
     use crate::dataset::Dataset;
-    use crate::ooc::agnes::AgnesLayout;
+    use crate::ooc::agnes::{AgnesLayout, AgnesSampler};
     use sagessd_emulator::synthetic_graph::SyntheticSpec;
 
     /// A graph small enough to write, whose hubs (cnr-2000's degrees reach 18,236: 71 KiB)
@@ -174,7 +174,7 @@ mod tests {
             for v in 0..g.node_count() {
                 assert_eq!(computed.offset(v), 4 * layout.range(v).start, "node {v}");
             }
-            let file = std::fs::read(layout.dir().join("blocks.bin")).unwrap();
+            let file = std::fs::read(layout.dir().unwrap().join("blocks.bin")).unwrap();
             // Whole blocks, and windows that start and end inside objects and padding.
             let mut bytes = vec![0u8; file.len()];
             computed.fill(0, &mut bytes);
@@ -198,12 +198,73 @@ mod tests {
         let (layout, _) = AgnesLayout::for_dataset(&dataset, 4096).unwrap();
         let other = Arc::new(SyntheticGraph::new(SyntheticSpec::cnr_2000_like(30_000, 8)).unwrap());
         let computed = SyntheticLayout::new(other, 4096).unwrap();
-        let file = std::fs::read(layout.dir().join("blocks.bin")).unwrap();
+        let file = std::fs::read(layout.dir().unwrap().join("blocks.bin")).unwrap();
         let mut bytes = vec![0u8; file.len()];
         computed.fill(0, &mut bytes);
         assert!(bytes != file);
         assert!((0..30_000).any(|v| computed.offset(v) != 4 * layout.range(v).start));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A device that powers on holding the computed layout (nothing written) serves AGNES's
+    /// samplers, per minibatch and per hyperbatch, the reference's subgraphs; so does the
+    /// layout written to a device by NVMe Writes from the computed blocks.
+    #[test]
+    fn agnes_samples_the_reference_from_a_device_that_computes_the_layout() {
+        use crate::sampler::{ReferenceSampler, Sampler};
+        use sagessd_emulator::synthetic_image::Region;
+        use sagessd_emulator::{HwConfig, Ssd};
+        use sagessd_host_driver::{Device, LocalTransport};
+
+        let g = graph();
+        let block_bytes = 64 << 10;
+        let computed = Arc::new(SyntheticLayout::new(g.clone(), block_bytes).unwrap());
+        let layout = AgnesLayout::computed(computed.clone());
+        assert_eq!(layout.manifest.block_count, computed.block_count());
+        let slba = 64;
+        let config = HwConfig::cosmos_plus();
+        let lba_bytes = u64::from(config.firmware.block_size_bytes);
+        let region = Region {
+            at_bytes: slba * lba_bytes,
+            len_bytes: computed.block_count() * block_bytes,
+            content: computed,
+        };
+        let (ssd, _) = Ssd::with_synthetic_regions(&config, vec![region]).unwrap();
+        let mut booted = Device::open(LocalTransport::new(ssd)).unwrap();
+        let mut written = Device::open(LocalTransport::from_config(&config).unwrap()).unwrap();
+        layout.write_to_device(&mut written, slba).unwrap();
+
+        let fanouts = [10u16, 5];
+        let requests: Vec<(u64, Vec<u64>)> = (0..4u64)
+            .map(|m| {
+                (
+                    m + 1,
+                    (0..64).map(|i| (i * 131 + m * 7_919) % 30_000).collect(),
+                )
+            })
+            .collect();
+        let mut reference = ReferenceSampler::synthetic(&g);
+        let expected: Vec<_> = requests
+            .iter()
+            .map(|(s, t)| reference.sample(*s, &fanouts, t).unwrap())
+            .collect();
+        let buffer = 8 * block_bytes as usize;
+        for device in [&mut booted, &mut written] {
+            let mut hyper = AgnesSampler::on_device(&layout, buffer, device, slba).unwrap();
+            assert_eq!(
+                hyper.sample_hyperbatch(&fanouts, &requests).unwrap(),
+                expected
+            );
+            assert!(hyper.io_stats().reads > 0);
+            let mut per_batch = AgnesSampler::on_device(&layout, buffer, device, slba).unwrap();
+            for ((s, t), e) in requests.iter().zip(&expected) {
+                assert_eq!(&per_batch.sample(*s, &fanouts, t).unwrap(), e);
+            }
+        }
+        assert!(
+            AgnesSampler::new(&layout, buffer, false).is_err(),
+            "a computed layout has no file to read"
+        );
     }
 
     #[test]
