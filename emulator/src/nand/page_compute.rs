@@ -5,13 +5,22 @@
 //! tens of GiB at papers100M scale). The contents are a pure function of the page
 //! ([`PageRead`]), so the array starts a [`PageJob`] when a read of a computed page is issued,
 //! helper threads fill it while the simulation runs on, and the poll that delivers the page
-//! takes the result — or, if no helper has started it yet, fills it itself. Only wall time
-//! changes: which bytes a read returns and every modelled time are the same with or without
-//! helpers.
+//! takes the result — or, if no helper has started it yet, fills it itself.
+//!
+//! Pages read whole are also kept, up to a budget of memory ([`memo_budget_bytes`]): the
+//! samplers that read whole pages re-read them (mmap's evicted read-around windows, AGNES's
+//! blocks once per hop and hyperbatch), and a kept page costs a copy instead of a computation
+//! for any read of it. The pages kept are the first ones read whole (a scan larger than the
+//! budget would flush an LRU before any reuse). Only wall time changes: which bytes a read returns and every modelled
+//! time are the same with or without helpers and kept pages.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+
+use rustc_hash::FxHashMap;
+
+use sagessd_firmware::hal::Sectors;
 
 use super::synthetic::PageRead;
 
@@ -25,8 +34,8 @@ enum JobState {
     Queued,
     /// Being filled by some thread.
     Running,
-    /// Filled: the page window.
-    Done(Box<[u8]>),
+    /// Filled: a page window holding at least the read's sectors and the spare.
+    Done(Arc<[u8]>),
     /// Delivered.
     Taken,
 }
@@ -36,6 +45,7 @@ enum JobState {
 pub struct PageJob {
     read: PageRead,
     window_bytes: usize,
+    kept: Arc<KeptPages>,
     state: Mutex<JobState>,
     done: Condvar,
 }
@@ -57,14 +67,21 @@ impl PageJob {
 
     /// Fills the job's window (the caller claimed it) and wakes a waiting poll.
     fn run(&self) {
-        let mut window = vec![0u8; self.window_bytes].into_boxed_slice();
+        let mut window = vec![0u8; self.window_bytes];
         self.read.fill(&mut window);
+        let window: Arc<[u8]> = window.into();
+        // Whole-page reads are kept: a sampler that reads whole pages (mmap's read-around
+        // windows, AGNES's blocks) reads them again; column reads rarely (keeping their
+        // pages measured slower than computing them again).
+        if self.read.sectors() == Sectors::ALL {
+            self.kept.keep(self.read.lpn(), &window);
+        }
         *self.lock() = JobState::Done(window);
         self.done.notify_all();
     }
 
     /// The window, if filled (then the job is delivered).
-    fn try_take(&self) -> Option<Box<[u8]>> {
+    fn try_take(&self) -> Option<Arc<[u8]>> {
         let mut state = self.lock();
         match std::mem::replace(&mut *state, JobState::Taken) {
             JobState::Done(window) => Some(window),
@@ -74,6 +91,51 @@ impl PageJob {
             }
         }
     }
+}
+
+/// Whole computed pages kept by logical page, up to a budget of pages.
+#[derive(Debug, Default)]
+struct KeptPages {
+    pages: Mutex<FxHashMap<u32, Arc<[u8]>>>,
+    budget_pages: usize,
+}
+
+impl KeptPages {
+    fn lock(&self) -> MutexGuard<'_, FxHashMap<u32, Arc<[u8]>>> {
+        self.pages.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Page `lpn`'s window, if kept.
+    fn get(&self, lpn: u32) -> Option<Arc<[u8]>> {
+        self.lock().get(&lpn).cloned()
+    }
+
+    /// Keeps page `lpn`'s whole `window` if there is room.
+    fn keep(&self, lpn: u32, window: &Arc<[u8]>) {
+        let mut pages = self.lock();
+        if pages.len() < self.budget_pages {
+            pages.entry(lpn).or_insert_with(|| Arc::clone(window));
+        }
+    }
+}
+
+/// The memory the computed pages of one device may keep: `SAGESSD_COMPUTED_PAGES_MIB` if set
+/// (0: none), else a quarter of the memory Linux reports available (`MemAvailable`), else none.
+pub fn memo_budget_bytes() -> u64 {
+    if let Some(mib) = std::env::var("SAGESSD_COMPUTED_PAGES_MIB")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return mib.saturating_mul(1 << 20);
+    }
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024 / 4)
 }
 
 /// The queue the helpers share.
@@ -124,12 +186,14 @@ impl Shared {
 pub struct PagePool {
     shared: Arc<Shared>,
     helpers: Vec<JoinHandle<()>>,
+    kept: Arc<KeptPages>,
 }
 
 impl PagePool {
     /// A pool of `helpers` threads (at most [`MAX_HELPERS`]; 0: every job is filled by the
-    /// poll that takes it). A helper that cannot be spawned is left out.
-    pub fn new(helpers: usize) -> Self {
+    /// poll that takes it) that keeps up to `keep_pages` whole pages. A helper that cannot be
+    /// spawned is left out.
+    pub fn new(helpers: usize, keep_pages: usize) -> Self {
         let shared = Arc::new(Shared::default());
         let helpers = (0..helpers.min(MAX_HELPERS))
             .filter_map(|i| {
@@ -140,13 +204,28 @@ impl PagePool {
                     .ok()
             })
             .collect();
-        Self { shared, helpers }
+        let kept = Arc::new(KeptPages {
+            budget_pages: keep_pages,
+            ..KeptPages::default()
+        });
+        Self {
+            shared,
+            helpers,
+            kept,
+        }
     }
 
-    /// A pool with one helper per core beyond the caller's.
-    pub fn for_this_machine() -> Self {
+    /// A pool with one helper per core beyond the caller's, keeping the pages of windows of
+    /// `window_bytes` that [`memo_budget_bytes`] allows.
+    pub fn for_this_machine(window_bytes: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        Self::new(cores - 1)
+        let keep = memo_budget_bytes() / window_bytes.max(1) as u64;
+        Self::new(cores - 1, usize::try_from(keep).unwrap_or(usize::MAX))
+    }
+
+    /// Pages kept now.
+    pub fn kept_count(&self) -> usize {
+        self.kept.lock().len()
     }
 
     /// Helper threads running.
@@ -156,22 +235,28 @@ impl PagePool {
 
     /// Starts filling `read` into a window of `window_bytes`.
     pub fn start(&self, read: PageRead, window_bytes: usize) -> Arc<PageJob> {
+        let kept = self.kept.get(read.lpn());
         let job = Arc::new(PageJob {
+            state: Mutex::new(match &kept {
+                Some(page) => JobState::Done(Arc::clone(page)),
+                None => JobState::Queued,
+            }),
             read,
             window_bytes,
-            state: Mutex::new(JobState::Queued),
+            kept: Arc::clone(&self.kept),
             done: Condvar::new(),
         });
-        if !self.helpers.is_empty() {
+        if kept.is_none() && !self.helpers.is_empty() {
             self.shared.lock().jobs.push_back(Arc::clone(&job));
             self.shared.work.notify_one();
         }
         job
     }
 
-    /// `job`'s page window: filled here if no helper has started it; while a helper fills
-    /// it, the caller fills queued jobs (the next reads' pages) instead of idling.
-    pub fn take(&self, job: &PageJob) -> Box<[u8]> {
+    /// `job`'s page window (at least its sectors and the spare): filled here if no helper has
+    /// started it; while a helper fills it, the caller fills queued jobs (the next reads'
+    /// pages) instead of idling.
+    pub fn take(&self, job: &PageJob) -> Arc<[u8]> {
         if job.claim() {
             job.run();
         }
@@ -235,28 +320,60 @@ mod tests {
             .filter(|&(ppn, _)| pages.holds(ppn))
             .collect();
         assert_eq!(reads.len(), 40);
-        for helpers in [0, 1, 3] {
-            let pool = PagePool::new(helpers);
+        // Without kept pages, with room for some (the first read whole) and for all; each
+        // read twice, so the second round finds kept pages where there are, column reads
+        // included.
+        for (helpers, keep) in [(0, 0), (1, 0), (3, 0), (0, 7), (1, 7), (3, 100)] {
+            let pool = PagePool::new(helpers, keep);
             assert_eq!(pool.helper_count(), helpers);
-            let jobs: Vec<_> = reads
-                .iter()
-                .map(|&(ppn, s)| pool.start(pages.page_read(ppn, s).unwrap(), window))
-                .collect();
-            // Taken last first: the first takes find their jobs queued, filled or running.
-            for (job, &(ppn, sectors)) in jobs.iter().zip(&reads).rev() {
-                let mut direct = vec![0u8; window];
-                assert!(pages.read(ppn, sectors, &mut direct));
-                let mut via_job = vec![0u8; window];
-                sectors.copy_window(PAGE, &pool.take(job), &mut via_job);
-                assert_eq!(via_job, direct, "ppn {ppn}, {helpers} helpers");
+            for round in 0..2 {
+                // The second round reads one column of every page (of kept ones too).
+                let round_reads: Vec<(u32, Sectors)> = reads
+                    .iter()
+                    .map(|&(ppn, s)| (ppn, if round == 0 { s } else { Sectors(0x0F0) }))
+                    .collect();
+                let jobs: Vec<_> = round_reads
+                    .iter()
+                    .map(|&(ppn, s)| pool.start(pages.page_read(ppn, s).unwrap(), window))
+                    .collect();
+                // Taken last first: the first takes find their jobs queued, filled or running.
+                for (job, &(ppn, sectors)) in jobs.iter().zip(&round_reads).rev() {
+                    let mut direct = vec![0u8; window];
+                    assert!(pages.read(ppn, sectors, &mut direct));
+                    let mut via_job = vec![0u8; window];
+                    sectors.copy_window(PAGE, &pool.take(job), &mut via_job);
+                    let at = format!("ppn {ppn}, {helpers} helpers, keep {keep}, round {round}");
+                    assert_eq!(via_job, direct, "{at}");
+                }
             }
+            // Only whole-page reads are kept: half of them.
+            assert_eq!(pool.kept_count(), keep.min(reads.len() / 2));
         }
+    }
+
+    #[test]
+    fn a_wrong_kept_page_would_be_seen() {
+        // The comparison above can fail: a page kept under another page's number is served.
+        let pages = pages();
+        let window = PAGE + SPARE_BYTES;
+        let pool = PagePool::new(0, 10);
+        let (first, second) = (
+            pages.page_read(0, Sectors::ALL).unwrap(),
+            pages.page_read(32, Sectors::ALL).unwrap(),
+        );
+        let _ = pool.take(&pool.start(first.clone(), window));
+        let wrong = pool.kept.get(first.lpn()).unwrap();
+        pool.kept.lock().insert(second.lpn(), wrong);
+        let mut direct = vec![0u8; window];
+        assert!(pages.read(32, Sectors::ALL, &mut direct));
+        let job = pool.start(second, window);
+        assert_ne!(&pool.take(&job)[..], &direct[..], "served the other page");
     }
 
     #[test]
     fn a_pool_dropped_with_jobs_queued_stops() {
         let pages = pages();
-        let pool = PagePool::new(2);
+        let pool = PagePool::new(2, 0);
         for k in 0..10u32 {
             let ppn = k % 4 * 32 + k / 4;
             drop(pool.start(

@@ -152,6 +152,16 @@ impl PageRead {
         window[page..page + SPARE_BYTES]
             .copy_from_slice(&data_page_spare(self.lpn, self.seq, self.seq));
     }
+
+    /// The logical page read.
+    pub fn lpn(&self) -> u32 {
+        self.lpn
+    }
+
+    /// The sectors read.
+    pub fn sectors(&self) -> Sectors {
+        self.sectors
+    }
 }
 
 /// What the array's tests compute pages of.
