@@ -1086,6 +1086,46 @@ mod tests {
     }
 
     #[test]
+    fn an_erase_cut_in_its_array_phase_leaves_no_computed_page() {
+        for seed in [1, 2, 3, 4] {
+            let mut nand = array();
+            let pages =
+                SyntheticPages::new(Arc::new(synthetic::fakes::Offsets), nand.geometry, 0, 4)
+                    .unwrap();
+            let mut computed = vec![0u8; WINDOW];
+            assert!(pages.read(ppn(0, 0).0, Sectors::ALL, &mut computed));
+            nand = nand.with_synthetic(pages);
+            let mut dram = vec![0u8; WINDOW];
+            nand.submit(
+                1,
+                FlashOp::Erase {
+                    block: PhysBlock(0),
+                },
+                &dram,
+            )
+            .unwrap();
+            nand.issue_staged(nand.now_ns());
+            while !nand.die_group[0]
+                .as_ref()
+                .is_some_and(|g| g.ungranted == 0 && g.started_ns.is_some())
+            {
+                nand.process_next_event()
+                    .expect("the erase reaches its array phase");
+            }
+            nand.power_cut(seed);
+            nand.submit(2, read(0, 0, 0), &dram).unwrap();
+            let done = run(&mut nand, &mut dram);
+            assert_eq!(done.len(), 1);
+            // Erased (0xFF) or torn (a media error), never the page that was there.
+            assert!(
+                done[0].2.is_err() || dram.iter().all(|b| *b == 0xFF),
+                "seed {seed}"
+            );
+            assert_ne!(dram, computed, "seed {seed}");
+        }
+    }
+
+    #[test]
     fn a_column_read_moves_only_its_sectors_and_the_spare() {
         let mut nand = array();
         let mut dram = vec![0u8; 3 * WINDOW];

@@ -141,6 +141,10 @@ impl NandArray {
                 }
                 OpKind::Erase { block } if running => {
                     let _ = self.store.erase(block * ppb, ppb);
+                    // Completed or torn, the block no longer holds its computed pages.
+                    if let Some(synthetic) = &mut self.synthetic {
+                        synthetic.erase(block);
+                    }
                     if completes {
                         report.completed += 1;
                     } else {
