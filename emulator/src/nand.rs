@@ -441,7 +441,7 @@ impl NandArray {
     pub fn with_synthetic(mut self, pages: SyntheticPages) -> Self {
         pages.program_pointers(&mut self.next_page);
         self.synthetic = Some(pages);
-        self.page_pool = Some(PagePool::for_this_machine(self.window_bytes));
+        self.page_pool = Some(PagePool::for_this_machine());
         self
     }
 

@@ -7,7 +7,8 @@
 //! helper threads fill it while the simulation runs on, and the poll that delivers the page
 //! takes the result — or, if no helper has started it yet, fills it itself.
 //!
-//! Pages read whole are also kept, up to a budget of memory ([`memo_budget_bytes`]): the
+//! Pages read whole are also kept, up to a budget of memory that the process's devices share
+//! ([`memo_budget_bytes`]): the
 //! samplers that read whole pages re-read them (mmap's evicted read-around windows, AGNES's
 //! blocks once per hop and hyperbatch), and a kept page costs a copy instead of a computation
 //! for any read of it. The pages kept are the first ones read whole (a scan larger than the
@@ -15,7 +16,8 @@
 //! time are the same with or without helpers and kept pages.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
 use rustc_hash::FxHashMap;
@@ -93,11 +95,13 @@ impl PageJob {
     }
 }
 
-/// Whole computed pages kept by logical page, up to a budget of pages.
-#[derive(Debug, Default)]
+/// Whole computed pages kept by logical page, up to a budget of pages and, for the devices of
+/// [`PagePool::for_this_machine`], within the process's budget of bytes.
+#[derive(Debug)]
 struct KeptPages {
     pages: Mutex<FxHashMap<u32, Arc<[u8]>>>,
     budget_pages: usize,
+    process: Option<&'static ProcessBudget>,
 }
 
 impl KeptPages {
@@ -113,14 +117,59 @@ impl KeptPages {
     /// Keeps page `lpn`'s whole `window` if there is room.
     fn keep(&self, lpn: u32, window: &Arc<[u8]>) {
         let mut pages = self.lock();
-        if pages.len() < self.budget_pages {
-            pages.entry(lpn).or_insert_with(|| Arc::clone(window));
+        if pages.len() < self.budget_pages
+            && !pages.contains_key(&lpn)
+            && self.process.is_none_or(|p| p.reserve(window.len() as u64))
+        {
+            pages.insert(lpn, Arc::clone(window));
         }
     }
 }
 
-/// The memory the computed pages of one device may keep: `SAGESSD_COMPUTED_PAGES_MIB` if set
-/// (0: none), else a quarter of the memory Linux reports available (`MemAvailable`), else none.
+impl Drop for KeptPages {
+    fn drop(&mut self) {
+        if let Some(process) = self.process {
+            process.release(self.lock().values().map(|w| w.len() as u64).sum());
+        }
+    }
+}
+
+/// What every device of the process may keep together (so that devices built side by side,
+/// as tests are, do not each take the budget).
+#[derive(Debug)]
+struct ProcessBudget {
+    limit_bytes: u64,
+    used_bytes: AtomicU64,
+}
+
+impl ProcessBudget {
+    /// The process's budget: [`memo_budget_bytes`] when the first device asked.
+    fn get() -> &'static Self {
+        static BUDGET: OnceLock<ProcessBudget> = OnceLock::new();
+        BUDGET.get_or_init(|| Self {
+            limit_bytes: memo_budget_bytes(),
+            used_bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// Takes `bytes` of the budget if they are left.
+    fn reserve(&self, bytes: u64) -> bool {
+        self.used_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|&u| u <= self.limit_bytes)
+            })
+            .is_ok()
+    }
+
+    /// Gives `bytes` back.
+    fn release(&self, bytes: u64) {
+        self.used_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The memory the computed pages of the process's devices may keep: `SAGESSD_COMPUTED_PAGES_MIB`
+/// if set (0: none), else a quarter of the memory Linux reports available (`MemAvailable`),
+/// else none.
 pub fn memo_budget_bytes() -> u64 {
     if let Some(mib) = std::env::var("SAGESSD_COMPUTED_PAGES_MIB")
         .ok()
@@ -194,6 +243,12 @@ impl PagePool {
     /// poll that takes it) that keeps up to `keep_pages` whole pages. A helper that cannot be
     /// spawned is left out.
     pub fn new(helpers: usize, keep_pages: usize) -> Self {
+        Self::keeping(helpers, keep_pages, None)
+    }
+
+    /// A pool of `helpers` threads keeping up to `keep_pages` within `process`'s budget, if
+    /// any.
+    fn keeping(helpers: usize, keep_pages: usize, process: Option<&'static ProcessBudget>) -> Self {
         let shared = Arc::new(Shared::default());
         let helpers = (0..helpers.min(MAX_HELPERS))
             .filter_map(|i| {
@@ -205,8 +260,9 @@ impl PagePool {
             })
             .collect();
         let kept = Arc::new(KeptPages {
+            pages: Mutex::default(),
             budget_pages: keep_pages,
-            ..KeptPages::default()
+            process,
         });
         Self {
             shared,
@@ -215,12 +271,11 @@ impl PagePool {
         }
     }
 
-    /// A pool with one helper per core beyond the caller's, keeping the pages of windows of
-    /// `window_bytes` that [`memo_budget_bytes`] allows.
-    pub fn for_this_machine(window_bytes: usize) -> Self {
+    /// A pool with one helper per core beyond the caller's, keeping what is left of the
+    /// process's budget ([`memo_budget_bytes`], shared by every device built so).
+    pub fn for_this_machine() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let keep = memo_budget_bytes() / window_bytes.max(1) as u64;
-        Self::new(cores - 1, usize::try_from(keep).unwrap_or(usize::MAX))
+        Self::keeping(cores - 1, usize::MAX, Some(ProcessBudget::get()))
     }
 
     /// Pages kept now.
@@ -349,6 +404,40 @@ mod tests {
             // Only whole-page reads are kept: half of them.
             assert_eq!(pool.kept_count(), keep.min(reads.len() / 2));
         }
+    }
+
+    #[test]
+    fn devices_share_the_process_budget_and_return_it() {
+        let pages = pages();
+        let window = PAGE + SPARE_BYTES;
+        let budget: &'static ProcessBudget = Box::leak(Box::new(ProcessBudget {
+            limit_bytes: 3 * window as u64,
+            used_bytes: AtomicU64::new(0),
+        }));
+        let read_whole = |pool: &PagePool, k: u32| {
+            let read = pages.page_read(k % 4 * 32 + k / 4, Sectors::ALL).unwrap();
+            let _ = pool.take(&pool.start(read, window));
+        };
+        let (a, b) = (
+            PagePool::keeping(1, usize::MAX, Some(budget)),
+            PagePool::keeping(0, usize::MAX, Some(budget)),
+        );
+        (0..2).for_each(|k| read_whole(&a, k));
+        (2..6).for_each(|k| read_whole(&b, k));
+        assert_eq!(
+            (a.kept_count(), b.kept_count()),
+            (2, 1),
+            "three pages in all"
+        );
+        drop(a);
+        (6..9).for_each(|k| read_whole(&b, k));
+        assert_eq!(
+            b.kept_count(),
+            3,
+            "the dropped pool's pages came back to the budget"
+        );
+        drop(b);
+        assert_eq!(budget.used_bytes.load(Ordering::Relaxed), 0);
     }
 
     #[test]
