@@ -1,8 +1,7 @@
 //! A device that holds computed regions — a synthetic graph's CSR, a layout of it — from the
 //! moment it powers on: its flash computes their pages ([`crate::nand::synthetic`]) and the
-//! firmware maps them by its ordinary
-//! recovering boot, as if the host had written the graph and the power had then failed before
-//! a checkpoint. No WRITE crosses the link and no page is stored, so a 100 GB graph costs no
+//! firmware maps them by its ordinary recovering boot, as if the host had written them and the
+//! power had then failed before a checkpoint. No WRITE crosses the link and no page is stored, so a 100 GB graph costs no
 //! disk and no time to load; what the device then does with it (reads, sampling, garbage
 //! collection) is the firmware's own work.
 
@@ -48,14 +47,6 @@ impl RegionContent {
             end = r.at_bytes.checked_add(r.len_bytes)?;
         }
         Some(Self { regions })
-    }
-
-    /// A synthetic graph's CSR placed as `desc` (a layout of it) says, on blocks of
-    /// `block_size_bytes`: `indptr` and `indices`.
-    pub fn csr(graph: &Arc<SyntheticGraph>, desc: &GraphDescriptor, block_size_bytes: u32) -> Self {
-        csr_regions(graph, desc, block_size_bytes)
-            .and_then(Self::new)
-            .expect("a CSR layout places indptr before indices")
     }
 
     /// Where the last region ends (0 without regions).
@@ -225,7 +216,9 @@ mod tests {
             report.pages_replayed,
             (end * bs).div_ceil(16384) - 8 * bs / 16384
         );
-        let content = RegionContent::csr(&graph, &desc, ssd.block_size_bytes());
+        let content =
+            RegionContent::new(csr_regions(&graph, &desc, ssd.block_size_bytes()).unwrap())
+                .unwrap();
         let mut lba = 0u64;
         let mut cid = 0u16;
         for n in [3u64, 1, 7, 16, 2].iter().cycle() {

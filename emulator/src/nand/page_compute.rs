@@ -8,12 +8,13 @@
 //! takes the result — or, if no helper has started it yet, fills it itself.
 //!
 //! Pages read whole are also kept, up to a budget of memory that the process's devices share
-//! ([`memo_budget_bytes`]): the
-//! samplers that read whole pages re-read them (mmap's evicted read-around windows, AGNES's
-//! blocks once per hop and hyperbatch), and a kept page costs a copy instead of a computation
-//! for any read of it. The pages kept are the first ones read whole (a scan larger than the
-//! budget would flush an LRU before any reuse). Only wall time changes: which bytes a read returns and every modelled
-//! time are the same with or without helpers and kept pages.
+//! ([`memo_budget_bytes`]): the samplers that read whole pages re-read them (mmap's evicted
+//! read-around windows, AGNES's blocks once per hop and hyperbatch), and a kept page costs a
+//! copy instead of a computation for any read of it. The pages kept are the first ones read
+//! whole (a scan larger than the budget would flush an LRU before any reuse).
+//!
+//! Only wall time changes: which bytes a read returns and every modelled time are the same with
+//! or without helpers and kept pages.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

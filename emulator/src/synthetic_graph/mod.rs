@@ -362,59 +362,32 @@ impl SyntheticGraph {
 
     #[inline]
     fn neighbour_keyed(&self, node_key: u64, v: u64, i: u64) -> u32 {
-        let (w0, w1) = Self::words(node_key, i);
-        let outcome = self.pick().draw(w0);
-        let u = if outcome < self.local_bins {
-            self.local_neighbour(v, outcome, w1)
-        } else {
-            self.perm
-                .invert(self.global_rank(outcome - self.local_bins, w1))
-        };
-        self.not_self(u, v)
-    }
-
-    /// The pick table (every graph with entries has one).
-    #[inline]
-    fn pick(&self) -> &AliasTable {
-        self.pick
+        let n = self.spec.node_count;
+        let step = GOLDEN.wrapping_mul(2 * i + 1);
+        let w0 = mix(node_key.wrapping_add(step));
+        let w1 = mix(node_key.wrapping_add(step).wrapping_add(GOLDEN));
+        let pick = self
+            .pick
             .as_ref()
-            .expect("a graph with entries has a pick table")
-    }
-
-    /// The two random words of entry `i` of the node keyed `node_key`.
-    #[inline]
-    fn words(node_key: u64, i: u64) -> (u64, u64) {
-        let at = node_key.wrapping_add(GOLDEN.wrapping_mul(2 * i + 1));
-        (mix(at), mix(at.wrapping_add(GOLDEN)))
-    }
-
-    /// The local neighbour of `v` in gap bin `bin` (`< 64`) drawn by `w1`.
-    #[inline]
-    fn local_neighbour(&self, v: u64, bin: usize, w1: u64) -> u64 {
-        let n = self.spec.node_count;
-        let span = 1u64 << bin;
-        let gap = span + ((u128::from(w1 << 1) * u128::from(span)) >> 64) as u64;
-        // Down if drawn so and possible, else up if possible, else down if possible, else
-        // wrap (a gap longer than the graph): selects, not branches (the side is a coin).
-        let (below, above) = (v.wrapping_sub(gap), v.wrapping_add(gap));
-        let (down_ok, up_ok) = (gap <= v, above < n);
-        let down = (w1 >> 63 == 1 && down_ok) || !up_ok;
-        let side = if down { below } else { above };
-        if down_ok || up_ok { side } else { above % n }
-    }
-
-    /// The rank in degree class `k` that a global link drawn by `w1` goes to.
-    #[inline]
-    fn global_rank(&self, k: usize, w1: u64) -> u64 {
-        let start = self.class_start[k];
-        let size = self.class_start[k + 1] - start;
-        start + ((u128::from(w1) * u128::from(size)) >> 64) as u64
-    }
-
-    /// `u`, or the next node if `u` is `v` itself (no self loops).
-    #[inline]
-    fn not_self(&self, u: u64, v: u64) -> u32 {
-        let n = self.spec.node_count;
+            .expect("a graph with entries has a pick table");
+        let outcome = pick.draw(w0);
+        let u = if outcome < self.local_bins {
+            let span = 1u64 << outcome;
+            let gap = span + ((u128::from(w1 << 1) * u128::from(span)) >> 64) as u64;
+            // Down if drawn so and possible, else up if possible, else down if possible, else
+            // wrap (a gap longer than the graph): selects, not branches (the side is a coin).
+            let (below, above) = (v.wrapping_sub(gap), v + gap);
+            let (down_ok, up_ok) = (gap <= v, above < n);
+            let down = (w1 >> 63 == 1 && down_ok) || !up_ok;
+            let side = if down { below } else { above };
+            if down_ok || up_ok { side } else { above % n }
+        } else {
+            let k = outcome - self.local_bins;
+            let start = self.class_start[k];
+            let size = self.class_start[k + 1] - start;
+            let rank = start + ((u128::from(w1) * u128::from(size)) >> 64) as u64;
+            self.perm.invert(rank)
+        };
         let u = if u == v && n > 1 { (v + 1) % n } else { u };
         u as u32
     }
@@ -461,49 +434,43 @@ impl SyntheticGraph {
         let used = (end - offset_bytes) as usize;
         let first = offset_bytes / 4;
         let last = end.div_ceil(4);
-        let mut entries = [0u32; 1024];
-        let mut p = first;
-        while p < last {
-            let count = ((last - p) as usize).min(entries.len());
-            let entries = &mut entries[..count];
-            self.entries_into(p, entries);
-            if offset_bytes.is_multiple_of(4) {
-                // Entry-aligned, as every device read is: whole entries, then a partial last one.
-                let at = ((p - first) * 4) as usize;
-                for (c, u) in out[at..used].chunks_mut(4).zip(entries.iter()) {
-                    c.copy_from_slice(&u.to_le_bytes()[..c.len()]);
+        if offset_bytes.is_multiple_of(4) {
+            // Entry-aligned, as every device read is: whole entries, then a partial last one.
+            let mut chunks = out[..used].chunks_mut(4);
+            self.for_each_entry(first, last, |u| {
+                let bytes = u.to_le_bytes();
+                match chunks.next() {
+                    Some(c) if c.len() == 4 => c.copy_from_slice(&bytes),
+                    Some(c) => c.copy_from_slice(&bytes[..c.len()]),
+                    None => {}
                 }
-            } else {
-                for (j, u) in entries.iter().enumerate() {
-                    put_le(out, offset_bytes, (p + j as u64) * 4, &u.to_le_bytes());
-                }
-            }
-            p += count as u64;
+            });
+        } else {
+            let mut p = first;
+            self.for_each_entry(first, last, |u| {
+                put_le(out, offset_bytes, p * 4, &u.to_le_bytes());
+                p += 1;
+            });
         }
         out[used..].fill(0);
     }
 
-    /// Entries `first..first + out.len()` of `indices` (`first + out.len() ≤ entries`).
-    ///
-    /// The same values as [`SyntheticGraph::neighbour`], walking the owners once (a
-    /// two-pass version that moved the global links' inversions out of the loop measured
-    /// slower: the draw, not the branch, is the cost).
-    pub fn entries_into(&self, first: u64, out: &mut [u32]) {
-        if out.is_empty() {
+    /// Calls `f` with entries `first..last` of `indices`, in order (`last ≤ entries`).
+    fn for_each_entry(&self, first: u64, last: u64, mut f: impl FnMut(u32)) {
+        if first >= last {
             return;
         }
-        debug_assert!(first + out.len() as u64 <= self.edge_count);
         let (mut v, mut i) = self.owner(first);
         let mut degree = self.degree(v);
         let mut key = self.node_key(v);
-        for entry in out.iter_mut() {
+        for _ in first..last {
             while i == degree {
                 v += 1;
                 i = 0;
                 degree = self.degree(v);
                 key = self.node_key(v);
             }
-            *entry = self.neighbour_keyed(key, v, i);
+            f(self.neighbour_keyed(key, v, i));
             i += 1;
         }
     }

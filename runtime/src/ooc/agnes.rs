@@ -367,9 +367,10 @@ impl AgnesLayout {
         let mut next_block: BlockSource<'_> = match &self.index {
             Index::Written { dir, .. } => {
                 let path = dir.join("blocks.bin");
+                let opened = fs::File::open(&path);
                 let corrupt =
                     move |e| SamplerError::GraphCorrupt(format!("{}: {e}", path.display()));
-                let mut file = fs::File::open(dir.join("blocks.bin")).map_err(&corrupt)?;
+                let mut file = opened.map_err(&corrupt)?;
                 Box::new(move |_, buf| file.read_exact(buf).map_err(&corrupt))
             }
             Index::Computed(layout) => Box::new(move |k, buf| {

@@ -6,8 +6,9 @@
 //! The layout depends only on the degrees (objects are packed in id order by
 //! [`object_start`]), so one pass over them tables each [`CHUNK_NODES`]-th node's object
 //! offset (8 bytes per 64 nodes: 14 MB at papers100M's size); an offset is a table entry plus
-//! a walk of at most 63 degrees, and a block's bytes are the entries of the objects that
-//! overlap it, computed by [`SyntheticGraph::entries_into`].
+//! a walk of at most 63 degrees, and a block's bytes are the `indices` bytes of the objects
+//! that overlap it, computed by [`SyntheticGraph::fill_indices`] (one call per run of objects
+//! between paddings).
 
 use std::sync::Arc;
 
@@ -109,22 +110,27 @@ impl LogicalContent for SyntheticLayout {
         let mut v = chunk as u64 * CHUNK_NODES;
         let mut at = self.chunk_offset[chunk];
         let mut position = self.graph.indptr(v);
-        let mut entries = Vec::new();
+        // Objects that follow one another without padding are one run of `indices`: each run
+        // is filled by one call. `run`: namespace bytes lo..hi and the indices byte at lo.
+        let mut run: Option<(u64, u64, u64)> = None;
+        let mut flush = |run: Option<(u64, u64, u64)>| {
+            if let Some((lo, hi, from)) = run {
+                let dst = &mut out[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize];
+                self.graph.fill_indices(from, dst);
+            }
+        };
         while v < n && at < end {
             let degree = self.graph.degree(v);
             let len = 4 * degree;
             let (lo, hi) = (at.max(offset_bytes), (at + len).min(end));
             if lo < hi {
-                // The entries covering bytes lo..hi of this object, then those bytes.
-                let (first, last) = ((lo - at) / 4, (hi - at).div_ceil(4));
-                entries.resize((last - first) as usize, 0);
-                self.graph.entries_into(position + first, &mut entries);
-                let bytes = entries.iter().flat_map(|u| u.to_le_bytes());
-                let skip = ((lo - at) % 4) as usize;
-                let dst = &mut out[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize];
-                for (d, b) in dst.iter_mut().zip(bytes.skip(skip)) {
-                    *d = b;
-                }
+                run = match run {
+                    Some((first, last, from)) if last == lo => Some((first, hi, from)),
+                    other => {
+                        flush(other);
+                        Some((lo, hi, 4 * position + (lo - at)))
+                    }
+                };
             }
             position += degree;
             v += 1;
@@ -132,6 +138,7 @@ impl LogicalContent for SyntheticLayout {
                 at = object_start(at + len, 4 * self.graph.degree(v), self.block_bytes);
             }
         }
+        flush(run);
     }
 }
 
