@@ -121,6 +121,21 @@ fn product(factors: &[u64]) -> u128 {
 }
 
 impl TrainerConfig {
+    /// An NVIDIA H200 SXM (141 GB HBM3e) in a PCIe 5.0 x16 host: 67 TFLOPS FP32 without tensor
+    /// cores and 4.8 TB/s of memory bandwidth (NVIDIA's H100/H200 datasheets; the H200 keeps
+    /// the H100 SXM's GH100 and its arithmetic), pinned copies at 50 GB/s \[estimate: PCIe 5.0
+    /// x16 carries 63 GB/s raw per direction\], and the V100's per-step overhead \[estimate:
+    /// the same kernels launched\]. `sagessd bench step --accelerator h200` prices steps on it,
+    /// to be set beside steps measured on such a GPU.
+    pub fn nvidia_h200_sxm() -> Self {
+        Self {
+            peak_gflop_per_s: 67_000,
+            memory_gb_per_s: 4_800,
+            host_copy_mb_per_s: 50_000,
+            step_overhead_ns: 300_000,
+        }
+    }
+
     /// Modelled time of one training step over `layers` whose input (features, indices and
     /// labels) is `input_bytes` on the host: per layer the forward roofline
     /// `max(flops / peak, bytes / bandwidth)`, times one plus [`BACKWARD_OVER_FORWARD`], plus the

@@ -19,6 +19,11 @@ pub(crate) enum BenchCommand {
     /// per stage and with --workers auto, at fanouts 10,10,10 and 25,10.
     #[cfg(feature = "train")]
     Train(crate::bench_train::BenchTrainArgs),
+    /// GraphSAGE's training step as the `[trainer]` model prices it, per minibatch sampled from
+    /// a graph; exports the shapes for `scripts/gpu/sage_step.py` (which times the same model
+    /// on a GPU) and sets its measurements beside the model.
+    #[cfg(feature = "train")]
+    Step(crate::bench_step::BenchStepArgs),
 }
 
 /// Flags of `bench sampler`.
@@ -63,6 +68,8 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Sampler(args) => run_bench_sampler(args),
         #[cfg(feature = "train")]
         BenchCommand::Train(args) => crate::bench_train::run_bench_train(args),
+        #[cfg(feature = "train")]
+        BenchCommand::Step(args) => crate::bench_step::run_bench_step(args),
     }
 }
 

@@ -21,6 +21,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
 #[cfg(feature = "train")]
+mod bench_step;
+#[cfg(feature = "train")]
 mod bench_train;
 mod dataset;
 mod demo;

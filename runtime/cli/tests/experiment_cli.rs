@@ -479,9 +479,29 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
         let parts: u64 =
             r["device_ns"].parse::<u64>().unwrap() + r["host_ns"].parse::<u64>().unwrap();
         assert_eq!(epoch(r), parts, "the epoch is device plus host time");
-        assert_eq!(r["timing"], "modelled");
+        // A point that sampled part of its epoch says so.
+        let whole = r["sampled_minibatches"] == r["epoch_minibatches"];
+        let timing = if whole {
+            "modelled"
+        } else {
+            "modelled (extrapolated)"
+        };
+        assert_eq!(r["timing"], timing, "{r:?}");
         assert!(r["storage_reads"].parse::<u64>().unwrap() > 0);
     }
+    // Per-minibatch AGNES samples two of the epoch's eight minibatches; hyperbatches of 8 the
+    // whole epoch.
+    let sampled: Vec<(&str, &str)> = points
+        .iter()
+        .filter(|r| r["sweep"] == "hyperbatch")
+        .map(|r| {
+            (
+                r["hyperbatch_minibatches"].as_str(),
+                r["sampled_minibatches"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(sampled, [("1", "2"), ("8", "8")]);
     // AGNES without and with hyperbatches against the host's small reads of the same epoch:
     // direct I/O and io_uring read the same blocks, io_uring in fewer system calls.
     let small = rows(&dir.join("small_reads.csv"));

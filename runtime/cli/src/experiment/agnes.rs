@@ -1,22 +1,42 @@
-//! AGNES's block-size and hyperbatch sweeps (Figs. 8 and 9): the AGNES sampler reading its block
-//! layout from the emulated device, with its graph buffer holding 1/ratio of the layout, for
-//! block sizes from 64 KiB to 4 MiB and hyperbatches from 1 minibatch (AGNES without
-//! hyperbatches) up; AGNES against the small reads of direct I/O and io_uring over the same
-//! minibatches (the storage-based trainers AGNES improves on read a few nodes at a time); and
-//! AGNES's feature cache against its access-count threshold. Each point is a fresh device; its
-//! epoch time is modelled: the device's virtual time plus the host's modelled work (each command
-//! a synchronous I/O, the sampling compute with the `[host]` costs), so two runs write
-//! byte-identical CSVs; the feature cache's figures are counts.
+//! AGNES's block-size and hyperbatch sweeps (Figs. 8 and 9) at the seeds' scale: the AGNES
+//! sampler reading its block layout from the emulated device, with its graph buffer holding
+//! 1/ratio of the layout, for block sizes from 64 KiB to 4 MiB and hyperbatches from 1
+//! minibatch (AGNES without hyperbatches) up; AGNES against the small reads of direct I/O and
+//! io_uring over the same minibatches (the storage-based trainers AGNES improves on read a few
+//! nodes at a time); and AGNES's feature cache against its access-count threshold.
+//!
+//! The graph is a synthetic one of ogbn-papers100M's size by default (`papers100m`: 111 M
+//! nodes, 1.6 G edges); its AGNES layout (6–7 GiB, by block size) is computed by the flash
+//! ([`SyntheticLayout`]), so each point boots a fresh device holding it, cold, with nothing
+//! written. The controller is the hardware description's own; only the host's graph buffer
+//! varies with the ratio.
+//!
+//! **A point samples part of its epoch.** At this size one minibatch of 1,000 targets with
+//! fanouts 10,10,10 reads most of the layout at its third hop, so an epoch of per-minibatch
+//! AGNES is hours of simulation. A point samples whole hyperbatches, in epoch order, until it
+//! has sampled [`Sweep::sampled_batches`] minibatches and at least two hyperbatches (or the
+//! whole epoch), and prices each hyperbatch it did not sample at the cost of the last one it
+//! did: the minibatches' targets are drawn alike, so once the graph buffer has filled (the
+//! first hyperbatch pays that) one hyperbatch costs what the next does. Every CSV row says how
+//! many of the epoch's minibatches were sampled. The feature cache's figures are counts, on a
+//! smaller R-MAT with features.
+//!
+//! Every epoch time is modelled: the device's virtual time plus the host's modelled work (each
+//! command a synchronous I/O, the sampling compute at the `[host]` costs), so two runs write
+//! byte-identical CSVs.
 
-use std::path::Path;
+use std::sync::Arc;
 
-use sagessd_emulator::HwConfig;
-use sagessd_host_driver::{Device, LocalTransport, Transport};
+use sagessd_emulator::synthetic_graph::SyntheticGraph;
+use sagessd_emulator::synthetic_image::Region;
+use sagessd_emulator::{HwConfig, Ssd};
+use sagessd_host_driver::{Device, LocalTransport};
 use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
-use sagessd_runtime::dataset::Dataset;
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
-use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler};
-use sagessd_runtime::sampler::Sampler;
+use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
+use sagessd_runtime::host_io::{HostIoMode, HostIoSampler, Request};
+use sagessd_runtime::ooc::agnes_synthetic::SyntheticLayout;
+use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
+use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 
 use super::paper;
 use super::plot::{Figure, Series};
@@ -25,12 +45,20 @@ use crate::records::Record;
 /// The sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Sweep {
-    /// The graph and the minibatches.
-    pub workload: super::Workload,
+    /// The graph (a synthetic one: its layout is computed by the flash).
+    pub graph: GraphSpec,
+    /// Minibatches of the epoch every point prices (a multiple of every hyperbatch).
+    pub epoch_batches: u32,
+    /// Minibatches a point samples at least (see the module documentation).
+    pub sampled_batches: u32,
+    /// Targets per minibatch.
+    pub batch_size: u32,
+    /// Fanouts, hop order.
+    pub fanouts: Vec<u16>,
     /// Layout bytes over graph-buffer bytes.
     pub ratio: u32,
     /// Block sizes of the block sweep, bytes (at hyperbatch `block_sweep_hyperbatch`).
-    pub block_bytes: Vec<usize>,
+    pub block_bytes: Vec<u64>,
     /// The hyperbatch of the block sweep.
     pub block_sweep_hyperbatch: usize,
     /// Hyperbatch sizes of the hyperbatch sweep (at 1 MiB blocks), minibatches.
@@ -42,8 +70,8 @@ pub(crate) struct Sweep {
     pub thresholds: Vec<u32>,
     /// The feature cache of the threshold sweep, percent of the feature table.
     pub feature_cache_percent: u32,
-    /// The threshold sweep's minibatches: a smaller workload than the block sweeps', so that
-    /// a minibatch touches a few percent of the graph and rows recur across hyperbatches.
+    /// The threshold sweep's graph (an R-MAT with features) and minibatches: a minibatch
+    /// touches a few percent of the graph and rows recur across hyperbatches.
     pub threshold_workload: super::Workload,
     /// The threshold sweep's hyperbatch, minibatches.
     pub threshold_hyperbatch: usize,
@@ -52,19 +80,20 @@ pub(crate) struct Sweep {
 }
 
 impl Sweep {
-    /// The full sweep.
+    /// The full sweep: papers100M's size, AGNES's minibatches (1,000 targets, fanouts
+    /// 10,10,10, 1 MiB blocks), hyperbatches up to 128 (the paper's 1,024 minibatches of a
+    /// hyperbatch would hold 1.1 G sampled positions, some 27 GB, at once).
     pub(crate) fn full() -> Self {
         Self {
-            workload: super::Workload {
-                scale: 16,
-                batches: 1024,
-                batch_size: 256,
-                fanouts: vec![10, 10, 10],
-            },
+            graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
+            epoch_batches: 128,
+            sampled_batches: 3,
+            batch_size: 1000,
+            fanouts: vec![10, 10, 10],
             ratio: 8,
             block_bytes: vec![64 << 10, 256 << 10, 1 << 20, 4 << 20],
-            block_sweep_hyperbatch: 256,
-            hyperbatches: vec![1, 16, 64, 256, 1024],
+            block_sweep_hyperbatch: 32,
+            hyperbatches: vec![1, 8, 32, 128],
             memory_ratios: vec![1, 2, 8, 32],
             thresholds: vec![1, 2, 4, 8, 16],
             feature_cache_percent: 10,
@@ -79,15 +108,15 @@ impl Sweep {
         }
     }
 
-    /// The reduced sweep of the test suite.
+    /// The reduced sweep of the test suite: a synthetic graph of 400,000 nodes (about 28 MiB
+    /// of layout).
     pub(crate) fn quick() -> Self {
         Self {
-            workload: super::Workload {
-                scale: 11,
-                batches: 8,
-                batch_size: 64,
-                fanouts: vec![5, 5],
-            },
+            graph: GraphSpec::parse("synthetic:400000").expect("a valid graph word"),
+            epoch_batches: 8,
+            sampled_batches: 2,
+            batch_size: 64,
+            fanouts: vec![5, 5],
             ratio: 8,
             block_bytes: vec![64 << 10, 1 << 20],
             block_sweep_hyperbatch: 4,
@@ -105,6 +134,97 @@ impl Sweep {
             feature_dim: 16,
         }
     }
+
+    /// The sweep's graph, tabulated.
+    pub(crate) fn build_graph(&self) -> anyhow::Result<Arc<SyntheticGraph>> {
+        match self.graph.build().map_err(|e| anyhow::anyhow!(e))? {
+            WorkloadGraph::Synthetic(g) => Ok(g),
+            WorkloadGraph::Csr(_) => anyhow::bail!(
+                "experiment agnes: {} is not a synthetic graph (the flash computes the layout)",
+                self.graph.word()
+            ),
+        }
+    }
+}
+
+/// What (part of) an epoch cost: storage reads and the modelled time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cost {
+    /// Storage reads.
+    pub reads: u64,
+    /// Bytes read from the device.
+    pub bytes_read: u64,
+    /// Bytes of those the samples used.
+    pub bytes_used: u64,
+    /// Graph-buffer lookups (each hop's distinct blocks, summed over hops); 0 for small reads.
+    pub lookups: u64,
+    /// The device's virtual time, ns.
+    pub device_ns: u64,
+    /// The host's modelled work, ns.
+    pub host_ns: u64,
+}
+
+impl Cost {
+    fn plus(self, o: Self) -> Self {
+        Self {
+            reads: self.reads + o.reads,
+            bytes_read: self.bytes_read + o.bytes_read,
+            bytes_used: self.bytes_used + o.bytes_used,
+            lookups: self.lookups + o.lookups,
+            device_ns: self.device_ns + o.device_ns,
+            host_ns: self.host_ns + o.host_ns,
+        }
+    }
+
+    fn times(self, k: u64) -> Self {
+        Self {
+            reads: self.reads * k,
+            bytes_read: self.bytes_read * k,
+            bytes_used: self.bytes_used * k,
+            lookups: self.lookups * k,
+            device_ns: self.device_ns * k,
+            host_ns: self.host_ns * k,
+        }
+    }
+}
+
+/// An epoch priced from the groups (hyperbatches) sampled: their sum, and the last one's cost
+/// for each group not sampled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Epoch {
+    /// Minibatches sampled.
+    pub sampled_minibatches: u64,
+    /// The cost of those.
+    pub sampled: Cost,
+    /// The cost of the whole epoch.
+    pub epoch: Cost,
+}
+
+/// Samples `groups` (each a hyperbatch of minibatches) in order with `sample`, which returns
+/// what one cost and whether the sampler's state was steady after it (its buffer full, or
+/// nothing left to read), until at least `min_minibatches` and two groups are sampled and the
+/// state is steady (or all are), and prices the rest at the last one's cost.
+fn extrapolated<G>(
+    groups: &[G],
+    len: impl Fn(&G) -> usize,
+    min_minibatches: u64,
+    mut sample: impl FnMut(&G) -> anyhow::Result<(Cost, bool)>,
+) -> anyhow::Result<Epoch> {
+    let mut e = Epoch::default();
+    let mut last = Cost::default();
+    let mut done = 0usize;
+    let mut steady = false;
+    for g in groups {
+        if done >= 2 && e.sampled_minibatches >= min_minibatches && steady {
+            break;
+        }
+        (last, steady) = sample(g)?;
+        e.sampled = e.sampled.plus(last);
+        e.sampled_minibatches += len(g) as u64;
+        done += 1;
+    }
+    e.epoch = e.sampled.plus(last.times((groups.len() - done) as u64));
+    Ok(e)
 }
 
 /// One measured point.
@@ -119,69 +239,155 @@ pub(crate) struct Point {
     /// The sampler: AGNES, or direct I/O or io_uring's small reads.
     pub sampler: &'static str,
     /// Block size, bytes.
-    pub block_bytes: usize,
+    pub block_bytes: u64,
     /// Minibatches per hyperbatch.
     pub hyperbatch: usize,
     /// The graph buffer, bytes.
-    pub buffer_bytes: usize,
+    pub buffer_bytes: u64,
     /// The layout on the device, bytes.
     pub layout_bytes: u64,
-    /// Storage reads and their bytes.
-    pub reads: u64,
-    /// Bytes read from the device.
-    pub bytes_read: u64,
-    /// Bytes of those the samples used.
-    pub bytes_used: u64,
-    /// The device's virtual time over the epoch, ns.
-    pub device_ns: u64,
-    /// The host's modelled work over the epoch, ns.
-    pub host_ns: u64,
+    /// Minibatches of the epoch.
+    pub epoch_minibatches: u64,
+    /// What the sampled part and the whole epoch cost.
+    pub cost: Epoch,
 }
 
 impl Point {
     /// The modelled epoch: device and host work (the reads are synchronous).
     pub(crate) fn epoch_ns(&self) -> u64 {
-        self.device_ns + self.host_ns
+        self.cost.epoch.device_ns + self.cost.epoch.host_ns
+    }
+
+    /// Hyperbatches of the epoch.
+    fn hyperbatches(&self) -> u64 {
+        self.epoch_minibatches
+            .div_ceil(self.hyperbatch.max(1) as u64)
+    }
+
+    /// Storage reads per hyperbatch (per minibatch without hyperbatches), over the epoch.
+    pub(crate) fn reads_per_hyperbatch(&self) -> f64 {
+        self.cost.epoch.reads as f64 / self.hyperbatches().max(1) as f64
+    }
+
+    /// The share of the layout's blocks one hop of a hyperbatch looked up, on average over
+    /// the epoch and its `hops` hops.
+    pub(crate) fn hop_coverage(&self, hops: usize) -> f64 {
+        let blocks = self.layout_bytes / self.block_bytes.max(1);
+        self.cost.epoch.lookups as f64
+            / (self.hyperbatches() * hops.max(1) as u64 * blocks).max(1) as f64
+    }
+
+    /// The bytes of the blocks a hyperbatch looked up (each hop's, summed), on average over
+    /// those sampled, as a share of the graph buffer: a minibatch's footprint, for AGNES
+    /// without hyperbatches.
+    pub(crate) fn footprint_share(&self) -> f64 {
+        let groups = self
+            .cost
+            .sampled_minibatches
+            .div_ceil(self.hyperbatch.max(1) as u64);
+        self.cost.sampled.lookups as f64 * self.block_bytes as f64
+            / groups.max(1) as f64
+            / self.buffer_bytes.max(1) as f64
     }
 }
 
-/// Generates (or reuses) the sweep's dataset under `dir`.
-pub(crate) fn dataset(dir: &Path, sweep: &Sweep) -> anyhow::Result<Dataset> {
-    Ok(super::generated(dir, sweep.workload.scale, 0, 1)?.1)
+/// The epoch's first minibatch as the in-memory reference samples it: every point's first
+/// subgraph must equal it (the byte-identity oracle, once per point).
+pub(crate) fn reference(
+    graph: &Arc<SyntheticGraph>,
+    sweep: &Sweep,
+) -> anyhow::Result<SampledSubgraph> {
+    let (seed, targets) = requests(1, sweep.batch_size, graph.node_count())
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("experiment agnes: an epoch without minibatches"))?;
+    Ok(ReferenceSampler::synthetic(graph).sample(seed, &sweep.fanouts, &targets)?)
+}
+
+/// An error unless `first`, a point's first subgraph, is the reference's.
+fn check_first(
+    first: Option<&SampledSubgraph>,
+    reference: &SampledSubgraph,
+    what: &str,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        first == Some(reference),
+        "experiment agnes: {what} sampled another first minibatch than the in-memory reference"
+    );
+    Ok(())
 }
 
 /// One epoch of AGNES with `block_bytes` blocks and hyperbatches of `hyperbatch` on a fresh
-/// device of `hw`.
+/// device of `hw` that boots holding the layout of `graph`; its first minibatch checked
+/// against `reference`.
 fn point(
     hw: &HwConfig,
-    dataset: &Dataset,
+    graph: &Arc<SyntheticGraph>,
     sweep: &Sweep,
-    (kind, block_bytes, hyperbatch, ratio): (&'static str, usize, usize, u32),
+    reference: &SampledSubgraph,
+    (kind, block_bytes, hyperbatch, ratio): (&'static str, u64, usize, u32),
 ) -> anyhow::Result<Point> {
-    let graph = dataset.graph()?;
-    let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
-    let layout_bytes = layout.manifest.block_count * layout.manifest.block_bytes;
-    let buffer_bytes = ((layout_bytes / u64::from(ratio.max(1))) as usize).max(block_bytes);
-    let mut device = Device::open(LocalTransport::from_config(hw)?)?;
-    let placed = sagessd_runtime::placement::place(&mut device, &graph, None, &layout)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    drop(graph);
-    device.transport_mut().drop_caches();
-    let requests = requests(&sweep.workload, dataset.manifest.node_count);
-    let t0 = device.now_ns().unwrap_or(0);
-    let commands0 = device.stats().commands;
-    let mut host_ns = 0u64;
-    let io = {
-        let mut s =
-            AgnesSampler::on_device(&layout, buffer_bytes, &mut device, placed.layout_slba)?;
-        for group in requests.chunks(hyperbatch.max(1)) {
-            for sub in s.sample_many(&sweep.workload.fanouts, group)? {
-                host_ns += crate::sample::host_sampling_ns(hw, &sub);
-            }
-        }
-        s.io_stats().clone()
+    let computed = Arc::new(
+        SyntheticLayout::new(graph.clone(), block_bytes).ok_or_else(|| {
+            anyhow::anyhow!("experiment agnes: {block_bytes}-byte blocks are not a layout's")
+        })?,
+    );
+    let layout = AgnesLayout::computed(computed.clone());
+    let layout_bytes = computed.block_count() * block_bytes;
+    let buffer_bytes = (layout_bytes / u64::from(ratio.max(1))).max(block_bytes);
+    let region = Region {
+        at_bytes: 0,
+        len_bytes: layout_bytes,
+        content: computed,
     };
-    host_ns += (device.stats().commands - commands0) * hw.host.sync_io_ns();
+    let (ssd, _) = Ssd::with_synthetic_regions(hw, vec![region])?;
+    // Shared, so that the device's clock can be read between hyperbatches.
+    let device = std::sync::Mutex::new(Device::open(LocalTransport::new(ssd))?);
+    let now_ns = || device.lock().ok().and_then(|d| d.now_ns()).unwrap_or(0);
+    let mut reader = SharedDevice::new(&device)?;
+    let requests = requests(sweep.epoch_batches, sweep.batch_size, graph.node_count());
+    let groups: Vec<&[(u64, Vec<u64>)]> = requests.chunks(hyperbatch.max(1)).collect();
+    let sync_io_ns = hw.host.sync_io_ns();
+    let buffer = usize::try_from(buffer_bytes)?;
+    let capacity_blocks = buffer_bytes / block_bytes;
+    let mut first = true;
+    let cost = {
+        let mut s = AgnesSampler::on_device(&layout, buffer, &mut reader, 0)?;
+        extrapolated(
+            &groups,
+            |g| g.len(),
+            u64::from(sweep.sampled_batches),
+            |group| {
+                let before = s.io_stats().clone();
+                let t0 = now_ns();
+                let mut host_ns = 0;
+                let subs = s.sample_many(&sweep.fanouts, group)?;
+                if std::mem::take(&mut first) {
+                    check_first(subs.first(), reference, kind)?;
+                }
+                for sub in &subs {
+                    host_ns += crate::sample::host_sampling_ns(hw, sub);
+                }
+                let io = s.io_stats();
+                let reads = io.reads - before.reads;
+                // Steady once the buffer evicts (it has missed more blocks than it holds),
+                // or once a hyperbatch finds every block it needs there (a buffer as large as
+                // the layout fills over several).
+                let steady = io.buffer_misses > capacity_blocks || reads == 0;
+                let cost = Cost {
+                    reads,
+                    bytes_read: io.bytes_read - before.bytes_read,
+                    bytes_used: io.bytes_used - before.bytes_used,
+                    lookups: io.buffer_hits + io.buffer_misses
+                        - before.buffer_hits
+                        - before.buffer_misses,
+                    device_ns: now_ns() - t0,
+                    // Each block read is one synchronous command.
+                    host_ns: host_ns + reads * sync_io_ns,
+                };
+                Ok((cost, steady))
+            },
+        )?
+    };
     Ok(Point {
         device: hw.device.name.clone(),
         sweep: kind,
@@ -191,51 +397,70 @@ fn point(
         hyperbatch,
         buffer_bytes,
         layout_bytes,
-        reads: io.reads,
-        bytes_read: io.bytes_read,
-        bytes_used: io.bytes_used,
-        device_ns: device.now_ns().unwrap_or(0) - t0,
-        host_ns,
+        epoch_minibatches: requests.len() as u64,
+        cost,
     })
 }
 
-/// The minibatches of `workload`: seeds and targets.
-fn requests(workload: &super::Workload, node_count: u64) -> Vec<(u64, Vec<u64>)> {
-    (0..workload.batches)
+/// `batches` minibatches of `batch_size` targets of `node_count` nodes: seeds and targets.
+fn requests(batches: u32, batch_size: u32, node_count: u64) -> Vec<(u64, Vec<u64>)> {
+    (0..batches)
         .map(|b| {
             (
                 minibatch_seed(1, b),
-                minibatch_targets(1, b, workload.batch_size, node_count),
+                minibatch_targets(1, b, batch_size, node_count),
             )
         })
         .collect()
 }
 
 /// The epoch sampled by the host with `mode`'s small reads (direct I/O at queue depth 1, or
-/// io_uring batches) of the CSR graph on a fresh device of `hw`: what the storage-based trainers
-/// before AGNES do.
+/// io_uring batches) of the CSR graph on a fresh device of `hw` that boots holding it: what
+/// the storage-based trainers before AGNES do. Sampled a minibatch at a time, priced like
+/// AGNES's points.
 fn small_reads(
     hw: &HwConfig,
-    dataset: &Dataset,
+    graph: &Arc<SyntheticGraph>,
     sweep: &Sweep,
+    reference: &SampledSubgraph,
     mode: HostIoMode,
 ) -> anyhow::Result<Point> {
-    let graph = dataset.graph()?;
-    let mut device = Device::open(LocalTransport::from_config(hw)?)?;
-    let desc =
-        sagessd_runtime::load::write_graph_with_progress(&mut device, &graph, 0, &mut |_, _| {})?;
-    drop(graph);
-    device.transport_mut().drop_caches();
-    let block = device.info().block_size_bytes as usize;
-    let layout_bytes = (desc.indptr.block_count + desc.indices.block_count) * block as u64;
+    let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
+    let device = Device::open(LocalTransport::new(ssd))?;
+    let block = u64::from(device.info().block_size_bytes);
+    let layout_bytes = (desc.indptr.block_count + desc.indices.block_count) * block;
     let mut s = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
-    let requests: Vec<sagessd_runtime::host_io::Request> =
-        requests(&sweep.workload, dataset.manifest.node_count)
+    let requests: Vec<Request> =
+        requests(sweep.epoch_batches, sweep.batch_size, graph.node_count())
             .into_iter()
-            .map(|(seed, targets)| sagessd_runtime::host_io::Request { seed, targets })
+            .map(|(seed, targets)| Request { seed, targets })
             .collect();
-    let run = s.run_workers(1, &sweep.workload.fanouts, &requests)?;
-    let h = s.host_stats();
+    let mut first = true;
+    let cost = extrapolated(
+        &requests,
+        |_| 1,
+        u64::from(sweep.sampled_batches),
+        |r| {
+            let before = s.host_stats();
+            let run = s.run_workers(1, &sweep.fanouts, std::slice::from_ref(r))?;
+            if std::mem::take(&mut first) {
+                check_first(run.subgraphs.first(), reference, "small reads")?;
+            }
+            let h = s.host_stats();
+            let host_ns = h.host_cpu_ns - before.host_cpu_ns;
+            let cost = Cost {
+                reads: h.ios - before.ios,
+                bytes_read: h.bytes_read - before.bytes_read,
+                bytes_used: h.bytes_used - before.bytes_used,
+                lookups: 0,
+                device_ns: run.makespan_ns.saturating_sub(host_ns),
+                host_ns,
+            };
+            // No host cache: what a minibatch reads does not depend on those before it (the
+            // controller's page buffer is megabytes against gigabytes of graph).
+            Ok((cost, true))
+        },
+    )?;
     Ok(Point {
         device: hw.device.name.clone(),
         sweep: "small reads",
@@ -248,17 +473,21 @@ fn small_reads(
         hyperbatch: 1,
         buffer_bytes: 0,
         layout_bytes,
-        reads: h.ios,
-        bytes_read: h.bytes_read,
-        bytes_used: h.bytes_used,
-        device_ns: run.makespan_ns.saturating_sub(h.host_cpu_ns),
-        host_ns: h.host_cpu_ns,
+        epoch_minibatches: requests.len() as u64,
+        cost,
     })
 }
 
-/// The block, hyperbatch and ratio sweeps on `hw`, then the small reads of direct I/O and
-/// io_uring over the same epoch.
-pub(crate) fn run(hw: &HwConfig, dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
+/// The block, hyperbatch and ratio sweeps on `hw` (a point the sweeps share is sampled once),
+/// then the small reads of direct I/O and io_uring over the same epoch, each point's first
+/// minibatch checked against `reference`; `progress` hears each point as it starts.
+pub(crate) fn run(
+    hw: &HwConfig,
+    graph: &Arc<SyntheticGraph>,
+    sweep: &Sweep,
+    reference: &SampledSubgraph,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<Point>> {
     let blocks = sweep
         .block_bytes
         .iter()
@@ -272,13 +501,30 @@ pub(crate) fn run(hw: &HwConfig, dataset: &Dataset, sweep: &Sweep) -> anyhow::Re
         .memory_ratios
         .iter()
         .flat_map(|&r| [("ratio", 1 << 20, 1, r), ("ratio", 1 << 20, largest, r)]);
-    let mut points = blocks
-        .chain(hyper)
-        .chain(ratios)
-        .map(|p| point(hw, dataset, sweep, p))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut points: Vec<Point> = Vec::new();
+    for p in blocks.chain(hyper).chain(ratios) {
+        let (kind, block_bytes, hyperbatch, ratio) = p;
+        let same = points
+            .iter()
+            .find(|q| (q.block_bytes, q.hyperbatch, q.ratio) == (block_bytes, hyperbatch, ratio));
+        let point = match same {
+            Some(q) => Point {
+                sweep: kind,
+                ..q.clone()
+            },
+            None => {
+                progress(&format!(
+                    "{kind}: {} KiB blocks, hyperbatches of {hyperbatch}, r = {ratio}",
+                    block_bytes >> 10
+                ));
+                point(hw, graph, sweep, reference, p)?
+            }
+        };
+        points.push(point);
+    }
     for mode in [HostIoMode::Direct, HostIoMode::Async] {
-        points.push(small_reads(hw, dataset, sweep, mode)?);
+        progress(&format!("small reads: {mode:?}"));
+        points.push(small_reads(hw, graph, sweep, reference, mode)?);
     }
     Ok(points)
 }
@@ -297,12 +543,15 @@ pub(crate) struct ThresholdPoint {
 /// AGNES's feature cache at each threshold of the sweep: the threshold workload's minibatches,
 /// sampled in memory from `dataset` (which has features), gathered a hyperbatch at a time from
 /// its features file; every threshold must return the same rows (checked).
-pub(crate) fn thresholds(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<ThresholdPoint>> {
+pub(crate) fn thresholds(
+    dataset: &sagessd_runtime::dataset::Dataset,
+    sweep: &Sweep,
+) -> anyhow::Result<Vec<ThresholdPoint>> {
     use sagessd_runtime::registry::{CacheSettings, FeatureCache};
     let graph = dataset.graph()?;
     let mut sampler = sagessd_runtime::sampler::ReferenceSampler::new(&graph);
     let w = &sweep.threshold_workload;
-    let subs = requests(w, dataset.manifest.node_count)
+    let subs = requests(w.batches, w.batch_size, dataset.manifest.node_count)
         .iter()
         .map(|(seed, t)| sampler.sample(*seed, &w.fanouts, t))
         .collect::<Result<Vec<_>, _>>()?;
@@ -454,13 +703,23 @@ pub(crate) fn record(p: &Point) -> Record {
         .with("hyperbatch_minibatches", p.hyperbatch)
         .with("graph_buffer_bytes", p.buffer_bytes)
         .with("layout_bytes", p.layout_bytes)
-        .with("storage_reads", p.reads)
-        .with("bytes_read", p.bytes_read)
-        .with("bytes_used", p.bytes_used)
-        .with("device_ns", p.device_ns)
-        .with("host_ns", p.host_ns)
+        .with("looked_up_share_of_buffer", p.footprint_share())
+        .with("epoch_minibatches", p.epoch_minibatches)
+        .with("sampled_minibatches", p.cost.sampled_minibatches)
+        .with("storage_reads", p.cost.epoch.reads)
+        .with("bytes_read", p.cost.epoch.bytes_read)
+        .with("bytes_used", p.cost.epoch.bytes_used)
+        .with("device_ns", p.cost.epoch.device_ns)
+        .with("host_ns", p.cost.epoch.host_ns)
         .with("epoch_ns", p.epoch_ns())
-        .with("timing", "modelled")
+        .with(
+            "timing",
+            if p.cost.sampled_minibatches < p.epoch_minibatches {
+                "modelled (extrapolated)"
+            } else {
+                "modelled"
+            },
+        )
 }
 
 /// The ratio sweep: at each graph-to-memory ratio, the epoch without hyperbatches over the
@@ -562,5 +821,107 @@ pub(crate) fn plot(points: &[Point], sweep: &str, ratio: u32) -> Figure {
             points: of(&|p| p.epoch_ns() as f64 / 1e9),
             paper: false,
         }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(device_ns: u64) -> Cost {
+        Cost {
+            reads: device_ns / 10,
+            device_ns,
+            ..Cost::default()
+        }
+    }
+
+    /// The epoch is the sampled groups' sum plus the last sampled one for each group not
+    /// sampled; sampling stops once the minimum of minibatches and two groups are reached.
+    #[test]
+    fn unsampled_hyperbatches_cost_what_the_last_sampled_one_did() {
+        let groups = [100u64, 40, 50, 60, 70];
+        let mut seen = Vec::new();
+        let e = extrapolated(
+            &groups,
+            |_| 1,
+            3,
+            |&g| {
+                seen.push(g);
+                Ok((cost(g), true))
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [100, 40, 50]);
+        assert_eq!(e.sampled_minibatches, 3);
+        assert_eq!(e.sampled.device_ns, 190);
+        assert_eq!(e.epoch.device_ns, 190 + 2 * 50);
+        assert_eq!(e.epoch.reads, 19 + 2 * 5);
+        // Groups of two minibatches: two groups reach the minimum.
+        let e = extrapolated(&groups, |_| 2, 3, |&g| Ok((cost(g), true))).unwrap();
+        assert_eq!(
+            (e.sampled_minibatches, e.epoch.device_ns),
+            (4, 140 + 3 * 40)
+        );
+        // Sampling goes on until the state is steady.
+        let e = extrapolated(&groups, |_| 1, 1, |&g| Ok((cost(g), g >= 60))).unwrap();
+        assert_eq!((e.sampled_minibatches, e.epoch.device_ns), (4, 250 + 60));
+        // A single group is sampled whole.
+        let e = extrapolated(&groups[..1], |_| 8, 3, |&g| Ok((cost(g), false))).unwrap();
+        assert_eq!((e.sampled_minibatches, e.epoch.device_ns), (8, 100));
+        // A failed group fails the point.
+        assert!(extrapolated(&groups, |_| 1, 3, |_| anyhow::bail!("refused")).is_err());
+    }
+
+    /// On a graph small enough to sample every minibatch, the extrapolated epoch of
+    /// per-minibatch AGNES (the fewest of eight minibatches that reach a steady buffer) is
+    /// within 10 % of the whole epoch's: at r = 8 (the buffer full from the first minibatch
+    /// on) and at r = 1 (a buffer that holds the layout, filled over several minibatches).
+    #[test]
+    fn an_extrapolated_epoch_is_near_the_sampled_one() {
+        let whole = Sweep {
+            sampled_batches: 8,
+            ..Sweep::quick()
+        };
+        let part = Sweep::quick();
+        let hw = HwConfig::cosmos_plus();
+        let graph = whole.build_graph().unwrap();
+        let first = reference(&graph, &whole).unwrap();
+        for ratio in [8, 1] {
+            let at = ("hyperbatch", 1 << 20, 1, ratio);
+            let (w, p) = (
+                point(&hw, &graph, &whole, &first, at).unwrap(),
+                point(&hw, &graph, &part, &first, at).unwrap(),
+            );
+            assert_eq!(w.cost.sampled_minibatches, 8);
+            assert_eq!(w.cost.sampled, w.cost.epoch);
+            assert!(p.cost.sampled_minibatches < 8, "r = {ratio}: {p:?}");
+            let near = |a: u64, b: u64| (a as f64 / b as f64 - 1.0).abs() < 0.10;
+            let what = format!("r = {ratio}: whole {:?}, extrapolated {:?}", w.cost, p.cost);
+            assert!(near(p.epoch_ns(), w.epoch_ns()), "{what}");
+            assert!(near(p.cost.epoch.reads, w.cost.epoch.reads), "{what}");
+        }
+    }
+
+    /// A point whose first minibatch is not the reference's fails, for AGNES and for the
+    /// small reads: the oracle can fail.
+    #[test]
+    fn a_first_minibatch_other_than_the_references_is_caught() {
+        let sweep = Sweep::quick();
+        let hw = HwConfig::cosmos_plus();
+        let graph = sweep.build_graph().unwrap();
+        let other = Sweep {
+            fanouts: vec![4, 5],
+            ..Sweep::quick()
+        };
+        let wrong = reference(&graph, &other).unwrap();
+        let right = reference(&graph, &sweep).unwrap();
+        assert_ne!(wrong, right);
+        let at = ("hyperbatch", 1 << 20, 8, 8);
+        assert!(point(&hw, &graph, &sweep, &right, at).is_ok());
+        let err = point(&hw, &graph, &sweep, &wrong, at).unwrap_err();
+        assert!(err.to_string().contains("reference"), "{err}");
+        let err = small_reads(&hw, &graph, &sweep, &wrong, HostIoMode::Direct).unwrap_err();
+        assert!(err.to_string().contains("reference"), "{err}");
     }
 }

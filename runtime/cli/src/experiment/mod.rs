@@ -354,12 +354,25 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let dir = args.out.join("agnes");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let wall = std::time::Instant::now();
-    let dataset = agnes::dataset(&dir.join("dataset"), &sweep)?;
+    eprintln!("experiment agnes: tabulating {}", sweep.graph.describe());
+    let graph = sweep.build_graph()?;
+    let reference = agnes::reference(&graph, &sweep)?;
     let mut devices = Vec::new();
     for (source, hw) in hardware(args)? {
         eprintln!("experiment agnes: {} ({source})", hw.device.name);
-        devices.push((source, agnes::run(&hw, &dataset, &sweep)?));
+        let name = hw.device.name.clone();
+        let mut progress = |what: &str| {
+            eprintln!(
+                "experiment agnes: {name} · {what} ({:.0} s)",
+                wall.elapsed().as_secs_f64()
+            );
+        };
+        devices.push((
+            source,
+            agnes::run(&hw, &graph, &sweep, &reference, &mut progress)?,
+        ));
     }
+    drop(graph);
     let of = |sweeps: &[&str]| -> Vec<Record> {
         devices
             .iter()
@@ -395,7 +408,7 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     // The feature cache's threshold, on the same graph with features.
     let (_, featured) = generated(
         &dir.join("dataset"),
-        sweep.workload.scale,
+        sweep.threshold_workload.scale,
         sweep.feature_dim,
         8,
     )?;
@@ -438,20 +451,27 @@ fn agnes_report(
     let _ = writeln!(
         r,
         "# AGNES: block size and hyperbatch (Figs. 8, 9), small reads, the feature-cache threshold\n\n\
-         `sagessd experiment agnes{}`. The AGNES sampler reads its block layout from the emulated \
-         device through a graph buffer of 1/{} of the layout; one epoch of {} minibatches of {} \
-         targets, fanouts {:?}, on an R-MAT graph of scale {}; the block sweep at hyperbatches of \
-         {}, the hyperbatch sweep at 1 MiB blocks (a hyperbatch of 1 is AGNES without \
-         hyperbatches). Each point on a fresh device. **Every number is modelled**: the epoch is \
-         the device's virtual time plus the host's modelled work (each read a synchronous I/O, \
-         the sampling compute at the `[host]` costs), so two runs write identical files.\n",
+         `sagessd experiment agnes{}`. The graph: {}. Its AGNES layout is computed by the \
+         emulated flash; each point boots a fresh device holding it (cold, the controller the \
+         hardware description's own) and the AGNES sampler reads it through a graph buffer of \
+         1/r of the layout (r = {} unless the row says otherwise). An epoch of {} minibatches \
+         of {} targets, fanouts {:?}; the block sweep at hyperbatches of {}, the hyperbatch \
+         sweep at 1 MiB blocks (a hyperbatch of 1 is AGNES without hyperbatches).\n\n\
+         **Every time is modelled**: the epoch is the device's virtual time plus the host's \
+         modelled work (each read a synchronous I/O, the sampling compute at the `[host]` \
+         costs), so two runs write identical files. **A point samples part of its epoch**: \
+         whole hyperbatches in epoch order until at least {} minibatches and two hyperbatches \
+         are sampled (or the epoch is), each hyperbatch not sampled priced at the last sampled \
+         one (the first pays the cold buffer; the targets of every minibatch are drawn alike). \
+         The tables say how many were sampled.\n",
         if quick { " --quick" } else { "" },
+        sweep.graph.describe(),
         sweep.ratio,
-        sweep.workload.batches,
-        sweep.workload.batch_size,
-        sweep.workload.fanouts,
-        sweep.workload.scale,
-        sweep.block_sweep_hyperbatch
+        sweep.epoch_batches,
+        sweep.batch_size,
+        sweep.fanouts,
+        sweep.block_sweep_hyperbatch,
+        sweep.sampled_batches,
     );
     for (source, points) in devices {
         let Some(first) = points.first() else {
@@ -490,18 +510,32 @@ fn agnes_report(
             &|o| format!("{o:.1}"),
         );
         if far > 0 {
-            // Where the modelled epoch goes: storage (the device) or the host's sampling.
-            let share = |p: &agnes::Point| 100.0 * p.device_ns as f64 / p.epoch_ns().max(1) as f64;
+            // Where the modelled epoch goes (storage or the host's sampling), what a
+            // hyperbatch reads, and how much of the layout each hop looks up.
+            let share = |p: &agnes::Point| {
+                100.0 * p.cost.epoch.device_ns as f64 / p.epoch_ns().max(1) as f64
+            };
+            let hops = sweep.fanouts.len();
             let _ = writeln!(
                 r,
                 "\n{far} of these differ from the paper by more than 30 %. What the model shows: the \
-                 layout is {} on the device; without hyperbatches the device takes {:.0} % of the \
-                 epoch, with the best hyperbatch {:.0} % (the rest is the host's sampling compute, \
-                 which no block or hyperbatch size changes). In the paper storage I/O dominates: \
-                 its Fig. 8 credits the up to 622× to removing redundant small storage reads.",
+                 layout is {} on the device; storage takes {:.0} % of the epoch without \
+                 hyperbatches and {:.0} % with the best. Without hyperbatches a minibatch makes \
+                 {:.0} block reads; with hyperbatches of {} a hyperbatch makes {:.0}: each of its \
+                 hops reads each block it needs once, for all its minibatches, so its cost hardly \
+                 grows with its size while the epoch's hyperbatches fall as 1/size, and the \
+                 speedup grows with the largest hyperbatch swept (the paper's 1,024 minibatches of \
+                 1,000 targets would hold some 1.1 G sampled positions at once). At the block \
+                 sweep's best point each hop looks up {:.0} % of the layout's blocks, so a larger \
+                 block reads no more bytes the samples skip than a smaller one does, in fewer \
+                 commands.",
                 human_bytes(first.layout_bytes),
                 no_hb.map_or(f64::NAN, share),
-                best_hb.map_or(f64::NAN, share)
+                best_hb.map_or(f64::NAN, share),
+                no_hb.map_or(f64::NAN, agnes::Point::reads_per_hyperbatch),
+                best_hb.map_or(0, |p| p.hyperbatch),
+                best_hb.map_or(f64::NAN, agnes::Point::reads_per_hyperbatch),
+                best_block.map_or(f64::NAN, |p| 100.0 * p.hop_coverage(hops)),
             );
         }
         let speedups = agnes::hyperbatch_speedups(points);
@@ -510,7 +544,9 @@ fn agnes_report(
                 r,
                 "\n### Fig. 8 against the graph-to-memory ratio\n\nAGNES without hyperbatches \
                  and with the largest ({}), 1 MiB blocks, the graph buffer at 1/ratio of the \
-                 layout.\n\n| graph-to-memory ratio | without (s) | with (s) | speedup | reads without | reads with |\n|---|---|---|---|---|---|",
+                 layout. A minibatch's blocks: the blocks AGNES without hyperbatches looked \
+                 up per minibatch (each hop's distinct blocks, summed over hops) as a share of \
+                 the buffer.\n\n| r | layout | graph buffer | a minibatch's blocks | without (s) | with (s) | speedup | reads without | reads with |\n|---|---|---|---|---|---|---|---|---|",
                 sweep.hyperbatches.iter().max().copied().unwrap_or(1)
             );
             for (ratio, x) in &speedups {
@@ -522,11 +558,14 @@ fn agnes_report(
                 if let (Some(n), Some(w)) = (at(true), at(false)) {
                     let _ = writeln!(
                         r,
-                        "| {ratio} | {:.3} | {:.3} | {x:.2}× | {} | {} |",
+                        "| {ratio} | {} | {} | {:.0} % | {:.3} | {:.3} | {x:.2}× | {} | {} |",
+                        human_bytes(n.layout_bytes),
+                        human_bytes(n.buffer_bytes),
+                        100.0 * n.footprint_share(),
                         n.epoch_ns() as f64 / 1e9,
                         w.epoch_ns() as f64 / 1e9,
-                        n.reads,
-                        w.reads
+                        n.cost.epoch.reads,
+                        w.cost.epoch.reads
                     );
                 }
             }
@@ -550,9 +589,9 @@ fn agnes_report(
                     r,
                     "| {} | {} | {} | {} | {:.3} | {:.2}× |",
                     agnes::sampler_label(p),
-                    p.reads,
-                    human_bytes(p.bytes_read),
-                    human_bytes(p.bytes_used),
+                    p.cost.epoch.reads,
+                    human_bytes(p.cost.epoch.bytes_read),
+                    human_bytes(p.cost.epoch.bytes_used),
                     p.epoch_ns() as f64 / 1e9,
                     p.epoch_ns() as f64 / agnes.epoch_ns().max(1) as f64
                 );
@@ -560,19 +599,32 @@ fn agnes_report(
         }
         let _ = writeln!(
             r,
-            "\n| sweep | sampler | block | hyperbatch | storage reads | read | used | modelled epoch (s) |\n|---|---|---|---|---|---|---|---|"
+            "\nEvery point (the epoch's figures; *sampled*: minibatches sampled of the epoch's; \
+             *looked up*: the blocks a hyperbatch looked up, each hop's summed, as a share of \
+             the graph buffer).\n\n| sweep | sampler | block | hyperbatch | r | graph buffer | looked up | sampled | storage reads | read | used | modelled epoch (s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for p in points {
+            let (buffer, looked_up) = if p.sweep == "small reads" {
+                ("none".to_string(), "–".to_string())
+            } else {
+                (
+                    human_bytes(p.buffer_bytes),
+                    format!("{:.0} %", 100.0 * p.footprint_share()),
+                )
+            };
             let _ = writeln!(
                 r,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.3} |",
+                "| {} | {} | {} | {} | {} | {buffer} | {looked_up} | {}/{} | {} | {} | {} | {:.3} |",
                 p.sweep,
                 p.sampler,
-                human_bytes(p.block_bytes as u64),
+                human_bytes(p.block_bytes),
                 p.hyperbatch,
-                p.reads,
-                human_bytes(p.bytes_read),
-                human_bytes(p.bytes_used),
+                p.ratio,
+                p.cost.sampled_minibatches,
+                p.epoch_minibatches,
+                p.cost.epoch.reads,
+                human_bytes(p.cost.epoch.bytes_read),
+                human_bytes(p.cost.epoch.bytes_used),
                 p.epoch_ns() as f64 / 1e9
             );
         }
@@ -582,13 +634,15 @@ fn agnes_report(
         r,
         "## The feature cache's threshold\n\nAGNES keeps a feature row in its cache once it has \
          been asked for *threshold* times. {} minibatches of {} targets, fanouts {:?}, sampled in \
-         memory from the same graph with {} f32 features a row, gathered a hyperbatch of {} at a \
+         memory from an R-MAT of scale {} (edge factor 8) with {} f32 features a row (features \
+         at papers100M's size are later work: 57 GB), gathered a hyperbatch of {} at a \
          time through a cache of {} % of the feature table, reading missed rows' 64 KiB blocks. \
          **Counts**; every threshold returned the same rows (checked). The paper gives no value \
          for the threshold.\n\n| threshold | hit ratio | storage reads | read | used |\n|---|---|---|---|---|",
         sweep.threshold_workload.batches,
         sweep.threshold_workload.batch_size,
         sweep.threshold_workload.fanouts,
+        sweep.threshold_workload.scale,
         sweep.feature_dim,
         sweep.threshold_hyperbatch,
         sweep.feature_cache_percent
