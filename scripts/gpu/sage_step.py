@@ -7,8 +7,8 @@ The model is runtime/train/src/model/sage.rs in PyTorch, operation for operation
 (farthest hop first) the destination rows' own linear map (with bias) plus a linear map (no
 bias) of the mean of the sampled neighbours' rows (index_select, index_add into zeros, divide
 by the in-degree clamped at 1); ReLU and dropout 0.5 between layers; log-softmax and NLL loss
-over the targets, the loss and the correct count read back (as the Rust trainer does); backward;
-Adam (lr 0.01). FP32 throughout, TF32 off (libtorch's default for matrix products).
+over the targets, the correct count and the loss read back (as the Rust trainer does); backward;
+Adam (lr 0.01, one parameter at a time, as libtorch's C++ Adam). FP32 throughout, TF32 off (libtorch's default for matrix products).
 
 Each block is built with exactly the exported counts (destinations, sources, edges): edges
 spread over the destinations as evenly as the count allows (fanout-capped sampling gives most
@@ -117,7 +117,8 @@ def main():
     torch.manual_seed(1)
     layers = len(shapes["minibatches"][0])
     model = Sage(shapes["in_dim"], shapes["hidden"], shapes["classes"], layers).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    # One parameter at a time, as libtorch's C++ Adam (which tch calls) steps them.
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, foreach=False)
     steps, copies = [], []
     for counts in shapes["minibatches"]:
         # Hop order in the file; the model runs the farthest hop first.
@@ -144,8 +145,8 @@ def main():
         def step():
             logits = model(blocks, x)
             loss = torch.nn.functional.nll_loss(logits.log_softmax(-1), y)
-            loss.item()
             int((logits.argmax(-1) == y).sum().item())
+            loss.item()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -166,6 +167,9 @@ def main():
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "shapes": a.shapes,
+        "minibatches": shapes["minibatches"],
+        "warmup": a.warmup,
+        "repeats": a.repeats,
         "step_ms": steps,
         "copy_ms": copies,
         "gemm_fp32_tflop_per_s": gemm_tflops(device),
@@ -173,7 +177,7 @@ def main():
     }
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
-    print(json.dumps({k: v for k, v in out.items() if k not in ("step_ms", "copy_ms")}))
+    print(json.dumps({k: v for k, v in out.items() if k not in ("step_ms", "copy_ms", "minibatches")}))
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ struct Measured {
     copy_d2d_gb_per_s: f64,
 }
 
-/// `bench step`.
+/// `bench step`: samples (or fills) the minibatches, prices each step, writes their shapes
+/// with `--export`, and prints the model beside `--measured`'s figures.
 pub(crate) fn run_bench_step(a: BenchStepArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         !a.fanouts.is_empty() && a.batches > 0 && a.batch_size > 0,
@@ -106,7 +107,10 @@ pub(crate) fn run_bench_step(a: BenchStepArgs) -> anyhow::Result<ExitCode> {
         hidden: a.hidden,
         classes: a.classes,
         heads: 1,
-        feature_row_bytes: a.in_dim * 4,
+        feature_row_bytes: a
+            .in_dim
+            .checked_mul(4)
+            .context("bench step: --in-dim too large")?,
     };
     let spec = GraphSpec::parse(&a.graph).map_err(anyhow::Error::msg)?;
     let minibatches = if a.filled {
@@ -153,7 +157,7 @@ pub(crate) fn run_bench_step(a: BenchStepArgs) -> anyhow::Result<ExitCode> {
     let measured = a
         .measured
         .as_ref()
-        .map(|p| read_measured(p, minibatches.len()))
+        .map(|p| read_measured(p, &minibatches))
         .transpose()?;
     println!(
         "bench step: GraphSAGE {} → {} → {} ({} layers), {} ({}), batch {}, fanouts {:?}; accelerator {} GFLOP/s, {} GB/s, copies {} MB/s, {} µs a step (MODELLED){}",
@@ -240,8 +244,13 @@ fn filled(batch_size: u32, fanouts: &[u16]) -> anyhow::Result<Vec<LayerCounts>> 
     Ok(out)
 }
 
-/// The script's output at `path`, checked to hold one step and one copy per minibatch.
-fn read_measured(path: &PathBuf, minibatches: usize) -> anyhow::Result<(Measured, PathBuf)> {
+/// The script's output at `path`, checked to be of `minibatches` (the shapes it echoes) and to
+/// hold one step and one copy per minibatch.
+fn read_measured(
+    path: &PathBuf,
+    shapes: &[Vec<LayerCounts>],
+) -> anyhow::Result<(Measured, PathBuf)> {
+    let minibatches = shapes.len();
     let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let json: serde_json::Value =
         serde_json::from_slice(&text).with_context(|| format!("{}: not JSON", path.display()))?;
@@ -275,6 +284,28 @@ fn read_measured(path: &PathBuf, minibatches: usize) -> anyhow::Result<(Measured
         );
         Ok(values)
     };
+    let echoed: Vec<Vec<[u64; 3]>> = serde_json::from_value(field("minibatches")?.clone())
+        .with_context(|| format!("{}: minibatches is not a list of shapes", path.display()))?;
+    let ours: Vec<Vec<[u64; 3]>> = shapes
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|l| {
+                    [
+                        u64::from(l.dst_count),
+                        u64::from(l.src_count),
+                        u64::from(l.edge_count),
+                    ]
+                })
+                .collect()
+        })
+        .collect();
+    anyhow::ensure!(
+        echoed == ours,
+        "{}: measured on other minibatches than these (other --graph, --fanouts, --batch-size, \
+         --batches or --filled?)",
+        path.display()
+    );
     let m = Measured {
         device: field("device")?
             .as_str()
@@ -316,17 +347,30 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sagessd-bench-step-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("m.json");
-        let json = r#"{"device": "x", "step_ms": [1.0, 2.0], "copy_ms": [0.1, 0.2],
-                       "gemm_fp32_tflop_per_s": 50.0, "copy_d2d_gb_per_s": 4000.0}"#;
-        std::fs::write(&path, json).unwrap();
-        assert!(read_measured(&path, 2).is_ok());
-        let err = read_measured(&path, 3).unwrap_err().to_string();
+        let shapes = vec![filled(4, &[2]).unwrap(), filled(2, &[3]).unwrap()];
+        let write = |minibatches: &str, steps: &str| {
+            let json = format!(
+                r#"{{"device": "x", "minibatches": {minibatches}, "step_ms": {steps},
+                    "copy_ms": [0.1, 0.2], "gemm_fp32_tflop_per_s": 50.0,
+                    "copy_d2d_gb_per_s": 4000.0}}"#
+            );
+            std::fs::write(&path, json).unwrap();
+        };
+        let ours = "[[[4, 12, 8]], [[2, 8, 6]]]";
+        write(ours, "[1.0, 2.0]");
+        let (m, _) = read_measured(&path, &shapes).unwrap();
+        assert_eq!(m.step_ms, [1.0, 2.0]);
+        write(ours, "[1.0, 2.0, 3.0]");
+        let err = read_measured(&path, &shapes).unwrap_err().to_string();
         assert!(err.contains("step_ms") && err.contains("m.json"), "{err}");
+        write("[[[4, 12, 8]], [[2, 8, 7]]]", "[1.0, 2.0]");
+        let err = read_measured(&path, &shapes).unwrap_err().to_string();
+        assert!(err.contains("other minibatches"), "{err}");
         std::fs::write(&path, "{}").unwrap();
-        let err = read_measured(&path, 2).unwrap_err().to_string();
+        let err = read_measured(&path, &shapes).unwrap_err().to_string();
         assert!(err.contains("m.json") && err.contains("no field"), "{err}");
         std::fs::write(&path, "[1,").unwrap();
-        let err = read_measured(&path, 2).unwrap_err().to_string();
+        let err = read_measured(&path, &shapes).unwrap_err().to_string();
         assert!(err.contains("not JSON"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

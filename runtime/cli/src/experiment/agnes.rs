@@ -6,19 +6,20 @@
 //! nodes at a time); and AGNES's feature cache against its access-count threshold.
 //!
 //! The graph is a synthetic one of ogbn-papers100M's size by default (`papers100m`: 111 M
-//! nodes, 1.6 G edges); its AGNES layout (6–7 GiB, by block size) is computed by the flash
+//! nodes, 1.6 G edges); its AGNES layout (7.0–7.5 GiB, by block size) is computed by the flash
 //! ([`SyntheticLayout`]), so each point boots a fresh device holding it, cold, with nothing
 //! written. The controller is the hardware description's own; only the host's graph buffer
 //! varies with the ratio.
 //!
 //! **A point samples part of its epoch.** At this size one minibatch of 1,000 targets with
-//! fanouts 10,10,10 reads most of the layout at its third hop, so an epoch of per-minibatch
-//! AGNES is hours of simulation. A point samples whole hyperbatches, in epoch order, until it
-//! has sampled [`Sweep::sampled_batches`] minibatches and at least two hyperbatches (or the
-//! whole epoch), and prices each hyperbatch it did not sample at the cost of the last one it
-//! did: the minibatches' targets are drawn alike, so once the graph buffer has filled (the
-//! first hyperbatch pays that) one hyperbatch costs what the next does. Every CSV row says how
-//! many of the epoch's minibatches were sampled. The feature cache's figures are counts, on a
+//! fanouts 10,10,10 reads some 5,900 of the layout's 7,166 1 MiB blocks, so an epoch of per-minibatch
+//! AGNES is most of an hour of simulation per point. A point samples whole hyperbatches, in epoch order, until it
+//! has sampled [`Sweep::min_sampled_minibatches`] minibatches and at least two hyperbatches,
+//! the last of them begun with the graph buffer in its steady state (evicting, or holding
+//! every block the hyperbatch before needed), or the whole epoch; it prices each hyperbatch it
+//! did not sample at the cost of the last one it did: the minibatches' targets are drawn alike,
+//! so in the steady state one hyperbatch costs what the next does. Every CSV row says how many
+//! of the epoch's minibatches were sampled. The feature cache's figures are counts, on a
 //! smaller R-MAT with features.
 //!
 //! Every epoch time is modelled: the device's virtual time plus the host's modelled work (each
@@ -48,9 +49,9 @@ pub(crate) struct Sweep {
     /// The graph (a synthetic one: its layout is computed by the flash).
     pub graph: GraphSpec,
     /// Minibatches of the epoch every point prices (a multiple of every hyperbatch).
-    pub epoch_batches: u32,
+    pub epoch_minibatches: u32,
     /// Minibatches a point samples at least (see the module documentation).
-    pub sampled_batches: u32,
+    pub min_sampled_minibatches: u32,
     /// Targets per minibatch.
     pub batch_size: u32,
     /// Fanouts, hop order.
@@ -86,8 +87,8 @@ impl Sweep {
     pub(crate) fn full() -> Self {
         Self {
             graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
-            epoch_batches: 128,
-            sampled_batches: 3,
+            epoch_minibatches: 128,
+            min_sampled_minibatches: 3,
             batch_size: 1000,
             fanouts: vec![10, 10, 10],
             ratio: 8,
@@ -113,8 +114,8 @@ impl Sweep {
     pub(crate) fn quick() -> Self {
         Self {
             graph: GraphSpec::parse("synthetic:400000").expect("a valid graph word"),
-            epoch_batches: 8,
-            sampled_batches: 2,
+            epoch_minibatches: 8,
+            min_sampled_minibatches: 2,
             batch_size: 64,
             fanouts: vec![5, 5],
             ratio: 8,
@@ -133,6 +134,27 @@ impl Sweep {
             threshold_hyperbatch: 4,
             feature_dim: 16,
         }
+    }
+
+    /// An error unless the epoch is whole hyperbatches of every size swept (a short last
+    /// hyperbatch would be priced as a whole one).
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        let epoch = self.epoch_minibatches as usize;
+        for &h in self
+            .hyperbatches
+            .iter()
+            .chain([&self.block_sweep_hyperbatch])
+        {
+            anyhow::ensure!(
+                h > 0 && epoch.is_multiple_of(h),
+                "experiment agnes: an epoch of {epoch} minibatches is not whole hyperbatches of {h}"
+            );
+        }
+        anyhow::ensure!(
+            self.min_sampled_minibatches > 0 && !self.fanouts.is_empty(),
+            "experiment agnes: a point must sample a minibatch of at least one hop"
+        );
+        Ok(())
     }
 
     /// The sweep's graph, tabulated.
@@ -165,26 +187,28 @@ pub(crate) struct Cost {
 }
 
 impl Cost {
-    fn plus(self, o: Self) -> Self {
-        Self {
-            reads: self.reads + o.reads,
-            bytes_read: self.bytes_read + o.bytes_read,
-            bytes_used: self.bytes_used + o.bytes_used,
-            lookups: self.lookups + o.lookups,
-            device_ns: self.device_ns + o.device_ns,
-            host_ns: self.host_ns + o.host_ns,
-        }
+    /// Each field combined by `f`; `None` if one overflows.
+    fn zip(self, o: Self, f: impl Fn(u64, u64) -> Option<u64>) -> Option<Self> {
+        Some(Self {
+            reads: f(self.reads, o.reads)?,
+            bytes_read: f(self.bytes_read, o.bytes_read)?,
+            bytes_used: f(self.bytes_used, o.bytes_used)?,
+            lookups: f(self.lookups, o.lookups)?,
+            device_ns: f(self.device_ns, o.device_ns)?,
+            host_ns: f(self.host_ns, o.host_ns)?,
+        })
     }
 
-    fn times(self, k: u64) -> Self {
-        Self {
-            reads: self.reads * k,
-            bytes_read: self.bytes_read * k,
-            bytes_used: self.bytes_used * k,
-            lookups: self.lookups * k,
-            device_ns: self.device_ns * k,
-            host_ns: self.host_ns * k,
-        }
+    /// The two costs together.
+    fn plus(self, o: Self) -> anyhow::Result<Self> {
+        self.zip(o, u64::checked_add)
+            .ok_or_else(|| anyhow::anyhow!("experiment agnes: an epoch's cost overflows 64 bits"))
+    }
+
+    /// `k` times this cost.
+    fn times(self, k: u64) -> anyhow::Result<Self> {
+        self.zip(self, |a, _| a.checked_mul(k))
+            .ok_or_else(|| anyhow::anyhow!("experiment agnes: an epoch's cost overflows 64 bits"))
     }
 }
 
@@ -201,9 +225,9 @@ pub(crate) struct Epoch {
 }
 
 /// Samples `groups` (each a hyperbatch of minibatches) in order with `sample`, which returns
-/// what one cost and whether the sampler's state was steady after it (its buffer full, or
+/// what one cost and whether the sampler's state was steady after it (its buffer evicting, or
 /// nothing left to read), until at least `min_minibatches` and two groups are sampled and the
-/// state is steady (or all are), and prices the rest at the last one's cost.
+/// last one began in the steady state (or all are), and prices the rest at the last one's cost.
 fn extrapolated<G>(
     groups: &[G],
     len: impl Fn(&G) -> usize,
@@ -213,17 +237,19 @@ fn extrapolated<G>(
     let mut e = Epoch::default();
     let mut last = Cost::default();
     let mut done = 0usize;
-    let mut steady = false;
+    // Whether the state was steady before the last sampled group, and after it.
+    let (mut steady_before_last, mut steady) = (false, false);
     for g in groups {
-        if done >= 2 && e.sampled_minibatches >= min_minibatches && steady {
+        if done >= 2 && e.sampled_minibatches >= min_minibatches && steady_before_last {
             break;
         }
+        steady_before_last = steady;
         (last, steady) = sample(g)?;
-        e.sampled = e.sampled.plus(last);
+        e.sampled = e.sampled.plus(last)?;
         e.sampled_minibatches += len(g) as u64;
         done += 1;
     }
-    e.epoch = e.sampled.plus(last.times((groups.len() - done) as u64));
+    e.epoch = e.sampled.plus(last.times((groups.len() - done) as u64)?)?;
     Ok(e)
 }
 
@@ -255,7 +281,10 @@ pub(crate) struct Point {
 impl Point {
     /// The modelled epoch: device and host work (the reads are synchronous).
     pub(crate) fn epoch_ns(&self) -> u64 {
-        self.cost.epoch.device_ns + self.cost.epoch.host_ns
+        self.cost
+            .epoch
+            .device_ns
+            .saturating_add(self.cost.epoch.host_ns)
     }
 
     /// Hyperbatches of the epoch.
@@ -272,15 +301,16 @@ impl Point {
     /// The share of the layout's blocks one hop of a hyperbatch looked up, on average over
     /// the epoch and its `hops` hops.
     pub(crate) fn hop_coverage(&self, hops: usize) -> f64 {
-        let blocks = self.layout_bytes / self.block_bytes.max(1);
+        let blocks = (self.layout_bytes / self.block_bytes.max(1)).max(1) as f64;
         self.cost.epoch.lookups as f64
-            / (self.hyperbatches() * hops.max(1) as u64 * blocks).max(1) as f64
+            / (self.hyperbatches().max(1) as f64 * hops.max(1) as f64 * blocks)
     }
 
     /// The bytes of the blocks a hyperbatch looked up (each hop's, summed), on average over
     /// those sampled, as a share of the graph buffer: a minibatch's footprint, for AGNES
-    /// without hyperbatches.
-    pub(crate) fn footprint_share(&self) -> f64 {
+    /// without hyperbatches. (Over the sampled hyperbatches, where [`Self::hop_coverage`]
+    /// and [`Self::reads_per_hyperbatch`] are over the priced epoch.)
+    pub(crate) fn looked_up_share(&self) -> f64 {
         let groups = self
             .cost
             .sampled_minibatches
@@ -332,7 +362,10 @@ fn point(
         })?,
     );
     let layout = AgnesLayout::computed(computed.clone());
-    let layout_bytes = computed.block_count() * block_bytes;
+    let layout_bytes = computed
+        .block_count()
+        .checked_mul(block_bytes)
+        .ok_or_else(|| anyhow::anyhow!("experiment agnes: a layout past 2^64 bytes"))?;
     let buffer_bytes = (layout_bytes / u64::from(ratio.max(1))).max(block_bytes);
     let region = Region {
         at_bytes: 0,
@@ -342,30 +375,45 @@ fn point(
     let (ssd, _) = Ssd::with_synthetic_regions(hw, vec![region])?;
     // Shared, so that the device's clock can be read between hyperbatches.
     let device = std::sync::Mutex::new(Device::open(LocalTransport::new(ssd))?);
-    let now_ns = || device.lock().ok().and_then(|d| d.now_ns()).unwrap_or(0);
+    let now_ns = || -> anyhow::Result<u64> {
+        device
+            .lock()
+            .map_err(|_| anyhow::anyhow!("experiment agnes: a reader of the device panicked"))?
+            .now_ns()
+            .ok_or_else(|| anyhow::anyhow!("experiment agnes: the device keeps no virtual clock"))
+    };
     let mut reader = SharedDevice::new(&device)?;
-    let requests = requests(sweep.epoch_batches, sweep.batch_size, graph.node_count());
+    let requests = requests(
+        sweep.epoch_minibatches,
+        sweep.batch_size,
+        graph.node_count(),
+    );
     let groups: Vec<&[(u64, Vec<u64>)]> = requests.chunks(hyperbatch.max(1)).collect();
     let sync_io_ns = hw.host.sync_io_ns();
-    let buffer = usize::try_from(buffer_bytes)?;
+    let graph_buffer_bytes = usize::try_from(buffer_bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "experiment agnes: a graph buffer of {buffer_bytes} bytes does not fit this machine's \
+             address space"
+        )
+    })?;
     let capacity_blocks = buffer_bytes / block_bytes;
     let mut first = true;
     let cost = {
-        let mut s = AgnesSampler::on_device(&layout, buffer, &mut reader, 0)?;
+        let mut s = AgnesSampler::on_device(&layout, graph_buffer_bytes, &mut reader, 0)?;
         extrapolated(
             &groups,
             |g| g.len(),
-            u64::from(sweep.sampled_batches),
+            u64::from(sweep.min_sampled_minibatches),
             |group| {
                 let before = s.io_stats().clone();
-                let t0 = now_ns();
-                let mut host_ns = 0;
+                let t0 = now_ns()?;
+                let mut host_ns = 0u64;
                 let subs = s.sample_many(&sweep.fanouts, group)?;
                 if std::mem::take(&mut first) {
                     check_first(subs.first(), reference, kind)?;
                 }
                 for sub in &subs {
-                    host_ns += crate::sample::host_sampling_ns(hw, sub);
+                    host_ns = host_ns.saturating_add(crate::sample::host_sampling_ns(hw, sub));
                 }
                 let io = s.io_stats();
                 let reads = io.reads - before.reads;
@@ -380,9 +428,9 @@ fn point(
                     lookups: io.buffer_hits + io.buffer_misses
                         - before.buffer_hits
                         - before.buffer_misses,
-                    device_ns: now_ns() - t0,
+                    device_ns: now_ns()?.saturating_sub(t0),
                     // Each block read is one synchronous command.
-                    host_ns: host_ns + reads * sync_io_ns,
+                    host_ns: host_ns.saturating_add(reads.saturating_mul(sync_io_ns)),
                 };
                 Ok((cost, steady))
             },
@@ -427,19 +475,27 @@ fn small_reads(
 ) -> anyhow::Result<Point> {
     let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
     let device = Device::open(LocalTransport::new(ssd))?;
-    let block = u64::from(device.info().block_size_bytes);
-    let layout_bytes = (desc.indptr.block_count + desc.indices.block_count) * block;
+    let lba_bytes = u64::from(device.info().block_size_bytes);
+    let layout_bytes = desc
+        .indptr
+        .block_count
+        .checked_add(desc.indices.block_count)
+        .and_then(|lbas| lbas.checked_mul(lba_bytes))
+        .ok_or_else(|| anyhow::anyhow!("experiment agnes: a CSR past 2^64 bytes"))?;
     let mut s = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
-    let requests: Vec<Request> =
-        requests(sweep.epoch_batches, sweep.batch_size, graph.node_count())
-            .into_iter()
-            .map(|(seed, targets)| Request { seed, targets })
-            .collect();
+    let requests: Vec<Request> = requests(
+        sweep.epoch_minibatches,
+        sweep.batch_size,
+        graph.node_count(),
+    )
+    .into_iter()
+    .map(|(seed, targets)| Request { seed, targets })
+    .collect();
     let mut first = true;
     let cost = extrapolated(
         &requests,
         |_| 1,
-        u64::from(sweep.sampled_batches),
+        u64::from(sweep.min_sampled_minibatches),
         |r| {
             let before = s.host_stats();
             let run = s.run_workers(1, &sweep.fanouts, std::slice::from_ref(r))?;
@@ -469,7 +525,7 @@ fn small_reads(
             HostIoMode::Async => "io_uring",
             _ => "direct I/O",
         },
-        block_bytes: block,
+        block_bytes: lba_bytes,
         hyperbatch: 1,
         buffer_bytes: 0,
         layout_bytes,
@@ -488,6 +544,7 @@ pub(crate) fn run(
     reference: &SampledSubgraph,
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Vec<Point>> {
+    sweep.check()?;
     let blocks = sweep
         .block_bytes
         .iter()
@@ -703,7 +760,7 @@ pub(crate) fn record(p: &Point) -> Record {
         .with("hyperbatch_minibatches", p.hyperbatch)
         .with("graph_buffer_bytes", p.buffer_bytes)
         .with("layout_bytes", p.layout_bytes)
-        .with("looked_up_share_of_buffer", p.footprint_share())
+        .with("looked_up_share_of_buffer", p.looked_up_share())
         .with("epoch_minibatches", p.epoch_minibatches)
         .with("sampled_minibatches", p.cost.sampled_minibatches)
         .with("storage_reads", p.cost.epoch.reads)
@@ -863,9 +920,24 @@ mod tests {
             (e.sampled_minibatches, e.epoch.device_ns),
             (4, 140 + 3 * 40)
         );
-        // Sampling goes on until the state is steady.
-        let e = extrapolated(&groups, |_| 1, 1, |&g| Ok((cost(g), g >= 60))).unwrap();
-        assert_eq!((e.sampled_minibatches, e.epoch.device_ns), (4, 250 + 60));
+        // Sampling goes on until a group began in the steady state (here: after 60).
+        let longer = [
+            (100u64, false),
+            (40, false),
+            (50, false),
+            (60, true),
+            (70, true),
+            (80, true),
+            (90, true),
+        ];
+        let e = extrapolated(&longer, |_| 1, 1, |&(g, steady)| Ok((cost(g), steady))).unwrap();
+        assert_eq!(
+            (e.sampled_minibatches, e.epoch.device_ns),
+            (5, 320 + 2 * 70)
+        );
+        // An epoch whose cost overflows is an error, not a wrapped number.
+        let huge = [u64::MAX / 2; 3];
+        assert!(extrapolated(&huge, |_| 1, 1, |&g| Ok((cost(g), true))).is_err());
         // A single group is sampled whole.
         let e = extrapolated(&groups[..1], |_| 8, 3, |&g| Ok((cost(g), false))).unwrap();
         assert_eq!((e.sampled_minibatches, e.epoch.device_ns), (8, 100));
@@ -880,7 +952,7 @@ mod tests {
     #[test]
     fn an_extrapolated_epoch_is_near_the_sampled_one() {
         let whole = Sweep {
-            sampled_batches: 8,
+            min_sampled_minibatches: 8,
             ..Sweep::quick()
         };
         let part = Sweep::quick();
@@ -901,6 +973,17 @@ mod tests {
             assert!(near(p.epoch_ns(), w.epoch_ns()), "{what}");
             assert!(near(p.cost.epoch.reads, w.cost.epoch.reads), "{what}");
         }
+    }
+
+    #[test]
+    fn an_epoch_of_partial_hyperbatches_is_refused() {
+        assert!(Sweep::full().check().is_ok() && Sweep::quick().check().is_ok());
+        let bad = Sweep {
+            hyperbatches: vec![1, 3],
+            ..Sweep::quick()
+        };
+        let err = bad.check().unwrap_err().to_string();
+        assert!(err.contains("hyperbatches of 3"), "{err}");
     }
 
     /// A point whose first minibatch is not the reference's fails, for AGNES and for the

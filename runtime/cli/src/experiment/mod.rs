@@ -461,17 +461,18 @@ fn agnes_report(
          modelled work (each read a synchronous I/O, the sampling compute at the `[host]` \
          costs), so two runs write identical files. **A point samples part of its epoch**: \
          whole hyperbatches in epoch order until at least {} minibatches and two hyperbatches \
-         are sampled (or the epoch is), each hyperbatch not sampled priced at the last sampled \
-         one (the first pays the cold buffer; the targets of every minibatch are drawn alike). \
-         The tables say how many were sampled.\n",
+         are sampled, the last begun with the graph buffer steady (evicting, or holding every \
+         block the one before needed), or the epoch is; each hyperbatch not sampled is priced \
+         at the last sampled one (the targets of every minibatch are drawn alike). The tables \
+         say how many were sampled.\n",
         if quick { " --quick" } else { "" },
         sweep.graph.describe(),
         sweep.ratio,
-        sweep.epoch_batches,
+        sweep.epoch_minibatches,
         sweep.batch_size,
         sweep.fanouts,
         sweep.block_sweep_hyperbatch,
-        sweep.sampled_batches,
+        sweep.min_sampled_minibatches,
     );
     for (source, points) in devices {
         let Some(first) = points.first() else {
@@ -516,6 +517,9 @@ fn agnes_report(
                 100.0 * p.cost.epoch.device_ns as f64 / p.epoch_ns().max(1) as f64
             };
             let hops = sweep.fanouts.len();
+            let block_sweep = || points.iter().filter(|p| p.sweep == "block");
+            let smallest = block_sweep().min_by_key(|p| p.block_bytes);
+            let largest = block_sweep().max_by_key(|p| p.block_bytes);
             let _ = writeln!(
                 r,
                 "\n{far} of these differ from the paper by more than 30 %. What the model shows: the \
@@ -525,17 +529,23 @@ fn agnes_report(
                  hops reads each block it needs once, for all its minibatches, so its cost hardly \
                  grows with its size while the epoch's hyperbatches fall as 1/size, and the \
                  speedup grows with the largest hyperbatch swept (the paper's 1,024 minibatches of \
-                 1,000 targets would hold some 1.1 G sampled positions at once). At the block \
-                 sweep's best point each hop looks up {:.0} % of the layout's blocks, so a larger \
-                 block reads no more bytes the samples skip than a smaller one does, in fewer \
-                 commands.",
-                human_bytes(first.layout_bytes),
+                 1,000 targets would hold some 1.1 G sampled positions at once). In the block \
+                 sweep each hop looks up {:.0} % of the layout's blocks at the smallest block and \
+                 {:.0} % at the largest: larger blocks read more bytes ({} against {}) in fewer \
+                 commands ({} against {}), and on this device the commands cost more than the \
+                 bytes.",
+                human_bytes(no_hb.map_or(first.layout_bytes, |p| p.layout_bytes)),
                 no_hb.map_or(f64::NAN, share),
                 best_hb.map_or(f64::NAN, share),
                 no_hb.map_or(f64::NAN, agnes::Point::reads_per_hyperbatch),
                 best_hb.map_or(0, |p| p.hyperbatch),
                 best_hb.map_or(f64::NAN, agnes::Point::reads_per_hyperbatch),
-                best_block.map_or(f64::NAN, |p| 100.0 * p.hop_coverage(hops)),
+                smallest.map_or(f64::NAN, |p| 100.0 * p.hop_coverage(hops)),
+                largest.map_or(f64::NAN, |p| 100.0 * p.hop_coverage(hops)),
+                human_bytes(largest.map_or(0, |p| p.cost.epoch.bytes_read)),
+                human_bytes(smallest.map_or(0, |p| p.cost.epoch.bytes_read)),
+                largest.map_or(0, |p| p.cost.epoch.reads),
+                smallest.map_or(0, |p| p.cost.epoch.reads),
             );
         }
         let speedups = agnes::hyperbatch_speedups(points);
@@ -561,7 +571,7 @@ fn agnes_report(
                         "| {ratio} | {} | {} | {:.0} % | {:.3} | {:.3} | {x:.2}× | {} | {} |",
                         human_bytes(n.layout_bytes),
                         human_bytes(n.buffer_bytes),
-                        100.0 * n.footprint_share(),
+                        100.0 * n.looked_up_share(),
                         n.epoch_ns() as f64 / 1e9,
                         w.epoch_ns() as f64 / 1e9,
                         n.cost.epoch.reads,
@@ -609,7 +619,7 @@ fn agnes_report(
             } else {
                 (
                     human_bytes(p.buffer_bytes),
-                    format!("{:.0} %", 100.0 * p.footprint_share()),
+                    format!("{:.0} %", 100.0 * p.looked_up_share()),
                 )
             };
             let _ = writeln!(
