@@ -586,10 +586,13 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
             best["hyperbatch_minibatches"].parse::<f64>().unwrap()
         )
     );
-    assert_eq!(
-        ours("AGNES Fig. 8"),
-        format!("{:.1}", epoch(none) as f64 / epoch(best) as f64)
-    );
+    // Fig. 8's maximum: over the hyperbatch sweep's best and each ratio's largest hyperbatch.
+    let speedup = |without: &BTreeMap<String, String>, with: &BTreeMap<String, String>| {
+        epoch(without) as f64 / epoch(with) as f64
+    };
+    let per_ratio = ratios.chunks(2).map(|pair| speedup(&pair[0], &pair[1]));
+    let max = per_ratio.fold(speedup(none, best), f64::max);
+    assert_eq!(ours("AGNES Fig. 8"), format!("{max:.1}"));
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
 }

@@ -713,22 +713,25 @@ impl<'d> GraphBuffer<'d> {
             order[*e as usize] = slot as u32;
             *e += 1;
         }
-        // The blocks this call will look up, in order, and those not in the buffer now.
-        let groups: Vec<(u64, usize, usize)> = (0..first.len())
+        // The blocks this call will look up: those in the buffer now first, then the others in
+        // ascending order. AGNES pins the blocks already buffered until the pass has used them
+        // (§3.4 (1)); serving them before any read is the same, since only a read evicts: no
+        // read of this pass evicts a block the pass still needs from the buffer, which an LRU
+        // swept in block order would do whenever the pass needs more blocks than it holds.
+        let groups = (0..first.len())
             .filter(|&b| end[b] > first[b])
-            .map(|b| (b as u64, first[b] as usize, end[b] as usize))
-            .collect();
+            .map(|b| (b as u64, first[b] as usize, end[b] as usize));
+        let (resident, misses): (Vec<_>, Vec<_>) =
+            groups.partition(|g| self.blocks.contains_key(&g.0));
         drop((first, end));
-        let misses: Vec<u64> = groups
-            .iter()
-            .map(|g| g.0)
-            .filter(|b| !self.blocks.contains_key(b))
-            .collect();
+        let miss_blocks: Vec<u64> = misses.iter().map(|g| g.0).collect();
         let mut next_miss = 0;
-        for (block, i, j) in groups {
+        for (block, i, j) in resident.into_iter().chain(misses) {
             if let (Some(p), Store::File { file, .. }) = (self.prefetch.as_mut(), &self.store) {
-                while next_miss < misses.len() && p.in_flight.len() + p.arrived.len() < self.depth {
-                    p.submit(file, misses[next_miss], self.block_bytes, &mut self.io)
+                while next_miss < miss_blocks.len()
+                    && p.in_flight.len() + p.arrived.len() < self.depth
+                {
+                    p.submit(file, miss_blocks[next_miss], self.block_bytes, &mut self.io)
                         .map_err(|e| SamplerError::GraphCorrupt(e.to_string()))?;
                     next_miss += 1;
                 }
@@ -975,6 +978,42 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    /// A pass serves the blocks already in the buffer before it reads (AGNES pins them): with
+    /// a buffer of half the blocks, a second pass over every block reads only the half that is
+    /// not buffered, where an LRU swept in block order would evict each buffered block before
+    /// reaching it and read them all again.
+    #[test]
+    fn a_pass_uses_the_buffered_blocks_before_it_reads() {
+        let dir = std::env::temp_dir().join(format!("sagessd-agnes-pin-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let params = GenerateParams {
+            name: "p".into(),
+            scale: 10,
+            edge_factor: 8,
+            seed: 3,
+            feature_dim: 0,
+            feature_dtype: Dtype::F32,
+            classes: 2,
+        };
+        let dataset = generate(&dir, &params).unwrap();
+        let (layout, _) = AgnesLayout::for_dataset(&dataset, 4096).unwrap();
+        let blocks = layout.manifest.block_count;
+        assert!(blocks >= 8, "{blocks} blocks");
+        let held = blocks / 2;
+        let mut buffer = GraphBuffer::new(&layout, held as usize * 4096, false, None).unwrap();
+        // One position in each block (its first entry).
+        let positions: Vec<u64> = (0..blocks).map(|b| b * 1024).collect();
+        let mut first = vec![0u32; positions.len()];
+        buffer.resolve(&positions, &mut first).unwrap();
+        assert_eq!(buffer.io.reads, blocks);
+        let mut second = vec![0u32; positions.len()];
+        buffer.resolve(&positions, &mut second).unwrap();
+        assert_eq!(second, first);
+        assert_eq!(buffer.io.reads - blocks, blocks - held);
+        assert_eq!(buffer.io.buffer_hits, held);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
         let dir = std::env::temp_dir().join(format!("sagessd-agnes-{}", std::process::id()));
@@ -1045,6 +1084,14 @@ mod tests {
             ahead.sample_hyperbatch(&fanouts, &requests).unwrap(),
             expected
         );
+        // Blocks read ahead count against the buffer: the prefetching sampler's LRU holds
+        // PREFETCH_DEPTH blocks fewer, and reads what a sampler with that smaller buffer reads.
+        let depth = PREFETCH_DEPTH.min(buffer / block / 2);
+        let mut smaller = AgnesSampler::new(&layout, buffer - depth * block, false).unwrap();
+        assert_eq!(
+            smaller.sample_hyperbatch(&fanouts, &requests).unwrap(),
+            expected
+        );
         // What was read, apart from how (system calls) and how long it took.
         let counts = |io: &IoStats| IoStats {
             io_wait_ns: 0,
@@ -1054,7 +1101,7 @@ mod tests {
         };
         assert_eq!(
             counts(ahead.io_stats()),
-            counts(hyper.io_stats()),
+            counts(smaller.io_stats()),
             "the same reads, issued ahead"
         );
 
