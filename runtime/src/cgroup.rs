@@ -6,6 +6,8 @@
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Where the cgroup v1 memory controller is mounted.
 pub const MEMORY_ROOT: &str = "/sys/fs/cgroup/memory";
@@ -33,6 +35,7 @@ pub fn available() -> Result<(), String> {
 #[derive(Debug)]
 pub struct MemoryCgroup {
     path: PathBuf,
+    limit_bytes: u64,
 }
 
 impl MemoryCgroup {
@@ -40,7 +43,7 @@ impl MemoryCgroup {
     pub fn create(name: &str, limit_bytes: u64) -> io::Result<Self> {
         let path = Path::new(MEMORY_ROOT).join(name);
         std::fs::create_dir_all(&path)?;
-        let cg = Self { path };
+        let cg = Self { path, limit_bytes };
         std::fs::write(
             cg.path.join("memory.limit_in_bytes"),
             limit_bytes.to_string(),
@@ -60,15 +63,42 @@ impl MemoryCgroup {
             .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
-    /// Its peak usage so far (`memory.max_usage_in_bytes`).
-    pub fn max_usage(&self) -> Option<u64> {
-        std::fs::read_to_string(self.path.join("memory.max_usage_in_bytes"))
+    /// What its processes hold now, page cache included (`memory.usage_in_bytes`).
+    pub fn usage(&self) -> Option<u64> {
+        std::fs::read_to_string(self.path.join("memory.usage_in_bytes"))
             .ok()?
             .trim()
             .parse()
             .ok()
     }
+
+    /// The page cache the group held while the kernel had to reclaim to stay under the limit:
+    /// the mean of `memory.stat`'s `cache` over samples taken every `period` until `done` is
+    /// set, counting only those in which the usage was within [`AT_LIMIT_SLACK_BYTES`] of the
+    /// limit; `None` if no sample was (the cache never had to give pages up). This, not the
+    /// cache left when the processes are gone, is the size an LRU of fixed size stands for:
+    /// a process whose anonymous memory grows as it runs shrinks the cache under it, and frees
+    /// room at its end that its last faults fill.
+    pub fn mean_cache_at_limit(&self, period: Duration, done: &AtomicBool) -> Option<u64> {
+        let floor = self.limit_bytes.saturating_sub(AT_LIMIT_SLACK_BYTES);
+        let (mut sum, mut samples) = (0u128, 0u64);
+        while !done.load(Ordering::Acquire) {
+            if self.usage().is_some_and(|u| u >= floor) {
+                if let Some(cache) = self.stat("cache") {
+                    sum += u128::from(cache);
+                    samples += 1;
+                }
+            }
+            std::thread::sleep(period);
+        }
+        (samples > 0).then(|| (sum / u128::from(samples)) as u64)
+    }
 }
+
+/// How near its limit a group's usage must be for [`MemoryCgroup::mean_cache_at_limit`] to
+/// count it as reclaiming: the per-CPU charge batches (64 pages a CPU) and one reclaim batch
+/// (32 pages) leave the usage a little under the limit while it is.
+pub const AT_LIMIT_SLACK_BYTES: u64 = 2 << 20;
 
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {

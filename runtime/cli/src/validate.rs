@@ -2,12 +2,14 @@
 //! sampler runs as a child `sagessd sample` in a memory cgroup whose limit leaves the page
 //! cache at the graph's size over *r*, caches dropped first; the kernel's counts (pages read
 //! from `/proc/PID/io`, faults from `getrusage`) are set beside the model's for the same graph,
-//! minibatches, page cache (what the cgroup holds of it when the child is done) and
-//! `read_ahead_kb`.
+//! minibatches, page cache (its mean while the cgroup was at its limit, sampled as the child
+//! runs) and `read_ahead_kb`.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use sagessd_emulator::host_stack::MmapWorkers;
@@ -170,11 +172,18 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            // Every child is waited for before any failure is reported.
-            let outputs: Vec<std::io::Result<std::process::Output>> = children
-                .into_iter()
-                .map(std::process::Child::wait_with_output)
-                .collect();
+            // Every child is waited for before any failure is reported; meanwhile the page
+            // cache the group holds at its limit is sampled.
+            let done = AtomicBool::new(false);
+            let (outputs, cache_at_limit) = std::thread::scope(|s| {
+                let watcher = s.spawn(|| cg.mean_cache_at_limit(Duration::from_millis(5), &done));
+                let outputs: Vec<std::io::Result<std::process::Output>> = children
+                    .into_iter()
+                    .map(std::process::Child::wait_with_output)
+                    .collect();
+                done.store(true, Ordering::Release);
+                (outputs, watcher.join().ok().flatten())
+            });
             let mut real = IoCounts::default();
             let mut anon: Option<u64> = None;
             for child in outputs {
@@ -188,16 +197,16 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
                 real = real.plus(counts);
                 anon = host_check::sum_present(anon, child_anon);
             }
+            let limit = cache_target + anon_bytes;
             if let Some(anon) = anon {
                 // The next run's allowance: this run's, with 16 MiB to spare.
                 anon_bytes = anon + (16 << 20);
             }
-            // The page cache the child had: what the cgroup still holds of it after the child is
-            // gone (a full cache stays full), or else the limit less its anonymous memory.
-            let limit = cache_target + anon_bytes;
-            let cache_bytes = cg
-                .stat("cache")
-                .filter(|&c| c > 0)
+            // The page cache the children had: its mean while the group was at its limit (the
+            // kernel reclaiming); if it never was, what the group still holds after the
+            // children are gone (all they read), or else the limit less their anonymous memory.
+            let cache_bytes = cache_at_limit
+                .or_else(|| cg.stat("cache").filter(|&c| c > 0))
                 .unwrap_or_else(|| limit.saturating_sub(anon.unwrap_or(0)))
                 .max(4096)
                 / 4096

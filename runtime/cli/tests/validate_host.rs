@@ -1,6 +1,6 @@
 //! `sagessd validate host`, small: a 72 MB synthetic graph, four minibatches, the page cache at
-//! the whole graph and at an eighth of it, mmap and direct I/O; then mmap with two worker
-//! processes at an eighth. The model's counts must be
+//! the whole graph and at an eighth of it, mmap and direct I/O; then the same two sizes for mmap
+//! with two worker processes. The model's counts must be
 //! within ±15 % of the Linux kernel's (pages read, major faults). It needs root and the cgroup v1
 //! memory controller: without them it FAILS, saying why, unless SAGESSD_SKIP_CGROUP_TESTS=1
 //! asks to skip it (then it says so on stderr).
@@ -86,12 +86,17 @@ fn the_host_model_counts_what_the_kernel_counts() {
         "{rows:?}"
     );
     // Two worker processes at once, each with every other minibatch, against the model's two
-    // worker processes (each mapping the file itself). In the same test: runs that drop the
-    // caches and set read_ahead_kb must not overlap.
+    // worker processes (each mapping the file itself); r = 1 first, so that r = 8's limit
+    // knows the children's anonymous memory and squeezes the cache. In the same test: runs
+    // that drop the caches and set read_ahead_kb must not overlap.
     let rows = validate(
         "processes",
-        &["--ratios", "8", "--samplers", "mmap", "--processes", "2"],
+        &["--ratios", "1,8", "--samplers", "mmap", "--processes", "2"],
     );
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0]["processes"], 2);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|r| r["processes"] == 2), "{rows:?}");
+    assert!(
+        rows[1]["real_pages_read"].as_u64() > rows[0]["real_pages_read"].as_u64(),
+        "{rows:?}"
+    );
 }
