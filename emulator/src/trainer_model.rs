@@ -2,12 +2,13 @@
 //! (SmartSAGE Figs. 6, 7 and 18 put a GPU behind the producers). A step is priced by a roofline:
 //! each layer's forward pass takes the longer of its arithmetic at the peak rate and its memory
 //! traffic at the memory bandwidth, the backward pass twice that, plus the minibatch's copy to
-//! the accelerator and a fixed per-step overhead (kernel launches, the loss read back).
+//! the accelerator and a fixed cost per step and per layer (the host's work launching the
+//! kernels and reading the loss back, which a step of a sampled minibatch waits on on a fast GPU).
 //!
-//! Peak rates make this an optimistic price for a real step (small GNN kernels reach a fraction
-//! of peak; the first layer's backward pass, which needs no input gradient, is charged in full),
-//! so a modelled epoch leans towards being input-bound. The numbers
-//! are a datasheet's, never fitted to a paper's result.
+//! Peak rates make the roofline an optimistic price for a step's work (small GNN kernels reach a
+//! fraction of peak; the first layer's backward pass, which needs no input gradient, is charged
+//! in full). The rates are a datasheet's and the fixed costs were measured on a GPU
+//! (`sagessd bench step --measured`, `docs/model.md`); none is fitted to a paper's result.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +22,19 @@ const BACKWARD_OVER_FORWARD: u64 = 2;
 /// Bytes of one activation or weight element (f32).
 const ELEMENT_BYTES: u64 = 4;
 
-/// `[trainer]`: the accelerator's rates. Optional in TOML: without it, the default, an NVIDIA
-/// V100 PCIe (16 GB) in a PCIe 3.0 x16 slot.
+/// Fixed cost of a step besides its layers', ns \[measured: a PyTorch eager GraphSAGE step
+/// driven from Python on an NVIDIA H200 host, fitted with [`LAYER_OVERHEAD_NS`] to the five
+/// steps in `docs/experiments/gpu/`: `sagessd bench step --accelerator h200 --measured …`\].
+const STEP_OVERHEAD_NS: u64 = 100_000;
+/// Fixed cost of each GNN layer of a step, ns: launching its forward and backward kernels and
+/// its parameters' Adam updates from the host \[measured as [`STEP_OVERHEAD_NS`]: a three-layer
+/// step of 7 edges takes 3.97 ms, a two-layer step of 68 k edges 2.74 ms\].
+const LAYER_OVERHEAD_NS: u64 = 1_300_000;
+
+/// `[trainer]`: the accelerator's rates. Optional in TOML, as is each field: without it, the
+/// default, an NVIDIA V100 PCIe (16 GB) in a PCIe 3.0 x16 slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainerConfig {
     /// Peak single-precision arithmetic, GFLOP/s. Default 14,000 (NVIDIA V100 PCIe datasheet:
     /// 14 TFLOPS FP32).
@@ -34,10 +44,15 @@ pub struct TrainerConfig {
     /// Host-to-accelerator copy bandwidth, MB/s. Default 12,000 \[estimate: PCIe 3.0 x16 carries
     /// 15.75 GB/s raw per direction; pinned copies reach about 12 GB/s\].
     pub host_copy_mb_per_s: u64,
-    /// Fixed cost of one step, ns. Default 300,000 \[estimate: a two-layer GNN's step launches
-    /// on the order of 60–100 kernels (forward, backward, the optimizer) at 3–5 µs each, and
-    /// reading the loss back synchronises once\].
+    /// Fixed cost of one step besides its layers', ns (zeroing gradients, the loss and its
+    /// read-back). Default 100,000 \[measured: see `docs/model.md`, "Checked on a GPU"\].
     pub step_overhead_ns: u64,
+    /// Fixed cost of each GNN layer of a step, ns: the host's work launching the layer's
+    /// forward and backward kernels and its parameters' optimizer updates, which the step waits
+    /// on whenever the GPU's work is shorter. Default 1,300,000 \[measured as
+    /// `step_overhead_ns`, in PyTorch driven from Python; a host CPU's property, so the same
+    /// for every GPU that keeps up\].
+    pub layer_overhead_ns: u64,
 }
 
 impl Default for TrainerConfig {
@@ -46,7 +61,8 @@ impl Default for TrainerConfig {
             peak_gflop_per_s: 14_000,
             memory_gb_per_s: 900,
             host_copy_mb_per_s: 12_000,
-            step_overhead_ns: 300_000,
+            step_overhead_ns: STEP_OVERHEAD_NS,
+            layer_overhead_ns: LAYER_OVERHEAD_NS,
         }
     }
 }
@@ -124,22 +140,23 @@ impl TrainerConfig {
     /// An NVIDIA H200 SXM (141 GB HBM3e) in a PCIe 5.0 x16 host: 67 TFLOPS FP32 without tensor
     /// cores and 4.8 TB/s of memory bandwidth (NVIDIA's H100/H200 datasheets; the H200 keeps
     /// the H100 SXM's GH100 and its arithmetic), pinned copies at 50 GB/s \[estimate: PCIe 5.0
-    /// x16 carries 63 GB/s raw per direction\], and the V100's per-step overhead \[estimate:
-    /// the same kernels launched\]. `sagessd bench step --accelerator h200` prices steps on it,
-    /// to be set beside steps measured on such a GPU.
+    /// x16 carries 63 GB/s raw per direction\], and the fixed costs measured on it (the
+    /// default's). `sagessd bench step --accelerator h200` prices steps on it, to be set beside
+    /// steps measured on such a GPU.
     pub fn nvidia_h200_sxm() -> Self {
         Self {
             peak_gflop_per_s: 67_000,
             memory_gb_per_s: 4_800,
             host_copy_mb_per_s: 50_000,
-            step_overhead_ns: 300_000,
+            step_overhead_ns: STEP_OVERHEAD_NS,
+            layer_overhead_ns: LAYER_OVERHEAD_NS,
         }
     }
 
     /// Modelled time of one training step over `layers` whose input (features, indices and
     /// labels) is `input_bytes` on the host: per layer the forward roofline
     /// `max(flops / peak, bytes / bandwidth)`, times one plus [`BACKWARD_OVER_FORWARD`], plus the
-    /// copy and the fixed overhead, ns (saturating).
+    /// copy and the fixed costs ([`TrainerConfig::fixed_ns`]), ns (saturating).
     pub fn step_ns(&self, layers: &[LayerShape], input_bytes: u64) -> u64 {
         // GFLOP/s is FLOP per ns, GB/s bytes per ns; MB/s a thousandth of a byte per ns.
         let forward_ns = layers
@@ -159,8 +176,29 @@ impl TrainerConfig {
         let total = forward_ns
             .saturating_mul(u128::from(1 + BACKWARD_OVER_FORWARD))
             .saturating_add(copy_ns)
-            .saturating_add(u128::from(self.step_overhead_ns));
+            .saturating_add(u128::from(self.fixed_ns(layers.len())));
         u64::try_from(total).unwrap_or(u64::MAX)
+    }
+
+    /// The fixed cost of a step of `layers` GNN layers, ns (saturating): what a step of no work
+    /// takes.
+    pub fn fixed_ns(&self, layers: usize) -> u64 {
+        let layers = u64::try_from(layers).unwrap_or(u64::MAX);
+        self.layer_overhead_ns
+            .saturating_mul(layers)
+            .saturating_add(self.step_overhead_ns)
+    }
+
+    /// Its rates and fixed costs in words, for reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} GFLOP/s, {} GB/s, host copies at {} MB/s, a fixed {} µs a step and {} µs a layer",
+            self.peak_gflop_per_s,
+            self.memory_gb_per_s,
+            self.host_copy_mb_per_s,
+            self.step_overhead_ns / 1000,
+            self.layer_overhead_ns / 1000
+        )
     }
 
     /// Checks every field; the error names the first bad one (e.g. `trainer.memory_gb_per_s`).
@@ -177,14 +215,16 @@ impl TrainerConfig {
                 });
             }
         }
-        if self.step_overhead_ns > MAX_OVERHEAD_NS {
-            return Err(EmulatorError::InvalidConfig {
-                field: "trainer.step_overhead_ns",
-                reason: format!(
-                    "must be at most {MAX_OVERHEAD_NS} ns (got {})",
-                    self.step_overhead_ns
-                ),
-            });
+        for (value, field) in [
+            (self.step_overhead_ns, "trainer.step_overhead_ns"),
+            (self.layer_overhead_ns, "trainer.layer_overhead_ns"),
+        ] {
+            if value > MAX_OVERHEAD_NS {
+                return Err(EmulatorError::InvalidConfig {
+                    field,
+                    reason: format!("must be at most {MAX_OVERHEAD_NS} ns (got {value})"),
+                });
+            }
         }
         Ok(())
     }
@@ -201,6 +241,7 @@ mod tests {
             memory_gb_per_s: 100,
             host_copy_mb_per_s: 1_000,
             step_overhead_ns: 50,
+            layer_overhead_ns: 7,
         };
         // 10 edges × 8 + 2 × 4 rows × 2 matrices × 8 × 16 = 80 + 2,048 = 2,128 FLOP → 3 ns at
         // 1 FLOP/ps; bytes 4 × (80 + 6 × 8 + 4 × 16 + 2 × 128) = 1,792 → 18 ns at 100 B/ns:
@@ -219,7 +260,9 @@ mod tests {
         assert_eq!(l.forward_flops(), 2_128);
         assert_eq!(l.forward_bytes(), 1_792);
         // 2,000 input bytes at 1 byte/ns: 2,000 ns.
-        assert_eq!(t.step_ns(&[l], 2_000), 54 + 2_000 + 50);
+        assert_eq!(t.step_ns(&[l], 2_000), 54 + 2_000 + 50 + 7);
+        // Two such layers: twice the work and the per-layer cost, the step's cost once.
+        assert_eq!(t.step_ns(&[l, l], 0), 2 * 54 + 50 + 2 * 7);
         // A wide layer: 2 × 1 × 1 × 1,000 × 1,000 FLOP = 2 M → 2,000 ns, but its weights are
         // 4 × (1,000 + 1,000 + 10^6) = 4,008,000 bytes → 40,080 ns: memory-bound.
         let wide = LayerShape {
@@ -233,13 +276,13 @@ mod tests {
             aggregate_dim: 1_000,
             edge_extra_flops: 0,
         };
-        assert_eq!(t.step_ns(&[wide], 0), 3 * 40_080 + 50);
+        assert_eq!(t.step_ns(&[wide], 0), 3 * 40_080 + 57);
         // Faster memory: now the arithmetic bounds it.
         let fast = TrainerConfig {
             memory_gb_per_s: 1_000_000,
             ..t
         };
-        assert_eq!(fast.step_ns(&[wide], 0), 3 * 2_000 + 50);
+        assert_eq!(fast.step_ns(&[wide], 0), 3 * 2_000 + 57);
     }
 
     #[test]
@@ -256,6 +299,21 @@ mod tests {
             ..TrainerConfig::default()
         };
         assert!(bad.validate().is_err());
+        let bad = TrainerConfig {
+            layer_overhead_ns: MAX_OVERHEAD_NS + 1,
+            ..TrainerConfig::default()
+        };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("trainer.layer_overhead_ns"), "{e}");
+        // A table that names some fields takes the others from the default.
+        let partial: TrainerConfig = toml::from_str("peak_gflop_per_s = 1000").unwrap();
+        assert_eq!(
+            partial,
+            TrainerConfig {
+                peak_gflop_per_s: 1000,
+                ..TrainerConfig::default()
+            }
+        );
         // Huge shapes saturate instead of overflowing.
         let huge = LayerShape {
             dst_nodes: u64::MAX,

@@ -176,7 +176,7 @@ mod tests {
             m.input_bytes(&view),
             u64::from(hop1.src_count) * 64 + 16 * edges + 24
         );
-        assert!(m.step_ns(&view) >= TrainerConfig::default().step_overhead_ns);
+        assert!(m.step_ns(&view) >= TrainerConfig::default().fixed_ns(2));
         // GCN: one matrix; GAT: attention work on every edge.
         let gcn = StepModel {
             model: ModelKind::Gcn,

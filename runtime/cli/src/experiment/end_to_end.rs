@@ -607,9 +607,9 @@ fn report(
          I/O, SmartSAGE(HW/SW) = in-storage sampling on {}, SmartSAGE(oracle) = in-storage \
          sampling on {} (dedicated ISP cores). Feature rows come from host memory in every \
          design (only the graph is on the SSD). **Modelled**: the epoch is the producer's \
-         virtual time joined with each step priced on the `[trainer]` accelerator ({} GFLOP/s, \
-         {} GB/s, host copies at {} MB/s, {} µs a step: a roofline at peak rates, so a lower \
-         bound on a real step); the accuracy is the real model's on this machine's CPU. These \
+         virtual time joined with each step priced on the `[trainer]` accelerator ({}: a \
+         roofline at peak rates plus fixed costs measured on a GPU); the accuracy is the real \
+         model's on this machine's CPU. These \
          runs took {:.0} s of wall clock{}.\n",
         sweep.epochs,
         sweep.scale,
@@ -625,10 +625,7 @@ fn report(
         oracle.firmware.isp_slots,
         hw.device.name,
         oracle.device.name,
-        t.peak_gflop_per_s,
-        t.memory_gb_per_s,
-        t.host_copy_mb_per_s,
-        t.step_overhead_ns / 1000,
+        t.describe(),
         wall_s,
         if quick { " (--quick)" } else { "" }
     );

@@ -130,7 +130,7 @@ fn report(
          virtual timeline: step *i* starts when minibatch *i* is ready and step *i − 1* is done \
          (a queue of {QUEUE_GROUPS} minibatches per worker); the minibatches stand for a slice of \
          a long epoch, replayed {REPEATS} times so that the pipeline fill is paid once, each step priced on the `[trainer]` \
-         accelerator ({} GFLOP/s, {} GB/s, host copies at {} MB/s, {} µs a step) from the \
+         accelerator ({}) from the \
          minibatch's own layer sizes: GraphSAGE {IN_DIM} → {HIDDEN} → {CLASSES} \
          (ogbn-papers100M's features and classes, SALIENT's hidden width), feature rows from host \
          memory crossing to the accelerator inside the step; {:.2} ms a step on average. No \
@@ -139,10 +139,7 @@ fn report(
          DRAM-only keeps the trainer busy {busy}: the figures use **{} workers**, the fewest \
          that keep it at least {:.0} % busy (SmartSAGE §III-C: in-memory training \"shows high \
          GPU utilization\"){}. Every worker count is in `end_to_end_at_scale.csv`.\n",
-        t.peak_gflop_per_s,
-        t.memory_gb_per_s,
-        t.host_copy_mb_per_s,
-        t.step_overhead_ns / 1000,
+        t.describe(),
         at.mean_step_ns / 1e6,
         oracle.device.name,
         at.workers,
