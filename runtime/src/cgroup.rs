@@ -83,11 +83,11 @@ impl MemoryCgroup {
         let floor = self.limit_bytes.saturating_sub(AT_LIMIT_SLACK_BYTES);
         let (mut sum, mut samples) = (0u128, 0u64);
         while !done.load(Ordering::Acquire) {
-            if self.usage().is_some_and(|u| u >= floor) {
-                if let Some(cache) = self.stat("cache") {
-                    sum += u128::from(cache);
-                    samples += 1;
-                }
+            if self.usage().is_some_and(|u| u >= floor)
+                && let Some(cache) = self.stat("cache")
+            {
+                sum += u128::from(cache);
+                samples += 1;
             }
             std::thread::sleep(period);
         }
