@@ -879,20 +879,33 @@ mod tests {
     use crate::ooc::DirectSampler;
     use crate::sampler::{ReferenceSampler, Sampler};
 
-    #[test]
-    fn damaged_files_are_errors_not_panics() {
-        let dir = std::env::temp_dir().join(format!("sagessd-damaged-{}", std::process::id()));
+    /// A generated dataset (R-MAT `scale`, edge factor `edge_factor`, `feature_dim` f32
+    /// features) in a fresh temporary directory named after `tag`; the directory and dataset.
+    fn generated(
+        tag: &str,
+        scale: u32,
+        edge_factor: u32,
+        seed: u64,
+        feature_dim: u32,
+    ) -> (std::path::PathBuf, crate::dataset::Dataset) {
+        let dir = std::env::temp_dir().join(format!("sagessd-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let params = GenerateParams {
-            name: "d".into(),
-            scale: 8,
-            edge_factor: 4,
-            seed: 1,
-            feature_dim: 4,
+            name: tag.into(),
+            scale,
+            edge_factor,
+            seed,
+            feature_dim,
             feature_dtype: Dtype::F32,
             classes: 2,
         };
         let dataset = generate(&dir, &params).unwrap();
+        (dir, dataset)
+    }
+
+    #[test]
+    fn damaged_files_are_errors_not_panics() {
+        let (dir, dataset) = generated("damaged", 8, 4, 1, 4);
         let (layout, _) = AgnesLayout::for_dataset(&dataset, 4096).unwrap();
         let layout_dir = layout.dir().unwrap().to_owned();
         drop(layout);
@@ -984,18 +997,7 @@ mod tests {
     /// reaching it and read them all again.
     #[test]
     fn a_pass_uses_the_buffered_blocks_before_it_reads() {
-        let dir = std::env::temp_dir().join(format!("sagessd-agnes-pin-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let params = GenerateParams {
-            name: "p".into(),
-            scale: 10,
-            edge_factor: 8,
-            seed: 3,
-            feature_dim: 0,
-            feature_dtype: Dtype::F32,
-            classes: 2,
-        };
-        let dataset = generate(&dir, &params).unwrap();
+        let (dir, dataset) = generated("agnes-pin", 10, 8, 3, 0);
         let (layout, _) = AgnesLayout::for_dataset(&dataset, 4096).unwrap();
         let blocks = layout.manifest.block_count;
         assert!(blocks >= 8, "{blocks} blocks");
@@ -1016,18 +1018,7 @@ mod tests {
 
     #[test]
     fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
-        let dir = std::env::temp_dir().join(format!("sagessd-agnes-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let params = GenerateParams {
-            name: "t".into(),
-            scale: 14,
-            edge_factor: 8,
-            seed: 2,
-            feature_dim: 0,
-            feature_dtype: Dtype::F32,
-            classes: 2,
-        };
-        let dataset = generate(&dir, &params).unwrap();
+        let (dir, dataset) = generated("agnes", 14, 8, 2, 0);
         let graph = dataset.graph().unwrap();
         let block = 4096;
         let (layout, written) = AgnesLayout::for_dataset(&dataset, block).unwrap();
