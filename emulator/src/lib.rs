@@ -54,6 +54,7 @@ pub mod image;
 pub mod nand;
 pub mod pcie;
 pub mod ssd;
+pub mod synthetic_features;
 pub mod synthetic_graph;
 pub mod synthetic_image;
 pub mod target;

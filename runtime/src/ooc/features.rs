@@ -1,5 +1,7 @@
 //! Feature gathering from storage: the features of a minibatch's nodes, read from the dataset's
-//! `features.npy` into one contiguous buffer in the subgraph's node order.
+//! `features.npy` (or a device's feature region, or a table computed as it is read: a
+//! papers100M-sized one has 57 GB of rows) into one contiguous buffer in the subgraph's node
+//! order.
 //!
 //! Two caches, two systems:
 //! * [`ThresholdCache`] (AGNES): a node's feature row is kept once the node has been accessed
@@ -12,6 +14,9 @@
 //!   neighbourhoods. Misses are read row by row (adjacent rows in one read).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use sagessd_emulator::synthetic_features::{FeatureBytes, SyntheticFeatures};
 
 use crate::dataset::Dataset;
 use crate::graph::CsrGraph;
@@ -36,6 +41,8 @@ pub struct FeatureFile<'d> {
     pub row_bytes: usize,
     /// Node count.
     pub rows: u64,
+    /// Bytes from one row's start to the next's in the store.
+    stride_bytes: usize,
 }
 
 /// Rows read in one I/O: from the first one read, `stride` bytes apart.
@@ -90,6 +97,32 @@ impl FeatureFile<'static> {
             },
             row_bytes,
             rows,
+            stride_bytes: row_bytes,
+        })
+    }
+
+    /// A computed table ([`SyntheticFeatures`]), its rows back to back as in a `features.npy`
+    /// whose rows begin at byte `data_offset`: reads are counted as that file's would be, and
+    /// the caches over it keep only which rows they hold (a hit recomputes the row, the same
+    /// bytes), so a 57 GB table and a cache of half of it cost no memory for rows.
+    pub fn computed(
+        features: Arc<SyntheticFeatures>,
+        data_offset: u64,
+    ) -> Result<Self, SamplerError> {
+        let rows = features.rows();
+        let row_bytes = features.row_bytes();
+        let bytes = FeatureBytes::new(features, row_bytes)
+            .map_err(|e| SamplerError::InvalidRequest(e.to_string()))?;
+        let row_bytes = usize::try_from(row_bytes)
+            .map_err(|_| SamplerError::InvalidRequest("feature row too large".into()))?;
+        Ok(Self {
+            store: Store::Computed {
+                content: Arc::new(bytes),
+                offset: data_offset,
+            },
+            row_bytes,
+            rows,
+            stride_bytes: row_bytes,
         })
     }
 }
@@ -112,6 +145,8 @@ impl<'d> FeatureFile<'d> {
                 region.range.block_count
             )));
         }
+        let stride_bytes = usize::try_from(stride)
+            .map_err(|_| SamplerError::InvalidRequest("feature stride too large".into()))?;
         Ok(Self {
             store: Store::Device {
                 device,
@@ -119,14 +154,29 @@ impl<'d> FeatureFile<'d> {
             },
             row_bytes: region.row_bytes as usize,
             rows,
+            stride_bytes,
         })
     }
 
     /// Bytes from one row's start to the next's in the store.
     fn stride_bytes(&self) -> usize {
+        self.stride_bytes
+    }
+
+    /// Whether its rows are computed, so that a cache need not keep them.
+    fn is_computed(&self) -> bool {
+        matches!(self.store, Store::Computed { .. })
+    }
+
+    /// Recomputes row `v` into `out` (a row long) without I/O: only a computed store can;
+    /// `false` for the others.
+    fn recompute_row(&self, v: u64, out: &mut [u8]) -> bool {
         match &self.store {
-            Store::File { .. } => self.row_bytes,
-            Store::Device { .. } => self.row_bytes.next_power_of_two(),
+            Store::Computed { content, .. } => {
+                content.fill(v * self.stride_bytes as u64, out);
+                true
+            }
+            Store::File { .. } | Store::Device { .. } => false,
         }
     }
 
@@ -148,7 +198,8 @@ impl<'d> FeatureFile<'d> {
 }
 
 /// Cached feature rows: their bytes packed in one buffer that grows to at most `capacity`
-/// rows, and an index from node to slot, so the cache's memory is its rows plus the index.
+/// rows, and an index from node to slot, so the cache's memory is its rows plus the index; or,
+/// over a computed table, the index alone (a hit recomputes the row: the same bytes, no I/O).
 #[derive(Debug)]
 struct RowSlab {
     row_bytes: usize,
@@ -156,22 +207,40 @@ struct RowSlab {
     data: Vec<u8>,
     slot_of: HashMap<u64, u32>,
     free: Vec<u32>,
+    /// Keeps which rows it holds, not their bytes.
+    keys_only: bool,
 }
 
 impl RowSlab {
-    fn new(row_bytes: usize, capacity: usize) -> Self {
+    fn new(row_bytes: usize, capacity: usize, keys_only: bool) -> Self {
         Self {
             row_bytes,
             capacity,
             data: Vec::new(),
             slot_of: HashMap::new(),
             free: Vec::new(),
+            keys_only,
         }
     }
 
-    fn get(&self, v: u64) -> Option<&[u8]> {
-        let slot = *self.slot_of.get(&v)? as usize;
-        Some(&self.data[slot * self.row_bytes..][..self.row_bytes])
+    fn contains(&self, v: u64) -> bool {
+        self.slot_of.contains_key(&v)
+    }
+
+    /// Copies `v`'s row into `out` if the cache holds it: from the slab, or recomputed by
+    /// `features` when only keys are kept.
+    fn serve(&self, v: u64, features: &FeatureFile<'_>, out: &mut [u8]) -> bool {
+        let Some(&slot) = self.slot_of.get(&v) else {
+            return false;
+        };
+        if self.keys_only {
+            let recomputed = features.recompute_row(v, out);
+            debug_assert!(recomputed, "a keys-only cache over a stored table");
+            recomputed
+        } else {
+            out.copy_from_slice(&self.data[slot as usize * self.row_bytes..][..self.row_bytes]);
+            true
+        }
     }
 
     fn len(&self) -> usize {
@@ -182,6 +251,10 @@ impl RowSlab {
     fn insert(&mut self, v: u64, row: &[u8]) -> bool {
         if self.slot_of.contains_key(&v) || self.len() >= self.capacity {
             return false;
+        }
+        if self.keys_only {
+            self.slot_of.insert(v, 0);
+            return true;
         }
         let slot = match self.free.pop() {
             Some(s) => s as usize,
@@ -196,7 +269,9 @@ impl RowSlab {
     }
 
     fn remove(&mut self, v: u64) {
-        if let Some(slot) = self.slot_of.remove(&v) {
+        if let Some(slot) = self.slot_of.remove(&v)
+            && !self.keys_only
+        {
             self.free.push(slot);
         }
     }
@@ -250,7 +325,7 @@ impl<'d> ThresholdCache<'d> {
             block_rows: (block_bytes / features.stride_bytes().max(1)).max(1) as u64,
             counts: vec![0; features.rows as usize],
             threshold: threshold.max(1),
-            cached: RowSlab::new(row, cache_bytes / row),
+            cached: RowSlab::new(row, cache_bytes / row, features.is_computed()),
             stats: GatherStats::default(),
             features,
         }
@@ -275,12 +350,13 @@ impl<'d> ThresholdCache<'d> {
                 })?;
                 *count = count.saturating_add(1);
                 self.stats.rows += 1;
-                match self.cached.get(v) {
-                    Some(r) => {
-                        outs[b][i * row..(i + 1) * row].copy_from_slice(r);
-                        self.stats.cache_hits += 1;
-                    }
-                    None => missing.push((v, b, i)),
+                if self
+                    .cached
+                    .serve(v, &self.features, &mut outs[b][i * row..(i + 1) * row])
+                {
+                    self.stats.cache_hits += 1;
+                } else {
+                    missing.push((v, b, i));
                 }
             }
         }
@@ -322,7 +398,7 @@ impl<'d> FifoCache<'d> {
     pub fn new(features: FeatureFile<'d>, cache_bytes: usize) -> Self {
         let row = features.row_bytes.max(1);
         Self {
-            cached: RowSlab::new(row, cache_bytes / row),
+            cached: RowSlab::new(row, cache_bytes / row, features.is_computed()),
             order: VecDeque::new(),
             stats: GatherStats::default(),
             features,
@@ -341,12 +417,13 @@ impl<'d> FifoCache<'d> {
                 )));
             }
             self.stats.rows += 1;
-            match self.cached.get(v) {
-                Some(r) => {
-                    out[i * row..(i + 1) * row].copy_from_slice(r);
-                    self.stats.cache_hits += 1;
-                }
-                None => missing.push((v, i)),
+            if self
+                .cached
+                .serve(v, &self.features, &mut out[i * row..(i + 1) * row])
+            {
+                self.stats.cache_hits += 1;
+            } else {
+                missing.push((v, i));
             }
         }
         missing.sort_unstable();
@@ -376,7 +453,7 @@ impl<'d> FifoCache<'d> {
     }
 
     fn insert(&mut self, v: u64, r: &[u8]) {
-        if self.cached.capacity == 0 || self.cached.get(v).is_some() {
+        if self.cached.capacity == 0 || self.cached.contains(v) {
             return;
         }
         if self.cached.len() >= self.cached.capacity
@@ -524,6 +601,81 @@ mod tests {
         f.gather(&[600, 1]).unwrap();
         assert_eq!(f.stats.cache_hits, 3, "600 stayed, 1 was evicted first");
         assert!(f.gather(&[5000]).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A computed table gathers what the same table written as `features.npy` gathers, through
+    /// both caches (which keep only keys over it), and its reads are counted as the file's.
+    #[test]
+    fn a_computed_table_gathers_and_counts_as_the_same_table_on_file() {
+        let (dir, d) = dataset("computed");
+        let path = d.dir().join("features.npy");
+        let header = npy::read_header(&path).unwrap();
+        let table = Arc::new(SyntheticFeatures::new(1024, 8, 77).unwrap());
+        // The file's rows replaced by the computed table's, computed value by value.
+        let rows: Vec<u8> = (0..1024u64)
+            .flat_map(|v| (0..8).map(move |c| (v, c)))
+            .flat_map(|(v, c)| table.value(v, c).to_le_bytes())
+            .collect();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = header.data_offset as usize;
+        bytes[at..at + rows.len()].copy_from_slice(&rows);
+        std::fs::write(&path, bytes).unwrap();
+        let computed = || FeatureFile::computed(Arc::clone(&table), header.data_offset).unwrap();
+        let counted = |g: &GatherStats| {
+            (
+                g.rows,
+                g.cache_hits,
+                g.io.reads,
+                g.io.bytes_read,
+                g.io.bytes_used,
+                g.io.size_histogram,
+            )
+        };
+        let mut rng = SplitMix64::new(5);
+        let batches: Vec<Vec<u64>> = (0..24)
+            .map(|_| (0..40).map(|_| rng.next_u64() % 1024).collect())
+            .collect();
+        let expect = |nodes: &[u64]| -> Vec<u8> {
+            nodes
+                .iter()
+                .flat_map(|v| rows[*v as usize * 32..][..32].to_vec())
+                .collect()
+        };
+        for cache_rows in [0usize, 16, 300] {
+            let mut file = FifoCache::new(FeatureFile::open(&d).unwrap(), cache_rows * 32);
+            let mut comp = FifoCache::new(computed(), cache_rows * 32);
+            assert!(comp.cached.keys_only && !file.cached.keys_only);
+            for b in &batches {
+                assert_eq!(comp.gather(b).unwrap(), expect(b));
+                assert_eq!(file.gather(b).unwrap(), expect(b));
+            }
+            assert_eq!(
+                counted(&comp.stats),
+                counted(&file.stats),
+                "FIFO of {cache_rows}"
+            );
+            assert!(cache_rows == 0 || comp.stats.cache_hits > 0);
+
+            let mut file =
+                ThresholdCache::new(FeatureFile::open(&d).unwrap(), cache_rows * 32, 2, 4096);
+            let mut comp = ThresholdCache::new(computed(), cache_rows * 32, 2, 4096);
+            for pair in batches.chunks(2) {
+                let lists: Vec<&[u64]> = pair.iter().map(Vec::as_slice).collect();
+                let want: Vec<Vec<u8>> = pair.iter().map(|b| expect(b)).collect();
+                assert_eq!(comp.gather_many(&lists).unwrap(), want);
+                assert_eq!(file.gather_many(&lists).unwrap(), want);
+            }
+            assert_eq!(
+                counted(&comp.stats),
+                counted(&file.stats),
+                "threshold, {cache_rows}"
+            );
+        }
+        // Another seed's table is told apart.
+        let other = Arc::new(SyntheticFeatures::new(1024, 8, 78).unwrap());
+        let mut f = FifoCache::new(FeatureFile::computed(other, header.data_offset).unwrap(), 0);
+        assert_ne!(f.gather(&batches[0]).unwrap(), expect(&batches[0]));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,12 +1,15 @@
 //! Where the out-of-core readers get their bytes: a file on this machine (read with `O_DIRECT`
-//! where the file system allows), or a region of an NVMe device read with NVMe Reads through
-//! any transport. The AGNES graph buffer reads its blocks from one, the feature gatherers their
+//! where the file system allows), a region of an NVMe device read with NVMe Reads through
+//! any transport, or bytes computed as they are read (a table too large to store). The AGNES graph buffer reads its blocks from one, the feature gatherers their
 //! rows.
 
+use std::sync::Arc;
+
+use sagessd_emulator::nand::synthetic::LogicalContent;
 use sagessd_host_driver::{Device, Transport};
 
 use super::IoStats;
-use super::file::{AlignedBuf, DataFile};
+use super::file::{ALIGN_BYTES, AlignedBuf, DataFile};
 use crate::sampler::SamplerError;
 
 /// A device the readers reach with NVMe Reads (any transport). `Send`, so that samplers and
@@ -80,6 +83,13 @@ pub(crate) enum Store<'d> {
         device: &'d mut dyn BlockDevice,
         slba: u64,
     },
+    /// Bytes computed when they are read ([`LogicalContent`]), counted as the reads of a file
+    /// whose data began at byte `offset` would be (the `ALIGN_BYTES` extents covering them); no
+    /// system call, no I/O wait.
+    Computed {
+        content: Arc<dyn LogicalContent>,
+        offset: u64,
+    },
 }
 
 impl std::fmt::Debug for Store<'_> {
@@ -91,6 +101,11 @@ impl std::fmt::Debug for Store<'_> {
                 .field("offset", offset)
                 .finish(),
             Self::Device { slba, .. } => f.debug_struct("Device").field("slba", slba).finish(),
+            Self::Computed { content, offset } => f
+                .debug_struct("Computed")
+                .field("content", content)
+                .field("offset", offset)
+                .finish(),
         }
     }
 }
@@ -170,6 +185,19 @@ impl Store<'_> {
                 Ok(Span {
                     buf: SpanBuf::Plain(bytes),
                     at,
+                    len,
+                })
+            }
+            Self::Computed { content, offset } => {
+                let a = ALIGN_BYTES as u64;
+                let at_file = *offset + start;
+                let covering = (at_file + len as u64).div_ceil(a) * a - at_file / a * a;
+                let mut bytes = vec![0u8; len];
+                content.fill(start, &mut bytes);
+                io.record(covering as usize, 0);
+                Ok(Span {
+                    buf: SpanBuf::Plain(bytes),
+                    at: 0,
                     len,
                 })
             }
