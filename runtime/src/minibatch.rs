@@ -4,9 +4,9 @@
 //! the whole run, so every sampler, worker count and transport samples the same subgraphs.
 
 use crate::compare::minibatch_seed;
-use crate::graph::CsrGraph;
 use crate::ooc::features::bgl_order;
 use crate::rng::SplitMix64;
+use crate::sampler::HostGraph;
 
 /// One minibatch to sample: the sampling seed and the targets.
 pub type Request = (u64, Vec<u64>);
@@ -49,7 +49,7 @@ pub fn epoch_requests(
     seed: u64,
     epoch: u32,
     first_index: u32,
-    graph: Option<&CsrGraph>,
+    graph: Option<HostGraph<'_>>,
 ) -> Result<Vec<Request>, String> {
     if batch_size == 0 {
         return Err("a minibatch needs at least one target".into());
@@ -62,7 +62,7 @@ pub fn epoch_requests(
             nodes
         }
         Order::Bgl => {
-            let graph = graph.ok_or("BGL's order needs the graph in memory")?;
+            let graph = graph.ok_or("BGL's order needs the graph")?;
             bgl_order(graph, pool, BGL_SEQUENCES, epoch_seed)
         }
     };

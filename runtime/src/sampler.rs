@@ -565,6 +565,17 @@ impl HostGraph<'_> {
         }
     }
 
+    /// Node `v`'s neighbour list, into `out` (cleared first).
+    pub fn neighbours_into(&self, v: u64, out: &mut Vec<u32>) {
+        match self {
+            Self::Csr(g) => {
+                out.clear();
+                out.extend_from_slice(g.neighbours(v));
+            }
+            Self::Synthetic(g) => g.neighbours_into(v, out),
+        }
+    }
+
     /// The graph as a [`NeighbourSource`].
     pub fn source(&self) -> HostSource<'_> {
         match *self {

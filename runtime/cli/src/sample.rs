@@ -135,7 +135,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 a.seed,
                 0,
                 0,
-                Some(&graph),
+                Some(sagessd_runtime::sampler::HostGraph::Csr(&graph)),
             )
             .map_err(anyhow::Error::msg)?;
             requests.truncate(a.batches as usize);

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use sagessd_emulator::synthetic_features::{FeatureBytes, SyntheticFeatures};
 
 use crate::dataset::Dataset;
-use crate::graph::CsrGraph;
+
 use crate::npy::{self, Dtype};
 use crate::rng::SplitMix64;
-use crate::sampler::SamplerError;
+use crate::sampler::{HostGraph, SamplerError};
 
 use super::IoStats;
 use super::file::ALIGN_BYTES;
@@ -471,7 +471,7 @@ impl<'d> FifoCache<'d> {
 /// `graph` from random roots each claim the nodes they reach first; the order takes one node
 /// from each sequence in turn (round robin), each sequence rotated by a random shift, so that a
 /// minibatch of consecutive nodes holds a few neighbourhoods rather than scattered nodes.
-pub fn bgl_order(graph: &CsrGraph, nodes: &[u64], sequences: usize, seed: u64) -> Vec<u64> {
+pub fn bgl_order(graph: HostGraph<'_>, nodes: &[u64], sequences: usize, seed: u64) -> Vec<u64> {
     let n = graph.node_count() as usize;
     let mut wanted = vec![false; n];
     for &v in nodes {
@@ -484,6 +484,7 @@ pub fn bgl_order(graph: &CsrGraph, nodes: &[u64], sequences: usize, seed: u64) -
     let sequences = sequences.max(1);
     let mut seqs: Vec<Vec<u64>> = vec![Vec::new(); sequences];
     let mut queues: Vec<VecDeque<u64>> = vec![VecDeque::new(); sequences];
+    let mut list = Vec::new();
     let mut left: Vec<u64> = nodes.to_vec();
     rng.shuffle(&mut left);
     let mut next_root = left.into_iter();
@@ -509,7 +510,8 @@ pub fn bgl_order(graph: &CsrGraph, nodes: &[u64], sequences: usize, seed: u64) -
                 if wanted[v as usize] {
                     seqs[s].push(v);
                 }
-                for &u in graph.neighbours(v) {
+                graph.neighbours_into(v, &mut list);
+                for &u in &list {
                     if !seen[u as usize] {
                         seen[u as usize] = true;
                         queues[s].push_back(u64::from(u));
@@ -537,6 +539,7 @@ pub fn bgl_order(graph: &CsrGraph, nodes: &[u64], sequences: usize, seed: u64) -
 mod tests {
     use super::*;
     use crate::dataset::generate::{GenerateParams, generate};
+    use crate::graph::CsrGraph;
 
     fn dataset(name: &str) -> (std::path::PathBuf, Dataset) {
         let dir = std::env::temp_dir().join(format!("sagessd-feat-{}-{name}", std::process::id()));
@@ -684,11 +687,37 @@ mod tests {
         let (dir, d) = dataset("bgl");
         let g = d.graph().unwrap();
         let train: Vec<u64> = (0..g.node_count()).filter(|v| g.degree(*v) > 0).collect();
-        let order = bgl_order(&g, &train, 4, 9);
+        let order = bgl_order(HostGraph::Csr(&g), &train, 4, 9);
         let mut sorted = order.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, train);
-        assert_eq!(order, bgl_order(&g, &train, 4, 9), "deterministic");
+        assert_eq!(
+            order,
+            bgl_order(HostGraph::Csr(&g), &train, 4, 9),
+            "deterministic"
+        );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Over a synthetic graph (computed where it is read, as at papers100M's size) the order is
+    /// the one over the same lists held as a CSR, and another BFS seed gives another order.
+    #[test]
+    fn bgl_order_over_a_synthetic_graph_equals_it_over_its_csr() {
+        use sagessd_emulator::synthetic_graph::{SyntheticGraph, SyntheticSpec};
+        let syn = SyntheticGraph::new(SyntheticSpec::cnr_2000_like(5_000, 3)).unwrap();
+        let mut edges = Vec::new();
+        let mut list = Vec::new();
+        for v in 0..syn.node_count() {
+            syn.neighbours_into(v, &mut list);
+            edges.extend(list.iter().map(|&u| (v as u32, u)));
+        }
+        let csr = CsrGraph::from_edges(syn.node_count(), &edges).unwrap();
+        let train: Vec<u64> = (0..syn.node_count()).step_by(3).collect();
+        let order = bgl_order(HostGraph::Synthetic(&syn), &train, 8, 1);
+        assert_eq!(order, bgl_order(HostGraph::Csr(&csr), &train, 8, 1));
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, train);
+        assert_ne!(order, bgl_order(HostGraph::Synthetic(&syn), &train, 8, 2));
     }
 }

@@ -211,7 +211,7 @@ pub fn fit(
             config.seed,
             epoch,
             first,
-            data.graph,
+            data.graph.map(sagessd_runtime::sampler::HostGraph::Csr),
         )
         .map_err(FitError::Invalid)?;
         let start_ns = feed.modelled_now_ns();

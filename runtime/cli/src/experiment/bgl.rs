@@ -14,7 +14,9 @@ use sagessd_runtime::dataset::{Dataset, Split};
 use sagessd_runtime::minibatch::{Order, epoch_requests};
 use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
 use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
-use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, fnv1a};
+use sagessd_runtime::sampler::{
+    FNV_OFFSET, HostGraph, ReferenceSampler, SampledSubgraph, Sampler, fnv1a,
+};
 
 use super::plot::{Figure, Series};
 use crate::records::Record;
@@ -115,8 +117,16 @@ pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>
     let mut sampler = ReferenceSampler::new(&graph);
     let mut points = Vec::new();
     for order in [Order::Random, Order::Bgl] {
-        let requests = epoch_requests(order, &train, sweep.batch_size, 1, 0, 0, Some(&graph))
-            .map_err(anyhow::Error::msg)?;
+        let requests = epoch_requests(
+            order,
+            &train,
+            sweep.batch_size,
+            1,
+            0,
+            0,
+            Some(HostGraph::Csr(&graph)),
+        )
+        .map_err(anyhow::Error::msg)?;
         let subs = requests
             .iter()
             .take(sweep.minibatches)
