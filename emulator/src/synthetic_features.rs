@@ -116,17 +116,25 @@ impl SyntheticFeatures {
     /// row; a partial value is cut as its little-endian bytes are).
     fn fill_row(&self, v: u64, from: u64, out: &mut [u8]) {
         let key = self.row_key(v);
-        let first = (from / 4) as u32;
-        let mut at = 0usize;
-        let mut skip = (from % 4) as usize;
-        let mut c = first;
-        while at < out.len() && c < self.dim {
+        let mut c = (from / 4) as u32;
+        let skip = (from % 4) as usize;
+        let mut out = out;
+        if skip != 0 && !out.is_empty() {
             let bytes = value_keyed(key, c).to_le_bytes();
-            let take = (4 - skip).min(out.len() - at);
-            out[at..at + take].copy_from_slice(&bytes[skip..skip + take]);
-            at += take;
-            skip = 0;
+            let take = (4 - skip).min(out.len());
+            out[..take].copy_from_slice(&bytes[skip..skip + take]);
+            out = &mut out[take..];
             c += 1;
+        }
+        let mut whole = out.chunks_exact_mut(4);
+        for value in &mut whole {
+            value.copy_from_slice(&value_keyed(key, c).to_le_bytes());
+            c += 1;
+        }
+        let rest = whole.into_remainder();
+        if !rest.is_empty() {
+            let bytes = value_keyed(key, c).to_le_bytes();
+            rest.copy_from_slice(&bytes[..rest.len()]);
         }
     }
 

@@ -622,6 +622,14 @@ fn bgl_quick_counts_every_cache_order_and_size_reproducibly() {
     let num = |r: &BTreeMap<String, String>, k: &str| -> f64 { r[k].parse().unwrap() };
     for r in &points {
         assert_eq!(r["timing"], "counts");
+        // The quick graph's computed table (16 f32 values a node).
+        assert_eq!(num(r, "feature_table_bytes"), num(r, "graph_nodes") * 64.0);
+        assert!(num(r, "training_nodes") > 0.0 && num(r, "training_nodes") < num(r, "graph_nodes"));
+        assert_eq!(
+            num(r, "cache_bytes"),
+            (num(r, "feature_table_bytes") / 100.0).floor() * num(r, "cache_percent_of_features"),
+            "{r:?}"
+        );
         let ratio = num(r, "cache_hit_ratio");
         assert!((0.0..=1.0).contains(&ratio), "{r:?}");
         // Every row the cache missed was read: at least the missed rows' bytes.

@@ -27,6 +27,7 @@ use crate::sampler::{HostGraph, SamplerError};
 use super::IoStats;
 use super::file::ALIGN_BYTES;
 use super::store::{BlockDevice, Span, Store};
+use sagessd_emulator::nand::synthetic::LogicalContent;
 
 /// Most feature values per node accepted (a row of 1 MiB as float32).
 const MAX_FEATURE_DIM: u64 = 1 << 18;
@@ -47,15 +48,34 @@ pub struct FeatureFile<'d> {
 
 /// Rows read in one I/O: from the first one read, `stride` bytes apart.
 struct Rows {
-    span: Span,
+    bytes: RowBytes,
     stride: usize,
     row_bytes: usize,
 }
 
+/// Where a read's rows are.
+enum RowBytes {
+    /// In the buffer a file or device read filled.
+    Read(Span),
+    /// In a computed table, from byte `start`: a row is computed when it is taken, so a
+    /// 64 KiB block read for one row computes that row only (the read is counted whole).
+    Computed {
+        content: Arc<dyn LogicalContent>,
+        start: u64,
+    },
+}
+
 impl Rows {
-    /// Row `k` of the read.
-    fn row(&self, k: usize) -> &[u8] {
-        &self.span.bytes()[k * self.stride..][..self.row_bytes]
+    /// Copies row `k` of the read into `out` (a row long).
+    fn copy_row(&self, k: usize, out: &mut [u8]) {
+        match &self.bytes {
+            RowBytes::Read(span) => {
+                out.copy_from_slice(&span.bytes()[k * self.stride..][..self.row_bytes]);
+            }
+            RowBytes::Computed { content, start } => {
+                content.fill(start + (k * self.stride) as u64, out);
+            }
+        }
     }
 }
 
@@ -189,8 +209,21 @@ impl<'d> FeatureFile<'d> {
     ) -> Result<Rows, SamplerError> {
         let stride = self.stride_bytes();
         let len = (count.max(1) as usize - 1) * stride + self.row_bytes;
+        let start = first * stride as u64;
+        let bytes = match &self.store {
+            Store::Computed { content, offset } => {
+                Store::count_computed_read(*offset, start, len, io);
+                RowBytes::Computed {
+                    content: Arc::clone(content),
+                    start,
+                }
+            }
+            Store::File { .. } | Store::Device { .. } => {
+                RowBytes::Read(self.store.read(start, len, io)?)
+            }
+        };
         Ok(Rows {
-            span: self.store.read(first * stride as u64, len, io)?,
+            bytes,
             stride,
             row_bytes: self.row_bytes,
         })
@@ -370,8 +403,8 @@ impl<'d> ThresholdCache<'d> {
             let rows = self.features.read_rows(first, count, &mut self.stats.io)?;
             while k < missing.len() && missing[k].0 / self.block_rows == block {
                 let (v, b, i) = missing[k];
-                let r = rows.row((v - first) as usize);
-                outs[b][i * row..(i + 1) * row].copy_from_slice(r);
+                let r = &mut outs[b][i * row..(i + 1) * row];
+                rows.copy_row((v - first) as usize, r);
                 self.stats.io.bytes_used += row as u64;
                 if self.counts[v as usize] >= self.threshold {
                     self.cached.insert(v, r);
@@ -442,8 +475,8 @@ impl<'d> FifoCache<'d> {
                 .features
                 .read_rows(first, last - first + 1, &mut self.stats.io)?;
             for &(v, i) in &missing[k..j] {
-                let r = rows.row((v - first) as usize);
-                out[i * row..(i + 1) * row].copy_from_slice(r);
+                let r = &mut out[i * row..(i + 1) * row];
+                rows.copy_row((v - first) as usize, r);
                 self.stats.io.bytes_used += row as u64;
                 self.insert(v, r);
             }

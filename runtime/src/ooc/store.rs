@@ -149,6 +149,16 @@ impl Span {
 }
 
 impl Store<'_> {
+    /// Counts in `io` a read of bytes `start..start + len` of a computed store whose bytes
+    /// stand at file offset `offset`: one read of the `ALIGN_BYTES` extents covering them, as
+    /// a file read counts it.
+    pub(crate) fn count_computed_read(offset: u64, start: u64, len: usize, io: &mut IoStats) {
+        let a = ALIGN_BYTES as u64;
+        let at_file = offset + start;
+        let covering = (at_file + len as u64).div_ceil(a) * a - at_file / a * a;
+        io.record(covering as usize, 0);
+    }
+
     /// Reads bytes `start..start + len` of the store in one I/O (the aligned file extent, or
     /// the LBAs, that cover them), counted in `io`.
     pub(crate) fn read(
@@ -189,12 +199,9 @@ impl Store<'_> {
                 })
             }
             Self::Computed { content, offset } => {
-                let a = ALIGN_BYTES as u64;
-                let at_file = *offset + start;
-                let covering = (at_file + len as u64).div_ceil(a) * a - at_file / a * a;
                 let mut bytes = vec![0u8; len];
                 content.fill(start, &mut bytes);
-                io.record(covering as usize, 0);
+                Self::count_computed_read(*offset, start, len, io);
                 Ok(Span {
                     buf: SpanBuf::Plain(bytes),
                     at: 0,

@@ -626,7 +626,7 @@ pub(crate) fn thresholds(
             block_bytes: 64 << 10,
         };
         let (stats, sum) = super::bgl::gather_counts(
-            dataset,
+            sagessd_runtime::ooc::features::FeatureFile::open(dataset)?,
             &subs,
             FeatureCache::Agnes,
             settings,

@@ -1,22 +1,24 @@
 //! BGL's feature cache (§3.2): the cache hit ratio and the gather I/O against the cache's size,
 //! for random minibatch order and BGL's proximity-aware order (randomised BFS sequences), with
-//! BGL's FIFO cache and AGNES's access-count-threshold cache; and, with training built in, the
+//! BGL's FIFO cache and AGNES's access-count-threshold cache, at ogbn-papers100M's size (the
+//! `papers100m` synthetic graph, its training share of nodes, a computed table of 128 `f32`
+//! features a node: 57 GB that no disk holds); and, with training built in, the
 //! stage-throughput profile and the worker allocation that BGL-style resource isolation chooses
-//! on this machine (§3.4).
+//! on this machine (§3.4), on a generated dataset small enough to train.
 //!
 //! The cache figures are counts (rows gathered, hits, reads, bytes), so two runs write
 //! identical CSVs; the profile is wall clock and says so.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
-use sagessd_runtime::dataset::{Dataset, Split};
+use sagessd_emulator::synthetic_features::SyntheticFeatures;
+use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
 use sagessd_runtime::minibatch::{Order, epoch_requests};
 use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
 use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
-use sagessd_runtime::sampler::{
-    FNV_OFFSET, HostGraph, ReferenceSampler, SampledSubgraph, Sampler, fnv1a,
-};
+use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, fnv1a};
 
 use super::plot::{Figure, Series};
 use crate::records::Record;
@@ -24,10 +26,15 @@ use crate::records::Record;
 /// The sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Sweep {
-    /// R-MAT scale of the generated dataset (edge factor 8).
-    pub scale: u32,
-    /// Feature width (f32).
+    /// The graph the caches serve.
+    pub graph: GraphSpec,
+    /// Its training nodes, a share of all (each node drawn by a keyed hash).
+    pub train_share: f64,
+    /// Feature width (f32) of the computed table.
     pub feature_dim: u32,
+    /// R-MAT scale of the generated dataset the stage profile trains on (edge factor 8,
+    /// [`PROFILE_FEATURE_DIM`] features).
+    pub profile_scale: u32,
     /// Targets per minibatch.
     pub batch_size: usize,
     /// Fanouts, hop order.
@@ -45,13 +52,17 @@ pub(crate) struct Sweep {
 }
 
 impl Sweep {
-    /// The full sweep: minibatches that touch a few percent of the graph each, as in the
-    /// seed's datasets.
+    /// The full sweep, at ogbn-papers100M's size: its node count, training share (1,207,179
+    /// of 111,059,956 nodes: Hu et al., NeurIPS 2020, Table 1) and feature width (128), BGL's
+    /// minibatches of 1,000 targets (§5.1); the first 256 minibatches of an epoch (a fifth of
+    /// it).
     pub(crate) fn full() -> Self {
         Self {
-            scale: 17,
-            feature_dim: 64,
-            batch_size: 64,
+            graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
+            train_share: PAPERS100M_TRAIN_SHARE,
+            feature_dim: 128,
+            profile_scale: 17,
+            batch_size: 1000,
             fanouts: vec![10, 5],
             minibatches: 256,
             cache_percent: vec![1, 5, 10, 25, 50],
@@ -64,8 +75,10 @@ impl Sweep {
     /// The reduced sweep of the test suite.
     pub(crate) fn quick() -> Self {
         Self {
-            scale: 11,
+            graph: GraphSpec::parse("synthetic:20000").expect("a valid graph word"),
+            train_share: 0.1,
             feature_dim: 16,
+            profile_scale: 11,
             batch_size: 16,
             fanouts: vec![5, 5],
             minibatches: 32,
@@ -76,6 +89,63 @@ impl Sweep {
         }
     }
 }
+
+/// ogbn-papers100M's training nodes as a share of its nodes (1,207,179 of 111,059,956).
+pub(crate) const PAPERS100M_TRAIN_SHARE: f64 = 1_207_179.0 / 111_059_956.0;
+
+/// Feature width of the stage profile's generated dataset.
+pub(crate) const PROFILE_FEATURE_DIM: u32 = 64;
+
+/// The graph, training nodes and computed feature table the cache sweep runs on.
+#[derive(Debug)]
+pub(crate) struct Workload {
+    /// The graph, as [`Sweep::graph`] builds it.
+    pub graph: WorkloadGraph,
+    /// Its training nodes, ascending.
+    pub train: Vec<u64>,
+    /// The feature table, computed where it is read.
+    pub features: Arc<SyntheticFeatures>,
+}
+
+impl Workload {
+    /// The sweep's graph, its training nodes (node `v` when a hash of `(seed, v)` falls in the
+    /// lowest `train_share` of 64-bit values) and a `feature_dim`-wide table from `seed`.
+    pub(crate) fn new(sweep: &Sweep, seed: u64) -> anyhow::Result<Self> {
+        let graph = sweep.graph.build().map_err(anyhow::Error::msg)?;
+        let n = graph.host().node_count();
+        anyhow::ensure!(
+            sweep.train_share > 0.0 && sweep.train_share <= 1.0,
+            "training share {} is outside (0, 1]",
+            sweep.train_share
+        );
+        let below = (sweep.train_share * 2f64.powi(64)).min(u64::MAX as f64) as u64;
+        let key = sagessd_abi::sample::mix(seed ^ TRAIN_KEY);
+        let train: Vec<u64> = (0..n)
+            .filter(|&v| sagessd_abi::sample::mix(key ^ v) <= below)
+            .collect();
+        anyhow::ensure!(!train.is_empty(), "no training nodes in {n} nodes");
+        let features = Arc::new(
+            SyntheticFeatures::new(n, sweep.feature_dim, seed).context("the feature table")?,
+        );
+        Ok(Self {
+            graph,
+            train,
+            features,
+        })
+    }
+
+    /// The feature table's bytes.
+    pub(crate) fn table_bytes(&self) -> u64 {
+        self.features.rows() * self.features.row_bytes()
+    }
+}
+
+/// Keys the training split apart from the other hashes of the same seed.
+const TRAIN_KEY: u64 = 0x7472_6169_6e5f_7370;
+
+/// Where a `features.npy` of the table would start its rows (its 128-byte header): reads are
+/// counted as that file's would be.
+const NPY_DATA_OFFSET: u64 = 128;
 
 /// One cache policy, order and size: what gathering the minibatches' features did.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,30 +171,23 @@ pub(crate) fn policy(cache: FeatureCache) -> &'static str {
     }
 }
 
-/// Gathers the first `sweep.minibatches` minibatches of an epoch of `dataset`'s training
-/// nodes, in each order, through each cache at each size. Every policy and size must return
-/// the same rows (checked): they differ only in what they read.
-pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
-    let graph = dataset.graph()?;
-    let path = dataset.dir().display().to_string();
-    let train = dataset
-        .split(Split::Train)?
-        .with_context(|| format!("{path}: no train split"))?;
-    let (dim, dtype) = dataset
-        .feature_shape()?
-        .with_context(|| format!("{path}: no features"))?;
-    let table_bytes = dataset.manifest.node_count as usize * dim * dtype.size_bytes();
-    let mut sampler = ReferenceSampler::new(&graph);
+/// Gathers the first `sweep.minibatches` minibatches of an epoch of `w`'s training nodes, in
+/// each order, through each cache at each size. Every policy and size must return the same
+/// rows (checked): they differ only in what they read.
+pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
+    let table_bytes = usize::try_from(w.table_bytes()).context("the feature table's size")?;
+    let mut sampler = ReferenceSampler::over(w.graph.host());
     let mut points = Vec::new();
     for order in [Order::Random, Order::Bgl] {
+        eprintln!("  {} order", order.name());
         let requests = epoch_requests(
             order,
-            &train,
+            &w.train,
             sweep.batch_size,
             1,
             0,
             0,
-            Some(HostGraph::Csr(&graph)),
+            Some(w.graph.host()),
         )
         .map_err(anyhow::Error::msg)?;
         let subs = requests
@@ -144,7 +207,8 @@ pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>
                     FeatureCache::Agnes => sweep.hyperbatch.max(1),
                     _ => 1,
                 };
-                let (stats, sum) = gather_counts(dataset, &subs, cache, settings, group)?;
+                let features = FeatureFile::computed(Arc::clone(&w.features), NPY_DATA_OFFSET)?;
+                let (stats, sum) = gather_counts(features, &subs, cache, settings, group)?;
                 anyhow::ensure!(
                     *rows_checksum.get_or_insert(sum) == sum,
                     "{} at {pct} % gathered other rows than the first cache did ({} order)",
@@ -164,18 +228,17 @@ pub(crate) fn run(dataset: &Dataset, sweep: &Sweep) -> anyhow::Result<Vec<Point>
     Ok(points)
 }
 
-/// Gathers the rows of every subgraph of `subs` from `dataset`'s features file through a
-/// fresh `cache` with `settings`, `group` subgraphs at a time (AGNES's hyperbatch; 1 for BGL):
-/// what it did, and a checksum of the rows it returned (equal for every cache that works).
+/// Gathers the rows of every subgraph of `subs` from `features` through a fresh `cache` with
+/// `settings`, `group` subgraphs at a time (AGNES's hyperbatch; 1 for BGL): what it did, and a
+/// checksum of the rows it returned (equal for every cache that works).
 pub(crate) fn gather_counts(
-    dataset: &Dataset,
+    features: FeatureFile<'static>,
     subs: &[SampledSubgraph],
     cache: FeatureCache,
     settings: CacheSettings,
     group: usize,
 ) -> anyhow::Result<(GatherStats, u64)> {
-    let mut g = FeatureGatherer::new(cache, FeatureFile::open(dataset)?, settings)
-        .context("a feature cache")?;
+    let mut g = FeatureGatherer::new(cache, features, settings).context("a feature cache")?;
     let mut sum = FNV_OFFSET;
     for chunk in subs.chunks(group.max(1)) {
         for rows in g.gather(chunk)? {
@@ -185,13 +248,16 @@ pub(crate) fn gather_counts(
     Ok((g.stats().clone(), sum))
 }
 
-/// The figure's rows.
-pub(crate) fn records(points: &[Point], sweep: &Sweep) -> Vec<Record> {
+/// The figure's rows, each with the graph's size and the feature table's.
+pub(crate) fn records(points: &[Point], sweep: &Sweep, w: &Workload) -> Vec<Record> {
     points
         .iter()
         .map(|p| {
             let s = &p.stats;
             Record::new("bgl.feature_cache")
+                .with("graph_nodes", w.graph.host().node_count())
+                .with("training_nodes", w.train.len())
+                .with("feature_table_bytes", w.table_bytes())
                 .with("cache", policy(p.cache))
                 .with("order", p.order.name())
                 .with("cache_percent_of_features", p.cache_percent)
@@ -272,30 +338,35 @@ fn hit(points: &[Point], cache: FeatureCache, order: Order, pct: u32) -> Option<
 pub(crate) fn report(
     points: &[Point],
     sweep: &Sweep,
-    dataset: &Dataset,
+    w: &Workload,
     quick: bool,
     profile: &str,
 ) -> String {
     use sagessd_runtime::compare::human_bytes;
     use std::fmt::Write as _;
     let mut r = String::new();
-    let m = &dataset.manifest;
     let _ = writeln!(
         r,
         "# BGL: feature cache and minibatch order (§3.2), stage profile (§3.4)\n\n\
-         `sagessd experiment bgl{}`. A generated dataset (R-MAT scale {}, {} nodes, {} f32 \
-         features a row, {} of features); the first {} minibatches of an epoch of {} training \
-         targets each, fanouts {:?}, sampled in memory; their rows gathered from the features \
-         file through each cache at each size: BGL's FIFO cache, minibatch by minibatch, reading \
-         a minibatch's missed rows in runs of adjacent sectors; AGNES's access-count-threshold cache (threshold {}), hyperbatches \
-         of {}, reading missed rows' {} blocks. Orders: a seeded random permutation, and BGL's \
-         proximity-aware order. **Counts**, not times: two runs write identical CSVs. Every cache \
-         returned the same rows (checked).\n",
+         `sagessd experiment bgl{}`. The graph: {} ({} nodes, {} CSR entries), {} training \
+         nodes ({:.2} % of them, drawn by a keyed hash); its feature table computed where it \
+         is read ({} f32 values a row, {}: no disk holds it; rows read as from a \
+         `features.npy` of it, and the caches keep which rows they hold, not their bytes). \
+         The first {} minibatches of an epoch of {} training targets each, fanouts {:?}, \
+         sampled in memory; their rows gathered through each cache at each size: BGL's FIFO \
+         cache, minibatch by minibatch, reading a minibatch's missed rows in runs of adjacent \
+         sectors; AGNES's access-count-threshold cache (threshold {}), hyperbatches of {}, \
+         reading missed rows' {} blocks. Orders: a seeded random permutation, and BGL's \
+         proximity-aware order. **Counts**, not times: two runs write identical CSVs. Every \
+         cache returned the same rows (checked).\n",
         if quick { " --quick" } else { "" },
-        sweep.scale,
-        m.node_count,
+        sweep.graph.describe(),
+        w.graph.host().node_count(),
+        w.graph.host().edge_count(),
+        w.train.len(),
+        100.0 * w.train.len() as f64 / w.graph.host().node_count() as f64,
         sweep.feature_dim,
-        human_bytes(m.node_count * u64::from(sweep.feature_dim) * 4),
+        human_bytes(w.table_bytes()),
         sweep.minibatches,
         sweep.batch_size,
         sweep.fanouts,

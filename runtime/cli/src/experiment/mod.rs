@@ -273,27 +273,38 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
         eprintln!("experiment bgl: gathers from this machine's files; --config is not used by it");
     }
     let wall = std::time::Instant::now();
-    let (path, dataset) = generated(&dir.join("dataset"), sweep.scale, sweep.feature_dim, 8)?;
+    let workload = bgl::Workload::new(&sweep, 1)?;
     eprintln!(
-        "experiment bgl: {} ({} nodes)",
-        path.display(),
-        dataset.manifest.node_count
+        "experiment bgl: {}, {} training nodes, {} features a node",
+        sweep.graph.describe(),
+        workload.train.len(),
+        sweep.feature_dim
     );
-    let points = bgl::run(&dataset, &sweep)?;
+    let points = bgl::run(&workload, &sweep)?;
     write_file(
         &dir,
         "bgl_feature_cache.csv",
-        &csv(&bgl::records(&points, &sweep))?,
+        &csv(&bgl::records(&points, &sweep, &workload))?,
     )?;
     for (stem, figure) in bgl::plots(&points, &sweep) {
         plot::write(&figure, &dir, stem)?;
     }
-    // The profile's cache: the sweep's 10 % point (or its middle size).
-    let cache_bytes = points
-        .iter()
-        .find(|p| p.cache_percent == 10)
-        .or_else(|| points.get(points.len() / 2))
-        .map_or(1 << 20, |p| p.cache_bytes);
+    // The profile trains on a generated dataset, its cache the sweep's 10 % (or middle) size
+    // as a share of that dataset's table.
+    let (path, dataset) = generated(
+        &dir.join("dataset"),
+        sweep.profile_scale,
+        bgl::PROFILE_FEATURE_DIM,
+        8,
+    )?;
+    let percent = if sweep.cache_percent.contains(&10) {
+        10
+    } else {
+        sweep.cache_percent[sweep.cache_percent.len() / 2]
+    };
+    let cache_bytes = dataset.manifest.node_count as usize * bgl::PROFILE_FEATURE_DIM as usize * 4
+        / 100
+        * percent as usize;
     let (section, profile) = bgl::profile(&path, &sweep, cache_bytes)?;
     if let Some(record) = profile {
         write_file(&dir, "bgl_profile.csv", &csv(&[record])?)?;
@@ -301,7 +312,7 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     write_file(
         &dir,
         "report.md",
-        bgl::report(&points, &sweep, &dataset, args.quick, &section).as_bytes(),
+        bgl::report(&points, &sweep, &workload, args.quick, &section).as_bytes(),
     )?;
     println!(
         "experiment bgl: {} points → {} (bgl_feature_cache.csv, bgl_profile.csv, report.md); {:.1} s wall clock",
