@@ -242,6 +242,14 @@ impl<'d> FeatureGatherer<'d> {
         }
     }
 
+    /// What the gathering did so far, its counts starting afresh (a warm-up's set apart).
+    pub fn take_stats(&mut self) -> GatherStats {
+        match self {
+            Self::Agnes(g) => std::mem::take(&mut g.stats),
+            Self::Bgl(g) => std::mem::take(&mut g.stats),
+        }
+    }
+
     /// What the gathering did.
     pub fn stats(&self) -> &GatherStats {
         match self {

@@ -622,6 +622,10 @@ fn bgl_quick_counts_every_cache_order_and_size_reproducibly() {
     let num = |r: &BTreeMap<String, String>, k: &str| -> f64 { r[k].parse().unwrap() };
     for r in &points {
         assert_eq!(r["timing"], "counts");
+        // A warm-up epoch (1,928 training nodes of 16 targets: 121 minibatches) before the
+        // 32 counted ones.
+        assert_eq!(num(r, "warmup_minibatches"), 121.0, "{r:?}");
+        assert_eq!(num(r, "minibatches"), 32.0, "{r:?}");
         // The quick graph's computed table (16 f32 values a node).
         assert_eq!(num(r, "feature_table_bytes"), num(r, "graph_nodes") * 64.0);
         assert!(num(r, "training_nodes") > 0.0 && num(r, "training_nodes") < num(r, "graph_nodes"));

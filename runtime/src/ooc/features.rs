@@ -16,6 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use sagessd_emulator::nand::synthetic::LogicalContent;
 use sagessd_emulator::synthetic_features::{FeatureBytes, SyntheticFeatures};
 
 use crate::dataset::Dataset;
@@ -27,7 +28,6 @@ use crate::sampler::{HostGraph, SamplerError};
 use super::IoStats;
 use super::file::ALIGN_BYTES;
 use super::store::{BlockDevice, Span, Store};
-use sagessd_emulator::nand::synthetic::LogicalContent;
 
 /// Most feature values per node accepted (a row of 1 MiB as float32).
 const MAX_FEATURE_DIM: u64 = 1 << 18;
@@ -37,13 +37,34 @@ const MAX_FEATURE_DIM: u64 = 1 << 18;
 /// gathers from: [`crate::load::load_graph_with_features`]).
 #[derive(Debug)]
 pub struct FeatureFile<'d> {
-    store: Store<'d>,
+    store: RowSource<'d>,
     /// Bytes of one node's row.
     pub row_bytes: usize,
     /// Node count.
     pub rows: u64,
     /// Bytes from one row's start to the next's in the store.
     stride_bytes: usize,
+}
+
+/// Where a table's rows are: stored (a file or a device region), or computed when read,
+/// counted as the reads of a file whose rows began at byte `offset` would be (the
+/// `ALIGN_BYTES` extents covering them; no system call, no I/O wait).
+#[derive(Debug)]
+enum RowSource<'d> {
+    Stored(Store<'d>),
+    Computed {
+        content: Arc<dyn LogicalContent>,
+        offset: u64,
+    },
+}
+
+/// Counts in `io` one read of bytes `start..start + len` of a computed table whose rows begin
+/// at file offset `offset`: the `ALIGN_BYTES` extents covering them, as a file read counts it.
+fn count_computed_read(offset: u64, start: u64, len: usize, io: &mut IoStats) {
+    let a = ALIGN_BYTES as u64;
+    let at_file = offset + start;
+    let covering = (at_file + len as u64).div_ceil(a) * a - at_file / a * a;
+    io.record(covering as usize, 0);
 }
 
 /// Rows read in one I/O: from the first one read, `stride` bytes apart.
@@ -111,10 +132,10 @@ impl FeatureFile<'static> {
             return Err(bad("shorter than its header says".into()));
         }
         Ok(Self {
-            store: Store::File {
+            store: RowSource::Stored(Store::File {
                 file: super::direct::open_data(&path)?,
                 offset: h.data_offset,
-            },
+            }),
             row_bytes,
             rows,
             stride_bytes: row_bytes,
@@ -136,7 +157,7 @@ impl FeatureFile<'static> {
         let row_bytes = usize::try_from(row_bytes)
             .map_err(|_| SamplerError::InvalidRequest("feature row too large".into()))?;
         Ok(Self {
-            store: Store::Computed {
+            store: RowSource::Computed {
                 content: Arc::new(bytes),
                 offset: data_offset,
             },
@@ -168,10 +189,10 @@ impl<'d> FeatureFile<'d> {
         let stride_bytes = usize::try_from(stride)
             .map_err(|_| SamplerError::InvalidRequest("feature stride too large".into()))?;
         Ok(Self {
-            store: Store::Device {
+            store: RowSource::Stored(Store::Device {
                 device,
                 slba: region.range.slba,
-            },
+            }),
             row_bytes: region.row_bytes as usize,
             rows,
             stride_bytes,
@@ -185,18 +206,18 @@ impl<'d> FeatureFile<'d> {
 
     /// Whether its rows are computed, so that a cache need not keep them.
     fn is_computed(&self) -> bool {
-        matches!(self.store, Store::Computed { .. })
+        matches!(self.store, RowSource::Computed { .. })
     }
 
     /// Recomputes row `v` into `out` (a row long) without I/O: only a computed store can;
     /// `false` for the others.
     fn recompute_row(&self, v: u64, out: &mut [u8]) -> bool {
         match &self.store {
-            Store::Computed { content, .. } => {
+            RowSource::Computed { content, .. } => {
                 content.fill(v * self.stride_bytes as u64, out);
                 true
             }
-            Store::File { .. } | Store::Device { .. } => false,
+            RowSource::Stored(_) => false,
         }
     }
 
@@ -210,17 +231,15 @@ impl<'d> FeatureFile<'d> {
         let stride = self.stride_bytes();
         let len = (count.max(1) as usize - 1) * stride + self.row_bytes;
         let start = first * stride as u64;
-        let bytes = match &self.store {
-            Store::Computed { content, offset } => {
-                Store::count_computed_read(*offset, start, len, io);
+        let bytes = match &mut self.store {
+            RowSource::Computed { content, offset } => {
+                count_computed_read(*offset, start, len, io);
                 RowBytes::Computed {
                     content: Arc::clone(content),
                     start,
                 }
             }
-            Store::File { .. } | Store::Device { .. } => {
-                RowBytes::Read(self.store.read(start, len, io)?)
-            }
+            RowSource::Stored(store) => RowBytes::Read(store.read(start, len, io)?),
         };
         Ok(Rows {
             bytes,

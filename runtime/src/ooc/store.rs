@@ -1,15 +1,12 @@
 //! Where the out-of-core readers get their bytes: a file on this machine (read with `O_DIRECT`
-//! where the file system allows), a region of an NVMe device read with NVMe Reads through
-//! any transport, or bytes computed as they are read (a table too large to store). The AGNES graph buffer reads its blocks from one, the feature gatherers their
+//! where the file system allows), or a region of an NVMe device read with NVMe Reads through
+//! any transport. The AGNES graph buffer reads its blocks from one, the feature gatherers their
 //! rows.
 
-use std::sync::Arc;
-
-use sagessd_emulator::nand::synthetic::LogicalContent;
 use sagessd_host_driver::{Device, Transport};
 
 use super::IoStats;
-use super::file::{ALIGN_BYTES, AlignedBuf, DataFile};
+use super::file::{AlignedBuf, DataFile};
 use crate::sampler::SamplerError;
 
 /// A device the readers reach with NVMe Reads (any transport). `Send`, so that samplers and
@@ -83,13 +80,6 @@ pub(crate) enum Store<'d> {
         device: &'d mut dyn BlockDevice,
         slba: u64,
     },
-    /// Bytes computed when they are read ([`LogicalContent`]), counted as the reads of a file
-    /// whose data began at byte `offset` would be (the `ALIGN_BYTES` extents covering them); no
-    /// system call, no I/O wait.
-    Computed {
-        content: Arc<dyn LogicalContent>,
-        offset: u64,
-    },
 }
 
 impl std::fmt::Debug for Store<'_> {
@@ -101,11 +91,6 @@ impl std::fmt::Debug for Store<'_> {
                 .field("offset", offset)
                 .finish(),
             Self::Device { slba, .. } => f.debug_struct("Device").field("slba", slba).finish(),
-            Self::Computed { content, offset } => f
-                .debug_struct("Computed")
-                .field("content", content)
-                .field("offset", offset)
-                .finish(),
         }
     }
 }
@@ -149,16 +134,6 @@ impl Span {
 }
 
 impl Store<'_> {
-    /// Counts in `io` a read of bytes `start..start + len` of a computed store whose bytes
-    /// stand at file offset `offset`: one read of the `ALIGN_BYTES` extents covering them, as
-    /// a file read counts it.
-    pub(crate) fn count_computed_read(offset: u64, start: u64, len: usize, io: &mut IoStats) {
-        let a = ALIGN_BYTES as u64;
-        let at_file = offset + start;
-        let covering = (at_file + len as u64).div_ceil(a) * a - at_file / a * a;
-        io.record(covering as usize, 0);
-    }
-
     /// Reads bytes `start..start + len` of the store in one I/O (the aligned file extent, or
     /// the LBAs, that cover them), counted in `io`.
     pub(crate) fn read(
@@ -195,16 +170,6 @@ impl Store<'_> {
                 Ok(Span {
                     buf: SpanBuf::Plain(bytes),
                     at,
-                    len,
-                })
-            }
-            Self::Computed { content, offset } => {
-                let mut bytes = vec![0u8; len];
-                content.fill(start, &mut bytes);
-                Self::count_computed_read(*offset, start, len, io);
-                Ok(Span {
-                    buf: SpanBuf::Plain(bytes),
-                    at: 0,
                     len,
                 })
             }

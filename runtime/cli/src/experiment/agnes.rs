@@ -627,6 +627,7 @@ pub(crate) fn thresholds(
         };
         let (stats, sum) = super::bgl::gather_counts(
             sagessd_runtime::ooc::features::FeatureFile::open(dataset)?,
+            &[],
             &subs,
             FeatureCache::Agnes,
             settings,

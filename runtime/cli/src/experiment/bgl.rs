@@ -39,7 +39,10 @@ pub(crate) struct Sweep {
     pub batch_size: usize,
     /// Fanouts, hop order.
     pub fanouts: Vec<u16>,
-    /// Minibatches gathered per point: the first of an epoch.
+    /// Whole epochs gathered through each cache before the counted minibatches (not counted):
+    /// the caches are then warm, as in a run of many epochs.
+    pub warmup_epochs: u32,
+    /// Minibatches counted per point: the first of the epoch after the warm-up.
     pub minibatches: usize,
     /// Cache sizes, percent of the feature table.
     pub cache_percent: Vec<u32>,
@@ -64,6 +67,7 @@ impl Sweep {
             profile_scale: 17,
             batch_size: 1000,
             fanouts: vec![10, 5],
+            warmup_epochs: 1,
             minibatches: 256,
             cache_percent: vec![1, 5, 10, 25, 50],
             hyperbatch: 8,
@@ -81,6 +85,7 @@ impl Sweep {
             profile_scale: 11,
             batch_size: 16,
             fanouts: vec![5, 5],
+            warmup_epochs: 1,
             minibatches: 32,
             cache_percent: vec![5, 25],
             hyperbatch: 4,
@@ -158,6 +163,8 @@ pub(crate) struct Point {
     pub cache_percent: u32,
     /// Cache size, bytes.
     pub cache_bytes: usize,
+    /// Minibatches gathered before the counted ones (the warm-up epochs).
+    pub warmup_minibatches: usize,
     /// What the gatherer counted.
     pub stats: GatherStats,
 }
@@ -171,8 +178,9 @@ pub(crate) fn policy(cache: FeatureCache) -> &'static str {
     }
 }
 
-/// Gathers the first `sweep.minibatches` minibatches of an epoch of `w`'s training nodes, in
-/// each order, through each cache at each size. Every policy and size must return the same
+/// Gathers `sweep.warmup_epochs` whole epochs of `w`'s training nodes, then the first
+/// `sweep.minibatches` minibatches of the next epoch (the counted ones), in each order, through
+/// each cache at each size. Every policy and size must return the same
 /// rows (checked): they differ only in what they read.
 pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     let table_bytes = usize::try_from(w.table_bytes()).context("the feature table's size")?;
@@ -180,21 +188,41 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     let mut points = Vec::new();
     for order in [Order::Random, Order::Bgl] {
         eprintln!("  {} order", order.name());
-        let requests = epoch_requests(
-            order,
-            &w.train,
-            sweep.batch_size,
-            1,
-            0,
-            0,
-            Some(w.graph.host()),
-        )
-        .map_err(anyhow::Error::msg)?;
-        let subs = requests
-            .iter()
-            .take(sweep.minibatches)
-            .map(|(seed, targets)| sampler.sample(*seed, &sweep.fanouts, targets))
-            .collect::<Result<Vec<_>, _>>()?;
+        // The warm-up epochs whole, then the counted minibatches of the next epoch.
+        let mut warmup = Vec::new();
+        let mut first_index = 0u32;
+        let mut counted = Vec::new();
+        for epoch in 0..=sweep.warmup_epochs {
+            let requests = epoch_requests(
+                order,
+                &w.train,
+                sweep.batch_size,
+                1,
+                epoch,
+                first_index,
+                Some(w.graph.host()),
+            )
+            .map_err(anyhow::Error::msg)?;
+            first_index = u32::try_from(requests.len())
+                .ok()
+                .and_then(|n| first_index.checked_add(n))
+                .context("more minibatches than 32-bit indices")?;
+            let take = if epoch < sweep.warmup_epochs {
+                requests.len()
+            } else {
+                sweep.minibatches
+            };
+            let subs = requests
+                .iter()
+                .take(take)
+                .map(|(seed, targets)| sampler.sample(*seed, &sweep.fanouts, targets))
+                .collect::<Result<Vec<_>, _>>()?;
+            if epoch < sweep.warmup_epochs {
+                warmup.extend(subs);
+            } else {
+                counted = subs;
+            }
+        }
         let mut rows_checksum: Option<u64> = None;
         for &pct in &sweep.cache_percent {
             for cache in [FeatureCache::Bgl, FeatureCache::Agnes] {
@@ -208,7 +236,8 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
                     _ => 1,
                 };
                 let features = FeatureFile::computed(Arc::clone(&w.features), NPY_DATA_OFFSET)?;
-                let (stats, sum) = gather_counts(features, &subs, cache, settings, group)?;
+                let (stats, sum) =
+                    gather_counts(features, &warmup, &counted, cache, settings, group)?;
                 anyhow::ensure!(
                     *rows_checksum.get_or_insert(sum) == sum,
                     "{} at {pct} % gathered other rows than the first cache did ({} order)",
@@ -220,6 +249,7 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
                     order,
                     cache_percent: pct,
                     cache_bytes: settings.cache_bytes,
+                    warmup_minibatches: warmup.len(),
                     stats,
                 });
             }
@@ -228,17 +258,23 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     Ok(points)
 }
 
-/// Gathers the rows of every subgraph of `subs` from `features` through a fresh `cache` with
-/// `settings`, `group` subgraphs at a time (AGNES's hyperbatch; 1 for BGL): what it did, and a
-/// checksum of the rows it returned (equal for every cache that works).
+/// Gathers the rows of every subgraph of `warmup` (not counted), then of `subs`, from
+/// `features` through a fresh `cache` with `settings`, `group` subgraphs at a time (AGNES's
+/// hyperbatch; 1 for BGL): what it did for `subs`, and a checksum of the rows it returned for
+/// them (equal for every cache that works).
 pub(crate) fn gather_counts(
     features: FeatureFile<'static>,
+    warmup: &[SampledSubgraph],
     subs: &[SampledSubgraph],
     cache: FeatureCache,
     settings: CacheSettings,
     group: usize,
 ) -> anyhow::Result<(GatherStats, u64)> {
     let mut g = FeatureGatherer::new(cache, features, settings).context("a feature cache")?;
+    for chunk in warmup.chunks(group.max(1)) {
+        g.gather(chunk)?;
+    }
+    g.take_stats();
     let mut sum = FNV_OFFSET;
     for chunk in subs.chunks(group.max(1)) {
         for rows in g.gather(chunk)? {
@@ -262,6 +298,7 @@ pub(crate) fn records(points: &[Point], sweep: &Sweep, w: &Workload) -> Vec<Reco
                 .with("order", p.order.name())
                 .with("cache_percent_of_features", p.cache_percent)
                 .with("cache_bytes", p.cache_bytes)
+                .with("warmup_minibatches", p.warmup_minibatches)
                 .with("minibatches", sweep.minibatches)
                 .with("rows_gathered", s.rows)
                 .with("cache_hit_ratio", s.hit_ratio())
@@ -352,8 +389,9 @@ pub(crate) fn report(
          nodes ({:.2} % of them, drawn by a keyed hash); its feature table computed where it \
          is read ({} f32 values a row, {}: no disk holds it; rows read as from a \
          `features.npy` of it, and the caches keep which rows they hold, not their bytes). \
-         The first {} minibatches of an epoch of {} training targets each, fanouts {:?}, \
-         sampled in memory; their rows gathered through each cache at each size: BGL's FIFO \
+         Minibatches of {} training targets each, fanouts {:?}, sampled in memory; each cache \
+         gathers {} whole epoch(s) first to warm up ({} minibatches, not counted), then the \
+         first {} minibatches of the next epoch (counted), at each size: BGL's FIFO \
          cache, minibatch by minibatch, reading a minibatch's missed rows in runs of adjacent \
          sectors; AGNES's access-count-threshold cache (threshold {}), hyperbatches of {}, \
          reading missed rows' {} blocks. Orders: a seeded random permutation, and BGL's \
@@ -367,9 +405,11 @@ pub(crate) fn report(
         100.0 * w.train.len() as f64 / w.graph.host().node_count() as f64,
         sweep.feature_dim,
         human_bytes(w.table_bytes()),
-        sweep.minibatches,
         sweep.batch_size,
         sweep.fanouts,
+        sweep.warmup_epochs,
+        points.first().map_or(0, |p| p.warmup_minibatches),
+        sweep.minibatches,
         sweep.threshold,
         sweep.hyperbatch,
         human_bytes(sweep.block_bytes as u64)
