@@ -1034,7 +1034,7 @@ mod tests {
         let mut rng = crate::rng::SplitMix64::new(11);
         for _ in 0..2_000 {
             // Mostly a few hot blocks, sometimes any block.
-            let b = if rng.next_u64() % 4 == 0 {
+            let b = if rng.next_u64().is_multiple_of(4) {
                 rng.next_u64() % blocks
             } else {
                 rng.next_u64() % 7
