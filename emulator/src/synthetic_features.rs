@@ -167,8 +167,9 @@ fn value_keyed(key: u64, c: u32) -> f32 {
     (h >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
-/// A computed feature table's bytes at a row stride, as a [`LogicalContent`] a device region
-/// or a host reader can serve.
+/// A computed feature table's bytes at a row stride, as a [`LogicalContent`]: what the host's
+/// feature reader computes its rows from, and the content a device region of computed pages
+/// would take (no device holds one yet).
 #[derive(Clone, Debug)]
 pub struct FeatureBytes {
     features: Arc<SyntheticFeatures>,
@@ -186,21 +187,6 @@ impl FeatureBytes {
             features,
             stride_bytes,
         })
-    }
-
-    /// The table.
-    pub fn features(&self) -> &SyntheticFeatures {
-        &self.features
-    }
-
-    /// Bytes from one row's start to the next's.
-    pub fn stride_bytes(&self) -> u64 {
-        self.stride_bytes
-    }
-
-    /// Bytes of the laid-out table.
-    pub fn len_bytes(&self) -> u64 {
-        self.features.rows * self.stride_bytes
     }
 }
 

@@ -33,7 +33,8 @@ impl Order {
         }
     }
 
-    /// Whether it needs the graph in memory (BGL's BFS does, as BGL computes it offline).
+    /// Whether it needs the graph (BGL's BFS does, as BGL computes it offline): in memory, or
+    /// a synthetic graph computed where it is read.
     pub fn needs_graph(self) -> bool {
         self == Self::Bgl
     }

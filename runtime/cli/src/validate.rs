@@ -177,6 +177,9 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
             let done = AtomicBool::new(false);
             let (outputs, cache_at_limit) = std::thread::scope(|s| {
                 let watcher = s.spawn(|| cg.mean_cache_at_limit(Duration::from_millis(5), &done));
+                // The sampler stops however this closure ends (a panic included), or the
+                // scope would wait for it forever.
+                let _stop = StopOnDrop(&done);
                 let outputs: Vec<std::io::Result<std::process::Output>> = children
                     .into_iter()
                     .map(std::process::Child::wait_with_output)
@@ -292,6 +295,15 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
     ));
     out.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sets its flag when dropped: stops a sampling thread however its scope ends.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// The real run's counts from `sagessd sample --format json`, and its anonymous memory.

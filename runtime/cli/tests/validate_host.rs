@@ -82,7 +82,7 @@ fn the_host_model_counts_what_the_kernel_counts() {
     // The small cache makes mmap read more than the whole graph once.
     let mmap: Vec<&serde_json::Value> = rows.iter().filter(|r| r["sampler"] == "mmap").collect();
     assert!(
-        mmap[1]["real_pages_read"].as_u64() > mmap[0]["real_pages_read"].as_u64(),
+        mmap[1]["real_pages_read"].as_u64().unwrap() > mmap[0]["real_pages_read"].as_u64().unwrap(),
         "{rows:?}"
     );
     // Two worker processes at once, each with every other minibatch, against the model's two
@@ -96,7 +96,7 @@ fn the_host_model_counts_what_the_kernel_counts() {
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(rows.iter().all(|r| r["processes"] == 2), "{rows:?}");
     assert!(
-        rows[1]["real_pages_read"].as_u64() > rows[0]["real_pages_read"].as_u64(),
+        rows[1]["real_pages_read"].as_u64().unwrap() > rows[0]["real_pages_read"].as_u64().unwrap(),
         "{rows:?}"
     );
 }

@@ -29,12 +29,13 @@ use super::IoStats;
 use super::file::ALIGN_BYTES;
 use super::store::{BlockDevice, Span, Store};
 
-/// Most feature values per node accepted (a row of 1 MiB as float32).
-const MAX_FEATURE_DIM: u64 = 1 << 18;
+/// Most feature values per node accepted (a row of 1 MiB as float32), as for a computed table.
+const MAX_FEATURE_DIM: u64 = sagessd_emulator::synthetic_features::MAX_FEATURE_DIM as u64;
 
-/// Where the rows are: `features.npy` on storage (rows back to back after its header), or a
+/// Where the rows are: `features.npy` on storage (rows back to back after its header), a
 /// feature region on an NVMe device (rows at a power-of-two stride, the layout the firmware
-/// gathers from: [`crate::load::load_graph_with_features`]).
+/// gathers from: [`crate::load::load_graph_with_features`]), or a table computed where it is
+/// read ([`FeatureFile::computed`]).
 #[derive(Debug)]
 pub struct FeatureFile<'d> {
     store: RowSource<'d>,
@@ -152,6 +153,19 @@ impl FeatureFile<'static> {
     ) -> Result<Self, SamplerError> {
         let rows = features.rows();
         let row_bytes = features.row_bytes();
+        // Its rows must be countable here (a cache counts accesses per row) and its bytes,
+        // after the offset, addressable in 64 bits.
+        let fits = usize::try_from(rows).is_ok()
+            && features
+                .table_bytes(row_bytes)
+                .ok()
+                .and_then(|t| t.checked_add(data_offset))
+                .is_some();
+        if !fits {
+            return Err(SamplerError::InvalidRequest(format!(
+                "a computed table of {rows} rows at offset {data_offset} is too large here"
+            )));
+        }
         let bytes = FeatureBytes::new(features, row_bytes)
             .map_err(|e| SamplerError::InvalidRequest(e.to_string()))?;
         let row_bytes = usize::try_from(row_bytes)

@@ -57,8 +57,8 @@ pub(crate) struct Sweep {
 impl Sweep {
     /// The full sweep, at ogbn-papers100M's size: its node count, training share (1,207,179
     /// of 111,059,956 nodes: Hu et al., NeurIPS 2020, Table 1) and feature width (128), BGL's
-    /// minibatches of 1,000 targets (§5.1); the first 256 minibatches of an epoch (a fifth of
-    /// it).
+    /// minibatches of 1,000 targets (§5.1); one warm-up epoch (1,207 minibatches), then the
+    /// first 256 minibatches of the next (21 % of an epoch) counted.
     pub(crate) fn full() -> Self {
         Self {
             graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
@@ -165,6 +165,8 @@ pub(crate) struct Point {
     pub cache_bytes: usize,
     /// Minibatches gathered before the counted ones (the warm-up epochs).
     pub warmup_minibatches: usize,
+    /// Minibatches counted (fewer than the sweep's if an epoch is shorter).
+    pub minibatches: usize,
     /// What the gatherer counted.
     pub stats: GatherStats,
 }
@@ -250,6 +252,7 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
                     cache_percent: pct,
                     cache_bytes: settings.cache_bytes,
                     warmup_minibatches: warmup.len(),
+                    minibatches: counted.len(),
                     stats,
                 });
             }
@@ -285,7 +288,7 @@ pub(crate) fn gather_counts(
 }
 
 /// The figure's rows, each with the graph's size and the feature table's.
-pub(crate) fn records(points: &[Point], sweep: &Sweep, w: &Workload) -> Vec<Record> {
+pub(crate) fn records(points: &[Point], w: &Workload) -> Vec<Record> {
     points
         .iter()
         .map(|p| {
@@ -299,7 +302,7 @@ pub(crate) fn records(points: &[Point], sweep: &Sweep, w: &Workload) -> Vec<Reco
                 .with("cache_percent_of_features", p.cache_percent)
                 .with("cache_bytes", p.cache_bytes)
                 .with("warmup_minibatches", p.warmup_minibatches)
-                .with("minibatches", sweep.minibatches)
+                .with("minibatches", p.minibatches)
                 .with("rows_gathered", s.rows)
                 .with("cache_hit_ratio", s.hit_ratio())
                 .with("storage_reads", s.io.reads)
@@ -425,12 +428,16 @@ pub(crate) fn report(
             .filter(|&&p| f(p) == Some(true))
             .map(|p| format!("{p} %"))
             .collect();
-        format!(
-            "{} of {} sizes ({})",
-            held.len(),
-            sizes.len(),
-            held.join(", ")
-        )
+        if held.is_empty() {
+            format!("0 of {} sizes", sizes.len())
+        } else {
+            format!(
+                "{} of {} sizes ({})",
+                held.len(),
+                sizes.len(),
+                held.join(", ")
+            )
+        }
     };
     let (fifo, agnes) = (FeatureCache::Bgl, FeatureCache::Agnes);
     let _ = writeln!(

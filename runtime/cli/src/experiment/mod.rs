@@ -284,7 +284,7 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     write_file(
         &dir,
         "bgl_feature_cache.csv",
-        &csv(&bgl::records(&points, &sweep, &workload))?,
+        &csv(&bgl::records(&points, &workload))?,
     )?;
     for (stem, figure) in bgl::plots(&points, &sweep) {
         plot::write(&figure, &dir, stem)?;
@@ -300,7 +300,11 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let percent = if sweep.cache_percent.contains(&10) {
         10
     } else {
-        sweep.cache_percent[sweep.cache_percent.len() / 2]
+        sweep
+            .cache_percent
+            .get(sweep.cache_percent.len() / 2)
+            .copied()
+            .unwrap_or(10)
     };
     let cache_bytes = dataset.manifest.node_count as usize * bgl::PROFILE_FEATURE_DIM as usize * 4
         / 100
