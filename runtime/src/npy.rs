@@ -293,6 +293,29 @@ pub fn read_i64(path: &Path) -> Result<Vec<i64>, NpyError> {
         .collect())
 }
 
+/// The header dictionary [`NpyWriter`] writes for an array of `dtype` and `shape`, padded so
+/// that the data starts on a 64-byte boundary (after the 10-byte prefix), ending in a newline.
+fn header_text(dtype: Dtype, shape: &[u64]) -> String {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let shape_text = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}",
+        dtype.descr()
+    );
+    let total = (10 + header.len() + 1).next_multiple_of(64);
+    header.push_str(&" ".repeat(total - 10 - header.len() - 1));
+    header.push('\n');
+    header
+}
+
+/// Where the data of an array of `dtype` and `shape` starts in the file [`NpyWriter`] writes.
+pub fn data_offset(dtype: Dtype, shape: &[u64]) -> u64 {
+    10 + header_text(dtype, shape).len() as u64
+}
+
 /// Streams an array to a file: the header first, then elements in C order.
 #[derive(Debug)]
 pub struct NpyWriter {
@@ -304,19 +327,7 @@ pub struct NpyWriter {
 impl NpyWriter {
     /// Creates `path` for an array of `dtype` and `shape`.
     pub fn create(path: &Path, dtype: Dtype, shape: &[u64]) -> Result<Self, NpyError> {
-        let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-        let shape_text = match dims.len() {
-            1 => format!("({},)", dims[0]),
-            _ => format!("({})", dims.join(", ")),
-        };
-        let mut header = format!(
-            "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}",
-            dtype.descr()
-        );
-        // Pad so the data starts on a 64-byte boundary, header ending in a newline.
-        let total = (10 + header.len() + 1).next_multiple_of(64);
-        header.push_str(&" ".repeat(total - 10 - header.len() - 1));
-        header.push('\n');
+        let header = header_text(dtype, shape);
         let mut w = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io_error(path))?);
         w.write_all(b"\x93NUMPY\x01\x00").map_err(io_error(path))?;
         w.write_all(&(header.len() as u16).to_le_bytes())
@@ -400,6 +411,12 @@ mod tests {
         w.write(&[0u8; 24]).unwrap();
         w.finish().unwrap();
         assert_eq!(read_header(&path).unwrap().shape, vec![2, 3]);
+        // data_offset says where the data starts, as the header read back does.
+        assert_eq!(
+            data_offset(Dtype::F32, &[2, 3]),
+            read_header(&path).unwrap().data_offset
+        );
+        assert_eq!(data_offset(Dtype::F32, &[111_059_956, 128]), 128);
         let err = read_i64(&path).unwrap_err().to_string();
         assert!(err.contains("descr") && err.contains(".npy"), "{err}");
 

@@ -26,7 +26,7 @@ use crate::rng::SplitMix64;
 use crate::sampler::{HostGraph, SamplerError};
 
 use super::IoStats;
-use super::file::ALIGN_BYTES;
+use super::file::{ALIGN_BYTES, covering_extent};
 use super::store::{BlockDevice, Span, Store};
 
 /// Most feature values per node accepted (a row of 1 MiB as float32), as for a computed table.
@@ -60,12 +60,10 @@ enum RowSource<'d> {
 }
 
 /// Counts in `io` one read of bytes `start..start + len` of a computed table whose rows begin
-/// at file offset `offset`: the `ALIGN_BYTES` extents covering them, as a file read counts it.
+/// at file offset `offset`: the extent a file read of them covers ([`covering_extent`]).
 fn count_computed_read(offset: u64, start: u64, len: usize, io: &mut IoStats) {
-    let a = ALIGN_BYTES as u64;
-    let at_file = offset + start;
-    let covering = (at_file + len as u64).div_ceil(a) * a - at_file / a * a;
-    io.record(covering as usize, 0);
+    let (first, end) = covering_extent(offset + start, len);
+    io.record((end - first) as usize, 0);
 }
 
 /// Rows read in one I/O: from the first one read, `stride` bytes apart.

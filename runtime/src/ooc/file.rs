@@ -10,6 +10,13 @@ use super::IoStats;
 
 /// Alignment of `O_DIRECT` offsets, lengths and buffers.
 pub const ALIGN_BYTES: usize = 4096;
+
+/// The [`ALIGN_BYTES`]-aligned extent `[start, end)` of a file that covers bytes
+/// `[offset, offset + len)`: what one direct read of them reads, and counts.
+pub(crate) fn covering_extent(offset: u64, len: usize) -> (u64, u64) {
+    let a = ALIGN_BYTES as u64;
+    (offset / a * a, (offset + len as u64).div_ceil(a) * a)
+}
 /// Reads in flight at once on an io_uring.
 pub const RING_DEPTH: u32 = 64;
 /// Bytes requested in flight at once on an io_uring (one larger read may go alone); the
@@ -141,7 +148,7 @@ impl DataFile {
         self.len == 0
     }
 
-    /// Reads the aligned extent covering bytes `[offset, offset + len)` (one I/O, counted with
+    /// Reads the aligned extent covering bytes `[offset, offset + len)` ([`covering_extent`]; one I/O, counted with
     /// nothing used yet) and returns the buffer and where the wanted bytes start in it.
     pub fn read_covering(
         &self,
@@ -149,9 +156,7 @@ impl DataFile {
         len: usize,
         stats: &mut IoStats,
     ) -> std::io::Result<(AlignedBuf, usize)> {
-        let a = ALIGN_BYTES as u64;
-        let start = offset / a * a;
-        let end = (offset + len as u64).div_ceil(a) * a;
+        let (start, end) = covering_extent(offset, len);
         let mut buf = AlignedBuf::new((end - start) as usize);
         self.read_exact_at(buf.bytes_mut(), start, stats)?;
         stats.record((end - start) as usize, 0);

@@ -16,6 +16,7 @@ use anyhow::Context;
 use sagessd_emulator::synthetic_features::SyntheticFeatures;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
 use sagessd_runtime::minibatch::{Order, epoch_requests};
+use sagessd_runtime::npy;
 use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
 use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
 use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, fnv1a};
@@ -139,6 +140,15 @@ impl Workload {
         })
     }
 
+    /// Where a `features.npy` of the table would start its rows (after the header
+    /// [`npy::NpyWriter`] writes): reads of the computed table are counted as that file's.
+    fn npy_data_offset(&self) -> u64 {
+        npy::data_offset(
+            npy::Dtype::F32,
+            &[self.features.rows(), u64::from(self.features.dim())],
+        )
+    }
+
     /// The feature table's bytes.
     pub(crate) fn table_bytes(&self) -> u64 {
         self.features.rows() * self.features.row_bytes()
@@ -147,10 +157,6 @@ impl Workload {
 
 /// Keys the training split apart from the other hashes of the same seed.
 const TRAIN_KEY: u64 = 0x7472_6169_6e5f_7370;
-
-/// Where a `features.npy` of the table would start its rows (its 128-byte header): reads are
-/// counted as that file's would be.
-const NPY_DATA_OFFSET: u64 = 128;
 
 /// One cache policy, order and size: what gathering the minibatches' features did.
 #[derive(Clone, Debug, PartialEq)]
@@ -237,7 +243,7 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
                     FeatureCache::Agnes => sweep.hyperbatch.max(1),
                     _ => 1,
                 };
-                let features = FeatureFile::computed(Arc::clone(&w.features), NPY_DATA_OFFSET)?;
+                let features = FeatureFile::computed(Arc::clone(&w.features), w.npy_data_offset())?;
                 let (stats, sum) =
                     gather_counts(features, &warmup, &counted, cache, settings, group)?;
                 anyhow::ensure!(
