@@ -549,6 +549,9 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
     );
     for r in &thresholds {
         assert_eq!(r["timing"], "counts");
+        // On the sweep's own graph: 400,000 nodes of 16 f32, the cache 10 % of that table.
+        assert_eq!(r["cache_bytes"], (400_000 * 16 * 4 / 100 * 10).to_string());
+        assert_eq!(r["minibatches"], "32");
         let h: f64 = r["cache_hit_ratio"].parse().unwrap();
         assert!((0.0..=1.0).contains(&h), "{r:?}");
     }

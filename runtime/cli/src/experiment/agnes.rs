@@ -28,6 +28,8 @@
 
 use std::sync::Arc;
 
+use anyhow::Context;
+
 use sagessd_emulator::synthetic_graph::SyntheticGraph;
 use sagessd_emulator::synthetic_image::Region;
 use sagessd_emulator::{HwConfig, Ssd};
@@ -71,12 +73,15 @@ pub(crate) struct Sweep {
     pub thresholds: Vec<u32>,
     /// The feature cache of the threshold sweep, percent of the feature table.
     pub feature_cache_percent: u32,
-    /// The threshold sweep's graph (an R-MAT with features) and minibatches: a minibatch
-    /// touches a few percent of the graph and rows recur across hyperbatches.
-    pub threshold_workload: super::Workload,
+    /// The threshold sweep's minibatches: the first of an epoch over the training nodes, in
+    /// random order, of `batch_size` targets and `fanouts`, gathered a hyperbatch at a time.
+    pub threshold_minibatches: usize,
     /// The threshold sweep's hyperbatch, minibatches.
     pub threshold_hyperbatch: usize,
-    /// Feature width of the threshold sweep's dataset (f32).
+    /// The threshold sweep's training nodes, a share of the graph's (each drawn by a keyed
+    /// hash).
+    pub train_share: f64,
+    /// Feature width (f32) of the threshold sweep's computed feature table.
     pub feature_dim: u32,
 }
 
@@ -98,14 +103,10 @@ impl Sweep {
             memory_ratios: vec![1, 2, 8, 32],
             thresholds: vec![1, 2, 4, 8, 16],
             feature_cache_percent: 10,
-            threshold_workload: super::Workload {
-                scale: 16,
-                batches: 512,
-                batch_size: 64,
-                fanouts: vec![10, 5],
-            },
+            threshold_minibatches: 128,
             threshold_hyperbatch: 8,
-            feature_dim: 64,
+            train_share: super::bgl::PAPERS100M_TRAIN_SHARE,
+            feature_dim: 128,
         }
     }
 
@@ -125,13 +126,9 @@ impl Sweep {
             memory_ratios: vec![1, 32],
             thresholds: vec![1, 4],
             feature_cache_percent: 10,
-            threshold_workload: super::Workload {
-                scale: 11,
-                batches: 32,
-                batch_size: 16,
-                fanouts: vec![5, 5],
-            },
+            threshold_minibatches: 32,
             threshold_hyperbatch: 4,
+            train_share: 0.1,
             feature_dim: 16,
         }
     }
@@ -593,55 +590,90 @@ pub(crate) struct ThresholdPoint {
     pub threshold: u32,
     /// The cache, bytes.
     pub cache_bytes: usize,
+    /// Minibatches gathered.
+    pub minibatches: usize,
     /// What the gatherer counted.
     pub stats: sagessd_runtime::ooc::features::GatherStats,
 }
 
-/// AGNES's feature cache at each threshold of the sweep: the threshold workload's minibatches,
-/// sampled in memory from `dataset` (which has features), gathered a hyperbatch at a time from
-/// its features file; every threshold must return the same rows (checked).
+/// AGNES's feature cache at each threshold of the sweep, over `w`'s computed feature table: the
+/// first [`Sweep::threshold_minibatches`] minibatches of an epoch over `w`'s training nodes (random
+/// order), sampled in memory a hyperbatch at a time and gathered by one cache per threshold (the
+/// caches side by side, each on its own thread); every threshold must return the same rows
+/// (checked).
 pub(crate) fn thresholds(
-    dataset: &sagessd_runtime::dataset::Dataset,
+    w: &super::bgl::Workload,
     sweep: &Sweep,
 ) -> anyhow::Result<Vec<ThresholdPoint>> {
-    use sagessd_runtime::registry::{CacheSettings, FeatureCache};
-    let graph = dataset.graph()?;
-    let mut sampler = sagessd_runtime::sampler::ReferenceSampler::new(&graph);
-    let w = &sweep.threshold_workload;
-    let subs = requests(w.batches, w.batch_size, dataset.manifest.node_count)
-        .iter()
-        .map(|(seed, t)| sampler.sample(*seed, &w.fanouts, t))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (dim, dtype) = dataset
-        .feature_shape()?
-        .ok_or_else(|| anyhow::anyhow!("{}: no features", dataset.dir().display()))?;
-    let table = dataset.manifest.node_count as usize * dim * dtype.size_bytes();
+    use sagessd_runtime::minibatch::{Order, epoch_requests};
+    use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
+    use sagessd_runtime::sampler::{FNV_OFFSET, fnv1a};
+    let table = usize::try_from(w.table_bytes()).context("the feature table's size")?;
     let cache_bytes = table / 100 * sweep.feature_cache_percent as usize;
+    let requests = epoch_requests(
+        Order::Random,
+        &w.train,
+        sweep.batch_size as usize,
+        1,
+        0,
+        0,
+        None,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let mut sampler = ReferenceSampler::over(w.graph.host());
+    // One cache per threshold, each with the checksum of the rows it returned.
+    let mut caches = sweep
+        .thresholds
+        .iter()
+        .map(|&threshold| {
+            let settings = CacheSettings {
+                cache_bytes,
+                threshold,
+                block_bytes: 64 << 10,
+            };
+            let g = FeatureGatherer::new(FeatureCache::Agnes, w.feature_file()?, settings)
+                .context("a feature cache")?;
+            anyhow::Ok((g, FNV_OFFSET))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let hyperbatch = sweep.threshold_hyperbatch.max(1);
+    let counted = &requests[..sweep.threshold_minibatches.min(requests.len())];
+    for chunk in counted.chunks(hyperbatch) {
+        let subs = chunk
+            .iter()
+            .map(|(seed, targets)| sampler.sample(*seed, &sweep.fanouts, targets))
+            .collect::<Result<Vec<_>, _>>()?;
+        std::thread::scope(|scope| {
+            let gathers: Vec<_> = caches
+                .iter_mut()
+                .map(|(g, sum)| {
+                    let subs = &subs;
+                    scope.spawn(move || {
+                        for rows in g.gather(subs)? {
+                            *sum = fnv1a(*sum, &rows);
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            gathers
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a gathering thread panicked"))
+        })?;
+    }
+    let first = caches.first().map(|(_, sum)| *sum);
     let mut out = Vec::new();
-    let mut first: Option<u64> = None;
-    for &threshold in &sweep.thresholds {
-        let settings = CacheSettings {
-            cache_bytes,
-            threshold,
-            block_bytes: 64 << 10,
-        };
-        let (stats, sum) = super::bgl::gather_counts(
-            sagessd_runtime::ooc::features::FeatureFile::open(dataset)?,
-            &[],
-            &subs,
-            FeatureCache::Agnes,
-            settings,
-            sweep.threshold_hyperbatch,
-        )?;
+    for (&threshold, (g, sum)) in sweep.thresholds.iter().zip(&caches) {
         anyhow::ensure!(
-            *first.get_or_insert(sum) == sum,
+            Some(*sum) == first,
             "threshold {threshold} gathered other rows than threshold {}",
             sweep.thresholds[0]
         );
         out.push(ThresholdPoint {
             threshold,
             cache_bytes,
-            stats,
+            minibatches: counted.len(),
+            stats: g.stats().clone(),
         });
     }
     Ok(out)
@@ -656,7 +688,7 @@ pub(crate) fn threshold_records(points: &[ThresholdPoint], sweep: &Sweep) -> Vec
                 .with("threshold_accesses", p.threshold)
                 .with("cache_percent_of_features", sweep.feature_cache_percent)
                 .with("cache_bytes", p.cache_bytes)
-                .with("minibatches", sweep.threshold_workload.batches)
+                .with("minibatches", p.minibatches)
                 .with("hyperbatch_minibatches", sweep.threshold_hyperbatch)
                 .with("rows_gathered", p.stats.rows)
                 .with("cache_hit_ratio", p.stats.hit_ratio())
@@ -674,7 +706,8 @@ pub(crate) fn threshold_plot(points: &[ThresholdPoint], sweep: &Sweep) -> Figure
     Figure {
         title: format!(
             "AGNES feature cache: {} % of the features, {} minibatches (counts)",
-            sweep.feature_cache_percent, sweep.threshold_workload.batches
+            sweep.feature_cache_percent,
+            points.first().map_or(0, |p| p.minibatches)
         ),
         x_label: "log2 of the threshold (accesses before a row is kept)".into(),
         y_label: "hit ratio (fraction); bytes read (GB)".into(),

@@ -118,26 +118,44 @@ impl Workload {
     /// lowest `train_share` of 64-bit values) and a `feature_dim`-wide table from `seed`.
     pub(crate) fn new(sweep: &Sweep, seed: u64) -> anyhow::Result<Self> {
         let graph = sweep.graph.build().map_err(anyhow::Error::msg)?;
+        Self::over(graph, sweep.train_share, sweep.feature_dim, seed)
+    }
+
+    /// `graph`, its training nodes (node `v` when a hash of `(seed, v)` falls in the lowest
+    /// `train_share` of 64-bit values) and a `feature_dim`-wide table from `seed`.
+    pub(crate) fn over(
+        graph: WorkloadGraph,
+        train_share: f64,
+        feature_dim: u32,
+        seed: u64,
+    ) -> anyhow::Result<Self> {
         let n = graph.host().node_count();
         anyhow::ensure!(
-            sweep.train_share > 0.0 && sweep.train_share <= 1.0,
-            "training share {} is outside (0, 1]",
-            sweep.train_share
+            train_share > 0.0 && train_share <= 1.0,
+            "training share {train_share} is outside (0, 1]"
         );
-        let below = (sweep.train_share * 2f64.powi(64)).min(u64::MAX as f64) as u64;
+        let below = (train_share * 2f64.powi(64)).min(u64::MAX as f64) as u64;
         let key = sagessd_abi::sample::mix(seed ^ TRAIN_KEY);
         let train: Vec<u64> = (0..n)
             .filter(|&v| sagessd_abi::sample::mix(key ^ v) <= below)
             .collect();
         anyhow::ensure!(!train.is_empty(), "no training nodes in {n} nodes");
-        let features = Arc::new(
-            SyntheticFeatures::new(n, sweep.feature_dim, seed).context("the feature table")?,
-        );
+        let features =
+            Arc::new(SyntheticFeatures::new(n, feature_dim, seed).context("the feature table")?);
         Ok(Self {
             graph,
             train,
             features,
         })
+    }
+
+    /// The feature table as a file's would be read: its reads counted as those of a
+    /// `features.npy` holding it.
+    pub(crate) fn feature_file(&self) -> anyhow::Result<FeatureFile<'static>> {
+        Ok(FeatureFile::computed(
+            Arc::clone(&self.features),
+            self.npy_data_offset(),
+        )?)
     }
 
     /// Where a `features.npy` of the table would start its rows (after the header
@@ -243,7 +261,7 @@ pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
                     FeatureCache::Agnes => sweep.hyperbatch.max(1),
                     _ => 1,
                 };
-                let features = FeatureFile::computed(Arc::clone(&w.features), w.npy_data_offset())?;
+                let features = w.feature_file()?;
                 let (stats, sum) =
                     gather_counts(features, &warmup, &counted, cache, settings, group)?;
                 anyhow::ensure!(

@@ -22,19 +22,6 @@ use clap::{Args, ValueEnum};
 use crate::records::{Record, write_csv};
 use crate::{hw_source, load_hw};
 
-/// The graph and minibatches an experiment samples.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Workload {
-    /// R-MAT scale of the graph (2^scale nodes, edge factor 8).
-    pub scale: u32,
-    /// Minibatches (of one design point, or of the epoch).
-    pub batches: u32,
-    /// Targets per minibatch.
-    pub batch_size: u32,
-    /// Fanouts, hop order.
-    pub fanouts: Vec<u16>,
-}
-
 /// Which seed's comparisons to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Which {
@@ -387,7 +374,6 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
             agnes::run(&hw, &graph, &sweep, &reference, &mut progress)?,
         ));
     }
-    drop(graph);
     let of = |sweeps: &[&str]| -> Vec<Record> {
         devices
             .iter()
@@ -420,12 +406,14 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
             plots.push(stem);
         }
     }
-    // The feature cache's threshold, on the same graph with features.
-    let (_, featured) = generated(
-        &dir.join("dataset"),
-        sweep.threshold_workload.scale,
+    // The feature cache's threshold, on the same graph with its training nodes and a computed
+    // feature table.
+    eprintln!("experiment agnes: the feature cache's threshold");
+    let featured = bgl::Workload::over(
+        sagessd_runtime::graph_spec::WorkloadGraph::Synthetic(graph),
+        sweep.train_share,
         sweep.feature_dim,
-        8,
+        1,
     )?;
     let thresholds = agnes::thresholds(&featured, &sweep)?;
     write_file(
@@ -442,7 +430,7 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     write_file(
         &dir,
         "report.md",
-        agnes_report(&sweep, &devices, &thresholds, args.quick, &plots).as_bytes(),
+        agnes_report(&sweep, &devices, &featured, &thresholds, args.quick, &plots).as_bytes(),
     )?;
     println!(
         "experiment agnes: {} points on {} device(s) → {} (fig9_blocks_and_hyperbatches.csv, fig8_ratios.csv, small_reads.csv, feature_threshold.csv, report.md); {:.1} s wall clock",
@@ -457,6 +445,7 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
 fn agnes_report(
     sweep: &agnes::Sweep,
     devices: &[(String, Vec<agnes::Point>)],
+    featured: &bgl::Workload,
     thresholds: &[agnes::ThresholdPoint],
     quick: bool,
     plots: &[String],
@@ -658,19 +647,23 @@ fn agnes_report(
     let _ = writeln!(
         r,
         "## The feature cache's threshold\n\nAGNES keeps a feature row in its cache once it has \
-         been asked for *threshold* times. {} minibatches of {} targets, fanouts {:?}, sampled in \
-         memory from an R-MAT of scale {} (edge factor 8) with {} f32 features a row (features \
-         at papers100M's size are later work: 57 GB), gathered a hyperbatch of {} at a \
-         time through a cache of {} % of the feature table, reading missed rows' 64 KiB blocks. \
-         **Counts**; every threshold returned the same rows (checked). The paper gives no value \
-         for the threshold.\n\n| threshold | hit ratio | storage reads | read | used |\n|---|---|---|---|---|",
-        sweep.threshold_workload.batches,
-        sweep.threshold_workload.batch_size,
-        sweep.threshold_workload.fanouts,
-        sweep.threshold_workload.scale,
-        sweep.feature_dim,
+         been asked for *threshold* times (§3.4 (2); the paper gives no value for it). The first {} \
+         minibatches of an epoch over the graph's {} training nodes ({:.2} % of its nodes, drawn \
+         by a keyed hash; random order), {} targets each, fanouts {:?}, sampled in memory from the \
+         same graph and gathered a hyperbatch of {} at a time through a cache of {} % of its \
+         feature table ({} f32 a node, {}: computed where it is read, its reads counted as a \
+         `features.npy`'s), reading missed rows' 64 KiB blocks. The caches start empty. \
+         **Counts**; every threshold returned the same rows (checked).\n\n\
+         | threshold | hit ratio | storage reads | read | used |\n|---|---|---|---|---|",
+        thresholds.first().map_or(0, |t| t.minibatches),
+        featured.train.len(),
+        100.0 * featured.train.len() as f64 / featured.graph.host().node_count().max(1) as f64,
+        sweep.batch_size,
+        sweep.fanouts,
         sweep.threshold_hyperbatch,
-        sweep.feature_cache_percent
+        sweep.feature_cache_percent,
+        sweep.feature_dim,
+        human_bytes(featured.table_bytes()),
     );
     for t in thresholds {
         let _ = writeln!(
