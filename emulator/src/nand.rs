@@ -929,24 +929,24 @@ impl Flash for NandArray {
             let page_size = self.page_size_bytes;
             result = match (dram.get_mut(offset..offset + self.window_bytes), data) {
                 (None, _) => Err(FlashError::OutOfRange),
-                (Some(_), ReadData::Page(ppn)) if self.store.state(ppn) == PageState::Torn => {
-                    Err(FlashError::Media)
-                }
-                (Some(window), ReadData::Page(ppn))
-                    if self.synthetic.as_ref().is_some_and(|s| s.holds(ppn)) =>
-                {
-                    if let Some(s) = &self.synthetic {
-                        s.read(ppn, sectors, window);
-                    }
-                    Ok(())
-                }
                 (Some(window), ReadData::Page(ppn)) => {
-                    match self.store.read(ppn, sectors, window) {
-                        Ok(()) => Ok(()),
-                        Err(_) => {
-                            self.stats.store_errors += 1;
+                    match self.synthetic.as_ref().filter(|s| s.holds(ppn)) {
+                        // A computed page is torn only if the store says so.
+                        Some(_) if self.store.state(ppn) == PageState::Torn => {
                             Err(FlashError::Media)
                         }
+                        Some(s) => {
+                            s.read(ppn, sectors, window);
+                            Ok(())
+                        }
+                        None => match self.store.read(ppn, sectors, window) {
+                            Ok(PageState::Torn) => Err(FlashError::Media),
+                            Ok(_) => Ok(()),
+                            Err(_) => {
+                                self.stats.store_errors += 1;
+                                Err(FlashError::Media)
+                            }
+                        },
                     }
                 }
                 (Some(window), ReadData::Computed(job)) => {

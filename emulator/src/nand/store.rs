@@ -117,20 +117,42 @@ impl PageStore {
         }
     }
 
-    /// Copies `sectors` of page `ppn` and its spare into their places in `window` (the page's
-    /// data, then its spare); an erased page reads 0xFF. The window's other sectors are left
-    /// as they are.
-    pub fn read(&self, ppn: u32, sectors: Sectors, window: &mut [u8]) -> std::io::Result<()> {
+    /// What page `ppn` holds, after copying `sectors` of it and its spare into their places in
+    /// `window` (the page's data, then its spare) unless it is torn (then `window` is left as
+    /// it is); an erased page reads 0xFF. The window's other sectors are left as they are. One
+    /// lookup of the page: this is every stored read's path.
+    pub fn read(
+        &self,
+        ppn: u32,
+        sectors: Sectors,
+        window: &mut [u8],
+    ) -> std::io::Result<PageState> {
         let page_size = window.len() - SPARE_BYTES;
         match self {
-            Self::Memory { pages, .. } => {
-                match pages.get(&ppn) {
-                    Some(page) => sectors.copy_window(page_size, page, window),
-                    None => fill_sectors(sectors, page_size, window, 0xFF),
+            Self::Memory { pages, torn } => {
+                if torn.contains(&ppn) {
+                    return Ok(PageState::Torn);
                 }
-                Ok(())
+                Ok(match pages.get(&ppn) {
+                    Some(page) => {
+                        sectors.copy_window(page_size, page, window);
+                        PageState::Programmed
+                    }
+                    None => {
+                        fill_sectors(sectors, page_size, window, 0xFF);
+                        PageState::Erased
+                    }
+                })
             }
-            Self::File(f) => f.read(ppn, sectors, window),
+            Self::File(f) => {
+                let state = self.state(ppn);
+                match state {
+                    PageState::Torn => {}
+                    PageState::Erased => fill_sectors(sectors, page_size, window, 0xFF),
+                    PageState::Programmed => f.read(ppn, sectors, window)?,
+                }
+                Ok(state)
+            }
         }
     }
 
@@ -140,7 +162,7 @@ impl PageStore {
             return None;
         }
         let mut page = vec![0u8; window_bytes].into_boxed_slice();
-        self.read(ppn, Sectors::ALL, &mut page).ok().map(|()| page)
+        self.read(ppn, Sectors::ALL, &mut page).ok().map(|_| page)
     }
 
     /// Stores a programmed page.
@@ -370,12 +392,9 @@ impl FileStore {
         })
     }
 
+    /// Copies `sectors` of programmed page `ppn` and its spare into `window`.
     fn read(&self, ppn: u32, sectors: Sectors, window: &mut [u8]) -> std::io::Result<()> {
         let page_size = self.page_bytes as usize;
-        if self.states.get(ppn as usize) != Some(&PROGRAMMED) {
-            fill_sectors(sectors, page_size, window, 0xFF);
-            return Ok(());
-        }
         let (data, spare) = window.split_at_mut(page_size);
         let sector = page_size / SECTORS_PER_PAGE;
         let page_at = self.data_at + u64::from(ppn) * self.page_bytes;

@@ -302,6 +302,46 @@ fn run_device_check(args: DeviceCheckArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The most reads a second this machine could serve if a simulated read cost nothing but its
+/// copies: `read_bytes` (a sector run) and a spare area from a random one of `pages` pages of
+/// `page_bytes` into a window of a `buffer_bytes` page buffer (the next, round robin), then into a
+/// host buffer, for `seconds`. What the flash model, the firmware and the queues add is the
+/// distance from it.
+fn copy_ceiling_per_s(
+    pages: u64,
+    page_bytes: usize,
+    read_bytes: usize,
+    buffer_bytes: usize,
+    seconds: f64,
+) -> f64 {
+    use sagessd_firmware::hal::SPARE_BYTES;
+    use std::time::Instant;
+    let window = page_bytes + SPARE_BYTES;
+    let read_bytes = read_bytes.min(page_bytes);
+    let store: Vec<Box<[u8]>> = (0..pages.max(1))
+        .map(|p| vec![p as u8; window].into_boxed_slice())
+        .collect();
+    let slots = (buffer_bytes / window).max(1);
+    let mut dram = vec![0u8; slots * window];
+    let mut host = vec![0u8; read_bytes];
+    let mut rng = sagessd_runtime::rng::SplitMix64::new(2);
+    let started = Instant::now();
+    let mut copies = 0u64;
+    while started.elapsed().as_secs_f64() < seconds {
+        for _ in 0..1024 {
+            let page = &store[(rng.next_u64() % store.len() as u64) as usize];
+            let at = (rng.next_u64() as usize % (page_bytes / read_bytes)) * read_bytes;
+            let slot = &mut dram[(copies as usize % slots) * window..][..window];
+            slot[at..at + read_bytes].copy_from_slice(&page[at..at + read_bytes]);
+            slot[page_bytes..].copy_from_slice(&page[page_bytes..]);
+            host.copy_from_slice(&slot[at..at + read_bytes]);
+            copies += 1;
+        }
+    }
+    std::hint::black_box(&host);
+    copies as f64 / started.elapsed().as_secs_f64()
+}
+
 /// `device bench`: simulated flash page reads per wall-clock second.
 fn run_device_bench(args: DeviceBenchArgs) -> anyhow::Result<ExitCode> {
     use sagessd_abi::nvme::{Status, SubmissionEntry};
@@ -366,6 +406,15 @@ fn run_device_bench(args: DeviceBenchArgs) -> anyhow::Result<ExitCode> {
     let after = ssd.stats();
     let pages = after.nand_pages_read - before.nand_pages_read;
     let sim_s = (ssd.now_ns() - sim_start_ns) as f64 * 1e-9;
+    drop(ssd);
+    let ceiling = copy_ceiling_per_s(
+        region_blocks / blocks_per_page,
+        page as usize,
+        buffer,
+        hw.firmware.page_buffer_pages as usize
+            * (page as usize + sagessd_firmware::hal::SPARE_BYTES),
+        args.seconds.min(1.0),
+    );
     let mut out = Output::new(args.output.format());
     out.text(format!(
         "device {} ({}), 4 KiB random reads at QD{} over {} written pages\n",
@@ -388,6 +437,10 @@ fn run_device_bench(args: DeviceBenchArgs) -> anyhow::Result<ExitCode> {
         completed as f64 / wall_s
     ));
     out.text(format!(
+        "  copies alone                  {ceiling:>14.0} per wall-clock second   (the bytes each read moves, \
+         flash store -> page buffer -> host buffer, with no simulation: this machine's ceiling)\n"
+    ));
+    out.text(format!(
         "  virtual time simulated        {sim_s:>14.6} s   (modelled)\n"
     ));
     out.text(format!(
@@ -405,6 +458,7 @@ fn run_device_bench(args: DeviceBenchArgs) -> anyhow::Result<ExitCode> {
             .with("wall_s", wall_s)
             .with("flash_pages_per_wall_s", pages as f64 / wall_s)
             .with("commands_per_wall_s", completed as f64 / wall_s)
+            .with("copies_alone_per_wall_s", ceiling)
             .with("virtual_s", sim_s)
             .with(
                 "commands_per_virtual_s",
