@@ -50,6 +50,11 @@ pub struct CompareConfig {
     pub graph: GraphSpec,
     /// Number of minibatches.
     pub batches: u32,
+    /// Minibatches each mode samples first, on the same device and host state, and does not
+    /// count (`--warmup-batches`): the page cache and the controller's page buffer are then
+    /// warm, as in a run of many minibatches. Drawn like the counted ones, after them in the
+    /// run's sequence, so the counted minibatches are the same with or without a warm-up.
+    pub warmup_batches: u32,
     /// Targets per minibatch.
     pub batch_size: u32,
     /// Fanout per layer, hop order.
@@ -305,6 +310,9 @@ impl CompareConfig {
             modes.join(","),
             join(&self.workers),
         );
+        if self.warmup_batches > 0 {
+            s.push_str(&format!(" --warmup-batches {}", self.warmup_batches));
+        }
         if let Some(c) = config_arg {
             s.push_str(&format!(" --config {c}"));
         }
@@ -315,6 +323,9 @@ impl CompareConfig {
         let bad = |m: String| Err(CompareError::Config(m));
         if self.batches == 0 {
             return bad("--batches must be at least 1".into());
+        }
+        if self.batches.checked_add(self.warmup_batches).is_none() {
+            return bad("--batches plus --warmup-batches exceeds 32 bits".into());
         }
         if self.batch_size == 0 {
             return bad("--batch-size must be at least 1".into());
@@ -439,6 +450,8 @@ fn workers_label(workers: usize) -> String {
 struct Reference {
     graph: WorkloadGraph,
     requests: Vec<Request>,
+    /// The warm-up's minibatches (sampled before `requests`, not counted).
+    warmup: Vec<Request>,
     expected: Vec<SampledSubgraph>,
     stats: SamplerStats,
     footprint: Footprint,
@@ -467,7 +480,13 @@ fn reference(
     if n == 0 {
         return Err(CompareError::Config("empty graph".into()));
     }
-    let requests = minibatch_requests(config.seed, config.batches, config.batch_size, n);
+    let mut requests = minibatch_requests(
+        config.seed,
+        config.batches + config.warmup_batches,
+        config.batch_size,
+        n,
+    );
+    let warmup = requests.split_off(config.batches as usize);
 
     events(Event::Phase {
         name: "sampling (in-memory reference)",
@@ -499,6 +518,7 @@ fn reference(
     Ok(Reference {
         graph,
         requests,
+        warmup,
         stats,
         expected,
         footprint,
@@ -515,6 +535,7 @@ pub fn run(
     let Reference {
         graph,
         requests,
+        warmup,
         expected,
         stats: reference_stats,
         footprint,
@@ -553,9 +574,23 @@ pub fn run(
             };
             let mut s = HostIoSampler::new(device, desc, mode, config.hw.host.clone())
                 .map_err(sample_error)?;
-            // After the sampler's set-up: the DRAM mode's read of the graph into host memory
-            // is part of the load, not of sampling.
+            if !warmup.is_empty() {
+                events(Event::Phase {
+                    name: &format!("warm-up ({label})"),
+                    total: warmup.len() as u64,
+                    bytes: false,
+                });
+                s.run_workers_with_progress(workers, &config.fanouts, &warmup, &mut |done| {
+                    events(Event::Progress { done })
+                })
+                .map_err(sample_error)?;
+                events(Event::PhaseDone);
+            }
+            // After the sampler's set-up and the warm-up: the DRAM mode's read of the graph
+            // into host memory is part of the load, not of sampling, and the warm-up is not
+            // counted.
             let before: DeviceStats = s.device().transport().ssd().stats();
+            let host_before = s.host_stats();
             events(Event::Phase {
                 name: &format!("sampling ({label})"),
                 total: u64::from(config.batches),
@@ -592,6 +627,7 @@ pub fn run(
                 "device statistics since creation (load included):\n{after}"
             );
             let h = s.host_stats();
+            let page_cache = h.page_cache.since(&host_before.page_cache);
             results.push(ModeResult {
                 mode,
                 workers,
@@ -601,11 +637,11 @@ pub fn run(
                 pcie_h2c_bytes: after.pcie_h2c_bytes - before.pcie_h2c_bytes,
                 pcie_c2h_bytes: after.pcie_c2h_bytes - before.pcie_c2h_bytes,
                 nand_pages_read: after.nand_pages_read - before.nand_pages_read,
-                page_cache_hit_rate: (mode == HostIoMode::Mmap).then(|| h.page_cache.hit_rate()),
+                page_cache_hit_rate: (mode == HostIoMode::Mmap).then(|| page_cache.hit_rate()),
                 core_busy_ns: after.core_busy_ns - before.core_busy_ns,
                 isp_core_busy_ns: after.isp_core_busy_ns - before.isp_core_busy_ns,
-                host_cpu_ns: h.host_cpu_ns,
-                submit_lag_ns: h.submit_lag_ns,
+                host_cpu_ns: h.host_cpu_ns - host_before.host_cpu_ns,
+                submit_lag_ns: h.submit_lag_ns - host_before.submit_lag_ns,
                 timeline_hash: h.timeline_hash,
                 done_ns: run.done_ns,
             });
@@ -905,8 +941,16 @@ impl CompareReport {
         } else {
             "each mode on its own freshly loaded device (same hardware description and WRITE sequence, controller page buffer emptied after the load)"
         };
+        let warmup = if c.warmup_batches > 0 {
+            format!(
+                "; each first samples {} warm-up minibatches (not counted: the caches are warm)",
+                c.warmup_batches
+            )
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "workload: {} minibatches × {} targets, fanouts {}, seed {}; {devices}; sampling phase only\n\n",
+            "workload: {} minibatches × {} targets, fanouts {}, seed {}; {devices}{warmup}; sampling phase only\n\n",
             c.batches,
             c.batch_size,
             join(&c.fanouts),
@@ -1073,6 +1117,7 @@ mod tests {
         CompareConfig {
             graph: GraphSpec::Rmat(RmatParams::graph500(10, 8, 3)),
             batches: 6,
+            warmup_batches: 0,
             batch_size: 64,
             fanouts: vec![5, 5],
             seed: 11,
@@ -1202,6 +1247,45 @@ mod tests {
             assert_eq!(r.submit_lag_ns, 0, "{r:?}");
         }
         assert_eq!(a.reference.minibatches, 6);
+    }
+
+    #[test]
+    fn a_warm_up_is_sampled_first_and_not_counted() {
+        let cold = CompareConfig {
+            modes: vec![HostIoMode::Mmap],
+            workers: vec![1],
+            ..small()
+        };
+        let warm = CompareConfig {
+            warmup_batches: 12,
+            ..cold.clone()
+        };
+        let (a, b) = (
+            run(&cold, None, &mut |_| {}).unwrap(),
+            run(&warm, None, &mut |_| {}).unwrap(),
+        );
+        // The same counted minibatches, each byte-identical to the reference, either way.
+        assert!(a.identical() && b.identical());
+        assert_eq!(a.checksum, b.checksum);
+        let (ra, rb) = (&a.results[0], &b.results[0]);
+        assert_eq!((ra.minibatches, rb.minibatches), (6, 6));
+        // Warm, the counted minibatches find more of the graph in the page cache: fewer flash
+        // pages, more hits, less time.
+        assert!(rb.nand_pages_read < ra.nand_pages_read, "{rb:?} vs {ra:?}");
+        assert!(rb.page_cache_hit_rate > ra.page_cache_hit_rate);
+        assert!(rb.makespan_ns < ra.makespan_ns);
+        assert!(b.render().contains("12 warm-up minibatches"));
+        assert!(!a.render().contains("warm-up"));
+        assert!(warm.command_line(None).contains("--warmup-batches 12"));
+        let overflow = CompareConfig {
+            batches: u32::MAX,
+            warmup_batches: 1,
+            ..cold
+        };
+        assert!(matches!(
+            run(&overflow, None, &mut |_| {}),
+            Err(CompareError::Config(m)) if m.contains("--warmup-batches")
+        ));
     }
 
     #[test]

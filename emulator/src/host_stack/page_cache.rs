@@ -54,6 +54,19 @@ pub struct PageCacheStats {
 }
 
 impl PageCacheStats {
+    /// What was counted since `earlier` (a snapshot of the same cache).
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            hits: self.hits - earlier.hits,
+            minor_faults: self.minor_faults - earlier.minor_faults,
+            misses: self.misses - earlier.misses,
+            insertions: self.insertions - earlier.insertions,
+            evictions: self.evictions - earlier.evictions,
+            activations: self.activations - earlier.activations,
+            refault_activations: self.refault_activations - earlier.refault_activations,
+        }
+    }
+
     /// Accesses counted: hits + minor faults + misses.
     pub fn accesses(&self) -> u64 {
         self.hits + self.minor_faults + self.misses

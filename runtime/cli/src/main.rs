@@ -140,6 +140,10 @@ struct RunArgs {
     /// Number of minibatches each mode samples (shared among its workers).
     #[arg(long, default_value_t = 8)]
     batches: u32,
+    /// Minibatches each mode samples first and does not count, so that the page cache and the
+    /// controller's page buffer are warm (drawn after the counted ones: those stay the same).
+    #[arg(long, default_value_t = 0)]
+    warmup_batches: u32,
     /// Target nodes per minibatch.
     #[arg(long, default_value_t = 1024)]
     batch_size: u32,
@@ -200,6 +204,7 @@ impl RunArgs {
         Ok(CompareConfig {
             graph,
             batches: self.batches,
+            warmup_batches: self.warmup_batches,
             batch_size: self.batch_size,
             fanouts: self.fanouts.clone(),
             seed: self.seed,
@@ -352,6 +357,7 @@ pub(crate) fn regime_fields(
             "footprint_share_of_page_cache",
             report.footprint.share_of(hw.host.page_cache_bytes),
         )
+        .with("warmup_minibatches", report.config.warmup_batches)
 }
 
 /// `head` with one mode's modelled figures (`compare.mode` and the experiments' rows).

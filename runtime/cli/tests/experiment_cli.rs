@@ -193,6 +193,8 @@ fn smartsage_quick_writes_every_figure_reproducibly() {
         assert!((graph / r - cache).abs() < 4096.0, "{row:?}");
         let footprint = num(row, "footprint_bytes_per_minibatch");
         assert!((num(row, "footprint_share_of_page_cache") - footprint / cache).abs() < 1e-9);
+        // Every design point first sampled the quick sweep's two warm-up minibatches.
+        assert_eq!(row["warmup_minibatches"], "2", "{row:?}");
     }
     // Direct I/O and ISP do not read through the page cache: their rows repeat at every r;
     // mmap's do not.

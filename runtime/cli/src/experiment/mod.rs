@@ -800,14 +800,16 @@ fn smartsage_report(
         let _ = writeln!(r, "## {} ({source})\n", first.device);
         let _ = writeln!(
             r,
-            "Workload: {}, {} minibatches of {} targets, fanouts {:?}, sampling seed {}; host \
-             workers {:?} (in storage, those beyond the device's {} sampling slots wait for one); \
-             controller page buffer {}.\n",
+            "Workload: {}, {} minibatches of {} targets, fanouts {:?}, sampling seed {}, each \
+             design point after {} warm-up minibatches on the same device and page cache (not \
+             counted); host workers {:?} (in storage, those beyond the device's {} sampling slots \
+             wait for one); controller page buffer {}.\n",
             c.graph.describe(),
             c.batches,
             c.batch_size,
             c.fanouts,
             c.seed,
+            c.warmup_batches,
             c.workers,
             c.hw.firmware.isp_slots,
             human_bytes(

@@ -30,6 +30,10 @@ pub(crate) struct Sweep {
     pub graph: GraphSpec,
     /// Minibatches of one design point.
     pub batches: u32,
+    /// Minibatches each design point samples first and does not count (page cache and page
+    /// buffer warm, as in a run of many minibatches: a cold page cache makes mmap's first
+    /// minibatches at r = 1 seven times slower than its later ones).
+    pub warmup_batches: u32,
     /// Targets per minibatch.
     pub batch_size: u32,
     /// Fanouts, hop order.
@@ -52,6 +56,7 @@ impl Sweep {
         Self {
             graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
             batches: 16,
+            warmup_batches: 32,
             batch_size: 1024,
             fanouts: vec![25, 10],
             ratios: vec![1, 2, 4, 8, 16],
@@ -67,6 +72,9 @@ impl Sweep {
         Self {
             graph: GraphSpec::parse("synthetic:16M").expect("a valid graph word"),
             batches: 16,
+            // Cold, to keep the demo within two minutes; at r = 8 a warm page cache moves
+            // mmap's time little (docs/experiments.md).
+            warmup_batches: 0,
             batch_size: 1024,
             fanouts: vec![25, 10],
             ratios: vec![8],
@@ -82,6 +90,7 @@ impl Sweep {
         Self {
             graph: GraphSpec::parse("synthetic:400000").expect("a valid graph word"),
             batches: 2,
+            warmup_batches: 2,
             batch_size: 256,
             fanouts: vec![25, 10],
             ratios: vec![1, 8],
@@ -135,6 +144,7 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
         |hw: HwConfig, batches: u32, modes: Vec<HostIoMode>, workers: Vec<usize>| CompareConfig {
             graph: sweep.graph.clone(),
             batches,
+            warmup_batches: sweep.warmup_batches,
             batch_size: sweep.batch_size,
             fanouts: sweep.fanouts.clone(),
             seed: 1,
