@@ -218,6 +218,15 @@ pub struct CoresConfig {
     pub cycles_per_edge_scanned: u64,
     /// Cycles per neighbour the ISP engine samples (RNG, deduplication, output).
     pub cycles_per_edge_sampled: u64,
+    /// Cycles per target the ISP engine deduplicates into a job's node list (a load, a
+    /// node-table probe, a write). Optional: without it, `cycles_per_edge_sampled`, what a
+    /// target cost while one counter priced both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_target: Option<u64>,
+    /// Cycles per node-table entry the ISP engine clears after a job (a probe to find it, a
+    /// store). Optional: without it, `cycles_per_edge_sampled`, as for targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_node_cleared: Option<u64>,
     /// Cycles per KiB of data the cores copy.
     pub cycles_per_kib_copied: u64,
     /// Cycles per key per radix-sort pass of the ISP engine (count, then scatter).
@@ -230,6 +239,21 @@ pub struct CoresConfig {
     /// Cycles to look at one parked command during a poll (load its record, test its state),
     /// whether or not it can move.
     pub cycles_per_parked_command: u64,
+}
+
+impl CoresConfig {
+    /// Cycles per target deduplicated: `cycles_per_target`, else `cycles_per_edge_sampled`.
+    pub fn target_cycles(&self) -> u64 {
+        self.cycles_per_target
+            .unwrap_or(self.cycles_per_edge_sampled)
+    }
+
+    /// Cycles per node-table entry cleared: `cycles_per_node_cleared`, else
+    /// `cycles_per_edge_sampled`.
+    pub fn node_cleared_cycles(&self) -> u64 {
+        self.cycles_per_node_cleared
+            .unwrap_or(self.cycles_per_edge_sampled)
+    }
 }
 
 /// `[dram]`: the controller's DRAM.
@@ -656,6 +680,12 @@ impl HwConfig {
             MAX_CYCLES,
             "cores.cycles_per_edge_sampled",
         )?;
+        at_most(c.target_cycles(), MAX_CYCLES, "cores.cycles_per_target")?;
+        at_most(
+            c.node_cleared_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_node_cleared",
+        )?;
         at_most(
             c.cycles_per_kib_copied,
             MAX_CYCLES,
@@ -954,6 +984,8 @@ pub(crate) mod tests {
         rejects("cores", "cycles_per_page_scanned", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_scanned", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
+        rejects("cores", "cycles_per_target", "2000000000", "at most");
+        rejects("cores", "cycles_per_node_cleared", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");
         rejects("cores", "cycles_per_sort_key_move", "2000000000", "at most");
         rejects("cores", "cycles_per_block_scanned", "2000000000", "at most");

@@ -10,6 +10,8 @@
 //!        + pages_scanned × cycles_per_page_scanned
 //!        + edges_scanned × cycles_per_edge_scanned
 //!        + edges_sampled × cycles_per_edge_sampled
+//!        + targets_deduplicated × cycles_per_target
+//!        + nodes_cleared × cycles_per_node_cleared
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
 //!        + sort_key_moves × cycles_per_sort_key_move
 //!        + blocks_scanned × cycles_per_block_scanned
@@ -77,6 +79,8 @@ impl CoreModel {
             w.pages_scanned.saturating_mul(c.cycles_per_page_scanned),
             w.edges_scanned.saturating_mul(c.cycles_per_edge_scanned),
             w.edges_sampled.saturating_mul(c.cycles_per_edge_sampled),
+            w.targets_deduplicated.saturating_mul(c.target_cycles()),
+            w.nodes_cleared.saturating_mul(c.node_cleared_cycles()),
             w.bytes_copied
                 .saturating_mul(c.cycles_per_kib_copied)
                 .div_ceil(1024),
@@ -115,6 +119,8 @@ mod tests {
             cycles_per_page_scanned: 20,
             cycles_per_edge_scanned: 2,
             cycles_per_edge_sampled: 50,
+            cycles_per_target: Some(70),
+            cycles_per_node_cleared: Some(30),
             cycles_per_kib_copied: 512,
             cycles_per_sort_key_move: 3,
             cycles_per_block_scanned: 4,
@@ -133,6 +139,8 @@ mod tests {
             pages_scanned: 4,
             edges_scanned: 5,
             edges_sampled: 6,
+            targets_deduplicated: 8,
+            nodes_cleared: 9,
             bytes_copied: 2048,
             sort_key_moves: 7,
             blocks_scanned: 5,
@@ -141,10 +149,26 @@ mod tests {
         };
         assert_eq!(
             m.cycles(&w),
-            1000 + 200 + 30 + 80 + 10 + 300 + 1024 + 21 + 20 + 80 + 18
+            1000 + 200 + 30 + 80 + 10 + 300 + 8 * 70 + 9 * 30 + 1024 + 21 + 20 + 80 + 18
         );
-        assert_eq!(m.ns(&w), 2783);
+        assert_eq!(m.ns(&w), 3613);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
+    }
+
+    #[test]
+    fn a_description_without_the_split_costs_prices_targets_and_clears_as_sampled_edges() {
+        let mut config = model(1000).config;
+        (config.cycles_per_target, config.cycles_per_node_cleared) = (None, None);
+        let m = CoreModel::new(&config);
+        let w = |targets, cleared| WorkCounters {
+            targets_deduplicated: targets,
+            nodes_cleared: cleared,
+            ..WorkCounters::default()
+        };
+        assert_eq!(m.cycles(&w(3, 0)), 3 * 50);
+        assert_eq!(m.cycles(&w(0, 4)), 4 * 50);
+        // With them, each is its own price (70 and 30 in `model`).
+        assert_eq!(model(1000).cycles(&w(3, 4)), 3 * 70 + 4 * 30);
     }
 
     #[test]

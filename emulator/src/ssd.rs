@@ -1483,6 +1483,16 @@ pub(crate) mod tests {
         let (before, after, submitted, collected) = sample_in_storage(&small_config());
         let work = after.work.since(&before.work);
         assert!(work.pages_scanned > 0 && work.edges_sampled > 0, "{work:?}");
+        // Each unit counted once for what it is: the five targets, the sampled edges of the
+        // subgraph's layers, and one node-table clear per node of its node list.
+        let size = collected.cqe.result.get() as usize;
+        let view = sagessd_abi::subgraph::SubgraphView::parse(&collected.data[..size]).unwrap();
+        let edges: u64 = (0..view.layer_count())
+            .map(|l| u64::from(view.layer(l).counts.edge_count))
+            .sum();
+        assert_eq!(work.targets_deduplicated, 5);
+        assert_eq!(work.edges_sampled, edges);
+        assert_eq!(work.nodes_cleared, view.nodes().len() as u64);
         assert!(
             after.nand_pages_read > before.nand_pages_read,
             "the sampler read flash"

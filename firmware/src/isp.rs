@@ -421,7 +421,7 @@ impl Isp {
                 return true;
             }
         }
-        backend.work.edges_sampled += u64::from(self.jobs[slot].target_count);
+        backend.work.targets_deduplicated += u64::from(self.jobs[slot].target_count);
         let dst = self.jobs[slot].node_count;
         let run = Run {
             slot,
@@ -848,7 +848,7 @@ impl Isp {
             }
             self.node_hash.set_u32(dram, h, 0);
         }
-        work.edges_sampled += nodes as u64;
+        work.nodes_cleared += nodes as u64;
     }
 
     fn home(&self, node: u64) -> usize {

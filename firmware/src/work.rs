@@ -15,9 +15,14 @@ pub struct WorkCounters {
     /// Values the ISP engine's gathers read out of flash pages: `indptr` bounds and neighbour
     /// ids (a little-endian load and a store each).
     pub edges_scanned: u64,
-    /// Nodes the ISP engine deduplicated: each sampled neighbour (drawn, probed in the node
-    /// table, written out) and each target; plus node-table entries cleared after a job.
+    /// Neighbours the ISP engine sampled: each drawn, probed in the node table and written out.
     pub edges_sampled: u64,
+    /// Targets the ISP engine deduplicated into a job's node list at its start: each loaded,
+    /// probed in the node table and written (no draw).
+    pub targets_deduplicated: u64,
+    /// Node-table entries the ISP engine cleared after a job: each found by a probe, then
+    /// zeroed.
+    pub nodes_cleared: u64,
     /// Bytes moved by the cores or DMA between host and DRAM.
     pub bytes_copied: u64,
     /// Keys moved by the ISP engine's radix-sort passes (each pass counts and scatters every
@@ -43,6 +48,8 @@ impl WorkCounters {
             pages_scanned: self.pages_scanned - earlier.pages_scanned,
             edges_scanned: self.edges_scanned - earlier.edges_scanned,
             edges_sampled: self.edges_sampled - earlier.edges_sampled,
+            targets_deduplicated: self.targets_deduplicated - earlier.targets_deduplicated,
+            nodes_cleared: self.nodes_cleared - earlier.nodes_cleared,
             bytes_copied: self.bytes_copied - earlier.bytes_copied,
             sort_key_moves: self.sort_key_moves - earlier.sort_key_moves,
             blocks_scanned: self.blocks_scanned - earlier.blocks_scanned,
