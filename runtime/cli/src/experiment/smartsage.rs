@@ -72,8 +72,8 @@ impl Sweep {
         Self {
             graph: GraphSpec::parse("synthetic:16M").expect("a valid graph word"),
             batches: 16,
-            // Cold, to keep the demo within two minutes; at r = 8 a warm page cache moves
-            // mmap's time little (docs/experiments.md).
+            // Cold, to keep the demo within two minutes. At r = 8 that flatters mmap: in the
+            // papers100M sweep a warm page cache made it 14 % slower (docs/experiments.md).
             warmup_batches: 0,
             batch_size: 1024,
             fanouts: vec![25, 10],
