@@ -58,6 +58,42 @@ pub struct HwConfig {
     /// [`crate::ssd`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p2p: Option<P2pConfig>,
+    /// The embedded core's micro-architecture, as `sagessd firmware calibrate` needs it to
+    /// turn the firmware's instruction counts and modelled cache misses into the `[cores]`
+    /// cycle costs. Optional: the emulator itself never reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_timing: Option<CoreTimingConfig>,
+}
+
+/// `[core_timing]`: the caches and latencies of the core that runs the firmware, for
+/// calibration. Cycles of a run are
+/// `instructions × base_cycles_per_1000_instructions / 1000 + (L1 misses that hit L2) ×
+/// l2_hit_penalty_cycles + (L2 misses) × dram_penalty_ns × clock`, instruction fetches and
+/// data accesses alike, with the misses counted by replaying the run's accesses through
+/// caches of this shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoreTimingConfig {
+    /// The core, for reports (e.g. "Cortex-A9").
+    pub cpu: String,
+    /// L1 instruction cache capacity.
+    pub l1i_bytes: u32,
+    /// L1 data cache capacity.
+    pub l1d_bytes: u32,
+    /// Ways of each L1.
+    pub l1_ways: u32,
+    /// Unified L2 capacity.
+    pub l2_bytes: u32,
+    /// Ways of the L2.
+    pub l2_ways: u32,
+    /// Line size of every level (a power of two).
+    pub line_bytes: u32,
+    /// Cycles per 1,000 instructions when every access hits L1 (the base CPI × 1000).
+    pub base_cycles_per_1000_instructions: u32,
+    /// Cycles an L1 miss that hits L2 adds.
+    pub l2_hit_penalty_cycles: u32,
+    /// Nanoseconds an L2 miss adds (DRAM), converted at `cores.clock_mhz`.
+    pub dram_penalty_ns: u32,
 }
 
 /// `[device]`: what the device is called.
@@ -510,6 +546,7 @@ impl HwConfig {
         self.validate_firmware()?;
         self.validate_dram()?;
         self.validate_p2p()?;
+        self.validate_core_timing()?;
         self.trainer.validate()?;
         self.host.validate()
     }
@@ -541,6 +578,49 @@ impl HwConfig {
         check(self.firmware.isp, "p2p", || {
             "a [p2p] link needs in-storage processing (firmware.isp = true)".to_string()
         })
+    }
+
+    fn validate_core_timing(&self) -> Result<(), EmulatorError> {
+        let Some(m) = &self.core_timing else {
+            return Ok(());
+        };
+        power_of_two(m.line_bytes.into(), "core_timing.line_bytes")?;
+        in_range(m.line_bytes.into(), 16, 256, "core_timing.line_bytes")?;
+        for (bytes, ways, field) in [
+            (m.l1i_bytes, m.l1_ways, "core_timing.l1i_bytes"),
+            (m.l1d_bytes, m.l1_ways, "core_timing.l1d_bytes"),
+            (m.l2_bytes, m.l2_ways, "core_timing.l2_bytes"),
+        ] {
+            in_range(ways.into(), 1, 64, field)?;
+            let way_bytes = u64::from(ways) * u64::from(m.line_bytes);
+            check(
+                u64::from(bytes).is_multiple_of(way_bytes)
+                    && (u64::from(bytes) / way_bytes).is_power_of_two(),
+                field,
+                || {
+                    format!(
+                        "{bytes} bytes is not a power-of-two number of {ways}-way sets of {}-byte lines",
+                        m.line_bytes
+                    )
+                },
+            )?;
+        }
+        in_range(
+            m.base_cycles_per_1000_instructions.into(),
+            100,
+            100_000,
+            "core_timing.base_cycles_per_1000_instructions",
+        )?;
+        at_most(
+            m.l2_hit_penalty_cycles.into(),
+            10_000,
+            "core_timing.l2_hit_penalty_cycles",
+        )?;
+        at_most(
+            m.dram_penalty_ns.into(),
+            100_000,
+            "core_timing.dram_penalty_ns",
+        )
     }
 
     fn validate_device(&self) -> Result<(), EmulatorError> {
@@ -774,8 +854,9 @@ impl HwConfig {
     }
 }
 
-/// The shipped Cosmos+ description, compiled in so [`HwConfig::cosmos_plus`] needs no file.
-const COSMOS_PLUS_TOML: &str = include_str!("../../hw-configs/cosmos-plus.toml");
+/// The shipped Cosmos+ description (hw-configs/cosmos-plus.toml), compiled in so
+/// [`HwConfig::cosmos_plus`] needs no file.
+pub const COSMOS_PLUS_TOML: &str = include_str!("../../hw-configs/cosmos-plus.toml");
 const NEWPORT_TOML: &str = include_str!("../../hw-configs/newport.toml");
 
 #[cfg(test)]

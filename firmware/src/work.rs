@@ -39,6 +39,77 @@ pub struct WorkCounters {
 }
 
 impl WorkCounters {
+    /// The counters' names (their field names), in the order of [`WorkCounters::values`]: how
+    /// reports and `sagessd firmware calibrate` name each unit of work.
+    pub const NAMES: [&'static str; 13] = [
+        "commands",
+        "flash_ops",
+        "page_lookups",
+        "pages_scanned",
+        "edges_scanned",
+        "edges_sampled",
+        "targets_deduplicated",
+        "nodes_cleared",
+        "bytes_copied",
+        "sort_key_moves",
+        "blocks_scanned",
+        "polls",
+        "parked_checked",
+    ];
+
+    /// The counters, in the order of [`WorkCounters::NAMES`].
+    pub fn values(&self) -> [u64; 13] {
+        [
+            self.commands,
+            self.flash_ops,
+            self.page_lookups,
+            self.pages_scanned,
+            self.edges_scanned,
+            self.edges_sampled,
+            self.targets_deduplicated,
+            self.nodes_cleared,
+            self.bytes_copied,
+            self.sort_key_moves,
+            self.blocks_scanned,
+            self.polls,
+            self.parked_checked,
+        ]
+    }
+
+    /// Counters from their values in the order of [`WorkCounters::NAMES`].
+    pub fn from_values(v: [u64; 13]) -> Self {
+        let [
+            commands,
+            flash_ops,
+            page_lookups,
+            pages_scanned,
+            edges_scanned,
+            edges_sampled,
+            targets_deduplicated,
+            nodes_cleared,
+            bytes_copied,
+            sort_key_moves,
+            blocks_scanned,
+            polls,
+            parked_checked,
+        ] = v;
+        Self {
+            commands,
+            flash_ops,
+            page_lookups,
+            pages_scanned,
+            edges_scanned,
+            edges_sampled,
+            targets_deduplicated,
+            nodes_cleared,
+            bytes_copied,
+            sort_key_moves,
+            blocks_scanned,
+            polls,
+            parked_checked,
+        }
+    }
+
     /// The work done since `earlier`.
     pub fn since(&self, earlier: &Self) -> Self {
         Self {
@@ -55,6 +126,27 @@ impl WorkCounters {
             blocks_scanned: self.blocks_scanned - earlier.blocks_scanned,
             polls: self.polls - earlier.polls,
             parked_checked: self.parked_checked - earlier.parked_checked,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::format;
+
+    #[test]
+    fn names_and_values_follow_the_fields() {
+        let values: [u64; 13] = core::array::from_fn(|i| 100 + i as u64);
+        let w = WorkCounters::from_values(values);
+        assert_eq!(w.values(), values);
+        // Each name is the field that holds its value (as Debug prints the fields).
+        let debug = format!("{w:?}");
+        for (name, value) in WorkCounters::NAMES.iter().zip(values) {
+            assert!(
+                debug.contains(&format!("{name}: {value}")),
+                "{name} in {debug}"
+            );
         }
     }
 }

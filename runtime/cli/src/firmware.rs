@@ -1,4 +1,5 @@
-//! `sagessd firmware footprint`: what the board firmware needs on a real SSD controller.
+//! `sagessd firmware footprint`: what the board firmware needs on a real SSD controller; and
+//! `sagessd firmware calibrate` (in `calibrate`): what its work costs a board's core.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,6 +15,11 @@ pub(crate) enum FirmwareCommand {
     /// what each region scales with (the static .text/.data/.bss footprint of the board build is
     /// printed by scripts/footprint.sh).
     Footprint(FootprintArgs),
+    /// Measure the `[cores]` cycle costs: run the firmware's calibration workloads on an
+    /// emulated Cortex-A9 (QEMU with a profiling plugin), count each workload's instructions
+    /// and modelled cache misses, fit cycles per unit of counted work, and print them beside the
+    /// description's (needs qemu-system-arm and gcc-arm-none-eabi; builds from the sources).
+    Calibrate(crate::calibrate::CalibrateArgs),
 }
 
 /// Flags of `firmware footprint`.
@@ -29,6 +35,7 @@ pub(crate) struct FootprintArgs {
 pub(crate) fn run(command: FirmwareCommand) -> anyhow::Result<ExitCode> {
     match command {
         FirmwareCommand::Footprint(args) => run_footprint(args),
+        FirmwareCommand::Calibrate(args) => crate::calibrate::run(args),
     }
 }
 

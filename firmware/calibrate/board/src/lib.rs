@@ -1,0 +1,114 @@
+//! The calibration image's entry point on QEMU's vexpress-a9 (Cortex-A9, 1 GiB, MMU and
+//! caches off): reads the plan the host loaded at [`PLAN_ADDRESS`], gives the RAM between the
+//! image and the marker page to the workloads, runs them with marker stores at
+//! [`MARKS_ADDRESS`] for the profiling plugin, and prints their reports on the UART
+//! (`tests/board/platform_vexpress.c`). Built only for `target_os = "none"`; `build.sh` links it
+//! with `tests/board/startup.S` and `vexpress-a9.ld`.
+#![cfg_attr(target_os = "none", no_std)]
+
+#[cfg(target_os = "none")]
+mod image {
+    use core::fmt::Write;
+
+    use sagessd_calibrate::{MARKS_ADDRESS, Marks, PLAN_ADDRESS, Plan, workloads};
+
+    unsafe extern "C" {
+        fn platform_init();
+        fn platform_putc(c: core::ffi::c_char);
+        fn platform_exit(code: i32) -> !;
+        /// End of the image's DDR section (vexpress-a9.ld): free RAM starts after it.
+        static __ddr_end: u8;
+    }
+
+    /// Bytes of host buffer: a check minibatch's subgraph (1,024 targets, fanouts 25,10:
+    /// at most 282,624 nodes and 281,600 edges, under 4 MiB) with room to spare.
+    const HOST_BYTES: usize = 16 << 20;
+
+    /// The UART, as `core::fmt` output.
+    struct Uart;
+
+    impl Write for Uart {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            for b in s.bytes() {
+                // SAFETY: platform_putc writes one byte to the PL011's data register.
+                unsafe { platform_putc(b as core::ffi::c_char) };
+            }
+            Ok(())
+        }
+    }
+
+    /// Marker stores the profiling plugin watches (it sees the address, not the value).
+    #[derive(Clone, Copy, Debug)]
+    struct BoardMarks;
+
+    impl BoardMarks {
+        fn store(word: usize) {
+            let at = (MARKS_ADDRESS as usize + 4 * word) as *mut u32;
+            // SAFETY: the marker page lies in RAM below the plan, outside every other use
+            // (main hands out RAM only up to MARKS_ADDRESS).
+            unsafe { at.write_volatile(1) };
+        }
+    }
+
+    impl Marks for BoardMarks {
+        #[inline(always)]
+        fn enter(self) {
+            Self::store(0);
+        }
+        #[inline(always)]
+        fn leave(self) {
+            Self::store(1);
+        }
+        #[inline(always)]
+        fn segment(self) {
+            Self::store(2);
+        }
+    }
+
+    /// The image's `main`, called by startup.S.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn main() -> i32 {
+        // SAFETY: sets up the UART; called once, first.
+        unsafe { platform_init() };
+        let mut out = Uart;
+        let _ = writeln!(out, "calibrate start");
+        // SAFETY: the host loaded the plan there (QEMU's loader) before the CPU started; the
+        // page is RAM that nothing else uses.
+        let plan_bytes =
+            unsafe { core::slice::from_raw_parts(PLAN_ADDRESS as usize as *const u8, 64) };
+        let plan = match Plan::decode(plan_bytes) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let _ = writeln!(out, "calibrate FAIL plan {e:?}");
+                return 1;
+            }
+        };
+        // `__ddr_end` is a linker symbol: only its address is taken.
+        let start = core::ptr::addr_of!(__ddr_end) as usize;
+        let start = start.next_multiple_of(4096);
+        let end = MARKS_ADDRESS as usize;
+        if end <= start {
+            let _ = writeln!(out, "calibrate FAIL no RAM after the image");
+            return 1;
+        }
+        // SAFETY: RAM from the end of the image's sections to the marker page belongs to no
+        // one else (startup.S's stacks and the DDR section lie below it); QEMU starts it
+        // zero-filled, as the firmware's arena must be.
+        let memory = unsafe { core::slice::from_raw_parts_mut(start as *mut u8, end - start) };
+        match workloads::run(&plan, memory, HOST_BYTES, BoardMarks, &mut out) {
+            Ok(()) => 0,
+            Err(e) => {
+                let _ = writeln!(out, "calibrate FAIL {e:?}");
+                1
+            }
+        }
+    }
+
+    /// A panic is a harness bug: say so and stop with a failure.
+    #[panic_handler]
+    fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+        let _ = writeln!(Uart, "calibrate FAIL panic {info}");
+        // SAFETY: ends the run through semihosting.
+        unsafe { platform_exit(1) }
+    }
+}

@@ -1,0 +1,411 @@
+//! The workloads: each does mostly one unit of counted work, so that fitting cycles to units
+//! over all of them prices each unit for what it is; one more, a realistic minibatch mix, is
+//! kept out of the fit to check it.
+//!
+//! A run boots the device, stores [`UnitGraph`], [`SkewedGraph`] and a plain data region, and
+//! then runs every workload in [`WORKLOADS`] order. Each workload's firmware work is one
+//! profiling segment ([`Marks::segment`] before and after it); what the harness does between
+//! workloads (warming or emptying the page buffer) falls in segments no workload claims. For
+//! each workload the run prints one line:
+//!
+//! ```plain
+//! calibrate workload <name> segment <k> commands <n> flash_ops <n> ... parked_checked <n>
+//! ```
+//!
+//! (every [`WorkCounters::NAMES`] with the work the firmware counted in that segment), and at
+//! the end `calibrate done segments <n>`.
+
+use core::fmt::Write;
+
+use sagessd_abi::ns_config::{MAX_LAYERS, NS_CONFIG_MAGIC, NS_CONFIG_VERSION, NsConfigHeader};
+use sagessd_firmware::work::WorkCounters;
+use zerocopy::IntoBytes;
+
+use crate::graphs::{Graph, SkewedGraph, UnitGraph, mix, store};
+use crate::{CalibrateError, Device, Marks, Plan};
+
+/// What a workload is meant to measure: a counted unit, or the check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aim {
+    /// Mostly this unit of [`WorkCounters::NAMES`].
+    Unit(&'static str),
+    /// A realistic mix, not fitted: the fitted costs must predict it.
+    Check,
+}
+
+/// One workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Its name in reports.
+    pub name: &'static str,
+    /// What it measures.
+    pub aim: Aim,
+    /// What it does, in words.
+    pub what: &'static str,
+}
+
+/// Every workload, in run order.
+pub const WORKLOADS: [Workload; 14] = [
+    Workload {
+        name: "idle_polls",
+        aim: Aim::Unit("polls"),
+        what: "4,096 polls of an idle firmware",
+    },
+    Workload {
+        name: "buffered_reads",
+        aim: Aim::Unit("commands"),
+        what: "1,024 Reads of one block from pages in the page buffer",
+    },
+    Workload {
+        name: "buffered_straddling_reads",
+        aim: Aim::Unit("page_lookups"),
+        what: "1,024 Reads of two blocks on either side of a page boundary, in the page buffer",
+    },
+    Workload {
+        name: "buffered_large_reads",
+        aim: Aim::Unit("page_lookups"),
+        what: "64 Reads of the largest transfer (33 pages each) from pages in the page buffer",
+    },
+    Workload {
+        name: "flash_reads",
+        aim: Aim::Unit("flash_ops"),
+        what: "512 Reads of one block, each from another page, after the page buffer was emptied",
+    },
+    Workload {
+        name: "isp_repeated_targets",
+        aim: Aim::Unit("targets_deduplicated"),
+        what: "4 jobs of max_targets copies of one degree-0 node, fanout 1",
+    },
+    Workload {
+        name: "isp_distinct_targets",
+        aim: Aim::Unit("nodes_cleared"),
+        what: "4 jobs of max_targets distinct degree-0 nodes, fanout 1",
+    },
+    Workload {
+        name: "isp_local_sampling",
+        aim: Aim::Unit("edges_sampled"),
+        what: "4 jobs of 1,024 nodes of degree 32 with neighbours among 64 nodes, fanout 16",
+    },
+    Workload {
+        name: "isp_spread_pages",
+        aim: Aim::Unit("pages_scanned"),
+        what: "4 jobs of 512 degree-0 nodes whose bounds lie on 512 pages, fanout 1",
+    },
+    Workload {
+        name: "isp_warm_pages",
+        aim: Aim::Unit("pages_scanned"),
+        what: "the same 4 jobs with their pages in the page buffer (no flash reads)",
+    },
+    Workload {
+        name: "isp_one_page_gathers",
+        aim: Aim::Unit("edges_scanned"),
+        what: "4 jobs of the nodes whose lists fill one page, fanout 32 (nothing to sort)",
+    },
+    Workload {
+        name: "isp_whole_lists",
+        aim: Aim::Unit("sort_key_moves"),
+        what: "4 jobs of 256 consecutive nodes of degree 32, fanout 32 (every list whole)",
+    },
+    Workload {
+        name: "isp_wide_gathers",
+        aim: Aim::Unit("sort_key_moves"),
+        what: "4 jobs of max_targets nodes spread over the graph's pages, fanout 1",
+    },
+    Workload {
+        name: "check_minibatch",
+        aim: Aim::Check,
+        what: "4 jobs of 1,024 random nodes of a skewed graph, fanouts 25,10 (SmartSAGE's)",
+    },
+];
+
+/// Jobs per ISP workload.
+const JOBS: u32 = 4;
+/// Bytes of the plain data region the read workloads use.
+const READ_REGION_BYTES: u64 = 8 << 20;
+
+/// Where the run keeps its data on the namespace.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    unit: sagessd_abi::graph::GraphDescriptor,
+    skewed: sagessd_abi::graph::GraphDescriptor,
+    /// First block of the read region.
+    reads: u64,
+    /// Blocks per flash page.
+    blocks_per_page: u64,
+    /// Blocks of the read region kept in the page buffer.
+    warm_blocks: u64,
+}
+
+/// Runs every workload on the plan's device in `memory`, printing to `out`. `host_bytes` of
+/// `memory` (after the arena) become the host buffer: it must hold a minibatch's subgraph.
+pub fn run<K: Marks, W: Write>(
+    plan: &Plan,
+    memory: &mut [u8],
+    host_bytes: usize,
+    marks: K,
+    out: &mut W,
+) -> Result<(), CalibrateError> {
+    let mut device = Device::boot(plan, memory, host_bytes, marks)?;
+    let chunk = plan.config.max_transfer_bytes as usize;
+    let bs = u64::from(device.block_size_bytes());
+    let page = u64::from(plan.geometry.page_size_bytes);
+    let round_up = |lba: u64| lba.div_ceil(page / bs) * (page / bs);
+    let unit = store(&mut device, &UnitGraph, 0, page / bs, chunk)?;
+    let skewed_at = round_up(unit.indices.slba + unit.indices.block_count);
+    let skewed = store(&mut device, &SkewedGraph, skewed_at, page / bs, chunk)?;
+    let reads = round_up(skewed.indices.slba + skewed.indices.block_count);
+    for lba in (0..READ_REGION_BYTES / bs).step_by(chunk / bs as usize) {
+        fill(device.buffer(), lba);
+        device.write(reads + lba, chunk)?;
+    }
+    let buffered = u64::from(plan.config.page_buffer_pages / 2) * page;
+    let layout = Layout {
+        unit,
+        skewed,
+        reads,
+        blocks_per_page: page / bs,
+        warm_blocks: buffered.clamp(chunk as u64, 2 << 20) / bs,
+    };
+    let mut segments = 0u32;
+    for w in WORKLOADS {
+        prepare(&mut device, &layout, plan, w.name, chunk)?;
+        marks.segment();
+        let before = device.work();
+        perform(&mut device, &layout, plan, w.name, chunk)?;
+        let work = device.work().since(&before);
+        marks.segment();
+        segments += 2;
+        let _ = write!(
+            out,
+            "calibrate workload {} segment {}",
+            w.name,
+            segments - 1
+        );
+        for (name, value) in WorkCounters::NAMES.iter().zip(work.values()) {
+            let _ = write!(out, " {name} {value}");
+        }
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(out, "calibrate done segments {segments}");
+    Ok(())
+}
+
+/// Distinct bytes for block `lba` of the read region.
+fn fill(buffer: &mut [u8], lba: u64) {
+    for (i, word) in buffer.chunks_exact_mut(8).enumerate() {
+        word.copy_from_slice(&mix(lba << 20 | i as u64).to_le_bytes());
+    }
+}
+
+/// What the harness does before a workload's segment: attach its graph, warm or empty the
+/// page buffer.
+fn prepare<K: Marks>(
+    device: &mut Device<'_, K>,
+    layout: &Layout,
+    plan: &Plan,
+    name: &str,
+    chunk: usize,
+) -> Result<(), CalibrateError> {
+    match name {
+        "buffered_reads" | "buffered_straddling_reads" | "buffered_large_reads" => {
+            let step = chunk as u64 / u64::from(device.block_size_bytes());
+            for lba in (0..layout.warm_blocks).step_by(step as usize) {
+                device.read(layout.reads + lba, step as u32)?;
+            }
+        }
+        "isp_repeated_targets" => device.attach(&layout.unit)?,
+        "isp_warm_pages" => {
+            // Its pages in the page buffer: the first job's, read here.
+            let len = job_config(device, plan, name, 0)?;
+            device.sample(len)?;
+            return Ok(());
+        }
+        "check_minibatch" => device.attach(&layout.skewed)?,
+        _ => {}
+    }
+    if !name.starts_with("buffered") {
+        device.drop_page_buffer();
+    }
+    Ok(())
+}
+
+/// The workload's own work.
+fn perform<K: Marks>(
+    device: &mut Device<'_, K>,
+    layout: &Layout,
+    plan: &Plan,
+    name: &str,
+    chunk: usize,
+) -> Result<(), CalibrateError> {
+    let bs = u64::from(device.block_size_bytes());
+    match name {
+        "idle_polls" => {
+            for _ in 0..4096 {
+                device.poll();
+            }
+        }
+        "buffered_straddling_reads" => {
+            // The last block of a page and the first of the next.
+            let pages = layout.warm_blocks / layout.blocks_per_page;
+            for i in 0..1024u64 {
+                let boundary = (1 + mix(i) % (pages - 1)) * layout.blocks_per_page;
+                device.read(layout.reads + boundary - 1, 2)?;
+            }
+        }
+        "buffered_reads" => {
+            for i in 0..1024u64 {
+                device.read(layout.reads + mix(i) % layout.warm_blocks, 1)?;
+            }
+        }
+        "buffered_large_reads" => {
+            let blocks = chunk as u64 / bs;
+            let starts = layout.warm_blocks - blocks + 1;
+            for i in 0..64u64 {
+                device.read(layout.reads + mix(i) % starts, blocks as u32)?;
+            }
+        }
+        "flash_reads" => {
+            let pages = READ_REGION_BYTES / bs / layout.blocks_per_page;
+            for i in 0..512u64.min(pages) {
+                device.read(layout.reads + i * layout.blocks_per_page, 1)?;
+            }
+        }
+        _ => {
+            for job in 0..JOBS {
+                let len = job_config(device, plan, name, job)?;
+                device.sample(len)?;
+                if name != "isp_warm_pages" {
+                    device.drop_page_buffer();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes the NS_config of job `job` of ISP workload `name` into the host buffer; returns its
+/// length.
+fn job_config<K: Marks>(
+    device: &mut Device<'_, K>,
+    plan: &Plan,
+    name: &str,
+    job: u32,
+) -> Result<usize, CalibrateError> {
+    let max_targets = u64::from(plan.config.limits.max_targets);
+    let seed = 0x5A9E_0000 + u64::from(job);
+    // A list of the unit graph is 128 B: a page holds this many.
+    let lists_per_page = u64::from(plan.geometry.page_size_bytes) / 128;
+    match name {
+        "isp_repeated_targets" => {
+            ns_config(device, seed, &[1], max_targets, |_| UnitGraph::ISOLATED)
+        }
+        "isp_distinct_targets" => {
+            ns_config(device, seed, &[1], max_targets, |i| UnitGraph::ISOLATED + i)
+        }
+        "isp_local_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::LOCAL + i),
+        "isp_spread_pages" | "isp_warm_pages" => {
+            // An indptr entry is 8 B: one target's bounds per page.
+            let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
+            let t = |i: u64| UnitGraph::ISOLATED + (i * per_page + 1) % UnitGraph::ISOLATED_NODES;
+            ns_config(device, seed, &[1], 512, t)
+        }
+        "isp_one_page_gathers" => {
+            // The lists of one page, whose bounds share a page too: nothing to sort.
+            let first = UnitGraph::LOCAL + lists_per_page * u64::from(job);
+            ns_config(device, seed, &[32], lists_per_page, |i| first + i)
+        }
+        "isp_whole_lists" => {
+            let first = UnitGraph::LOCAL + 256 * u64::from(job);
+            ns_config(device, seed, &[32], 256, |i| first + i)
+        }
+        "isp_wide_gathers" => {
+            let n = UnitGraph.node_count();
+            let t = |i: u64| (i * n / max_targets + u64::from(job)) % n;
+            ns_config(device, seed, &[1], max_targets, t)
+        }
+        _ => {
+            let n = SkewedGraph.node_count();
+            let t = |i: u64| mix(seed << 32 | i) % n;
+            ns_config(device, seed, &[25, 10], 1024, t)
+        }
+    }
+}
+
+/// Writes an NS_config of `count` targets (`target(i)`) into the host buffer; returns its
+/// length.
+fn ns_config<K: Marks>(
+    device: &mut Device<'_, K>,
+    seed: u64,
+    fanouts: &[u16],
+    count: u64,
+    target: impl Fn(u64) -> u64,
+) -> Result<usize, CalibrateError> {
+    let mut header = NsConfigHeader {
+        magic: NS_CONFIG_MAGIC,
+        version: NS_CONFIG_VERSION.into(),
+        layer_count: fanouts.len() as u8,
+        flags: 0,
+        seed: seed.into(),
+        fanouts: Default::default(),
+        target_count: (count as u32).into(),
+        reserved: 0.into(),
+    };
+    for (slot, f) in header.fanouts.iter_mut().zip(fanouts).take(MAX_LAYERS) {
+        *slot = (*f).into();
+    }
+    let head = header.as_bytes();
+    let len = head.len() + 8 * count as usize;
+    let buffer = device.buffer();
+    if buffer.len() < len {
+        return Err(CalibrateError::HostBuffer);
+    }
+    buffer[..head.len()].copy_from_slice(head);
+    for i in 0..count {
+        let at = head.len() + 8 * i as usize;
+        buffer[at..at + 8].copy_from_slice(&target(i).to_le_bytes());
+    }
+    Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NoMarks;
+    use sagessd_abi::ns_config::NsLimits;
+    use sagessd_firmware::FirmwareConfig;
+    use sagessd_firmware::hal::Geometry;
+    use std::string::String;
+    use std::vec;
+
+    #[test]
+    fn every_workload_runs_and_reports() {
+        let plan = Plan {
+            geometry: Geometry {
+                channels: 8,
+                ways: 8,
+                dies_per_way: 1,
+                blocks_per_die: 64,
+                pages_per_block: 256,
+                page_size_bytes: 16384,
+            },
+            config: FirmwareConfig {
+                page_buffer_pages: 1024,
+                isp_slots: 2,
+                limits: NsLimits {
+                    max_targets: 4096,
+                    max_fanout: 64,
+                },
+                max_subgraph_nodes: 1 << 20,
+                max_subgraph_edges: 1 << 21,
+                max_transfer_bytes: 512 << 10,
+                tunnel: false,
+                ..FirmwareConfig::default()
+            },
+        };
+        let mut memory = vec![0u8; 600 << 20];
+        let mut out = String::new();
+        run(&plan, &mut memory, 16 << 20, NoMarks, &mut out).unwrap();
+        std::println!("{out}");
+        assert!(out.ends_with("calibrate done segments 28\n"), "{out}");
+    }
+}

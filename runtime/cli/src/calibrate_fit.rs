@@ -1,0 +1,370 @@
+//! The arithmetic of `sagessd firmware calibrate`: a workload's cycles from its instruction
+//! count and modelled cache misses, and the cycle cost per unit of counted work fitted over the
+//! workloads.
+
+use sagessd_emulator::config::{CoreTimingConfig, CoresConfig};
+use sagessd_firmware::work::WorkCounters;
+
+/// What the profiling plugin counted in one segment of the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Profiled {
+    /// Instructions the firmware executed.
+    pub instructions: u64,
+    /// Its loads and stores.
+    pub data_accesses: u64,
+    /// Data accesses that missed L1D.
+    pub l1d_misses: u64,
+    /// ... and L2.
+    pub l2_data_misses: u64,
+    /// Instruction fetches from a new line.
+    pub fetches: u64,
+    /// Fetches that missed L1I.
+    pub l1i_misses: u64,
+    /// ... and L2.
+    pub l2_instruction_misses: u64,
+}
+
+impl Profiled {
+    /// Parses one plugin report line (`segment <k> instructions <n> data_accesses <n> ...`);
+    /// returns the segment number and its counts.
+    pub fn parse(line: &str) -> anyhow::Result<(usize, Self)> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let value = |key: &str| -> anyhow::Result<u64> {
+            let at = words
+                .iter()
+                .position(|w| *w == key)
+                .ok_or_else(|| anyhow::anyhow!("profile line without {key}: {line:?}"))?;
+            let text = words
+                .get(at + 1)
+                .ok_or_else(|| anyhow::anyhow!("profile line ends at {key}: {line:?}"))?;
+            text.parse()
+                .map_err(|e| anyhow::anyhow!("profile line's {key} {text:?}: {e}"))
+        };
+        Ok((
+            usize::try_from(value("segment")?)?,
+            Self {
+                instructions: value("instructions")?,
+                data_accesses: value("data_accesses")?,
+                l1d_misses: value("l1d_misses")?,
+                l2_data_misses: value("l2_data_misses")?,
+                fetches: value("fetches")?,
+                l1i_misses: value("l1i_misses")?,
+                l2_instruction_misses: value("l2_instruction_misses")?,
+            },
+        ))
+    }
+
+    /// Cycles on a core of `model` at `clock_mhz`: base CPI × instructions, plus each L1 miss
+    /// that hit L2 and each L2 miss at its penalty (an upper bound: an out-of-order core like
+    /// the A9 overlaps some misses).
+    pub fn cycles(&self, model: &CoreTimingConfig, clock_mhz: u32) -> f64 {
+        let l2_hits = (self.l1d_misses - self.l2_data_misses)
+            + (self.l1i_misses - self.l2_instruction_misses);
+        let l2_misses = self.l2_data_misses + self.l2_instruction_misses;
+        let dram_cycles = f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
+        self.instructions as f64 * f64::from(model.base_cycles_per_1000_instructions) / 1000.0
+            + l2_hits as f64 * f64::from(model.l2_hit_penalty_cycles)
+            + l2_misses as f64 * dram_cycles
+    }
+}
+
+/// One counted unit: its name in [`WorkCounters::NAMES`], its cost field in `[cores]`, and
+/// how many of the counter make one priced unit (1024 for bytes, priced per KiB).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unit {
+    /// The counter.
+    pub counter: &'static str,
+    /// The `[cores]` field that prices it.
+    pub field: &'static str,
+    /// Counts per priced unit.
+    pub per: u64,
+}
+
+/// Every unit, in [`WorkCounters::NAMES`] order.
+pub(crate) const UNITS: [Unit; 13] = [
+    Unit {
+        counter: "commands",
+        field: "cycles_per_command",
+        per: 1,
+    },
+    Unit {
+        counter: "flash_ops",
+        field: "cycles_per_flash_op",
+        per: 1,
+    },
+    Unit {
+        counter: "page_lookups",
+        field: "cycles_per_page_lookup",
+        per: 1,
+    },
+    Unit {
+        counter: "pages_scanned",
+        field: "cycles_per_page_scanned",
+        per: 1,
+    },
+    Unit {
+        counter: "edges_scanned",
+        field: "cycles_per_edge_scanned",
+        per: 1,
+    },
+    Unit {
+        counter: "edges_sampled",
+        field: "cycles_per_edge_sampled",
+        per: 1,
+    },
+    Unit {
+        counter: "targets_deduplicated",
+        field: "cycles_per_target",
+        per: 1,
+    },
+    Unit {
+        counter: "nodes_cleared",
+        field: "cycles_per_node_cleared",
+        per: 1,
+    },
+    Unit {
+        counter: "bytes_copied",
+        field: "cycles_per_kib_copied",
+        per: 1024,
+    },
+    Unit {
+        counter: "sort_key_moves",
+        field: "cycles_per_sort_key_move",
+        per: 1,
+    },
+    Unit {
+        counter: "blocks_scanned",
+        field: "cycles_per_block_scanned",
+        per: 1,
+    },
+    Unit {
+        counter: "polls",
+        field: "cycles_per_poll",
+        per: 1,
+    },
+    Unit {
+        counter: "parked_checked",
+        field: "cycles_per_parked_command",
+        per: 1,
+    },
+];
+
+/// The cost `cores` gives each unit, in [`UNITS`] order.
+pub(crate) fn configured(cores: &CoresConfig) -> [u64; 13] {
+    [
+        cores.cycles_per_command,
+        cores.cycles_per_flash_op,
+        cores.cycles_per_page_lookup,
+        cores.cycles_per_page_scanned,
+        cores.cycles_per_edge_scanned,
+        cores.cycles_per_edge_sampled,
+        cores.target_cycles(),
+        cores.node_cleared_cycles(),
+        cores.cycles_per_kib_copied,
+        cores.cycles_per_sort_key_move,
+        cores.cycles_per_block_scanned,
+        cores.cycles_per_poll,
+        cores.cycles_per_parked_command,
+    ]
+}
+
+/// `work` priced at `costs` (in [`UNITS`] order), as the emulator's core model prices it
+/// (without its rounding).
+pub(crate) fn priced(work: &WorkCounters, costs: &[f64; 13]) -> f64 {
+    work.values()
+        .iter()
+        .zip(UNITS.iter().zip(costs))
+        .map(|(n, (u, c))| *n as f64 / u.per as f64 * c)
+        .sum()
+}
+
+/// Fits the costs of the units named in `fitted` (indices into [`UNITS`]) to `rows` of
+/// (work counted, cycles measured), the other units priced at `fixed`: least squares on the
+/// relative error of each row (every workload weighs the same, whatever its size). Returns
+/// the costs in [`UNITS`] order (the fixed ones as given).
+pub(crate) fn fit(
+    rows: &[(WorkCounters, f64)],
+    fitted: &[usize],
+    fixed: &[f64; 13],
+) -> anyhow::Result<[f64; 13]> {
+    let k = fitted.len();
+    anyhow::ensure!(
+        rows.len() >= k,
+        "{} workloads cannot determine {k} costs",
+        rows.len()
+    );
+    // Normal equations of A c = b, with A's row i = the fitted units' counts / y_i and
+    // b_i = (y_i - fixed work) / y_i.
+    let mut ata = vec![vec![0.0f64; k]; k];
+    let mut atb = vec![0.0f64; k];
+    for (work, cycles) in rows {
+        anyhow::ensure!(*cycles > 0.0, "a workload measured no cycles");
+        let values = work.values();
+        let mut rest = *cycles;
+        for (u, unit) in UNITS.iter().enumerate() {
+            if !fitted.contains(&u) {
+                rest -= values[u] as f64 / unit.per as f64 * fixed[u];
+            }
+        }
+        let a: Vec<f64> = fitted
+            .iter()
+            .map(|u| values[*u] as f64 / UNITS[*u].per as f64 / cycles)
+            .collect();
+        let b = rest / cycles;
+        for i in 0..k {
+            atb[i] += a[i] * b;
+            for j in 0..k {
+                ata[i][j] += a[i] * a[j];
+            }
+        }
+    }
+    let solution = solve(ata, atb).ok_or_else(|| {
+        anyhow::anyhow!("the workloads do not determine every cost (their counts are dependent)")
+    })?;
+    let mut costs = *fixed;
+    for (u, c) in fitted.iter().zip(solution) {
+        costs[*u] = c;
+    }
+    Ok(costs)
+}
+
+/// Solves `m x = v` by Gaussian elimination with partial pivoting; `None` if `m` is singular.
+fn solve(mut m: Vec<Vec<f64>>, mut v: Vec<f64>) -> Option<Vec<f64>> {
+    let n = v.len();
+    let scale = m
+        .iter()
+        .flatten()
+        .fold(0.0f64, |a, x| a.max(x.abs()))
+        .max(f64::MIN_POSITIVE);
+    for col in 0..n {
+        let pivot = (col..n).max_by(|a, b| m[*a][col].abs().total_cmp(&m[*b][col].abs()))?;
+        if m[pivot][col].abs() <= scale * 1e-13 {
+            return None;
+        }
+        m.swap(col, pivot);
+        v.swap(col, pivot);
+        let (upper, lower) = m.split_at_mut(col + 1);
+        let pivot_row = &upper[col];
+        for (offset, row) in lower.iter_mut().enumerate() {
+            let f = row[col] / pivot_row[col];
+            for (a, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *a -= f * p;
+            }
+            v[col + 1 + offset] -= f * v[col];
+        }
+    }
+    let mut x = vec![0.0; n];
+    for row in (0..n).rev() {
+        let s: f64 = (row + 1..n).map(|j| m[row][j] * x[j]).sum();
+        x[row] = (v[row] - s) / m[row][row];
+    }
+    Some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(pairs: &[(&str, u64)]) -> WorkCounters {
+        let mut v = [0u64; 13];
+        for (name, n) in pairs {
+            let i = WorkCounters::NAMES.iter().position(|x| x == name).unwrap();
+            v[i] = *n;
+        }
+        WorkCounters::from_values(v)
+    }
+
+    #[test]
+    fn units_follow_the_counters() {
+        for (u, name) in UNITS.iter().zip(WorkCounters::NAMES) {
+            assert_eq!(u.counter, name);
+        }
+    }
+
+    #[test]
+    fn a_fit_recovers_the_costs_that_made_the_cycles() {
+        // Costs the "hardware" has; the fit sees only counts and totals.
+        let mut truth = [0.0; 13];
+        truth[0] = 4000.0; // commands
+        truth[5] = 700.0; // edges_sampled
+        truth[8] = 300.0; // per KiB
+        truth[12] = 60.0; // parked: fixed, known
+        let rows: Vec<(WorkCounters, f64)> = [
+            work(&[
+                ("commands", 100),
+                ("bytes_copied", 4096),
+                ("parked_checked", 7),
+            ]),
+            work(&[("commands", 3), ("edges_sampled", 5000)]),
+            work(&[
+                ("commands", 10),
+                ("bytes_copied", 1 << 20),
+                ("edges_sampled", 9),
+            ]),
+            work(&[
+                ("commands", 50),
+                ("edges_sampled", 50),
+                ("bytes_copied", 8192),
+            ]),
+        ]
+        .into_iter()
+        .map(|w| (w, priced(&w, &truth)))
+        .collect();
+        let costs = fit(
+            &rows,
+            &[0, 5, 8],
+            &truth.map(|c| if c == 60.0 { c } else { 0.0 }),
+        )
+        .unwrap();
+        for u in [0, 5, 8, 12] {
+            assert!(
+                (costs[u] - truth[u]).abs() < 1e-6,
+                "{}: {} vs {}",
+                UNITS[u].field,
+                costs[u],
+                truth[u]
+            );
+        }
+        // Counts that cannot tell two units apart are refused.
+        let same = [
+            work(&[("commands", 1), ("flash_ops", 1)]),
+            work(&[("commands", 2), ("flash_ops", 2)]),
+        ];
+        let rows: Vec<_> = same.iter().map(|w| (*w, 10.0)).collect();
+        assert!(fit(&rows, &[0, 1], &[0.0; 13]).is_err());
+    }
+
+    #[test]
+    fn cycles_add_the_miss_penalties() {
+        let model = CoreTimingConfig {
+            cpu: "test".into(),
+            l1i_bytes: 32768,
+            l1d_bytes: 32768,
+            l1_ways: 4,
+            l2_bytes: 524288,
+            l2_ways: 8,
+            line_bytes: 32,
+            base_cycles_per_1000_instructions: 1500,
+            l2_hit_penalty_cycles: 20,
+            dram_penalty_ns: 100,
+        };
+        let p = Profiled {
+            instructions: 1000,
+            data_accesses: 400,
+            l1d_misses: 30,
+            l2_data_misses: 10,
+            fetches: 100,
+            l1i_misses: 5,
+            l2_instruction_misses: 1,
+        };
+        // 1500 + (20 + 4) × 20 + 11 × 100 ns × 1 GHz.
+        assert_eq!(p.cycles(&model, 1000), 1500.0 + 24.0 * 20.0 + 11.0 * 100.0);
+        let (k, q) = Profiled::parse(
+            "segment 7 instructions 1000 data_accesses 400 l1d_misses 30 l2_data_misses 10 \
+             fetches 100 l1i_misses 5 l2_instruction_misses 1",
+        )
+        .unwrap();
+        assert_eq!((k, q), (7, p));
+        assert!(Profiled::parse("segment 7 instructions x").is_err());
+    }
+}
