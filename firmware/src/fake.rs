@@ -232,13 +232,7 @@ impl Flash for MemFlash {
     }
 
     fn submit(&mut self, tag: u32, op: FlashOp, _dram: &[u8]) -> Result<(), FlashError> {
-        let in_range = match op {
-            FlashOp::Read { ppn, .. } | FlashOp::Program { ppn, .. } => {
-                u64::from(ppn.0) < self.geometry.page_count()
-            }
-            FlashOp::Erase { block } => block.0 < self.geometry.block_count(),
-        };
-        if !in_range {
+        if !op.is_within(&self.geometry) {
             return Err(FlashError::OutOfRange);
         }
         if self.pending.len() >= self.queue_depth {

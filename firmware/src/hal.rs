@@ -246,6 +246,19 @@ pub enum FlashOp {
     },
 }
 
+impl FlashOp {
+    /// Whether the page or block the operation names exists in `geometry` (what an array
+    /// checks before it accepts the operation).
+    pub fn is_within(&self, geometry: &Geometry) -> bool {
+        match self {
+            FlashOp::Read { ppn, .. } | FlashOp::Program { ppn, .. } => {
+                u64::from(ppn.0) < geometry.page_count()
+            }
+            FlashOp::Erase { block } => block.0 < geometry.block_count(),
+        }
+    }
+}
+
 /// The one error enum of the flash interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlashError {

@@ -112,21 +112,8 @@ impl WorkCounters {
 
     /// The work done since `earlier`.
     pub fn since(&self, earlier: &Self) -> Self {
-        Self {
-            commands: self.commands - earlier.commands,
-            flash_ops: self.flash_ops - earlier.flash_ops,
-            page_lookups: self.page_lookups - earlier.page_lookups,
-            pages_scanned: self.pages_scanned - earlier.pages_scanned,
-            edges_scanned: self.edges_scanned - earlier.edges_scanned,
-            edges_sampled: self.edges_sampled - earlier.edges_sampled,
-            targets_deduplicated: self.targets_deduplicated - earlier.targets_deduplicated,
-            nodes_cleared: self.nodes_cleared - earlier.nodes_cleared,
-            bytes_copied: self.bytes_copied - earlier.bytes_copied,
-            sort_key_moves: self.sort_key_moves - earlier.sort_key_moves,
-            blocks_scanned: self.blocks_scanned - earlier.blocks_scanned,
-            polls: self.polls - earlier.polls,
-            parked_checked: self.parked_checked - earlier.parked_checked,
-        }
+        let (now, then) = (self.values(), earlier.values());
+        Self::from_values(core::array::from_fn(|i| now[i] - then[i]))
     }
 }
 

@@ -36,6 +36,10 @@ pub use sparse_flash::SparseFlash;
 pub const PLAN_ADDRESS: u32 = 0x9FF0_0000;
 /// Where the calibration image's marker words are ([`Marks`]), just below the plan.
 pub const MARKS_ADDRESS: u32 = 0x9FEF_F000;
+/// Bytes of host buffer the calibration image gives the workloads: a check minibatch's
+/// subgraph (1,024 targets, fanouts 25,10: at most 282,624 nodes and 281,600 edges, under
+/// 4 MiB) with room to spare.
+pub const HOST_BUFFER_BYTES: usize = 16 << 20;
 /// Guest RAM the calibration image runs with (QEMU `-m`).
 pub const RAM_MIB: u32 = 1024;
 

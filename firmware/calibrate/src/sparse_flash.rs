@@ -162,13 +162,7 @@ impl<K: Marks> Flash for SparseFlash<'_, K> {
 
     fn submit(&mut self, tag: u32, op: FlashOp, _dram: &[u8]) -> Result<(), FlashError> {
         self.marks.leave();
-        let in_range = match op {
-            FlashOp::Read { ppn, .. } | FlashOp::Program { ppn, .. } => {
-                u64::from(ppn.0) < self.geometry.page_count()
-            }
-            FlashOp::Erase { block } => block.0 < self.geometry.block_count(),
-        };
-        let result = if !in_range {
+        let result = if !op.is_within(&self.geometry) {
             Err(FlashError::OutOfRange)
         } else {
             self.pending

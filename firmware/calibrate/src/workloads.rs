@@ -190,6 +190,31 @@ pub fn run<K: Marks, W: Write>(
     Ok(())
 }
 
+/// Parses a line [`run`] printed for a workload: its name, its profiling segment and the work
+/// the firmware counted in it; `None` if the line is not one.
+pub fn parse_report(line: &str) -> Option<(&str, usize, WorkCounters)> {
+    let mut words = line.split_whitespace();
+    let mut expect = |word: &str| (words.next()? == word).then_some(());
+    expect("calibrate")?;
+    expect("workload")?;
+    let name = words.next()?;
+    if words.next()? != "segment" {
+        return None;
+    }
+    let segment = words.next()?.parse().ok()?;
+    let mut values = [0u64; 13];
+    for (value, key) in values.iter_mut().zip(WorkCounters::NAMES) {
+        if words.next()? != key {
+            return None;
+        }
+        *value = words.next()?.parse().ok()?;
+    }
+    words
+        .next()
+        .is_none()
+        .then_some((name, segment, WorkCounters::from_values(values)))
+}
+
 /// Distinct bytes for block `lba` of the read region.
 fn fill(buffer: &mut [u8], lba: u64) {
     for (i, word) in buffer.chunks_exact_mut(8).enumerate() {
@@ -376,6 +401,7 @@ mod tests {
     use sagessd_firmware::hal::Geometry;
     use std::string::String;
     use std::vec;
+    use std::vec::Vec;
 
     #[test]
     fn every_workload_runs_and_reports() {
@@ -405,7 +431,17 @@ mod tests {
         let mut memory = vec![0u8; 600 << 20];
         let mut out = String::new();
         run(&plan, &mut memory, 16 << 20, NoMarks, &mut out).unwrap();
-        std::println!("{out}");
         assert!(out.ends_with("calibrate done segments 28\n"), "{out}");
+        // Each workload's line reads back, in order, with the segment after its preparation's.
+        let reports: Vec<_> = out.lines().filter_map(parse_report).collect();
+        assert_eq!(reports.len(), WORKLOADS.len());
+        for (k, ((name, segment, work), w)) in reports.iter().zip(WORKLOADS).enumerate() {
+            assert_eq!((*name, *segment), (w.name, 2 * k + 1));
+            assert!(work.values().iter().any(|v| *v > 0), "{name} did no work");
+        }
+        assert_eq!(
+            parse_report("calibrate workload x segment 1 commands 2"),
+            None
+        );
     }
 }

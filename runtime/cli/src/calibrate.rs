@@ -17,16 +17,17 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context as _;
 use clap::Args;
-use sagessd_calibrate::workloads::{Aim, WORKLOADS};
-use sagessd_calibrate::{MARKS_ADDRESS, PLAN_ADDRESS, Plan, RAM_MIB};
+use sagessd_calibrate::workloads::{Aim, WORKLOADS, parse_report};
+use sagessd_calibrate::{HOST_BUFFER_BYTES, MARKS_ADDRESS, PLAN_ADDRESS, Plan, RAM_MIB};
 use sagessd_emulator::HwConfig;
 use sagessd_emulator::config::CoreTimingConfig;
 use sagessd_firmware::work::WorkCounters;
 use sagessd_firmware::{Firmware, hal::Geometry};
 use zerocopy::IntoBytes;
 
-use crate::calibrate_fit::{Profiled, UNITS, configured, fit, priced};
+use crate::calibrate_fit::{UNITS, configured, cycles, fit, priced};
 use crate::{hw_source, load_hw};
+use sagessd_qemu_a9_profile::profile::Segment;
 
 /// Flags of `firmware calibrate`.
 #[derive(Debug, Args)]
@@ -54,15 +55,13 @@ struct Measured {
     name: &'static str,
     aim: Aim,
     work: WorkCounters,
-    profile: Profiled,
+    profile: Segment,
     cycles: f64,
 }
 
 /// Guest RAM the image cannot hand to the workloads: the 1 MiB image, the marker page and the
 /// 1 MiB plan region, and slack.
 const RESERVED_BYTES: u64 = 4 << 20;
-/// The image's host buffer (`sagessd-calibrate-board`).
-const HOST_BYTES: u64 = 16 << 20;
 /// Flash pages the workloads write (two graphs of 8 MiB at most, an 8 MiB read region, the
 /// firmware's checkpoints), rounded up.
 const FLASH_PAGES: u64 = 8192;
@@ -85,7 +84,7 @@ fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> {
         let arena = Fw::dram_size_bytes(&config, &geometry)
             .map_err(|e| anyhow::anyhow!("the firmware cannot run this description: {e:?}"))?
             as u64;
-        if arena + HOST_BYTES + flash + RESERVED_BYTES <= ram {
+        if arena + HOST_BUFFER_BYTES as u64 + flash + RESERVED_BYTES <= ram {
             break;
         }
         anyhow::ensure!(
@@ -212,51 +211,34 @@ fn measure(
     timing: &CoreTimingConfig,
     clock_mhz: u32,
 ) -> anyhow::Result<Vec<Measured>> {
-    let segments: Vec<Profiled> = profile
+    let segments: Vec<Segment> = profile
         .lines()
-        .map(Profiled::parse)
         .enumerate()
-        .map(|(i, r)| {
-            let (k, p) = r?;
-            anyhow::ensure!(k == i, "profile segment {k} where {i} was due");
-            Ok(p)
+        .map(|(i, line)| match Segment::parse(line) {
+            Some((k, segment)) if k == i => Ok(segment),
+            _ => anyhow::bail!("profile line {} is not segment {i}: {line:?}", i + 1),
         })
         .collect::<anyhow::Result<_>>()?;
+    let reports: Vec<_> = uart.lines().filter_map(parse_report).collect();
     let mut out = Vec::new();
     for w in WORKLOADS {
-        let prefix = format!("calibrate workload {} ", w.name);
-        let line = uart
-            .lines()
-            .find(|l| l.starts_with(&prefix))
+        let (_, segment, work) = reports
+            .iter()
+            .find(|r| r.0 == w.name)
             .ok_or_else(|| anyhow::anyhow!("the image reported nothing for {}", w.name))?;
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let value = |key: &str| -> anyhow::Result<u64> {
-            let at = words
-                .iter()
-                .position(|x| *x == key)
-                .ok_or_else(|| anyhow::anyhow!("{line:?} lacks {key}"))?;
-            let text = words.get(at + 1).copied().unwrap_or("");
-            text.parse()
-                .map_err(|e| anyhow::anyhow!("{line:?}: {key} {text:?}: {e}"))
-        };
-        let segment = usize::try_from(value("segment")?)?;
-        let profile = *segments.get(segment).ok_or_else(|| {
+        let profile = *segments.get(*segment).ok_or_else(|| {
             anyhow::anyhow!(
                 "{} names segment {segment}; the profile has {}",
                 w.name,
                 segments.len()
             )
         })?;
-        let mut values = [0u64; 13];
-        for (v, name) in values.iter_mut().zip(WorkCounters::NAMES) {
-            *v = value(name)?;
-        }
         out.push(Measured {
             name: w.name,
             aim: w.aim,
-            work: WorkCounters::from_values(values),
+            work: *work,
             profile,
-            cycles: profile.cycles(timing, clock_mhz),
+            cycles: cycles(&profile, timing, clock_mhz),
         });
     }
     Ok(out)
@@ -368,8 +350,8 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
             "{:<22} {:>14} {:>10} {:>10} {:>10.2} {:>9.2}  {unit}",
             m.name,
             m.profile.instructions,
-            m.profile.l1d_misses,
-            m.profile.l2_data_misses + m.profile.l2_instruction_misses,
+            m.profile.misses.l1d_misses,
+            m.profile.misses.l2_data_misses + m.profile.misses.l2_instruction_misses,
             m.cycles / 1e6,
             m.profile.instructions as f64 / m.cycles
         )?;

@@ -4,68 +4,19 @@
 
 use sagessd_emulator::config::{CoreTimingConfig, CoresConfig};
 use sagessd_firmware::work::WorkCounters;
+use sagessd_qemu_a9_profile::profile::Segment;
 
-/// What the profiling plugin counted in one segment of the run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Profiled {
-    /// Instructions the firmware executed.
-    pub instructions: u64,
-    /// Its loads and stores.
-    pub data_accesses: u64,
-    /// Data accesses that missed L1D.
-    pub l1d_misses: u64,
-    /// ... and L2.
-    pub l2_data_misses: u64,
-    /// Instruction fetches from a new line.
-    pub fetches: u64,
-    /// Fetches that missed L1I.
-    pub l1i_misses: u64,
-    /// ... and L2.
-    pub l2_instruction_misses: u64,
-}
-
-impl Profiled {
-    /// Parses one plugin report line (`segment <k> instructions <n> data_accesses <n> ...`);
-    /// returns the segment number and its counts.
-    pub fn parse(line: &str) -> anyhow::Result<(usize, Self)> {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let value = |key: &str| -> anyhow::Result<u64> {
-            let at = words
-                .iter()
-                .position(|w| *w == key)
-                .ok_or_else(|| anyhow::anyhow!("profile line without {key}: {line:?}"))?;
-            let text = words
-                .get(at + 1)
-                .ok_or_else(|| anyhow::anyhow!("profile line ends at {key}: {line:?}"))?;
-            text.parse()
-                .map_err(|e| anyhow::anyhow!("profile line's {key} {text:?}: {e}"))
-        };
-        Ok((
-            usize::try_from(value("segment")?)?,
-            Self {
-                instructions: value("instructions")?,
-                data_accesses: value("data_accesses")?,
-                l1d_misses: value("l1d_misses")?,
-                l2_data_misses: value("l2_data_misses")?,
-                fetches: value("fetches")?,
-                l1i_misses: value("l1i_misses")?,
-                l2_instruction_misses: value("l2_instruction_misses")?,
-            },
-        ))
-    }
-
-    /// Cycles on a core of `model` at `clock_mhz`: base CPI × instructions, plus each L1 miss
-    /// that hit L2 and each L2 miss at its penalty (an upper bound: an out-of-order core like
-    /// the A9 overlaps some misses).
-    pub fn cycles(&self, model: &CoreTimingConfig, clock_mhz: u32) -> f64 {
-        let l2_hits = (self.l1d_misses - self.l2_data_misses)
-            + (self.l1i_misses - self.l2_instruction_misses);
-        let l2_misses = self.l2_data_misses + self.l2_instruction_misses;
-        let dram_cycles = f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
-        self.instructions as f64 * f64::from(model.base_cycles_per_1000_instructions) / 1000.0
-            + l2_hits as f64 * f64::from(model.l2_hit_penalty_cycles)
-            + l2_misses as f64 * dram_cycles
-    }
+/// Cycles of a profiled segment on a core of `model` at `clock_mhz`: base CPI × instructions, plus each L1 miss
+/// that hit L2 and each L2 miss at its penalty (an upper bound: an out-of-order core like
+/// the A9 overlaps some misses).
+pub(crate) fn cycles(segment: &Segment, model: &CoreTimingConfig, clock_mhz: u32) -> f64 {
+    let m = &segment.misses;
+    let l2_hits = (m.l1d_misses - m.l2_data_misses) + (m.l1i_misses - m.l2_instruction_misses);
+    let l2_misses = m.l2_data_misses + m.l2_instruction_misses;
+    let dram_cycles = f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
+    segment.instructions as f64 * f64::from(model.base_cycles_per_1000_instructions) / 1000.0
+        + l2_hits as f64 * f64::from(model.l2_hit_penalty_cycles)
+        + l2_misses as f64 * dram_cycles
 }
 
 /// One counted unit: its name in [`WorkCounters::NAMES`], its cost field in `[cores]`, and
@@ -264,6 +215,7 @@ fn solve(mut m: Vec<Vec<f64>>, mut v: Vec<f64>) -> Option<Vec<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sagessd_qemu_a9_profile::cache_model::MissCounts;
 
     fn work(pairs: &[(&str, u64)]) -> WorkCounters {
         let mut v = [0u64; 13];
@@ -348,23 +300,21 @@ mod tests {
             l2_hit_penalty_cycles: 20,
             dram_penalty_ns: 100,
         };
-        let p = Profiled {
+        let p = Segment {
             instructions: 1000,
-            data_accesses: 400,
-            l1d_misses: 30,
-            l2_data_misses: 10,
-            fetches: 100,
-            l1i_misses: 5,
-            l2_instruction_misses: 1,
+            misses: MissCounts {
+                data_accesses: 400,
+                l1d_misses: 30,
+                l2_data_misses: 10,
+                fetches: 100,
+                l1i_misses: 5,
+                l2_instruction_misses: 1,
+            },
         };
         // 1500 + (20 + 4) × 20 + 11 × 100 ns × 1 GHz.
-        assert_eq!(p.cycles(&model, 1000), 1500.0 + 24.0 * 20.0 + 11.0 * 100.0);
-        let (k, q) = Profiled::parse(
-            "segment 7 instructions 1000 data_accesses 400 l1d_misses 30 l2_data_misses 10 \
-             fetches 100 l1i_misses 5 l2_instruction_misses 1",
-        )
-        .unwrap();
-        assert_eq!((k, q), (7, p));
-        assert!(Profiled::parse("segment 7 instructions x").is_err());
+        assert_eq!(
+            cycles(&p, &model, 1000),
+            1500.0 + 24.0 * 20.0 + 11.0 * 100.0
+        );
     }
 }

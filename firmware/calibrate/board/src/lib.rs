@@ -10,7 +10,9 @@
 mod image {
     use core::fmt::Write;
 
-    use sagessd_calibrate::{MARKS_ADDRESS, Marks, PLAN_ADDRESS, Plan, workloads};
+    use sagessd_calibrate::{
+        HOST_BUFFER_BYTES, MARKS_ADDRESS, Marks, PLAN_ADDRESS, Plan, workloads,
+    };
 
     unsafe extern "C" {
         fn platform_init();
@@ -19,10 +21,6 @@ mod image {
         /// End of the image's DDR section (vexpress-a9.ld): free RAM starts after it.
         static __ddr_end: u8;
     }
-
-    /// Bytes of host buffer: a check minibatch's subgraph (1,024 targets, fanouts 25,10:
-    /// at most 282,624 nodes and 281,600 edges, under 4 MiB) with room to spare.
-    const HOST_BYTES: usize = 16 << 20;
 
     /// The UART, as `core::fmt` output.
     struct Uart;
@@ -95,7 +93,7 @@ mod image {
         // one else (startup.S's stacks and the DDR section lie below it); QEMU starts it
         // zero-filled, as the firmware's arena must be.
         let memory = unsafe { core::slice::from_raw_parts_mut(start as *mut u8, end - start) };
-        match workloads::run(&plan, memory, HOST_BYTES, BoardMarks, &mut out) {
+        match workloads::run(&plan, memory, HOST_BUFFER_BYTES, BoardMarks, &mut out) {
             Ok(()) => 0,
             Err(e) => {
                 let _ = writeln!(out, "calibrate FAIL {e:?}");

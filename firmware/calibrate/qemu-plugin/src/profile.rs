@@ -30,20 +30,74 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// One report line: `segment <n> instructions <n> data <n> l1d_misses <n> ...`.
+    /// The report line's keys, in order, after `segment <k>`.
+    const KEYS: [&'static str; 7] = [
+        "instructions",
+        "data_accesses",
+        "l1d_misses",
+        "l2_data_misses",
+        "fetches",
+        "l1i_misses",
+        "l2_instruction_misses",
+    ];
+
+    /// Parses a line [`Segment::line`] wrote: the segment's number and its counts; `None` if
+    /// the line is not one.
+    pub fn parse(line: &str) -> Option<(usize, Self)> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.len() != 2 + 2 * Self::KEYS.len() || words[0] != "segment" {
+            return None;
+        }
+        let mut values = [0u64; 7];
+        for (i, (key, value)) in Self::KEYS.iter().zip(&mut values).enumerate() {
+            if words[2 + 2 * i] != *key {
+                return None;
+            }
+            *value = words[3 + 2 * i].parse().ok()?;
+        }
+        let [
+            instructions,
+            data_accesses,
+            l1d_misses,
+            l2_data_misses,
+            fetches,
+            l1i_misses,
+            l2_instruction_misses,
+        ] = values;
+        Some((
+            words[1].parse().ok()?,
+            Self {
+                instructions,
+                misses: MissCounts {
+                    data_accesses,
+                    l1d_misses,
+                    l2_data_misses,
+                    fetches,
+                    l1i_misses,
+                    l2_instruction_misses,
+                },
+            },
+        ))
+    }
+
+    /// One report line: `segment <n> instructions <n> data_accesses <n> l1d_misses <n> ...`.
     pub fn line(&self, index: usize) -> String {
         let m = &self.misses;
-        format!(
-            "segment {index} instructions {} data_accesses {} l1d_misses {} l2_data_misses {} \
-             fetches {} l1i_misses {} l2_instruction_misses {}",
+        let values = [
             self.instructions,
             m.data_accesses,
             m.l1d_misses,
             m.l2_data_misses,
             m.fetches,
             m.l1i_misses,
-            m.l2_instruction_misses
-        )
+            m.l2_instruction_misses,
+        ];
+        Self::KEYS
+            .iter()
+            .zip(values)
+            .fold(format!("segment {index}"), |line, (key, value)| {
+                format!("{line} {key} {value}")
+            })
     }
 }
 
