@@ -903,7 +903,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             &mut self.backend.work,
         );
         let mut taken = self.drain_flash_queue();
-        for i in 0..MAX_COMMANDS {
+        // The slots holding a command (or asleep) when the sweep starts: an idle sweep then
+        // costs a scan of the table, not 64 steps. A sweep only removes commands, and a slot it
+        // has not reached yet cannot fall asleep, so no slot outside this set needs a look.
+        let mut live = self
+            .commands
+            .iter()
+            .enumerate()
+            .fold(self.asleep, |m, (i, c)| m | (u64::from(c.is_some()) << i));
+        while live != 0 {
+            let i = live.trailing_zeros() as usize;
+            live &= live - 1;
             let epoch = self.backend.buffer.loading_exits();
             if epoch != self.asleep_epoch {
                 self.asleep = 0;
@@ -912,10 +922,17 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             if self.asleep & (1u64 << i) != 0 {
                 // What stepping it would count, and all it would do.
                 self.backend.work.parked_checked += 1;
-            } else if self.commands[i].is_some_and(|c| c.abandoned) {
-                progress |= self.step_command(&mut Abandoned, i);
+            } else if let Some(command) = &self.commands[i] {
+                // By reference: a parked command's record is ~100 bytes, and an idle sweep
+                // looks at 64 slots.
+                if command.abandoned {
+                    progress |= self.step_command(&mut Abandoned, i);
+                } else {
+                    progress |= self.step_command(host, i);
+                }
             } else {
-                progress |= self.step_command(host, i);
+                // An empty slot: nothing to step and nothing queued since the last drain.
+                continue;
             }
             // Start what the command queued before looking at the next one, so the flash works
             // while the core goes on (the first command's reads need not wait for the sweep).
