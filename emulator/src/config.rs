@@ -94,6 +94,19 @@ pub struct CoreTimingConfig {
     pub l2_hit_penalty_cycles: u32,
     /// Nanoseconds an L2 miss adds (DRAM), converted at `cores.clock_mhz`.
     pub dram_penalty_ns: u32,
+    /// Cycles the board's glue spends per NVMe command outside the firmware library (reading
+    /// the command from the controller, posting its completion: uncached register accesses
+    /// the calibration image does not have), added to the measured `cycles_per_command`.
+    #[serde(default)]
+    pub board_cycles_per_command: u64,
+    /// The same per flash operation (the flash controller's registers), added to the measured
+    /// `cycles_per_flash_op`.
+    #[serde(default)]
+    pub board_cycles_per_flash_op: u64,
+    /// The same per poll (the status registers a poll reads), added to the measured
+    /// `cycles_per_poll`.
+    #[serde(default)]
+    pub board_cycles_per_poll: u64,
 }
 
 /// `[device]`: what the device is called.
@@ -252,8 +265,13 @@ pub struct CoresConfig {
     pub cycles_per_page_scanned: u64,
     /// Cycles per neighbour-list entry the ISP engine looks at.
     pub cycles_per_edge_scanned: u64,
-    /// Cycles per neighbour the ISP engine samples (RNG, deduplication, output).
+    /// Cycles per neighbour the ISP engine samples (deduplication, output).
     pub cycles_per_edge_sampled: u64,
+    /// Cycles per neighbour position the ISP engine draws at random (a node whose degree
+    /// exceeds the fanout). Optional: without it 0, as when `cycles_per_edge_sampled` priced
+    /// the draw with the rest of a sampled edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_edge_drawn: Option<u64>,
     /// Cycles per target the ISP engine deduplicates into a job's node list (a load, a
     /// node-table probe, a write). Optional: without it, `cycles_per_edge_sampled`, what a
     /// target cost while one counter priced both.
@@ -267,6 +285,10 @@ pub struct CoresConfig {
     pub cycles_per_kib_copied: u64,
     /// Cycles per key per radix-sort pass of the ISP engine (count, then scatter).
     pub cycles_per_sort_key_move: u64,
+    /// Fixed cycles of one radix-sort pass (clearing and prefix-summing its histogram).
+    /// Optional: without it 0, as when the key moves priced the whole sort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_radix_pass: Option<u64>,
     /// Cycles per block-table entry the FTL scans when it picks a garbage-collection victim.
     pub cycles_per_block_scanned: u64,
     /// Fixed cycles of one pass of the firmware's poll loop, fruitful or not (checking the
@@ -282,6 +304,16 @@ impl CoresConfig {
     pub fn target_cycles(&self) -> u64 {
         self.cycles_per_target
             .unwrap_or(self.cycles_per_edge_sampled)
+    }
+
+    /// Cycles per random draw: `cycles_per_edge_drawn`, else 0.
+    pub fn edge_drawn_cycles(&self) -> u64 {
+        self.cycles_per_edge_drawn.unwrap_or(0)
+    }
+
+    /// Cycles per radix-sort pass: `cycles_per_radix_pass`, else 0.
+    pub fn radix_pass_cycles(&self) -> u64 {
+        self.cycles_per_radix_pass.unwrap_or(0)
     }
 
     /// Cycles per node-table entry cleared: `cycles_per_node_cleared`, else
@@ -762,6 +794,16 @@ impl HwConfig {
         )?;
         at_most(c.target_cycles(), MAX_CYCLES, "cores.cycles_per_target")?;
         at_most(
+            c.edge_drawn_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_edge_drawn",
+        )?;
+        at_most(
+            c.radix_pass_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_radix_pass",
+        )?;
+        at_most(
             c.node_cleared_cycles(),
             MAX_CYCLES,
             "cores.cycles_per_node_cleared",
@@ -1067,6 +1109,8 @@ pub(crate) mod tests {
         rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
         rejects("cores", "cycles_per_target", "2000000000", "at most");
         rejects("cores", "cycles_per_node_cleared", "2000000000", "at most");
+        rejects("cores", "cycles_per_edge_drawn", "2000000000", "at most");
+        rejects("cores", "cycles_per_radix_pass", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");
         rejects("cores", "cycles_per_sort_key_move", "2000000000", "at most");
         rejects("cores", "cycles_per_block_scanned", "2000000000", "at most");

@@ -10,10 +10,12 @@
 //!        + pages_scanned × cycles_per_page_scanned
 //!        + edges_scanned × cycles_per_edge_scanned
 //!        + edges_sampled × cycles_per_edge_sampled
+//!        + edges_drawn   × cycles_per_edge_drawn
 //!        + targets_deduplicated × cycles_per_target
 //!        + nodes_cleared × cycles_per_node_cleared
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
 //!        + sort_key_moves × cycles_per_sort_key_move
+//!        + radix_passes   × cycles_per_radix_pass
 //!        + blocks_scanned × cycles_per_block_scanned
 //!        + polls          × cycles_per_poll
 //!        + parked_checked × cycles_per_parked_command
@@ -79,12 +81,14 @@ impl CoreModel {
             w.pages_scanned.saturating_mul(c.cycles_per_page_scanned),
             w.edges_scanned.saturating_mul(c.cycles_per_edge_scanned),
             w.edges_sampled.saturating_mul(c.cycles_per_edge_sampled),
+            w.edges_drawn.saturating_mul(c.edge_drawn_cycles()),
             w.targets_deduplicated.saturating_mul(c.target_cycles()),
             w.nodes_cleared.saturating_mul(c.node_cleared_cycles()),
             w.bytes_copied
                 .saturating_mul(c.cycles_per_kib_copied)
                 .div_ceil(1024),
             w.sort_key_moves.saturating_mul(c.cycles_per_sort_key_move),
+            w.radix_passes.saturating_mul(c.radix_pass_cycles()),
             w.blocks_scanned.saturating_mul(c.cycles_per_block_scanned),
             w.polls.saturating_mul(c.cycles_per_poll),
             w.parked_checked.saturating_mul(c.cycles_per_parked_command),
@@ -119,10 +123,12 @@ mod tests {
             cycles_per_page_scanned: 20,
             cycles_per_edge_scanned: 2,
             cycles_per_edge_sampled: 50,
+            cycles_per_edge_drawn: Some(11),
             cycles_per_target: Some(70),
             cycles_per_node_cleared: Some(30),
             cycles_per_kib_copied: 512,
             cycles_per_sort_key_move: 3,
+            cycles_per_radix_pass: Some(500),
             cycles_per_block_scanned: 4,
             cycles_per_poll: 40,
             cycles_per_parked_command: 6,
@@ -139,19 +145,34 @@ mod tests {
             pages_scanned: 4,
             edges_scanned: 5,
             edges_sampled: 6,
+            edges_drawn: 10,
             targets_deduplicated: 8,
             nodes_cleared: 9,
             bytes_copied: 2048,
             sort_key_moves: 7,
+            radix_passes: 2,
             blocks_scanned: 5,
             polls: 2,
             parked_checked: 3,
         };
         assert_eq!(
             m.cycles(&w),
-            1000 + 200 + 30 + 80 + 10 + 300 + 8 * 70 + 9 * 30 + 1024 + 21 + 20 + 80 + 18
+            1000 + 200
+                + 30
+                + 80
+                + 10
+                + 300
+                + 10 * 11
+                + 8 * 70
+                + 9 * 30
+                + 1024
+                + 21
+                + 2 * 500
+                + 20
+                + 80
+                + 18
         );
-        assert_eq!(m.ns(&w), 3613);
+        assert_eq!(m.ns(&w), 4723);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
     }
 
@@ -169,6 +190,19 @@ mod tests {
         assert_eq!(m.cycles(&w(0, 4)), 4 * 50);
         // With them, each is its own price (70 and 30 in `model`).
         assert_eq!(model(1000).cycles(&w(3, 4)), 3 * 70 + 4 * 30);
+    }
+
+    #[test]
+    fn a_description_without_draw_and_pass_costs_prices_them_at_nothing() {
+        let mut config = model(1000).config;
+        (config.cycles_per_edge_drawn, config.cycles_per_radix_pass) = (None, None);
+        let w = WorkCounters {
+            edges_drawn: 7,
+            radix_passes: 3,
+            ..WorkCounters::default()
+        };
+        assert_eq!(CoreModel::new(&config).cycles(&w), 0);
+        assert_eq!(model(1000).cycles(&w), 7 * 11 + 3 * 500);
     }
 
     #[test]

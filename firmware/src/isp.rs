@@ -490,15 +490,14 @@ impl Isp {
 
     /// Sorts the first `n` gather keys by page: least-significant-digit radix passes of
     /// [`RADIX_BITS`] over the page's offset from the lowest page, as many as the page range
-    /// needs. Stable, so a page's items stay in item order. Counts every key touched, key
-    /// building included, as work.
+    /// needs. Stable, so a page's items stay in item order. Counts the passes and the keys
+    /// they move (and copy back after an odd number of passes) as sort work; building a key
+    /// and finding the range are part of its gather item's work (`edges_scanned`).
     fn sort_keys(&mut self, dram: &mut [u8], backend: &mut Backend, n: usize) {
         let page = |key: u64| key >> ITEM_BITS;
         let (lo, hi) = (0..n)
             .map(|i| page(self.keys.u64(dram, i)))
             .fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
-        // Building the keys and finding their range touched every key twice.
-        backend.work.sort_key_moves += 2 * n as u64;
         if n < 2 || lo == hi {
             return;
         }
@@ -531,6 +530,7 @@ impl Isp {
             dram.copy_within(src.start..src.start + 8 * n, self.keys.start);
         }
         backend.work.sort_key_moves += n as u64 * u64::from(passes + passes % 2);
+        backend.work.radix_passes += u64::from(passes);
     }
 
     /// The page and item of sorted key `k` of the running gather.
@@ -553,15 +553,8 @@ impl Isp {
     }
 
     /// The sectors of `page` that the items from sorted key `from` on need (the keys of a
-    /// page are consecutive); counts each key looked at as work.
-    fn page_sectors(
-        &self,
-        dram: &[u8],
-        backend: &mut Backend,
-        run: &Run,
-        page: u32,
-        from: u32,
-    ) -> Sectors {
+    /// page are consecutive); looking at a key is part of its gather item's work.
+    fn page_sectors(&self, dram: &[u8], run: &Run, page: u32, from: u32) -> Sectors {
         let width = self.item_width(run);
         let page_size = self.page_size_bytes as usize;
         let mut want = Sectors::NONE;
@@ -575,7 +568,6 @@ impl Isp {
             want = want.union(Sectors::covering(offset, width, page_size));
             k += 1;
         }
-        backend.work.sort_key_moves += u64::from(k - from);
         want
     }
 
@@ -592,7 +584,7 @@ impl Isp {
                 if self.window.len() >= self.window_pages {
                     break;
                 }
-                let want = self.page_sectors(dram, backend, &run, page, run.issued);
+                let want = self.page_sectors(dram, &run, page, run.issued);
                 match backend.request_page(dram, page, want) {
                     Acquire::Full => break,
                     Acquire::Valid(slot)
@@ -691,7 +683,7 @@ impl Isp {
             self.drain_window(dram, backend);
             match run.gather {
                 Gather::Bounds => {
-                    self.sample_pass(dram, &mut run)?;
+                    self.sample_pass(dram, &mut backend.work, &mut run)?;
                     self.start_gather(dram, backend, run, Gather::Neighbours);
                 }
                 Gather::Neighbours => {
@@ -708,9 +700,15 @@ impl Isp {
         Ok(progress)
     }
 
-    /// For each destination in order: check its bounds, draw its sampled positions and append
-    /// their global edge positions; fills the layer's local `indptr`.
-    fn sample_pass(&mut self, dram: &mut [u8], run: &mut Run) -> Result<(), Status> {
+    /// For each destination in order: check its bounds, draw its sampled positions (counted as
+    /// draws where its degree exceeds the fanout) and append their global edge positions;
+    /// fills the layer's local `indptr`.
+    fn sample_pass(
+        &mut self,
+        dram: &mut [u8],
+        work: &mut WorkCounters,
+        run: &mut Run,
+    ) -> Result<(), Status> {
         let job = self.jobs[run.slot];
         let fanout = job.fanouts[run.layer];
         let row = run.layer * (self.max_nodes as usize + 1);
@@ -735,6 +733,9 @@ impl Isp {
                 &mut self.scratch,
             )
             .ok_or(Status::INTERNAL_ERROR)?;
+            if end - start > u64::from(fanout) {
+                work.edges_drawn += k as u64;
+            }
             if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
                 > u64::from(self.max_edges)
             {
@@ -751,8 +752,8 @@ impl Isp {
     }
 
     /// For each sampled edge in order: deduplicate its neighbour and record its local index.
-    /// Counted once per edge as "sampled", which the core model prices as drawing, deduplicating
-    /// and writing it.
+    /// Counted once per edge as "sampled" (a probe and a write; the draw that chose it, if
+    /// its list was not taken whole, was counted by the sample pass).
     fn dedup_pass(
         &mut self,
         dram: &mut [u8],

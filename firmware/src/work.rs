@@ -12,11 +12,15 @@ pub struct WorkCounters {
     pub page_lookups: u64,
     /// Flash pages whose contents the ISP engine scanned.
     pub pages_scanned: u64,
-    /// Values the ISP engine's gathers read out of flash pages: `indptr` bounds and neighbour
-    /// ids (a little-endian load and a store each).
+    /// Items the ISP engine's gathers read out of flash pages (`indptr` bounds, neighbour ids,
+    /// feature rows): each one's sort key built and range-checked, its page's sectors found,
+    /// and its value copied out when the page is there.
     pub edges_scanned: u64,
-    /// Neighbours the ISP engine sampled: each drawn, probed in the node table and written out.
+    /// Neighbours the ISP engine sampled: each probed in the node table and written out.
     pub edges_sampled: u64,
+    /// Neighbour positions the ISP engine drew at random: a node whose degree exceeds its
+    /// fanout gets `fanout` draws; a list taken whole draws nothing.
+    pub edges_drawn: u64,
     /// Targets the ISP engine deduplicated into a job's node list at its start: each loaded,
     /// probed in the node table and written (no draw).
     pub targets_deduplicated: u64,
@@ -26,8 +30,12 @@ pub struct WorkCounters {
     /// Bytes moved by the cores or DMA between host and DRAM.
     pub bytes_copied: u64,
     /// Keys moved by the ISP engine's radix-sort passes (each pass counts and scatters every
-    /// key once).
+    /// key once; after an odd number of passes every key is copied back once more). A gather
+    /// whose items lie on one page sorts nothing.
     pub sort_key_moves: u64,
+    /// Radix-sort passes of the ISP engine's gathers: each clears and prefix-sums a
+    /// 2,048-bucket histogram, however few keys it sorts.
+    pub radix_passes: u64,
     /// Block-table entries the FTL scanned to pick garbage-collection victims.
     pub blocks_scanned: u64,
     /// Calls of `Firmware::poll`, fruitful or not: each checks the flash completions, the GC
@@ -39,26 +47,31 @@ pub struct WorkCounters {
 }
 
 impl WorkCounters {
+    /// Number of counters.
+    pub const COUNT: usize = 15;
+
     /// The counters' names (their field names), in the order of [`WorkCounters::values`]: how
     /// reports and `sagessd firmware calibrate` name each unit of work.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; Self::COUNT] = [
         "commands",
         "flash_ops",
         "page_lookups",
         "pages_scanned",
         "edges_scanned",
         "edges_sampled",
+        "edges_drawn",
         "targets_deduplicated",
         "nodes_cleared",
         "bytes_copied",
         "sort_key_moves",
+        "radix_passes",
         "blocks_scanned",
         "polls",
         "parked_checked",
     ];
 
     /// The counters, in the order of [`WorkCounters::NAMES`].
-    pub fn values(&self) -> [u64; 13] {
+    pub fn values(&self) -> [u64; Self::COUNT] {
         [
             self.commands,
             self.flash_ops,
@@ -66,10 +79,12 @@ impl WorkCounters {
             self.pages_scanned,
             self.edges_scanned,
             self.edges_sampled,
+            self.edges_drawn,
             self.targets_deduplicated,
             self.nodes_cleared,
             self.bytes_copied,
             self.sort_key_moves,
+            self.radix_passes,
             self.blocks_scanned,
             self.polls,
             self.parked_checked,
@@ -77,7 +92,7 @@ impl WorkCounters {
     }
 
     /// Counters from their values in the order of [`WorkCounters::NAMES`].
-    pub fn from_values(v: [u64; 13]) -> Self {
+    pub fn from_values(v: [u64; Self::COUNT]) -> Self {
         let [
             commands,
             flash_ops,
@@ -85,10 +100,12 @@ impl WorkCounters {
             pages_scanned,
             edges_scanned,
             edges_sampled,
+            edges_drawn,
             targets_deduplicated,
             nodes_cleared,
             bytes_copied,
             sort_key_moves,
+            radix_passes,
             blocks_scanned,
             polls,
             parked_checked,
@@ -100,10 +117,12 @@ impl WorkCounters {
             pages_scanned,
             edges_scanned,
             edges_sampled,
+            edges_drawn,
             targets_deduplicated,
             nodes_cleared,
             bytes_copied,
             sort_key_moves,
+            radix_passes,
             blocks_scanned,
             polls,
             parked_checked,
@@ -124,7 +143,7 @@ mod tests {
 
     #[test]
     fn names_and_values_follow_the_fields() {
-        let values: [u64; 13] = core::array::from_fn(|i| 100 + i as u64);
+        let values: [u64; WorkCounters::COUNT] = core::array::from_fn(|i| 100 + i as u64);
         let w = WorkCounters::from_values(values);
         assert_eq!(w.values(), values);
         // Each name is the field that holds its value (as Debug prints the fields).

@@ -1,6 +1,7 @@
-//! The workloads: each does mostly one unit of counted work, so that fitting cycles to units
-//! over all of them prices each unit for what it is; one more, a realistic minibatch mix, is
-//! kept out of the fit to check it.
+//! The workloads: one for each unit of counted work that calibration measures, each designed
+//! so that the fit learns that unit's cost from it; and checks kept out of the fit (a
+//! realistic minibatch mix, and other mixes of the same units) that the fitted costs must
+//! predict.
 //!
 //! A run boots the device, stores [`UnitGraph`], [`SkewedGraph`] and a plain data region, and
 //! then runs every workload in [`WORKLOADS`] order. Each workload's firmware work is one
@@ -29,7 +30,8 @@ use crate::{CalibrateError, Device, Marks, Plan};
 pub enum Aim {
     /// Mostly this unit of [`WorkCounters::NAMES`].
     Unit(&'static str),
-    /// A realistic mix, not fitted: the fitted costs must predict it.
+    /// Not fitted: the fitted costs must predict it (a realistic mix, or another mix of the
+    /// units than the fitted workloads').
     Check,
 }
 
@@ -45,7 +47,7 @@ pub struct Workload {
 }
 
 /// Every workload, in run order.
-pub const WORKLOADS: [Workload; 14] = [
+pub const WORKLOADS: [Workload; 16] = [
     Workload {
         name: "idle_polls",
         aim: Aim::Unit("polls"),
@@ -58,7 +60,7 @@ pub const WORKLOADS: [Workload; 14] = [
     },
     Workload {
         name: "buffered_straddling_reads",
-        aim: Aim::Unit("page_lookups"),
+        aim: Aim::Check,
         what: "1,024 Reads of two blocks on either side of a page boundary, in the page buffer",
     },
     Workload {
@@ -68,7 +70,7 @@ pub const WORKLOADS: [Workload; 14] = [
     },
     Workload {
         name: "flash_reads",
-        aim: Aim::Unit("flash_ops"),
+        aim: Aim::Check,
         what: "512 Reads of one block, each from another page, after the page buffer was emptied",
     },
     Workload {
@@ -78,17 +80,22 @@ pub const WORKLOADS: [Workload; 14] = [
     },
     Workload {
         name: "isp_distinct_targets",
-        aim: Aim::Unit("nodes_cleared"),
-        what: "4 jobs of max_targets distinct degree-0 nodes, fanout 1",
+        aim: Aim::Unit("edges_scanned"),
+        what: "4 jobs of the 2,047 degree-0 nodes whose bounds fill one page, fanout 1",
     },
     Workload {
         name: "isp_local_sampling",
-        aim: Aim::Unit("edges_sampled"),
+        aim: Aim::Unit("edges_drawn"),
         what: "4 jobs of 1,024 nodes of degree 32 with neighbours among 64 nodes, fanout 16",
     },
     Workload {
+        name: "isp_spread_sampling",
+        aim: Aim::Unit("nodes_cleared"),
+        what: "4 jobs of 1,024 nodes of degree 32 with neighbours all over, fanout 16 (new nodes)",
+    },
+    Workload {
         name: "isp_spread_pages",
-        aim: Aim::Unit("pages_scanned"),
+        aim: Aim::Unit("flash_ops"),
         what: "4 jobs of 512 degree-0 nodes whose bounds lie on 512 pages, fanout 1",
     },
     Workload {
@@ -98,7 +105,7 @@ pub const WORKLOADS: [Workload; 14] = [
     },
     Workload {
         name: "isp_one_page_gathers",
-        aim: Aim::Unit("edges_scanned"),
+        aim: Aim::Unit("edges_sampled"),
         what: "4 jobs of the nodes whose lists fill one page, fanout 32 (nothing to sort)",
     },
     Workload {
@@ -108,8 +115,13 @@ pub const WORKLOADS: [Workload; 14] = [
     },
     Workload {
         name: "isp_wide_gathers",
-        aim: Aim::Unit("sort_key_moves"),
+        aim: Aim::Check,
         what: "4 jobs of max_targets nodes spread over the graph's pages, fanout 1",
+    },
+    Workload {
+        name: "isp_tiny_jobs",
+        aim: Aim::Unit("radix_passes"),
+        what: "64 jobs of 2 degree-0 nodes whose bounds lie 256 pages apart, fanout 1",
     },
     Workload {
         name: "check_minibatch",
@@ -118,8 +130,10 @@ pub const WORKLOADS: [Workload; 14] = [
     },
 ];
 
-/// Jobs per ISP workload.
+/// Jobs per ISP workload, but for `isp_tiny_jobs`.
 const JOBS: u32 = 4;
+/// Jobs of `isp_tiny_jobs`.
+const TINY_JOBS: u32 = 64;
 /// Bytes of the plain data region the read workloads use.
 const READ_REGION_BYTES: u64 = 8 << 20;
 
@@ -202,7 +216,7 @@ pub fn parse_report(line: &str) -> Option<(&str, usize, WorkCounters)> {
         return None;
     }
     let segment = words.next()?.parse().ok()?;
-    let mut values = [0u64; 13];
+    let mut values = [0u64; WorkCounters::COUNT];
     for (value, key) in values.iter_mut().zip(WorkCounters::NAMES) {
         if words.next()? != key {
             return None;
@@ -296,7 +310,12 @@ fn perform<K: Marks>(
             }
         }
         _ => {
-            for job in 0..JOBS {
+            let jobs = if name == "isp_tiny_jobs" {
+                TINY_JOBS
+            } else {
+                JOBS
+            };
+            for job in 0..jobs {
                 let len = job_config(device, plan, name, job)?;
                 device.sample(len)?;
                 if name != "isp_warm_pages" {
@@ -325,9 +344,14 @@ fn job_config<K: Marks>(
             ns_config(device, seed, &[1], max_targets, |_| UnitGraph::ISOLATED)
         }
         "isp_distinct_targets" => {
-            ns_config(device, seed, &[1], max_targets, |i| UnitGraph::ISOLATED + i)
+            // The nodes whose bounds fill one page of indptr (8 B an entry; the last node's
+            // end bound is the next page's first entry, so one fewer): nothing to sort.
+            let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
+            let first = UnitGraph::ISOLATED + per_page * u64::from(job);
+            ns_config(device, seed, &[1], per_page - 1, |i| first + i)
         }
         "isp_local_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::LOCAL + i),
+        "isp_spread_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::SPREAD + i),
         "isp_spread_pages" | "isp_warm_pages" => {
             // An indptr entry is 8 B: one target's bounds per page.
             let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
@@ -342,6 +366,10 @@ fn job_config<K: Marks>(
         "isp_whole_lists" => {
             let first = UnitGraph::LOCAL + 256 * u64::from(job);
             ns_config(device, seed, &[32], 256, |i| first + i)
+        }
+        "isp_tiny_jobs" => {
+            let far = UnitGraph::ISOLATED_NODES / 2;
+            ns_config(device, seed, &[1], 2, |i| i * far + u64::from(job))
         }
         "isp_wide_gathers" => {
             let n = UnitGraph.node_count();
@@ -431,7 +459,7 @@ mod tests {
         let mut memory = vec![0u8; 600 << 20];
         let mut out = String::new();
         run(&plan, &mut memory, 16 << 20, NoMarks, &mut out).unwrap();
-        assert!(out.ends_with("calibrate done segments 28\n"), "{out}");
+        assert!(out.ends_with("calibrate done segments 32\n"), "{out}");
         // Each workload's line reads back, in order, with the segment after its preparation's.
         let reports: Vec<_> = out.lines().filter_map(parse_report).collect();
         assert_eq!(reports.len(), WORKLOADS.len());

@@ -245,7 +245,10 @@ fn measure(
 }
 
 /// The fitted costs, in [`UNITS`] order, and which units were fitted.
-fn fit_costs(measured: &[Measured], hw: &HwConfig) -> anyhow::Result<([f64; 13], Vec<usize>)> {
+fn fit_costs(
+    measured: &[Measured],
+    hw: &HwConfig,
+) -> anyhow::Result<([f64; WorkCounters::COUNT], Vec<usize>)> {
     let mut fitted: Vec<usize> = measured
         .iter()
         .filter_map(|m| match m.aim {
@@ -268,6 +271,17 @@ fn fit_costs(measured: &[Measured], hw: &HwConfig) -> anyhow::Result<([f64; 13],
 /// Rounds a fitted cost to the whole cycles a description holds (at least 1).
 fn whole(cost: f64) -> u64 {
     (cost.round() as u64).max(1)
+}
+
+/// Cycles the board's glue adds to each unit (`[core_timing]`'s `board_cycles_per_*`), in
+/// [`UNITS`] order.
+fn board_cycles(timing: &CoreTimingConfig) -> [u64; WorkCounters::COUNT] {
+    std::array::from_fn(|u| match UNITS[u].field {
+        "cycles_per_command" => timing.board_cycles_per_command,
+        "cycles_per_flash_op" => timing.board_cycles_per_flash_op,
+        "cycles_per_poll" => timing.board_cycles_per_poll,
+        _ => 0,
+    })
 }
 
 /// Replaces the values of `fields` in the `[cores]` table of `text`.
@@ -335,10 +349,19 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         timing.line_bytes
     )?;
     writeln!(out)?;
+    // The costs as a description holds them (whole cycles), and what they make of each
+    // workload: the fit's error per workload, and the check's.
+    let held: [f64; WorkCounters::COUNT] = std::array::from_fn(|u| {
+        if fitted.contains(&u) {
+            whole(costs[u]) as f64
+        } else {
+            costs[u]
+        }
+    });
     writeln!(
         out,
-        "{:<22} {:>14} {:>10} {:>10} {:>10} {:>9}  fitted unit",
-        "workload", "instructions", "L1D miss", "DRAM", "Mcycles", "IPC"
+        "{:<26} {:>14} {:>10} {:>10} {:>9} {:>5} {:>7}  fitted unit",
+        "workload", "instructions", "L1D miss", "DRAM", "Mcycles", "IPC", "priced"
     )?;
     for m in &measured {
         let unit = match m.aim {
@@ -347,53 +370,59 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         };
         writeln!(
             out,
-            "{:<22} {:>14} {:>10} {:>10} {:>10.2} {:>9.2}  {unit}",
+            "{:<26} {:>14} {:>10} {:>10} {:>9.2} {:>5.2} {:>+6.1}%  {unit}",
             m.name,
             m.profile.instructions,
             m.profile.misses.l1d_misses,
             m.profile.misses.l2_data_misses + m.profile.misses.l2_instruction_misses,
             m.cycles / 1e6,
-            m.profile.instructions as f64 / m.cycles
+            m.profile.instructions as f64 / m.cycles,
+            100.0 * (priced(&m.work, &held) / m.cycles - 1.0)
         )?;
     }
     writeln!(out)?;
+    // What a description holds: the firmware's measured cycles, plus what the board's glue
+    // spends outside the library on the units that touch hardware registers.
+    let board = board_cycles(&timing);
+    let described: [u64; WorkCounters::COUNT] = std::array::from_fn(|u| whole(costs[u]) + board[u]);
     writeln!(
         out,
-        "{:<28} {:>10} {:>11}  {:>8}",
-        "[cores] cost", "measured", "configured", "ratio"
+        "{:<28} {:>9} {:>8} {:>9} {:>11}  {:>7}",
+        "[cores] cost", "firmware", "+ board", "measured", "configured", "ratio"
     )?;
     let mut stale = Vec::new();
     for (u, unit) in UNITS.iter().enumerate() {
-        let fitted_here = fitted.contains(&u);
-        let measured_text = if fitted_here {
-            format!("{:.0}", costs[u])
-        } else {
-            "-".to_string()
-        };
-        let ratio = if fitted_here {
-            format!("{:.2}x", costs[u] / old[u].max(1) as f64)
-        } else {
-            "not measured".to_string()
-        };
+        if !fitted.contains(&u) {
+            writeln!(
+                out,
+                "{:<28} {:>9} {:>8} {:>9} {:>11}  not measured",
+                unit.field, "-", "-", "-", old[u]
+            )?;
+            continue;
+        }
+        let m = described[u];
         writeln!(
             out,
-            "{:<28} {:>10} {:>11}  {:>8}",
-            unit.field, measured_text, old[u], ratio
+            "{:<28} {:>9.0} {:>8} {:>9} {:>11}  {:>6.2}x",
+            unit.field,
+            costs[u],
+            board[u],
+            m,
+            old[u],
+            m as f64 / old[u].max(1) as f64
         )?;
-        let m = whole(costs[u]);
-        if fitted_here && m.abs_diff(old[u]) > 1 && m.abs_diff(old[u]) * 100 > 3 * m {
+        if m.abs_diff(old[u]) > 1 && m.abs_diff(old[u]) * 100 > 3 * m {
             stale.push(format!("{} = {} (measured {m})", unit.field, old[u]));
         }
     }
+    writeln!(out)?;
     for m in measured.iter().filter(|m| m.aim == Aim::Check) {
-        let rounded = costs.map(|c| c.round().max(1.0));
-        let fitted_prediction = priced(&m.work, &rounded);
+        let fitted_prediction = priced(&m.work, &held);
         let configured_prediction = priced(&m.work, &old.map(|c| c as f64));
-        writeln!(out)?;
         writeln!(
             out,
-            "check {}: measured {:.1} Mcycles; the measured costs predict {:.1} ({:+.1} %), \
-             the description's {:.1} ({:+.1} %)",
+            "check {}: the firmware measured {:.1} Mcycles; its fitted costs predict {:.1} \
+             ({:+.1} %); the description's costs, board glue included, {:.1} ({:+.1} %)",
             m.name,
             m.cycles / 1e6,
             fitted_prediction / 1e6,
@@ -419,7 +448,7 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         };
         let values: Vec<(&str, u64)> = fitted
             .iter()
-            .map(|u| (UNITS[*u].field, whole(costs[*u])))
+            .map(|u| (UNITS[*u].field, described[*u]))
             .collect();
         std::fs::write(path, rewrite(&text, &values))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -460,5 +489,87 @@ mod tests {
             let (plan, _) = plan_for(&hw).unwrap();
             assert_eq!(plan.geometry, hw.nand.geometry());
         }
+    }
+}
+#[cfg(test)]
+mod isolation {
+    use super::*;
+    use sagessd_calibrate::workloads::run;
+    use sagessd_calibrate::{HOST_BUFFER_BYTES, NoMarks};
+
+    /// Each unit workload isolates its unit: it is where the fit learns that unit's cost. Run
+    /// natively, the workloads count the same work as on the A9; cycles priced at the shipped
+    /// Cosmos+ costs stand in for a measurement. When one workload's cycles rise by 10 %, the
+    /// refit must put most of that rise on the unit it aims at (the change of each unit's cost
+    /// times its count in that workload).
+    #[test]
+    fn each_unit_workload_is_where_its_unit_is_priced() {
+        let hw = HwConfig::cosmos_plus();
+        let (plan, _) = plan_for(&hw).unwrap();
+        let mut memory = vec![0u8; 600 << 20];
+        let mut out = String::new();
+        run(&plan, &mut memory, HOST_BUFFER_BYTES, NoMarks, &mut out).unwrap();
+        let shipped = configured(&hw.cores).map(|c| c as f64);
+        let rows: Vec<(Aim, WorkCounters, f64)> = out
+            .lines()
+            .filter_map(parse_report)
+            .map(|(name, _, work)| {
+                let w = WORKLOADS.iter().find(|w| w.name == name).unwrap();
+                (w.aim, work, priced(&work, &shipped))
+            })
+            .filter(|r| r.0 != Aim::Check)
+            .collect();
+        assert_eq!(rows.len(), 12, "one workload per fitted unit");
+        let unit_of = |aim: Aim| match aim {
+            Aim::Unit(name) => UNITS.iter().position(|u| u.counter == name).unwrap(),
+            Aim::Check => unreachable!(),
+        };
+        let mut fitted: Vec<usize> = rows.iter().map(|r| unit_of(r.0)).collect();
+        fitted.sort_unstable();
+        fitted.dedup();
+        let fit_with = |bumped: Option<usize>| {
+            let rows: Vec<(WorkCounters, f64)> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.1, if Some(i) == bumped { r.2 * 1.1 } else { r.2 }))
+                .collect();
+            fit(&rows, &fitted, &shipped).unwrap()
+        };
+        let base = fit_with(None);
+        for u in &fitted {
+            assert!(
+                (base[*u] / shipped[*u] - 1.0).abs() < 1e-6,
+                "{}",
+                UNITS[*u].field
+            );
+        }
+        let names: Vec<&str> = WORKLOADS
+            .iter()
+            .filter(|w| w.aim != Aim::Check)
+            .map(|w| w.name)
+            .collect();
+        let mut wrong = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let moved = fit_with(Some(i));
+            let counts = row.1.values();
+            let change = |u: usize| {
+                (moved[u] - base[u]).abs() * counts[u] as f64 / UNITS[u].per as f64 / row.2
+            };
+            let aim = unit_of(row.0);
+            let most = *fitted
+                .iter()
+                .max_by(|a, b| change(**a).total_cmp(&change(**b)))
+                .unwrap();
+            if most != aim {
+                wrong.push(format!(
+                    "{}: of its +10 % cycles the refit put {:.1} % on {}, {:.1} % on its own unit",
+                    names[i],
+                    100.0 * change(most),
+                    UNITS[most].field,
+                    100.0 * change(aim)
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 }

@@ -32,7 +32,7 @@ pub(crate) struct Unit {
 }
 
 /// Every unit, in [`WorkCounters::NAMES`] order.
-pub(crate) const UNITS: [Unit; 13] = [
+pub(crate) const UNITS: [Unit; WorkCounters::COUNT] = [
     Unit {
         counter: "commands",
         field: "cycles_per_command",
@@ -64,6 +64,11 @@ pub(crate) const UNITS: [Unit; 13] = [
         per: 1,
     },
     Unit {
+        counter: "edges_drawn",
+        field: "cycles_per_edge_drawn",
+        per: 1,
+    },
+    Unit {
         counter: "targets_deduplicated",
         field: "cycles_per_target",
         per: 1,
@@ -84,6 +89,11 @@ pub(crate) const UNITS: [Unit; 13] = [
         per: 1,
     },
     Unit {
+        counter: "radix_passes",
+        field: "cycles_per_radix_pass",
+        per: 1,
+    },
+    Unit {
         counter: "blocks_scanned",
         field: "cycles_per_block_scanned",
         per: 1,
@@ -101,7 +111,7 @@ pub(crate) const UNITS: [Unit; 13] = [
 ];
 
 /// The cost `cores` gives each unit, in [`UNITS`] order.
-pub(crate) fn configured(cores: &CoresConfig) -> [u64; 13] {
+pub(crate) fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
     [
         cores.cycles_per_command,
         cores.cycles_per_flash_op,
@@ -109,10 +119,12 @@ pub(crate) fn configured(cores: &CoresConfig) -> [u64; 13] {
         cores.cycles_per_page_scanned,
         cores.cycles_per_edge_scanned,
         cores.cycles_per_edge_sampled,
+        cores.edge_drawn_cycles(),
         cores.target_cycles(),
         cores.node_cleared_cycles(),
         cores.cycles_per_kib_copied,
         cores.cycles_per_sort_key_move,
+        cores.radix_pass_cycles(),
         cores.cycles_per_block_scanned,
         cores.cycles_per_poll,
         cores.cycles_per_parked_command,
@@ -121,7 +133,7 @@ pub(crate) fn configured(cores: &CoresConfig) -> [u64; 13] {
 
 /// `work` priced at `costs` (in [`UNITS`] order), as the emulator's core model prices it
 /// (without its rounding).
-pub(crate) fn priced(work: &WorkCounters, costs: &[f64; 13]) -> f64 {
+pub(crate) fn priced(work: &WorkCounters, costs: &[f64; WorkCounters::COUNT]) -> f64 {
     work.values()
         .iter()
         .zip(UNITS.iter().zip(costs))
@@ -136,8 +148,8 @@ pub(crate) fn priced(work: &WorkCounters, costs: &[f64; 13]) -> f64 {
 pub(crate) fn fit(
     rows: &[(WorkCounters, f64)],
     fitted: &[usize],
-    fixed: &[f64; 13],
-) -> anyhow::Result<[f64; 13]> {
+    fixed: &[f64; WorkCounters::COUNT],
+) -> anyhow::Result<[f64; WorkCounters::COUNT]> {
     let k = fitted.len();
     anyhow::ensure!(
         rows.len() >= k,
@@ -218,12 +230,16 @@ mod tests {
     use sagessd_qemu_a9_profile::cache_model::MissCounts;
 
     fn work(pairs: &[(&str, u64)]) -> WorkCounters {
-        let mut v = [0u64; 13];
+        let mut v = [0u64; WorkCounters::COUNT];
         for (name, n) in pairs {
             let i = WorkCounters::NAMES.iter().position(|x| x == name).unwrap();
             v[i] = *n;
         }
         WorkCounters::from_values(v)
+    }
+
+    fn unit(name: &str) -> usize {
+        UNITS.iter().position(|u| u.counter == name).unwrap()
     }
 
     #[test]
@@ -236,11 +252,17 @@ mod tests {
     #[test]
     fn a_fit_recovers_the_costs_that_made_the_cycles() {
         // Costs the "hardware" has; the fit sees only counts and totals.
-        let mut truth = [0.0; 13];
-        truth[0] = 4000.0; // commands
-        truth[5] = 700.0; // edges_sampled
-        truth[8] = 300.0; // per KiB
-        truth[12] = 60.0; // parked: fixed, known
+        let (commands, sampled, bytes, parked) = (
+            unit("commands"),
+            unit("edges_sampled"),
+            unit("bytes_copied"),
+            unit("parked_checked"),
+        );
+        let mut truth = [0.0; WorkCounters::COUNT];
+        truth[commands] = 4000.0;
+        truth[sampled] = 700.0;
+        truth[bytes] = 300.0; // per KiB
+        truth[parked] = 60.0; // fixed, known
         let rows: Vec<(WorkCounters, f64)> = [
             work(&[
                 ("commands", 100),
@@ -264,11 +286,11 @@ mod tests {
         .collect();
         let costs = fit(
             &rows,
-            &[0, 5, 8],
+            &[commands, sampled, bytes],
             &truth.map(|c| if c == 60.0 { c } else { 0.0 }),
         )
         .unwrap();
-        for u in [0, 5, 8, 12] {
+        for u in [commands, sampled, bytes, parked] {
             assert!(
                 (costs[u] - truth[u]).abs() < 1e-6,
                 "{}: {} vs {}",
@@ -283,7 +305,8 @@ mod tests {
             work(&[("commands", 2), ("flash_ops", 2)]),
         ];
         let rows: Vec<_> = same.iter().map(|w| (*w, 10.0)).collect();
-        assert!(fit(&rows, &[0, 1], &[0.0; 13]).is_err());
+        let both = [commands, unit("flash_ops")];
+        assert!(fit(&rows, &both, &[0.0; WorkCounters::COUNT]).is_err());
     }
 
     #[test]
@@ -299,6 +322,9 @@ mod tests {
             base_cycles_per_1000_instructions: 1500,
             l2_hit_penalty_cycles: 20,
             dram_penalty_ns: 100,
+            board_cycles_per_command: 0,
+            board_cycles_per_flash_op: 0,
+            board_cycles_per_poll: 0,
         };
         let p = Segment {
             instructions: 1000,

@@ -422,7 +422,7 @@ fn modelled_steps_repeat_exactly_and_modelled_workers_shorten_the_epoch() {
         "--out",
         d,
         "--scale",
-        "12",
+        "14",
         "--features",
         "8",
         "--classes",
@@ -442,7 +442,7 @@ fn modelled_steps_repeat_exactly_and_modelled_workers_shorten_the_epoch() {
             "--epochs",
             "2",
             "--batch-size",
-            "256",
+            "1024",
             "--fanouts",
             "10,10",
             "--compute",
@@ -462,10 +462,12 @@ fn modelled_steps_repeat_exactly_and_modelled_workers_shorten_the_epoch() {
     // Priced on the accelerator, the modelled epoch is the same on every run.
     let (a, b) = (run("a", "1", true), run("b", "1", true));
     assert_eq!(a, b, "modelled steps give the same epoch twice");
-    // Sampling 256 targets by direct reads takes far longer than a modelled step: four modelled
-    // host workers overlap their reads, and the epoch is shorter.
+    // Sampling 1,024 targets by direct reads takes longer than a modelled step (a scale-14 graph
+    // gives an epoch of several minibatches): four modelled host workers overlap their reads,
+    // and the epoch is clearly shorter (about 30 % with the measured Cosmos+ costs). On a
+    // smaller graph or batch the trainer bounds the epoch and workers cannot shorten it.
     let four = run("four", "4", true);
     let secs = |v: &[String]| -> f64 { v[0].parse().unwrap() };
-    assert!(secs(&four) < secs(&a), "{four:?} vs {a:?}");
+    assert!(secs(&four) < 0.9 * secs(&a), "{four:?} vs {a:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,72 @@
+//! `sagessd firmware calibrate`: the shipped descriptions' measured `[cores]` costs are what
+//! the firmware measures today, and a description whose cost is wrong is caught. Each run
+//! boots the calibration image under QEMU (about 30 s) and builds it first (cargo,
+//! gcc-arm-none-eabi, qemu-system-arm: `scripts/setup.sh` installs them).
+
+use std::process::Command;
+
+/// Runs `sagessd firmware calibrate --check ARGS`; returns its exit success and stdout.
+fn calibrate_check(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["firmware", "calibrate", "--check"])
+        .args(args)
+        .output()
+        .expect("running sagessd");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A failed --check exits 1 after printing its table; anything else that fails is an error
+    // of the run itself (a missing tool, a failed image), which fails the test here.
+    assert!(
+        out.status.success() || stdout.contains("FAIL: "),
+        "calibration did not run:\n{stdout}{stderr}"
+    );
+    (out.status.success(), stdout)
+}
+
+#[test]
+fn the_shipped_costs_are_current_and_a_wrong_one_is_caught() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for description in ["cosmos-plus", "newport"] {
+        let path = format!("{root}/hw-configs/{description}.toml");
+        let (ok, stdout) = calibrate_check(&["--config", &path]);
+        assert!(ok, "{description}:\n{stdout}");
+        assert!(stdout.contains("OK: every measured cost"), "{stdout}");
+        // The realistic check workload is predicted within 25 % by the fitted costs.
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("check check_minibatch:"))
+            .unwrap_or_else(|| panic!("no check line:\n{stdout}"));
+        // "... its fitted costs predict 1344.5 (-16.9 %); ..."
+        let error: f64 = line
+            .split_once("predict ")
+            .and_then(|(_, r)| r.split_once('('))
+            .and_then(|(_, r)| r.split_once(' '))
+            .and_then(|(p, _)| p.parse().ok())
+            .unwrap_or_else(|| panic!("no prediction error in {line:?}"));
+        assert!(error.abs() < 25.0, "{description}: {line}");
+    }
+    // Double one measured cost: the check must name it.
+    let text = std::fs::read_to_string(format!("{root}/hw-configs/cosmos-plus.toml")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cycles_per_edge_sampled = "))
+        .expect("cosmos-plus.toml prices sampled edges");
+    let cost: u64 = line["cycles_per_edge_sampled = ".len()..].parse().unwrap();
+    let wrong = text.replace(line, &format!("cycles_per_edge_sampled = {}", 2 * cost));
+    let dir = std::env::temp_dir().join(format!("sagessd-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wrong.toml");
+    std::fs::write(&path, wrong).unwrap();
+    let (ok, stdout) = calibrate_check(&["--config", path.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!ok, "a doubled cost passed --check:\n{stdout}");
+    let fail = stdout.lines().find(|l| l.starts_with("FAIL: ")).unwrap();
+    assert!(
+        fail.contains(&format!("cycles_per_edge_sampled = {}", 2 * cost)),
+        "{fail}"
+    );
+    assert!(
+        !fail.contains("cycles_per_edge_drawn"),
+        "only the doubled cost is stale: {fail}"
+    );
+}
