@@ -19,13 +19,14 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 #   e2fsprogs                                                      (its ext4 survives a SIGKILL)
 #   fio                                                            (its writes checked by crc32c)
 #   fonts-dejavu-core                                              the experiments' plot labels
+#   valgrind                                                       validate host-compute (callgrind)
 #   qemu-utils                                                     see below
 # A fresh machine of this kind ships qemu-utils 10.0.2 from bookworm-backports (not in its apt
 # sources), which Breaks the 7.2 qemu-system-common the QEMU system packages need; apt keeps the
 # installed, newer qemu-utils unless told to take the release's own and allowed to downgrade.
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
 packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 fonts-dejavu-core
-          busybox-static nvme-cli kmod cpio e2fsprogs fio)
+          busybox-static nvme-cli kmod cpio e2fsprogs fio valgrind)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

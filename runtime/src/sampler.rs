@@ -128,6 +128,15 @@ impl SampledSubgraph {
             .sum()
     }
 
+    /// Destination nodes summed over the layers: what the host's per-node sampling work
+    /// (`[host] node_ns`) is counted in.
+    pub fn dst_node_count(&self) -> u64 {
+        let v = self.view();
+        (0..v.layer_count())
+            .map(|l| u64::from(v.layer(l).counts.dst_count))
+            .sum()
+    }
+
     /// FNV-1a 64 of the bytes: a short fingerprint for reports.
     pub fn checksum(&self) -> u64 {
         fnv1a(FNV_OFFSET, &self.bytes)

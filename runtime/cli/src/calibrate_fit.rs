@@ -150,18 +150,8 @@ pub(crate) fn fit(
     fitted: &[usize],
     fixed: &[f64; WorkCounters::COUNT],
 ) -> anyhow::Result<[f64; WorkCounters::COUNT]> {
-    let k = fitted.len();
-    anyhow::ensure!(
-        rows.len() >= k,
-        "{} workloads cannot determine {k} costs",
-        rows.len()
-    );
-    // Normal equations of A c = b, with A's row i = the fitted units' counts / y_i and
-    // b_i = (y_i - fixed work) / y_i.
-    let mut ata = vec![vec![0.0f64; k]; k];
-    let mut atb = vec![0.0f64; k];
+    let mut equations = Vec::with_capacity(rows.len());
     for (work, cycles) in rows {
-        anyhow::ensure!(*cycles > 0.0, "a workload measured no cycles");
         let values = work.values();
         let mut rest = *cycles;
         for (u, unit) in UNITS.iter().enumerate() {
@@ -169,11 +159,56 @@ pub(crate) fn fit(
                 rest -= values[u] as f64 / unit.per as f64 * fixed[u];
             }
         }
-        let a: Vec<f64> = fitted
-            .iter()
-            .map(|u| values[*u] as f64 / UNITS[*u].per as f64 / cycles)
-            .collect();
-        let b = rest / cycles;
+        equations.push(Equation {
+            counts: fitted
+                .iter()
+                .map(|u| values[*u] as f64 / UNITS[*u].per as f64)
+                .collect(),
+            value: rest,
+            scale: *cycles,
+        });
+    }
+    let solution = relative_least_squares(&equations)?;
+    let mut costs = *fixed;
+    for (u, c) in fitted.iter().zip(solution) {
+        costs[*u] = c;
+    }
+    Ok(costs)
+}
+
+/// One measured workload for [`relative_least_squares`]: `counts · costs ≈ value`, its error
+/// weighed relative to `scale` (the workload's measured total).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Equation {
+    /// How many of each unknown's unit the workload did.
+    pub counts: Vec<f64>,
+    /// What those units cost in all (the measurement, less any part priced already).
+    pub value: f64,
+    /// The measurement the error is relative to.
+    pub scale: f64,
+}
+
+/// The costs that minimise the sum of `((counts · costs − value) / scale)²` over `rows`: a
+/// least-squares fit in which every workload weighs the same, whatever its size. Fails when
+/// the rows cannot determine every cost (fewer rows than costs, or dependent counts).
+pub(crate) fn relative_least_squares(rows: &[Equation]) -> anyhow::Result<Vec<f64>> {
+    let k = rows.first().map_or(0, |r| r.counts.len());
+    anyhow::ensure!(
+        rows.len() >= k,
+        "{} workloads cannot determine {k} costs",
+        rows.len()
+    );
+    // Normal equations of A c = b, with A's row i = counts_i / scale_i and b_i = value_i /
+    // scale_i.
+    let mut ata = vec![vec![0.0f64; k]; k];
+    let mut atb = vec![0.0f64; k];
+    for row in rows {
+        anyhow::ensure!(
+            row.scale > 0.0 && row.counts.len() == k,
+            "a workload measured nothing"
+        );
+        let a: Vec<f64> = row.counts.iter().map(|c| c / row.scale).collect();
+        let b = row.value / row.scale;
         for i in 0..k {
             atb[i] += a[i] * b;
             for j in 0..k {
@@ -181,14 +216,9 @@ pub(crate) fn fit(
             }
         }
     }
-    let solution = solve(ata, atb).ok_or_else(|| {
+    solve(ata, atb).ok_or_else(|| {
         anyhow::anyhow!("the workloads do not determine every cost (their counts are dependent)")
-    })?;
-    let mut costs = *fixed;
-    for (u, c) in fitted.iter().zip(solution) {
-        costs[*u] = c;
-    }
-    Ok(costs)
+    })
 }
 
 /// Solves `m x = v` by Gaussian elimination with partial pivoting; `None` if `m` is singular.

@@ -32,6 +32,7 @@ mod device;
 mod emulator;
 mod experiment;
 mod firmware;
+mod host_compute;
 mod records;
 mod sample;
 mod storage;

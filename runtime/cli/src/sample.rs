@@ -418,11 +418,7 @@ pub(crate) fn host_sampling_ns(
     hw: &sagessd_emulator::HwConfig,
     sub: &sagessd_runtime::sampler::SampledSubgraph,
 ) -> u64 {
-    let v = sub.view();
-    let dst: u64 = (0..v.layer_count())
-        .map(|l| u64::from(v.layer(l).counts.dst_count))
-        .sum();
-    hw.host.sampling_ns(dst, sub.edge_count())
+    hw.host.sampling_ns(sub.dst_node_count(), sub.edge_count())
 }
 
 /// This process's anonymous resident memory now (`RssAnon`: what a memory cgroup charges it

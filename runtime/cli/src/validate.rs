@@ -29,6 +29,12 @@ pub(crate) enum ValidateCommand {
     /// Linux kernel on this machine: real · modelled · ratio per sampler and graph-to-memory
     /// ratio (needs root: memory cgroups, drop_caches).
     Host(HostArgs),
+    /// The modelled host sampling compute (`[host] node_ns`, `edge_sampled_ns`) measured from
+    /// this machine's host sampler: instructions counted under valgrind's callgrind with its
+    /// cache simulation, turned into time by this machine's CPI and miss penalties, fitted per
+    /// destination node and sampled edge; the wall clock beside (needs the release build and
+    /// valgrind).
+    HostCompute(crate::host_compute::HostComputeArgs),
 }
 
 /// Flags of `validate host`.
@@ -60,9 +66,16 @@ pub(crate) struct HostArgs {
     output: FormatArgs,
 }
 
-/// `validate host`.
+/// Runs a `validate` subcommand.
 pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
-    let ValidateCommand::Host(a) = command;
+    match command {
+        ValidateCommand::Host(a) => host(a),
+        ValidateCommand::HostCompute(a) => crate::host_compute::run(a),
+    }
+}
+
+/// `validate host`.
+fn host(a: HostArgs) -> anyhow::Result<ExitCode> {
     cgroup::available().map_err(|why| anyhow::anyhow!("validate host needs cgroups: {why}"))?;
     let spec = GraphSpec::parse(&a.graph).map_err(anyhow::Error::msg)?;
     let WorkloadGraph::Synthetic(graph) = spec.build().map_err(anyhow::Error::msg)? else {

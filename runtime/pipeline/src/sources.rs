@@ -202,11 +202,7 @@ impl SampleStage for DeviceStage<'_> {
 
 /// The host's modelled sampling compute for a subgraph it built.
 fn host_sampling_ns(h: &HostStackConfig, s: &SampledSubgraph) -> u64 {
-    let v = s.view();
-    let dst: u64 = (0..v.layer_count())
-        .map(|l| u64::from(v.layer(l).counts.dst_count))
-        .sum();
-    h.sampling_ns(dst, s.edge_count())
+    h.sampling_ns(s.dst_node_count(), s.edge_count())
 }
 
 /// A host sampler over the modelled host I/O stack of an emulated device (the graph in DRAM,

@@ -1,0 +1,88 @@
+//! `sagessd validate host-compute`: the shipped `[host]` sampling costs are what this
+//! machine's host sampler measures today (instructions under valgrind's callgrind, repeatable),
+//! and a description whose cost is wrong is caught. The command measures the release build, so
+//! the test builds it first: `cargo build --release -p sagessd --no-default-features`, the same
+//! build the suite's QEMU guest uses (valgrind: `scripts/setup.sh` installs it).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Builds the release `sagessd` (without libtorch) and returns its path.
+fn release_sagessd() -> PathBuf {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "sagessd",
+            "--no-default-features",
+        ])
+        .status()
+        .expect("running cargo");
+    assert!(status.success(), "building the release sagessd failed");
+    // The test's own binary is target/debug/sagessd; the release one sits beside its folder.
+    let debug = PathBuf::from(env!("CARGO_BIN_EXE_sagessd"));
+    debug
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|t| t.join("release/sagessd"))
+        .expect("target folder")
+}
+
+/// Runs `validate host-compute --check --runs 1 ARGS` with `exe`; returns its exit success and
+/// stdout.
+fn check(exe: &PathBuf, args: &[&str]) -> (bool, String) {
+    let out = Command::new(exe)
+        .args(["validate", "host-compute", "--check", "--runs", "1"])
+        .args(args)
+        .output()
+        .expect("running sagessd");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A failed --check exits 1 after its table; any other failure (valgrind missing, a
+    // workload failing) is an error of the run, which fails the test here.
+    assert!(
+        out.status.success() || stdout.contains("FAIL: "),
+        "validate host-compute did not run:\n{stdout}{stderr}"
+    );
+    (out.status.success(), stdout)
+}
+
+#[test]
+fn the_shipped_host_costs_are_current_and_a_wrong_one_is_caught() {
+    // A debug build refuses: its instructions are not the shipped sampler's.
+    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["validate", "host-compute"])
+        .output()
+        .expect("running sagessd");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("release build"));
+
+    let exe = release_sagessd();
+    let (ok, stdout) = check(&exe, &[]);
+    assert!(ok, "{stdout}");
+    assert!(stdout.contains("OK: "), "{stdout}");
+
+    // A description whose [host] doubles the per-edge cost: the check names it.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut text = std::fs::read_to_string(format!("{root}/hw-configs/cosmos-plus.toml")).unwrap();
+    let mut host = sagessd_emulator::host_stack::HostStackConfig::default();
+    host.edge_sampled_ns *= 2;
+    text.push_str("\n[host]\n");
+    text.push_str(&toml::to_string(&host).unwrap());
+    let dir =
+        std::env::temp_dir().join(format!("sagessd-host-compute-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wrong.toml");
+    std::fs::write(&path, text).unwrap();
+    let (ok, stdout) = check(&exe, &["--config", path.to_str().unwrap()]);
+    assert!(!ok, "{stdout}");
+    let fail = stdout.lines().find(|l| l.starts_with("FAIL: ")).unwrap();
+    assert!(fail.contains("host.edge_sampled_ns"), "{fail}");
+    assert!(!fail.contains("host.node_ns"), "{fail}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
