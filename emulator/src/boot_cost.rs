@@ -114,15 +114,11 @@ fn boot(
             last_read_ns = nand.now_ns();
         }
     };
-    let (firmware, report) =
-        Firmware::recover(config.firmware.to_firmware_config(), nand, dram, &mut wait).map_err(
-            |e| match e {
-                RestoreError::Config(c) => config.firmware_error(c),
-                other => {
-                    EmulatorError::CheckFailed(format!("a boot from in-memory flash: {other:?}"))
-                }
-            },
-        )?;
+    let (firmware, report) = Firmware::recover(config.firmware_config(), nand, dram, &mut wait)
+        .map_err(|e| match e {
+            RestoreError::Config(c) => config.firmware_error(c),
+            other => EmulatorError::CheckFailed(format!("a boot from in-memory flash: {other:?}")),
+        })?;
     let duration_ns = firmware.flash().now_ns() - start_ns;
     Ok((
         firmware,

@@ -11,7 +11,7 @@ use std::path::Path;
 use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::sample::MAX_FANOUT;
 use sagessd_firmware::hal::Geometry;
-use sagessd_firmware::{ConfigError, Firmware, FirmwareConfig, MAX_ISP_SLOTS};
+use sagessd_firmware::{ConfigError, Firmware, FirmwareConfig, MAX_ISP_LANES, MAX_ISP_SLOTS};
 use serde::{Deserialize, Serialize};
 
 use crate::error::EmulatorError;
@@ -247,10 +247,11 @@ pub struct ControllerConfig {
 pub struct CoresConfig {
     /// Number of cores (see [`crate::cores`] for how they are used).
     pub count: u32,
-    /// Cores of `count` dedicated to in-storage processing (optional, default 0: the ISP
-    /// engine shares the firmware core). At least 1: the ISP engine's calls run on an ISP core
-    /// timeline of their own; the firmware runs one job at a time, so only one of them is used
-    /// (see [`crate::cores`]). At most `count - 1` (the firmware keeps a core).
+    /// Cores of `count` dedicated to in-storage processing (optional, default 0: in-storage
+    /// sampling time-shares every core with the flash firmware, one sampling lane per core,
+    /// lane 0 on the firmware's own core). At least 1: one lane on each, the flash firmware on
+    /// a core of its own (see [`crate::cores`]). At most `count - 1` (the firmware keeps a
+    /// core).
     #[serde(default)]
     pub isp_cores: u32,
     /// Core clock in MHz.
@@ -381,9 +382,11 @@ fn isp_default() -> bool {
 }
 
 impl FirmwareSection {
-    /// The firmware configuration this section describes (block size as its log2).
+    /// The firmware configuration this section describes (block size as its log2), with one
+    /// sampling lane: the lanes follow the cores ([`HwConfig::firmware_config`]).
     pub fn to_firmware_config(&self) -> FirmwareConfig {
         FirmwareConfig {
+            isp_lanes: 1,
             block_size_log2: self.block_size_bytes.trailing_zeros() as u8,
             over_provisioning_percent: self.over_provisioning_percent,
             page_buffer_pages: self.page_buffer_pages,
@@ -479,10 +482,45 @@ impl HwConfig {
             .expect("hw-configs/newport.toml is valid (checked by this crate's tests)")
     }
 
+    /// How many sampling jobs the device runs at once: one per ISP core (`[cores] isp_cores` ≥
+    /// 1), or, when in-storage sampling time-shares the firmware's cores (`isp_cores` = 0), one
+    /// per core; at most `[firmware] isp_slots` and the firmware's [`MAX_ISP_LANES`]. One on a
+    /// device without in-storage processing.
+    pub fn isp_lanes(&self) -> u8 {
+        let cores = match (self.firmware.isp, self.cores.isp_cores) {
+            (false, _) => 1,
+            (true, 0) => self.cores.count,
+            (true, k) => k,
+        };
+        cores
+            .min(u32::from(self.firmware.isp_slots))
+            .clamp(1, MAX_ISP_LANES as u32) as u8
+    }
+
+    /// How many sampling lanes run on cores of their own: every lane with ISP cores
+    /// (`isp_cores` ≥ 1), all but the one the firmware core runs when sampling time-shares the
+    /// cores (`isp_cores` = 0), none without in-storage processing.
+    pub fn isp_lane_cores(&self) -> u32 {
+        match (self.firmware.isp, self.cores.isp_cores) {
+            (false, _) => 0,
+            (true, 0) => u32::from(self.isp_lanes()) - 1,
+            (true, _) => u32::from(self.isp_lanes()),
+        }
+    }
+
+    /// The firmware configuration this description boots: `[firmware]`'s sizes with
+    /// [`Self::isp_lanes`] sampling lanes.
+    pub fn firmware_config(&self) -> FirmwareConfig {
+        FirmwareConfig {
+            isp_lanes: self.isp_lanes(),
+            ..self.firmware.to_firmware_config()
+        }
+    }
+
     /// The DRAM the firmware needs for this configuration, in bytes.
     pub fn firmware_dram_bytes(&self) -> Result<usize, EmulatorError> {
         Firmware::<NandArray, Vec<u8>>::dram_size_bytes(
-            &self.firmware.to_firmware_config(),
+            &self.firmware_config(),
             &self.nand.geometry(),
         )
         .map_err(|e| self.firmware_error(e))
@@ -520,6 +558,14 @@ impl HwConfig {
                 format!(
                     "must be between 1 and {MAX_ISP_SLOTS} (got {})",
                     f.isp_slots
+                ),
+            ),
+            // Derived from the cores and slots, and clamped to the firmware's range.
+            ConfigError::IspLanes => (
+                "cores.isp_cores",
+                format!(
+                    "gives {} sampling lanes; the firmware runs 1 to {MAX_ISP_LANES}",
+                    self.isp_lanes()
                 ),
             ),
             ConfigError::MaxTargets => (
@@ -875,7 +921,7 @@ impl HwConfig {
             },
         )?;
         // The firmware's own rules (page-buffer associativity, per-command page bound, ...).
-        f.to_firmware_config()
+        self.firmware_config()
             .validate(&self.nand.geometry())
             .map_err(|e| self.firmware_error(e))
     }

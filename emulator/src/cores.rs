@@ -35,23 +35,32 @@
 //!
 //! # Which core runs what
 //!
-//! The sagessd firmware is one poll-driven thread (no threads, no interrupts). By default
-//! (`isp_cores = 0`) the model runs it on **one** core: every call occupies core 0 for its
-//! `time_ns`, calls never overlap, and the call's effects (flash operations, DMAs, completions)
-//! are dated inside the call (see `ssd`). This matches the SmartSAGE prototype on Cosmos+, whose
-//! sampling "time-shares the embedded cores with the flash management firmware".
+//! The sagessd firmware is one poll-driven thread (no threads, no interrupts), whose ISP engine
+//! samples up to `isp_lanes` jobs at once, each a state machine in its own *lane* (its own
+//! DRAM working regions and share of the page-buffer window), stepped on its own
+//! (`Firmware::poll_isp_lane`). The emulator calls the firmware one call at a time (it is not
+//! reentrant) and charges each call's time to the core that would run it, each core a timeline
+//! with its own "busy until":
 //!
-//! With `isp_cores ≥ 1` the firmware's poll is split in its two entry points: `poll_io`
-//! (flash completions, GC, parked commands, flash queue) runs on core 0 and `poll_isp` (the
-//! subgraph generator) on an ISP core, a second timeline with its own "busy until", at the
-//! same clock and cycle costs. The firmware is still called one call at a time (it is not
-//! reentrant); only the time is charged to two cores, and the flash reads an ISP call issues
-//! are dated on the ISP core. The firmware runs one ISP job at a time, so however many ISP
-//! cores `isp_cores` describes, **one** is used. Simplifications: a call sees the other core's
-//! state as of that core's last call *start* (its effects are applied at once, not at its end),
-//! optimistic by at most one call of the other core; the ISP core depends on core 0 to retire
-//! its flash reads (as in the firmware); the ISP core's idle loop costs nothing (`poll_isp`
-//! counts no poll). The further cores of `count` are described but idle.
+//! * **Dedicated ISP cores** (`isp_cores = k ≥ 1`, Newport's A53s): core 0 runs the flash
+//!   firmware (`poll_io`: NVMe commands, flash completions, GC, the flash queue); each of the
+//!   k ISP cores runs one lane (k lanes). A lane core is woken when a firmware call that made
+//!   progress leaves its lane work (a job queued or running), and the flash reads a lane call
+//!   issues are dated on its core.
+//! * **Time-shared** (`isp_cores = 0`, the default, SmartSAGE's Cosmos+ prototype whose
+//!   sampling "time-shares the embedded cores with the flash management firmware"): one lane
+//!   per core. Lane 0 runs inside the firmware's own calls on core 0 (`poll_with_lane`: the I/O
+//!   work then one step of lane 0, charged together), so a job there delays NVMe and FTL work
+//!   and the other way round; lanes 1.. run on the other cores. A job goes to the lowest idle
+//!   lane, so a lone job shares core 0 with the firmware.
+//!
+//! The lanes come from `HwConfig::isp_lanes` (at most `[firmware] isp_slots` and the
+//! firmware's 4). Without in-storage processing the firmware is one core's `poll`.
+//! Simplifications: a call sees the other cores' state as of their last call *start* (its
+//! effects are applied at once, not at its end), optimistic by at most one call of another
+//! core; the lanes depend on core 0 to retire their flash reads (as in the firmware); a lane
+//! core's idle loop costs nothing (`poll_isp_lane` counts no poll). The further cores of
+//! `count` with dedicated ISP cores are described but idle.
 
 use sagessd_firmware::work::WorkCounters;
 

@@ -56,7 +56,7 @@ impl Ssd {
         bad: &dyn Fn(Option<&str>, String) -> EmulatorError,
     ) -> Result<(Firmware<NandArray, Vec<u8>>, BootReport), EmulatorError> {
         Firmware::recover(
-            config.firmware.to_firmware_config(),
+            config.firmware_config(),
             nand,
             dram,
             &mut NandArray::wait_for_completion,

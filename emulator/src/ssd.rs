@@ -37,12 +37,13 @@
 //! The firmware is polled until it reports no progress; then virtual time jumps to the next
 //! flash completion or command arrival. The firmware is one thread on one core (see
 //! [`crate::cores`]): calls never overlap, and what a call *sees* (flash completions, new
-//! commands) is what had happened when it started. With an ISP core (`[cores] isp_cores` ≥ 1)
-//! the ISP engine's calls (`Firmware::poll_isp`) run on a second timeline, woken by a firmware
-//! call that made progress while a job is queued or running; calls of the two cores are
-//! simulated in order of their start times, and an ISP call that made progress wakes the idle
-//! firmware core at its end. The DMA engine runs on its own: the core
-//! does not wait for a DMA, but whatever depends on DMA'd host data does.
+//! commands) is what had happened when it started. Sampling lanes on cores of their own
+//! (`Firmware::poll_isp_lane`; see [`crate::cores`] for which lanes those are) run on a
+//! timeline each, woken by a call that made progress while their lane has a job queued or
+//! running; the calls of all cores are simulated in order of their start times (the firmware
+//! core first on a tie, then the lowest lane), and a lane call that made progress wakes the
+//! idle firmware core and the idle lanes with work at its end. The DMA engine runs on its own:
+//! the core does not wait for a DMA, but whatever depends on DMA'd host data does.
 //!
 //! Dating each effect inside its call, rather than at the call's end, matters for long calls:
 //! the first poll after a burst of deep commands sweeps all of them (page-buffer lookups for
@@ -157,10 +158,12 @@ pub struct DeviceStats {
     pub firmware_calls: u64,
     /// Virtual time the firmware core spent executing calls.
     pub core_busy_ns: u64,
-    /// Calls of the ISP engine on an ISP core (`[cores] isp_cores` ≥ 1; 0 otherwise, the ISP
-    /// work then being in the firmware core's calls).
+    /// Calls of sampling lanes on cores of their own (every lane with `[cores] isp_cores` ≥ 1;
+    /// all but lane 0 when sampling time-shares the cores, lane 0's work then being in the
+    /// firmware core's calls).
     pub isp_calls: u64,
-    /// Virtual time the ISP core spent executing calls (0 without an ISP core).
+    /// Virtual time the cores of their own spent executing sampling lanes' calls, summed over
+    /// those cores (0 without any).
     pub isp_core_busy_ns: u64,
     /// Polls that found nothing to do (the last pass of the poll loop before it idles). Their
     /// cost is in `core_busy_ns`; their counts are in `work.polls`.
@@ -392,12 +395,12 @@ pub struct Ssd {
     ready_ns: u64,
     /// When the firmware core is next free (end of its last call).
     fw_time_ns: u64,
-    /// Whether the ISP engine runs on a core of its own (`[cores] isp_cores` ≥ 1, ISP on).
-    isp_core: bool,
-    /// When the ISP core is next free (end of its last call).
-    isp_time_ns: u64,
-    /// Whether the ISP engine should be called again at `isp_time_ns`.
-    isp_hot: bool,
+    /// The sampling lanes that run on cores of their own, a timeline each (see
+    /// [`crate::cores`]).
+    lane_cores: Vec<LaneCore>,
+    /// The sampling lane the firmware core runs in its own calls (sampling time-shares the
+    /// cores: `[cores] isp_cores` = 0), if any.
+    shared_lane: Option<usize>,
     /// Whether the firmware should be called again at `fw_time_ns`.
     hot: bool,
     /// Whether a poll made progress since the firmware last answered busy.
@@ -410,6 +413,18 @@ pub struct Ssd {
     outstanding: usize,
     calls_at_instant: u64,
     stats: DeviceStats,
+}
+
+/// A core that runs one sampling lane: when it is next free, and whether its lane has a call
+/// to make then.
+#[derive(Clone, Copy, Debug)]
+struct LaneCore {
+    /// The firmware's lane it runs.
+    lane: usize,
+    /// When the core is next free (end of its last call).
+    time_ns: u64,
+    /// Whether the lane should be called again at `time_ns`.
+    hot: bool,
 }
 
 impl fmt::Debug for Ssd {
@@ -429,7 +444,7 @@ impl Ssd {
     /// exactly what the firmware needs, lazily zeroed by the OS.
     pub fn new(config: &HwConfig) -> Result<Self, EmulatorError> {
         let (nand, dram) = Self::parts(config)?;
-        let firmware = Firmware::new(config.firmware.to_firmware_config(), nand, dram)
+        let firmware = Firmware::new(config.firmware_config(), nand, dram)
             .map_err(|e| config.firmware_error(e))?;
         Ok(Self::around(config, firmware))
     }
@@ -465,9 +480,18 @@ impl Ssd {
             now_ns: ready_ns,
             ready_ns,
             fw_time_ns: ready_ns,
-            isp_core: config.cores.isp_cores > 0 && config.firmware.isp,
-            isp_time_ns: ready_ns,
-            isp_hot: false,
+            lane_cores: {
+                let lanes = u32::from(config.isp_lanes());
+                let own = config.isp_lane_cores();
+                (lanes - own..lanes)
+                    .map(|lane| LaneCore {
+                        lane: lane as usize,
+                        time_ns: ready_ns,
+                        hot: false,
+                    })
+                    .collect()
+            },
+            shared_lane: (config.firmware.isp && config.cores.isp_cores == 0).then_some(0),
             hot: true,
             retry_blocked: false,
             arrivals: EventQueue::default(),
@@ -760,8 +784,10 @@ impl Ssd {
             dram_bytes: self.nand().dram().map_or(0, |d| d.stats().bytes),
             dram_busy_ns: self.nand().dram().map_or(0, |d| d.stats().busy_ns),
             simulated_ns: self
-                .fw_time_ns
-                .max(self.isp_time_ns)
+                .lane_cores
+                .iter()
+                .map(|l| l.time_ns)
+                .fold(self.fw_time_ns, u64::max)
                 .max(self.firmware.flash().now_ns()),
             ..self.stats.clone()
         }
@@ -791,15 +817,22 @@ impl Ssd {
     /// `horizon` (the earliest posted completion, which must be handed out first).
     fn step(&mut self, horizon: Option<u64>) -> Result<Step, EmulatorError> {
         loop {
-            if self.hot && !(self.isp_hot && self.isp_time_ns < self.fw_time_ns) {
+            // The earliest lane core with a call to make (the lowest lane on a tie).
+            let lane_call = self
+                .lane_cores
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.hot)
+                .map(|(i, l)| (i, l.time_ns))
+                .min_by_key(|&(_, t)| t);
+            if self.hot && lane_call.is_none_or(|(_, t)| t >= self.fw_time_ns) {
                 if horizon.is_some_and(|h| h <= self.fw_time_ns) {
                     return Ok(Step::Horizon);
                 }
                 self.call(self.fw_time_ns)?;
                 return Ok(Step::Ran);
             }
-            // The ISP core's call comes first unless the (idle) firmware core is woken earlier.
-            let isp_call = self.isp_hot.then_some(self.isp_time_ns);
+            // A lane core's call comes first unless the (idle) firmware core is woken earlier.
             // The firmware is idle: find what wakes it next. Arrivals wait while the firmware
             // is full (they would only be answered busy).
             let next_arrival = if self.blocked.is_empty() {
@@ -813,13 +846,13 @@ impl Ssd {
                 (Some(t), None) | (None, Some(t)) => Some(t),
                 (None, None) => None,
             };
-            if let Some(t) = isp_call
+            if let Some((i, t)) = lane_call
                 && (self.hot || next.is_none_or(|n| t < n))
             {
                 if horizon.is_some_and(|h| h <= t) {
                     return Ok(Step::Horizon);
                 }
-                self.call_isp(t)?;
+                self.call_lane(i, t)?;
                 return Ok(Step::Ran);
             }
             let Some(next) = next else {
@@ -873,10 +906,11 @@ impl Ssd {
             }
             true
         } else {
-            let progress = if self.isp_core {
-                self.firmware.poll_io(&mut self.host)
-            } else {
-                self.firmware.poll(&mut self.host)
+            let progress = match self.shared_lane {
+                Some(lane) => self.firmware.poll_with_lane(&mut self.host, lane),
+                // No ISP: nothing queues a job.
+                None if self.lane_cores.is_empty() => self.firmware.poll(&mut self.host),
+                None => self.firmware.poll_io(&mut self.host),
             };
             if progress {
                 self.retry_blocked = true;
@@ -898,25 +932,35 @@ impl Ssd {
         self.stamp_effects(start_ns, &before, end_ns);
         self.fw_time_ns = end_ns;
         self.hot = progress || self.has_immediate_work();
-        // What the call did (a job accepted, its pages read) may give the ISP core work.
-        if self.isp_core && progress && !self.isp_hot && self.firmware.isp_busy() {
-            self.isp_hot = true;
-            self.isp_time_ns = self.isp_time_ns.max(end_ns);
+        // What the call did (a job accepted, its pages read) may give the lane cores work.
+        if progress {
+            self.wake_lanes(end_ns, None);
         }
         self.count_livelock(core_ns, progress, end_ns)
     }
 
-    /// Lets the DRAM forget its past: no request will name a time before the earlier core's
-    /// next call or the NAND's next event. An idle ISP core does not hold it back: when it is
-    /// woken, its next call is no earlier than the firmware core's time then.
+    /// Wakes at `t_ns` every idle lane core (but `except`) whose lane has work.
+    fn wake_lanes(&mut self, t_ns: u64, except: Option<usize>) {
+        for (i, l) in self.lane_cores.iter_mut().enumerate() {
+            if !l.hot && except != Some(i) && self.firmware.isp_lane_busy(l.lane) {
+                l.hot = true;
+                l.time_ns = l.time_ns.max(t_ns);
+            }
+        }
+    }
+
+    /// Lets the DRAM forget its past: no request will name a time before the earliest core's
+    /// next call or the NAND's next event. An idle lane core does not hold it back: when it is
+    /// woken, its next call is no earlier than the waking core's time then.
     fn forget_dram(&mut self) {
-        let isp = if self.isp_core && self.isp_hot {
-            self.isp_time_ns
-        } else {
-            u64::MAX
-        };
+        let lanes = self
+            .lane_cores
+            .iter()
+            .filter(|l| l.hot)
+            .map(|l| l.time_ns)
+            .fold(u64::MAX, u64::min);
         let nand = self.firmware.flash_mut();
-        let floor = self.fw_time_ns.min(isp).min(nand.now_ns());
+        let floor = self.fw_time_ns.min(lanes).min(nand.now_ns());
         if let Some(d) = nand.dram_mut() {
             d.forget_before(floor);
         }
@@ -945,12 +989,12 @@ impl Ssd {
         }
     }
 
-    /// One call of the ISP engine on the ISP core starting at `start_ns` (`isp_cores` ≥ 1):
-    /// its work is charged to the ISP core and the flash reads it issued are dated on it.
-    fn call_isp(&mut self, start_ns: u64) -> Result<(), EmulatorError> {
+    /// One call of lane core `i`'s sampling lane starting at `start_ns`: its work is charged
+    /// to that core and the flash reads it issued are dated on it.
+    fn call_lane(&mut self, i: usize, start_ns: u64) -> Result<(), EmulatorError> {
         self.firmware.flash_mut().advance_to(start_ns);
         let before = self.firmware.work();
-        let progress = self.firmware.poll_isp();
+        let progress = self.firmware.poll_isp_lane(self.lane_cores[i].lane);
         let work = self.firmware.work().since(&before);
         let core_ns = self.cores.ns(&work);
         let start_ns = self.wait_for_p2p(start_ns, &work);
@@ -958,12 +1002,15 @@ impl Ssd {
         self.stats.isp_calls += 1;
         self.stats.isp_core_busy_ns += core_ns;
         self.stamp_effects(start_ns, &before, end_ns);
-        self.isp_time_ns = end_ns;
-        self.isp_hot = progress;
-        // The firmware core sees what the ISP did (a finished job to collect, freed page-buffer
-        // slots) when the call ends.
-        if progress && !self.hot {
-            self.wake(end_ns);
+        self.lane_cores[i].time_ns = end_ns;
+        self.lane_cores[i].hot = progress;
+        // The firmware core and the other lanes see what the lane did (a finished job to
+        // collect, freed page-buffer slots) when the call ends.
+        if progress {
+            if !self.hot {
+                self.wake(end_ns);
+            }
+            self.wake_lanes(end_ns, Some(i));
         }
         self.count_livelock(core_ns, progress, end_ns)
     }

@@ -9,6 +9,8 @@ use crate::hal::Geometry;
 pub const MAX_COMMANDS: usize = 64;
 /// Most sampling jobs (submitted but not yet collected) the firmware holds at once.
 pub const MAX_ISP_SLOTS: usize = 8;
+/// Most sampling jobs the ISP engine runs at once ([`FirmwareConfig::isp_lanes`]).
+pub const MAX_ISP_LANES: usize = 4;
 /// Most flash pages one Read or Write command may touch (bounds `max_transfer_bytes`).
 pub const MAX_PAGES_PER_COMMAND: usize = 64;
 /// Page-buffer associativity: a logical page can live in one of this many slots.
@@ -25,6 +27,12 @@ pub struct FirmwareConfig {
     pub page_buffer_pages: u32,
     /// Sampling jobs that may be submitted and not yet collected, 1..=[`MAX_ISP_SLOTS`].
     pub isp_slots: u8,
+    /// Sampling jobs run at once, 1..=[`MAX_ISP_LANES`] and at most `isp_slots`. Each *lane*
+    /// has its own DRAM working regions (node table, gathered positions, gather keys and
+    /// values) and an equal share of the page-buffer window, and is stepped on its own
+    /// ([`crate::Firmware::poll_isp_lane`]), so an integrator with several cores for ISP runs
+    /// one lane on each.
+    pub isp_lanes: u8,
     /// NS_config limits (targets per job, fanout per layer).
     pub limits: NsLimits,
     /// Unique nodes one sampled subgraph may hold.
@@ -52,6 +60,7 @@ impl Default for FirmwareConfig {
             over_provisioning_percent: 7,
             page_buffer_pages: 512,
             isp_slots: 2,
+            isp_lanes: 1,
             limits: NsLimits {
                 max_targets: 4096,
                 max_fanout: 64,
@@ -79,6 +88,8 @@ pub enum ConfigError {
     PageBufferPages,
     /// `isp_slots` is 0 or above [`MAX_ISP_SLOTS`].
     IspSlots,
+    /// `isp_lanes` is 0, above [`MAX_ISP_LANES`] or above `isp_slots`.
+    IspLanes,
     /// `limits.max_targets` is 0 or above `max_subgraph_nodes`.
     MaxTargets,
     /// `limits.max_fanout` is 0 or above the sampling function's maximum.
@@ -121,6 +132,12 @@ impl FirmwareConfig {
         }
         if self.isp_slots == 0 || usize::from(self.isp_slots) > MAX_ISP_SLOTS {
             return Err(ConfigError::IspSlots);
+        }
+        if self.isp_lanes == 0
+            || usize::from(self.isp_lanes) > MAX_ISP_LANES
+            || self.isp_lanes > self.isp_slots
+        {
+            return Err(ConfigError::IspLanes);
         }
         if self.max_subgraph_nodes == 0 || self.max_subgraph_nodes > 1 << 28 {
             return Err(ConfigError::MaxSubgraphNodes);

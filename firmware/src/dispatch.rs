@@ -227,7 +227,8 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         config: &FirmwareConfig,
         geometry: &crate::hal::Geometry,
     ) -> Result<DramRegions, ConfigError> {
-        Self::layout(config, geometry).map(|l| l.regions(usize::from(config.isp_slots)))
+        Self::layout(config, geometry)
+            .map(|l| l.regions(usize::from(config.isp_lanes), usize::from(config.isp_slots)))
     }
 
     /// The arena layout for a configuration, after checking it.
@@ -880,7 +881,16 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// flash-queue budget): one pass of a firmware that runs NVMe, FTL and ISP on one core.
     pub fn poll<H: HostInterface>(&mut self, host: &mut H) -> bool {
         let io = self.poll_io(host);
-        let isp = self.isp_pass();
+        let isp = self.isp_pass(None);
+        io || isp
+    }
+
+    /// [`Self::poll_io`] then one step of sampling lane `lane`: one pass of a core that runs
+    /// the NVMe, FTL and one lane's ISP work time-shared, while cores of their own run the other
+    /// lanes ([`Self::poll_isp_lane`]). With one lane, the same as [`Self::poll`].
+    pub fn poll_with_lane<H: HostInterface>(&mut self, host: &mut H, lane: usize) -> bool {
+        let io = self.poll_io(host);
+        let isp = self.isp_pass(Some(lane));
         io || isp
     }
 
@@ -956,14 +966,27 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         progress
     }
 
-    /// The ISP half of [`Self::poll`]: one step of the subgraph generator (starting a queued
+    /// The ISP half of [`Self::poll`]: one step of every sampling lane (starting a queued
     /// job, issuing the page reads of its gathers, consuming the pages that arrived), then the
     /// flash queue is drained so that its reads start. It does not count a poll (the ISP core's
     /// own loop is the generator's counted work) and never touches the host interface. Returns
     /// whether anything happened.
     pub fn poll_isp(&mut self) -> bool {
         self.backend.queue.begin_poll();
-        self.isp_pass()
+        self.isp_pass(None)
+    }
+
+    /// [`Self::poll_isp`] for one sampling lane (`0..`[`Self::isp_lanes`]): what an integrator
+    /// with a core per lane calls on each of them, one call at a time. A lane outside the
+    /// configuration does nothing.
+    pub fn poll_isp_lane(&mut self, lane: usize) -> bool {
+        self.backend.queue.begin_poll();
+        self.isp_pass(Some(lane))
+    }
+
+    /// How many sampling jobs run at once ([`FirmwareConfig::isp_lanes`]).
+    pub fn isp_lanes(&self) -> usize {
+        self.isp.lane_count()
     }
 
     /// Whether the ISP engine has a job queued or running (work for [`Self::poll_isp`]).
@@ -971,8 +994,27 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         !self.isp.is_idle()
     }
 
-    fn isp_pass(&mut self) -> bool {
-        let progress = self.isp.step(self.dram.as_mut(), &mut self.backend);
+    /// How many lanes run a job now, the most pages one of them has pinned, and how many each
+    /// may pin (for tests).
+    #[cfg(test)]
+    pub(crate) fn isp_lane_state(&self) -> (usize, usize, usize) {
+        let (running, pinned) = self.isp.running_lanes();
+        (running, pinned, self.isp.window_pages())
+    }
+
+    /// Whether sampling lane `lane` has work for [`Self::poll_isp_lane`]: a job running, or a
+    /// job queued that it would start.
+    pub fn isp_lane_busy(&self, lane: usize) -> bool {
+        self.isp.lane_busy(lane)
+    }
+
+    /// One step of `lane` (of every lane if `None`), then the flash queue drained.
+    fn isp_pass(&mut self, lane: Option<usize>) -> bool {
+        let (dram, backend) = (self.dram.as_mut(), &mut self.backend);
+        let progress = match lane {
+            Some(lane) => self.isp.step_lane(lane, dram, backend),
+            None => self.isp.step(dram, backend),
+        };
         let taken = self.drain_flash_queue();
         progress || taken > 0
     }
@@ -1646,7 +1688,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     /// A description of every parked command and the GC state, for test failure messages.
     pub(crate) fn describe(&self) -> std::string::String {
         std::format!(
-            "commands: {:?}\ngc: {} full: {} queue empty: {} in flight: {}",
+            "commands: {:?}\ngc: {} full: {} queue empty: {} in flight: {}\n{}",
             self.commands
                 .iter()
                 .flatten()
@@ -1655,7 +1697,8 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             self.backend.ftl.describe_gc(),
             self.backend.ftl.is_full(),
             self.backend.queue.is_empty(),
-            self.flash_in_flight
+            self.flash_in_flight,
+            self.isp.describe_lanes(self.dram.as_ref(), &self.backend)
         )
     }
 }

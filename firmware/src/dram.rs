@@ -87,6 +87,21 @@ pub(crate) struct SlotRegions {
     pub features: Region,
 }
 
+/// Per-lane regions: the working set of the job a sampling lane runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) struct LaneRegions {
+    /// Node-id → local-id hash table of the lane's job, `u32` (local id + 1, 0: empty).
+    pub node_hash: Region,
+    /// Global neighbour positions of the job's running layer, `u64` per sampled edge.
+    pub entries: Region,
+    /// Sort keys of the job's running gather (`page << 29 | item`), `u64` per item.
+    pub gather_keys: Region,
+    /// Second buffer of the gather keys' radix sort.
+    pub gather_scratch: Region,
+    /// Values the running gather read, `u64` per item.
+    pub gather_values: Region,
+}
+
 /// Where every table sits in the arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DramLayout {
@@ -110,16 +125,8 @@ pub(crate) struct DramLayout {
     pub gc_page: Region,
     /// The checkpoint writer's page windows (also boot's read windows).
     pub checkpoint_windows: Region,
-    /// Node-id → local-id hash table of the running job, `u32` (local id + 1, 0: empty).
-    pub node_hash: Region,
-    /// Global neighbour positions of the running layer, `u64` per sampled edge.
-    pub entries: Region,
-    /// Sort keys of the running gather (`page << 29 | item`), `u64` per item.
-    pub gather_keys: Region,
-    /// Second buffer of the gather keys' radix sort.
-    pub gather_scratch: Region,
-    /// Values the running gather read, `u64` per item.
-    pub gather_values: Region,
+    /// The sampling lanes' working regions, `isp_lanes` of them.
+    pub lanes: [LaneRegions; crate::config::MAX_ISP_LANES],
     /// Sampling-slot regions, `isp_slots` of them.
     pub slots: [SlotRegions; crate::config::MAX_ISP_SLOTS],
     /// Per-page progress of every parked Read or Write: `MAX_COMMANDS × MAX_PAGES_PER_COMMAND`
@@ -165,12 +172,17 @@ impl DramLayout {
         let slot_data = take(slots.checked_mul(page)?)?;
         let gc_page = take(page)?;
         let checkpoint_windows = take(CHECKPOINT_WINDOWS.checked_mul(page)?)?;
-        let node_hash = take(hash_capacity(config.max_subgraph_nodes).checked_mul(4)?)?;
-        let entries = take(edges.checked_mul(8)?)?;
         let gather_items = nodes.checked_mul(2)?.max(edges);
-        let gather_keys = take(gather_items.checked_mul(8)?)?;
-        let gather_scratch = take(gather_items.checked_mul(8)?)?;
-        let gather_values = take(gather_items.checked_mul(8)?)?;
+        let mut lanes = [LaneRegions::default(); crate::config::MAX_ISP_LANES];
+        for lane in lanes.iter_mut().take(usize::from(config.isp_lanes)) {
+            *lane = LaneRegions {
+                node_hash: take(hash_capacity(config.max_subgraph_nodes).checked_mul(4)?)?,
+                entries: take(edges.checked_mul(8)?)?,
+                gather_keys: take(gather_items.checked_mul(8)?)?,
+                gather_scratch: take(gather_items.checked_mul(8)?)?,
+                gather_values: take(gather_items.checked_mul(8)?)?,
+            };
+        }
         let mut slot_regions = [SlotRegions::default(); crate::config::MAX_ISP_SLOTS];
         for s in slot_regions.iter_mut().take(usize::from(config.isp_slots)) {
             *s = SlotRegions {
@@ -197,11 +209,7 @@ impl DramLayout {
             slot_data,
             gc_page,
             checkpoint_windows,
-            node_hash,
-            entries,
-            gather_keys,
-            gather_scratch,
-            gather_values,
+            lanes,
             slots: slot_regions,
             command_pages,
             total_bytes: next,
@@ -225,8 +233,42 @@ pub struct DramRegion {
     pub formula: &'static str,
 }
 
-/// Most regions an arena has: the shared ones plus four per sampling slot.
-const MAX_REGIONS: usize = 16 + 5 * crate::config::MAX_ISP_SLOTS;
+/// Most regions an arena has: the shared ones plus five per sampling lane and five per
+/// sampling slot.
+const MAX_REGIONS: usize = 11 + 5 * crate::config::MAX_ISP_LANES + 5 * crate::config::MAX_ISP_SLOTS;
+
+/// The names of the per-lane regions (one row per sampling lane).
+const LANE_REGION_NAMES: [[&str; 5]; 4] = [
+    [
+        "lane0.node_hash",
+        "lane0.entries",
+        "lane0.gather_keys",
+        "lane0.gather_scratch",
+        "lane0.gather_values",
+    ],
+    [
+        "lane1.node_hash",
+        "lane1.entries",
+        "lane1.gather_keys",
+        "lane1.gather_scratch",
+        "lane1.gather_values",
+    ],
+    [
+        "lane2.node_hash",
+        "lane2.entries",
+        "lane2.gather_keys",
+        "lane2.gather_scratch",
+        "lane2.gather_values",
+    ],
+    [
+        "lane3.node_hash",
+        "lane3.entries",
+        "lane3.gather_keys",
+        "lane3.gather_scratch",
+        "lane3.gather_values",
+    ],
+];
+const _: () = assert!(LANE_REGION_NAMES.len() == crate::config::MAX_ISP_LANES);
 
 /// The names of the per-slot regions (one row per sampling slot).
 const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
@@ -312,8 +354,9 @@ impl DramRegions {
 }
 
 impl DramLayout {
-    /// The footprint report of this layout. `isp_slots` is the configuration's slot count.
-    pub fn regions(&self, isp_slots: usize) -> DramRegions {
+    /// The footprint report of this layout. `isp_lanes` and `isp_slots` are the
+    /// configuration's lane and slot counts.
+    pub fn regions(&self, isp_lanes: usize, isp_slots: usize) -> DramRegions {
         let empty = DramRegion {
             name: "",
             size_bytes: 0,
@@ -362,27 +405,18 @@ impl DramLayout {
             self.checkpoint_windows,
             "(page_size_bytes + 64 B spare) x 16",
         );
-        push(
-            "node_hash",
-            self.node_hash,
-            "4 B x next power of two of 2 x max_subgraph_nodes",
-        );
-        push("entries", self.entries, "8 B x max_subgraph_edges");
-        push(
-            "gather_keys",
-            self.gather_keys,
-            "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)",
-        );
-        push(
-            "gather_scratch",
-            self.gather_scratch,
-            "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)",
-        );
-        push(
-            "gather_values",
-            self.gather_values,
-            "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)",
-        );
+        let gather = "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)";
+        for (lane, names) in self.lanes.iter().zip(LANE_REGION_NAMES).take(isp_lanes) {
+            push(
+                names[0],
+                lane.node_hash,
+                "4 B x next power of two of 2 x max_subgraph_nodes",
+            );
+            push(names[1], lane.entries, "8 B x max_subgraph_edges");
+            push(names[2], lane.gather_keys, gather);
+            push(names[3], lane.gather_scratch, gather);
+            push(names[4], lane.gather_values, gather);
+        }
         for (slot, names) in self.slots.iter().zip(SLOT_REGION_NAMES).take(isp_slots) {
             push(
                 names[0],
@@ -461,9 +495,13 @@ mod tests {
             pages_per_block: 8,
             page_size_bytes: 2048,
         };
-        for isp_slots in 1..=crate::MAX_ISP_SLOTS as u8 {
+        for (isp_lanes, isp_slots) in (1..=crate::MAX_ISP_SLOTS as u8)
+            .map(|s| (1, s))
+            .chain((2..=crate::MAX_ISP_LANES as u8).map(|l| (l, 4)))
+        {
             let config = FirmwareConfig {
                 isp_slots,
+                isp_lanes,
                 block_size_log2: 9,
                 max_subgraph_nodes: 1000,
                 max_subgraph_edges: 3000,
@@ -479,7 +517,10 @@ mod tests {
             let total = Fw::dram_size_bytes(&config, &geometry).unwrap();
             assert_eq!(regions.total_bytes(), total);
             let count = regions.iter().count();
-            assert_eq!(count, 16 + 5 * usize::from(isp_slots));
+            assert_eq!(
+                count,
+                11 + 5 * usize::from(isp_lanes) + 5 * usize::from(isp_slots)
+            );
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(
                 sum <= total && total < sum + super::DRAM_REGION_ALIGN_BYTES * count,
@@ -488,8 +529,10 @@ mod tests {
             let find = |name: &str| regions.iter().find(|r| r.name == name).unwrap().size_bytes;
             assert_eq!(find("p2l"), 4 * 64 * 8);
             assert_eq!(find("page_buffer_data"), 16 * (2048 + 64));
-            assert_eq!(find("node_hash"), 4 * 2048);
-            assert_eq!(find("gather_keys"), 8 * 3000);
+            for lane in 0..isp_lanes {
+                assert_eq!(find(&std::format!("lane{lane}.node_hash")), 4 * 2048);
+                assert_eq!(find(&std::format!("lane{lane}.gather_keys")), 8 * 3000);
+            }
             assert_eq!(find("slot0.config"), 32 + 8 * 100);
             assert_eq!(find("slot0.indptr"), 4 * 4 * 1001);
             assert_eq!(find("command_pages"), 8 * 64 * 64);
@@ -506,6 +549,17 @@ mod tests {
             Fw::dram_regions(&bad, &geometry_of_default()),
             Err(ConfigError::IspSlots)
         );
+        for isp_lanes in [0, crate::MAX_ISP_LANES as u8 + 1, 3] {
+            let bad = FirmwareConfig {
+                isp_lanes,
+                isp_slots: 2,
+                ..FirmwareConfig::default()
+            };
+            assert_eq!(
+                Fw::dram_regions(&bad, &geometry_of_default()),
+                Err(ConfigError::IspLanes)
+            );
+        }
     }
 
     fn geometry_of_default() -> Geometry {

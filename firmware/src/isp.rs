@@ -1,42 +1,27 @@
-//! In-storage neighbour sampling: the ISP control unit and the subgraph generator.
+//! In-storage neighbour sampling: the ISP control unit here, the subgraph generator in
+//! [`generator`].
 //!
 //! The control unit keeps up to [`MAX_ISP_SLOTS`] jobs: an `NS_SUBMIT` parks its NS_config in a
 //! free slot and gets the slot's tag back; `NS_COLLECT` with that tag waits until the job is done
-//! and DMAs the subgraph out. The subgraph generator runs one job at a time, layer by layer, as a
-//! poll-driven state machine. Each layer has two *gathers* that read flash, each followed by an
-//! in-order pass that does not:
-//!
-//! 1. **Bounds gather**: read `indptr[v]` and `indptr[v + 1]` of every destination node;
-//!    **sample pass**: for each destination in order, draw the sampled positions with
-//!    [`sample_positions`] and append their global edge positions;
-//! 2. **Neighbour gather**: read the neighbour id at every sampled position;
-//!    **dedup pass**: for each sampled edge in order, deduplicate its neighbour into the node list
-//!    and record its local index.
-//!
-//! A gather sorts its reads by logical page (`page << 29 | item` keys, an LSD radix sort on the
-//! page, stable so items of a page stay in order), so every page is read once per gather however
-//! many items it serves, and consecutive pages, which the FTL striped over dies, are read in
-//! parallel. Two cursors walk the sorted keys: the *issuer*
-//! runs ahead pinning up to a window of pages in the page buffer (starting their flash reads),
-//! the *consumer* copies each item's value out as its page arrives. The passes after a gather run
-//! in item order, so the output never depends on the order pages arrive in.
+//! and DMAs the subgraph out. The generator runs up to `isp_lanes` jobs at once, one per
+//! *sampling lane* (the job's working regions in DRAM, its cursors and the pages it pins), each
+//! lane a poll-driven state machine stepped on its own.
+
+mod generator;
 
 use heapless::Deque;
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::ns_config::{MAX_LAYERS, NsConfig, NsLimits};
 use sagessd_abi::nvme::{Status, VendorStatus};
-use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
+use sagessd_abi::sample::MAX_FANOUT;
 use sagessd_abi::subgraph::{LayerCounts, SubgraphLayout};
 
-use crate::backend::Backend;
-use crate::config::MAX_ISP_SLOTS;
-use crate::dram::{DramLayout, Region, SlotRegions, hash_capacity};
+use crate::config::{MAX_ISP_LANES, MAX_ISP_SLOTS};
+use crate::dram::{DramLayout, LaneRegions, Region, SlotRegions, hash_capacity};
 use crate::hal::Sectors;
 use crate::host::{CommandId, DmaError, HostInterface};
-use crate::page_buffer::Acquire;
-use crate::work::WorkCounters;
 
-/// Most pages the issuer keeps pinned ahead of the consumer.
+/// Most pages one lane's issuer keeps pinned ahead of its consumer.
 const MAX_WINDOW: usize = 256;
 /// Bits of a gather key that hold the item; the page is above them.
 const ITEM_BITS: u32 = 29;
@@ -158,28 +143,36 @@ struct Run {
     dst_count: u32,
 }
 
+/// A sampling lane: the job it runs, that job's working regions and the pages it pins.
+#[derive(Debug)]
+struct Lane {
+    regions: LaneRegions,
+    run: Option<Run>,
+    /// Pinned pages ahead of the consumer: (page, slot, the sectors its items need).
+    window: Deque<(u32, u32, Sectors), MAX_WINDOW>,
+}
+
 /// The ISP control unit and subgraph generator.
 #[derive(Debug)]
 pub(crate) struct Isp {
     jobs: [Job; MAX_ISP_SLOTS],
     slot_count: usize,
     regions: [SlotRegions; MAX_ISP_SLOTS],
-    node_hash: Region,
+    lanes: [Lane; MAX_ISP_LANES],
+    lane_count: usize,
     hash_mask: usize,
-    entries: Region,
-    keys: Region,
-    keys_scratch: Region,
-    values: Region,
+    /// The radix sort's histogram: a sort runs to its end within one step, so the lanes
+    /// share it.
     radix_counts: [u32; 1 << RADIX_BITS],
     max_nodes: u32,
     max_edges: u32,
     max_feature_bytes: usize,
     limits: NsLimits,
     next_seq: u32,
-    run: Option<Run>,
-    /// Pinned pages ahead of the consumer: (page, slot, the sectors its items need).
-    window: Deque<(u32, u32, Sectors), MAX_WINDOW>,
+    /// Pages each lane may pin: an equal share of the window, so no lane starves another of
+    /// page-buffer slots.
     window_pages: usize,
+    /// One destination's sampled positions (used within one step, shared like the histogram).
     scratch: [u64; MAX_FANOUT as usize],
     block_size_bytes: u64,
     page_size_bytes: u64,
@@ -205,26 +198,28 @@ impl Isp {
         page_size_bytes: u32,
         dram: &mut [u8],
     ) -> Self {
-        layout.node_hash.bytes_mut(dram).fill(0);
+        let lane_count = usize::from(config.isp_lanes);
+        for lane in &layout.lanes[..lane_count] {
+            lane.node_hash.bytes_mut(dram).fill(0);
+        }
         Self {
             jobs: [Job::FREE; MAX_ISP_SLOTS],
             slot_count: usize::from(config.isp_slots),
             regions: layout.slots,
-            node_hash: layout.node_hash,
+            lanes: core::array::from_fn(|l| Lane {
+                regions: layout.lanes[l],
+                run: None,
+                window: Deque::new(),
+            }),
+            lane_count,
             hash_mask: hash_capacity(config.max_subgraph_nodes) - 1,
-            entries: layout.entries,
-            keys: layout.gather_keys,
-            keys_scratch: layout.gather_scratch,
-            values: layout.gather_values,
             radix_counts: [0; 1 << RADIX_BITS],
             max_nodes: config.max_subgraph_nodes,
             max_edges: config.max_subgraph_edges,
             max_feature_bytes: config.max_feature_bytes as usize,
             limits: config.limits,
             next_seq: 0,
-            run: None,
-            window: Deque::new(),
-            window_pages: (config.page_buffer_pages as usize / 4).clamp(1, MAX_WINDOW),
+            window_pages: (config.page_buffer_pages as usize / 4 / lane_count).clamp(1, MAX_WINDOW),
             scratch: [0; MAX_FANOUT as usize],
             block_size_bytes: u64::from(config.block_size_bytes()),
             page_size_bytes: u64::from(page_size_bytes),
@@ -379,505 +374,59 @@ impl Isp {
 
     /// Whether no job is queued or running.
     pub fn is_idle(&self) -> bool {
-        self.run.is_none() && !self.jobs.iter().any(|j| j.state == JobState::Queued)
+        self.lanes.iter().all(|l| l.run.is_none()) && !self.any_queued()
     }
 
-    /// Advances the generator; returns whether anything happened.
-    pub fn step(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
-        if self.run.is_none() && !self.start_next(dram, backend) {
-            return false;
-        }
-        let issued = self.issue(dram, backend);
-        match self.consume(dram, backend) {
-            Ok(consumed) => issued || consumed,
-            Err(status) => {
-                self.fail_run(dram, backend, status);
-                true
-            }
-        }
+    fn any_queued(&self) -> bool {
+        self.jobs[..self.slot_count]
+            .iter()
+            .any(|j| j.state == JobState::Queued)
     }
 
-    /// Starts the oldest queued job: deduplicates its targets into the node list and starts the
-    /// first layer's bounds gather.
-    fn start_next(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
-        let next = (0..self.slot_count)
-            .filter(|s| self.jobs[*s].state == JobState::Queued)
-            .min_by_key(|s| self.jobs[*s].seq.wrapping_sub(self.next_seq));
-        let Some(slot) = next else { return false };
-        let graph = self.jobs[slot].graph;
-        self.jobs[slot].state = JobState::Running;
-        self.jobs[slot].node_count = 0;
-        self.jobs[slot].layers = [LayerCounts::default(); MAX_LAYERS];
-        let config = self.regions[slot].config;
-        for i in 0..self.jobs[slot].target_count as usize {
-            let target = config.u64(dram, 4 + i);
-            if self.dedup(dram, slot, target).is_none() {
-                self.finish(
-                    dram,
-                    &mut backend.work,
-                    slot,
-                    Some(VendorStatus::ResultTooLarge.into()),
-                );
-                return true;
-            }
-        }
-        backend.work.targets_deduplicated += u64::from(self.jobs[slot].target_count);
-        let dst = self.jobs[slot].node_count;
-        let run = Run {
-            slot,
-            graph,
-            layer: 0,
-            gather: Gather::Bounds,
-            item_count: 0,
-            issued: 0,
-            consumed: 0,
-            last_issued: None,
-            edge_base: 0,
-            layer_edges: 0,
-            dst_count: dst,
-        };
-        self.start_gather(dram, backend, run, Gather::Bounds);
-        true
+    /// The number of lanes (jobs run at once).
+    pub fn lane_count(&self) -> usize {
+        self.lane_count
     }
 
-    /// The byte address (on the namespace) of gather item `item`.
-    fn item_address(&self, dram: &[u8], run: &Run, item: u32) -> u64 {
-        match run.gather {
-            Gather::Bounds => {
-                let v = self.regions[run.slot].nodes.u64(dram, item as usize / 2);
-                run.graph.indptr.slba * self.block_size_bytes + 8 * (v + u64::from(item & 1))
-            }
-            Gather::Neighbours => {
-                let e = self.entries.u64(dram, item as usize);
-                run.graph.indices.slba * self.block_size_bytes
-                    + u64::from(run.graph.id_width_bytes) * e
-            }
-            Gather::Features => {
-                let v = self.regions[run.slot].nodes.u64(dram, item as usize);
-                // Attached graphs with features always have a region (checked at submit).
-                run.graph.features.map_or(0, |f| {
-                    f.range.slba * self.block_size_bytes + v * f.stride_bytes()
-                })
-            }
-        }
+    /// Whether `lane` has work: a job running, or none and a job queued for it to start.
+    pub fn lane_busy(&self, lane: usize) -> bool {
+        lane < self.lane_count && (self.lanes[lane].run.is_some() || self.any_queued())
     }
 
-    /// Builds and sorts the keys of a gather and makes it the running one.
-    fn start_gather(
-        &mut self,
-        dram: &mut [u8],
-        backend: &mut Backend,
-        mut run: Run,
-        gather: Gather,
-    ) {
-        run.gather = gather;
-        run.item_count = match gather {
-            Gather::Bounds => 2 * run.dst_count,
-            Gather::Neighbours => run.layer_edges,
-            Gather::Features => self.jobs[run.slot].node_count,
-        };
-        run.issued = 0;
-        run.consumed = 0;
-        run.last_issued = None;
-        for item in 0..run.item_count {
-            let page = self.item_address(dram, &run, item) / self.page_size_bytes;
-            self.keys
-                .set_u64(dram, item as usize, (page << ITEM_BITS) | u64::from(item));
-        }
-        self.sort_keys(dram, backend, run.item_count as usize);
-        self.run = Some(run);
-    }
-
-    /// Sorts the first `n` gather keys by page: least-significant-digit radix passes of
-    /// [`RADIX_BITS`] over the page's offset from the lowest page, as many as the page range
-    /// needs. Stable, so a page's items stay in item order. Counts the passes and the keys
-    /// they move (and copy back after an odd number of passes) as sort work; building a key
-    /// and finding the range are part of its gather item's work (`edges_scanned`).
-    fn sort_keys(&mut self, dram: &mut [u8], backend: &mut Backend, n: usize) {
-        let page = |key: u64| key >> ITEM_BITS;
-        let (lo, hi) = (0..n)
-            .map(|i| page(self.keys.u64(dram, i)))
-            .fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
-        if n < 2 || lo == hi {
-            return;
-        }
-        let bits = u64::BITS - (hi - lo).leading_zeros();
-        let passes = bits.div_ceil(RADIX_BITS);
-        let (mut src, mut dst) = (self.keys, self.keys_scratch);
-        for pass in 0..passes {
-            let digit = |key: u64| {
-                ((page(key) - lo) >> (pass * RADIX_BITS)) as usize & ((1 << RADIX_BITS) - 1)
-            };
-            self.radix_counts.fill(0);
-            for i in 0..n {
-                self.radix_counts[digit(src.u64(dram, i))] += 1;
-            }
-            let mut sum = 0;
-            for c in self.radix_counts.iter_mut() {
-                let count = *c;
-                *c = sum;
-                sum += count;
-            }
-            for i in 0..n {
-                let key = src.u64(dram, i);
-                let d = digit(key);
-                dst.set_u64(dram, self.radix_counts[d] as usize, key);
-                self.radix_counts[d] += 1;
-            }
-            core::mem::swap(&mut src, &mut dst);
-        }
-        if src != self.keys {
-            dram.copy_within(src.start..src.start + 8 * n, self.keys.start);
-        }
-        backend.work.sort_key_moves += n as u64 * u64::from(passes + passes % 2);
-        backend.work.radix_passes += u64::from(passes);
-    }
-
-    /// The page and item of sorted key `k` of the running gather.
-    fn key(&self, dram: &[u8], k: u32) -> (u32, u32) {
-        let key = self.keys.u64(dram, k as usize);
-        // Validated descriptors keep addresses inside the namespace, whose pages fit in u32.
+    /// How many lanes run a job now, and the most pages any lane has pinned (for tests).
+    #[cfg(test)]
+    pub fn running_lanes(&self) -> (usize, usize) {
+        let lanes = &self.lanes[..self.lane_count];
         (
-            (key >> ITEM_BITS) as u32,
-            (key & ((1 << ITEM_BITS) - 1)) as u32,
+            lanes.iter().filter(|l| l.run.is_some()).count(),
+            lanes.iter().map(|l| l.window.len()).max().unwrap_or(0),
         )
     }
 
-    /// The width in bytes of one item of the running gather.
-    fn item_width(&self, run: &Run) -> usize {
-        match run.gather {
-            Gather::Bounds => 8,
-            Gather::Neighbours => usize::from(run.graph.id_width_bytes),
-            Gather::Features => self.jobs[run.slot].feature_row_bytes as usize,
+    /// Each lane's run cursors and pinned pages, for test failure messages.
+    #[cfg(test)]
+    pub fn describe_lanes(
+        &self,
+        dram: &[u8],
+        backend: &crate::backend::Backend,
+    ) -> std::string::String {
+        let mut out = std::string::String::new();
+        for (l, lane) in self.lanes[..self.lane_count].iter().enumerate() {
+            out += &std::format!("lane {l}: {:?}\n", lane.run);
+            for (page, slot, want) in lane.window.iter() {
+                out += &std::format!(
+                    "  page {page} want {want:?}: {}\n",
+                    backend.buffer.describe_slot(dram, *slot)
+                );
+            }
         }
+        out
     }
 
-    /// The sectors of `page` that the items from sorted key `from` on need (the keys of a
-    /// page are consecutive); looking at a key is part of its gather item's work.
-    fn page_sectors(&self, dram: &[u8], run: &Run, page: u32, from: u32) -> Sectors {
-        let width = self.item_width(run);
-        let page_size = self.page_size_bytes as usize;
-        let mut want = Sectors::NONE;
-        let mut k = from;
-        while k < run.item_count {
-            let (p, item) = self.key(dram, k);
-            if p != page {
-                break;
-            }
-            let offset = (self.item_address(dram, run, item) % self.page_size_bytes) as usize;
-            want = want.union(Sectors::covering(offset, width, page_size));
-            k += 1;
-        }
-        want
-    }
-
-    /// Pins pages ahead of the consumer, up to the window, each with the sectors its items
-    /// need.
-    fn issue(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
-        let Some(mut run) = self.run else {
-            return false;
-        };
-        let mut progress = false;
-        while run.issued < run.item_count {
-            let (page, _) = self.key(dram, run.issued);
-            if run.last_issued != Some(page) {
-                if self.window.len() >= self.window_pages {
-                    break;
-                }
-                let want = self.page_sectors(dram, &run, page, run.issued);
-                match backend.request_page(dram, page, want) {
-                    Acquire::Full => break,
-                    Acquire::Valid(slot)
-                    | Acquire::Loading(slot)
-                    | Acquire::Failed(slot)
-                    | Acquire::Miss(slot, _) => {
-                        // The window has room (checked above).
-                        let _ = self.window.push_back((page, slot, want));
-                        run.last_issued = Some(page);
-                        progress = true;
-                    }
-                }
-            }
-            run.issued += 1;
-        }
-        self.run = Some(run);
-        progress
-    }
-
-    /// The front window page's slot once it holds the sectors its items need: `Ok(None)` while
-    /// a read is in flight (or none can start yet). A read that landed with another reader's
-    /// sectors is followed by one for ours.
-    fn front_page(
-        &mut self,
-        dram: &mut [u8],
-        backend: &mut Backend,
-    ) -> Result<Option<u32>, Status> {
-        let Some(&(page, slot, want)) = self.window.front() else {
-            return Err(Status::INTERNAL_ERROR);
-        };
-        if backend.buffer.is_failed(dram, slot) {
-            return Err(Status::UNRECOVERED_READ_ERROR);
-        }
-        if backend.buffer.is_loading(dram, slot) {
-            return Ok(None);
-        }
-        if backend.buffer.has(dram, slot, want) {
-            return Ok(Some(slot));
-        }
-        let (again, ready) = match backend.request_page(dram, page, want) {
-            Acquire::Full => return Ok(None),
-            Acquire::Valid(again) => (again, true),
-            Acquire::Loading(again) | Acquire::Failed(again) | Acquire::Miss(again, _) => {
-                (again, false)
-            }
-        };
-        // The new request holds its own pin.
-        backend.buffer.unpin(dram, slot);
-        if let Some(front) = self.window.front_mut() {
-            front.1 = again;
-        }
-        Ok(ready.then_some(again))
-    }
-
-    /// Copies issued items' values out of their pages, in key order, while pages are present;
-    /// runs the in-order pass and the next gather when the gather is complete.
-    fn consume(&mut self, dram: &mut [u8], backend: &mut Backend) -> Result<bool, Status> {
-        let Some(mut run) = self.run else {
-            return Ok(false);
-        };
-        let mut progress = false;
-        let width = self.item_width(&run);
-        while run.consumed < run.issued {
-            let (page, item) = self.key(dram, run.consumed);
-            while self.window.front().is_some_and(|(p, _, _)| *p != page) {
-                if let Some((_, slot, _)) = self.window.pop_front() {
-                    backend.buffer.unpin(dram, slot);
-                    backend.work.pages_scanned += 1;
-                }
-            }
-            let Some(slot) = self.front_page(dram, backend)? else {
-                break;
-            };
-            let offset = (self.item_address(dram, &run, item) % self.page_size_bytes) as usize;
-            if run.gather == Gather::Features {
-                // A whole row: rows never straddle a page (checked at GRAPH_ATTACH).
-                let from = backend.slot(slot).start + offset;
-                // In bounds: the section (node count × width) fit the region before the gather.
-                let to = self.regions[run.slot]
-                    .features
-                    .sub(item as usize * width, width);
-                dram.copy_within(from..from + width, to.start);
-                backend.work.bytes_copied += width as u64;
-            } else {
-                let mut b = [0u8; 8];
-                b[..width].copy_from_slice(&backend.slot(slot).bytes(dram)[offset..offset + width]);
-                self.values
-                    .set_u64(dram, item as usize, u64::from_le_bytes(b));
-            }
-            backend.work.edges_scanned += 1;
-            run.consumed += 1;
-            progress = true;
-        }
-        self.run = Some(run);
-        if run.consumed == run.item_count {
-            self.drain_window(dram, backend);
-            match run.gather {
-                Gather::Bounds => {
-                    self.sample_pass(dram, &mut backend.work, &mut run)?;
-                    self.start_gather(dram, backend, run, Gather::Neighbours);
-                }
-                Gather::Neighbours => {
-                    self.dedup_pass(dram, backend, &run)?;
-                    self.next_layer(dram, backend, run);
-                }
-                Gather::Features => {
-                    self.run = None;
-                    self.finish(dram, &mut backend.work, run.slot, None);
-                }
-            }
-            progress = true;
-        }
-        Ok(progress)
-    }
-
-    /// For each destination in order: check its bounds, draw its sampled positions (counted as
-    /// draws where its degree exceeds the fanout) and append their global edge positions;
-    /// fills the layer's local `indptr`.
-    fn sample_pass(
-        &mut self,
-        dram: &mut [u8],
-        work: &mut WorkCounters,
-        run: &mut Run,
-    ) -> Result<(), Status> {
-        let job = self.jobs[run.slot];
-        let fanout = job.fanouts[run.layer];
-        let row = run.layer * (self.max_nodes as usize + 1);
-        let indptr = self.regions[run.slot].indptr;
-        indptr.set_u32(dram, row, 0);
-        run.layer_edges = 0;
-        for i in 0..run.dst_count as usize {
-            let v = self.regions[run.slot].nodes.u64(dram, i);
-            let (start, end) = (
-                self.values.u64(dram, 2 * i),
-                self.values.u64(dram, 2 * i + 1),
-            );
-            if start > end || end > run.graph.edge_count {
-                return Err(VendorStatus::GraphCorrupt.into());
-            }
-            let k = sample_positions(
-                job.seed,
-                run.layer as u8,
-                v,
-                end - start,
-                fanout,
-                &mut self.scratch,
-            )
-            .ok_or(Status::INTERNAL_ERROR)?;
-            if end - start > u64::from(fanout) {
-                work.edges_drawn += k as u64;
-            }
-            if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
-                > u64::from(self.max_edges)
-            {
-                return Err(VendorStatus::ResultTooLarge.into());
-            }
-            for p in &self.scratch[..k] {
-                self.entries
-                    .set_u64(dram, run.layer_edges as usize, start + p);
-                run.layer_edges += 1;
-            }
-            indptr.set_u32(dram, row + i + 1, run.layer_edges);
-        }
-        Ok(())
-    }
-
-    /// For each sampled edge in order: deduplicate its neighbour and record its local index.
-    /// Counted once per edge as "sampled" (a probe and a write; the draw that chose it, if
-    /// its list was not taken whole, was counted by the sample pass).
-    fn dedup_pass(
-        &mut self,
-        dram: &mut [u8],
-        backend: &mut Backend,
-        run: &Run,
-    ) -> Result<(), Status> {
-        for e in 0..run.layer_edges {
-            let id = self.values.u64(dram, e as usize);
-            if id >= run.graph.node_count {
-                return Err(VendorStatus::GraphCorrupt.into());
-            }
-            let local = self
-                .dedup(dram, run.slot, id)
-                .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
-            self.regions[run.slot]
-                .indices
-                .set_u32(dram, (run.edge_base + e) as usize, local);
-        }
-        backend.work.edges_sampled += u64::from(run.layer_edges);
-        Ok(())
-    }
-
-    /// Records the finished layer and starts the next one, or finishes the job.
-    fn next_layer(&mut self, dram: &mut [u8], backend: &mut Backend, mut run: Run) {
-        let job = &mut self.jobs[run.slot];
-        job.layers[run.layer] = LayerCounts {
-            dst_count: run.dst_count,
-            src_count: job.node_count,
-            edge_count: run.layer_edges,
-        };
-        if run.layer + 1 == usize::from(job.layer_count) {
-            let fits = feature_section_fits(
-                job.node_count,
-                job.feature_row_bytes,
-                self.max_feature_bytes,
-            );
-            self.run = None;
-            if job.feature_row_bytes == 0 {
-                self.finish(dram, &mut backend.work, run.slot, None);
-            } else if !fits {
-                let too_large = Some(VendorStatus::ResultTooLarge.into());
-                self.finish(dram, &mut backend.work, run.slot, too_large);
-            } else {
-                self.start_gather(dram, backend, run, Gather::Features);
-            }
-            return;
-        }
-        run.layer += 1;
-        run.edge_base += run.layer_edges;
-        run.layer_edges = 0;
-        run.dst_count = job.node_count;
-        self.start_gather(dram, backend, run, Gather::Bounds);
-    }
-
-    /// Releases every pinned window page.
-    fn drain_window(&mut self, dram: &mut [u8], backend: &mut Backend) {
-        while let Some((_, slot, _)) = self.window.pop_front() {
-            backend.buffer.unpin(dram, slot);
-            backend.work.pages_scanned += 1;
-        }
-    }
-
-    fn fail_run(&mut self, dram: &mut [u8], backend: &mut Backend, status: Status) {
-        self.drain_window(dram, backend);
-        if let Some(run) = self.run.take() {
-            self.finish(dram, &mut backend.work, run.slot, Some(status));
-        }
-    }
-
-    /// Ends job `slot` (successfully if `error` is `None`) and clears its entries from the
-    /// node table, one probe per node.
-    fn finish(
-        &mut self,
-        dram: &mut [u8],
-        work: &mut WorkCounters,
-        slot: usize,
-        error: Option<Status>,
-    ) {
-        let job = &mut self.jobs[slot];
-        job.state = match error {
-            _ if job.orphaned => JobState::Free,
-            None if job.layout().is_some() => JobState::Done,
-            None => JobState::Failed(VendorStatus::ResultTooLarge.into()),
-            Some(s) => JobState::Failed(s),
-        };
-        let nodes = job.node_count as usize;
-        for i in 0..nodes {
-            let node = self.regions[slot].nodes.u64(dram, i);
-            let mut h = self.home(node);
-            // Deleting in arbitrary order would cut probe chains, so find each entry by value.
-            while self.node_hash.u32(dram, h) != i as u32 + 1 {
-                h = (h + 1) & self.hash_mask;
-            }
-            self.node_hash.set_u32(dram, h, 0);
-        }
-        work.nodes_cleared += nodes as u64;
-    }
-
-    fn home(&self, node: u64) -> usize {
-        (node.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.hash_mask
-    }
-
-    /// The local id of `node` in job `slot`, adding it to the node list if new; `None` if the
-    /// node list is full.
-    fn dedup(&mut self, dram: &mut [u8], slot: usize, node: u64) -> Option<u32> {
-        let nodes = self.regions[slot].nodes;
-        let mut h = self.home(node);
-        loop {
-            let e = self.node_hash.u32(dram, h);
-            if e == 0 {
-                let job = &mut self.jobs[slot];
-                if job.node_count >= self.max_nodes {
-                    return None;
-                }
-                nodes.set_u64(dram, job.node_count as usize, node);
-                job.node_count += 1;
-                self.node_hash.set_u32(dram, h, job.node_count);
-                return Some(job.node_count - 1);
-            }
-            if nodes.u64(dram, e as usize - 1) == node {
-                return Some(e - 1);
-            }
-            h = (h + 1) & self.hash_mask;
-        }
+    /// Pages each lane may pin.
+    #[cfg(test)]
+    pub fn window_pages(&self) -> usize {
+        self.window_pages
     }
 }
 

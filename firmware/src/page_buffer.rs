@@ -91,6 +91,20 @@ impl PageBuffer {
         }
     }
 
+    /// A slot's metadata, for test failure messages.
+    #[cfg(test)]
+    pub fn describe_slot(&self, dram: &[u8], slot: u32) -> std::string::String {
+        let m = self.get(dram, slot);
+        std::format!(
+            "slot {slot}: key {} pins {} state {} valid {:?} loading {:?}",
+            m.key,
+            m.pins,
+            m.state,
+            m.valid,
+            m.loading
+        )
+    }
+
     fn get(&self, dram: &[u8], slot: u32) -> Meta {
         let m = self
             .meta

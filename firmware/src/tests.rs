@@ -1275,4 +1275,5 @@ fn a_reset_abandons_commands_and_jobs_and_leaves_each_page_old_or_new() {
     assert_eq!(d.read(base, 32), (Status::SUCCESS, fresh));
 }
 
+mod lanes;
 mod recovery;

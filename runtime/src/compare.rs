@@ -139,8 +139,11 @@ pub struct ModeResult {
     pub page_cache_hit_rate: Option<f64>,
     /// Firmware core busy time during the sampling phase.
     pub core_busy_ns: u64,
-    /// ISP core busy time during the sampling phase (0 unless `[cores] isp_cores` ≥ 1).
+    /// Busy time of the cores that run only sampling lanes during the sampling phase, summed
+    /// over them (0 without any: see the emulator's `cores` module).
     pub isp_core_busy_ns: u64,
+    /// How many cores run only sampling lanes (`HwConfig::isp_lane_cores`).
+    pub isp_lane_cores: u32,
     /// Host CPU time charged by the host stack model, all workers.
     pub host_cpu_ns: u64,
     /// Total submission lag of the scheduler (0 with one worker).
@@ -163,9 +166,11 @@ impl ModeResult {
         self.core_busy_ns as f64 / self.makespan_ns.max(1) as f64
     }
 
-    /// ISP core busy time over the makespan (0 without an ISP core).
+    /// The sampling-lane cores' mean busy time over the makespan (0 without any).
     pub fn isp_core_utilisation(&self) -> f64 {
-        self.isp_core_busy_ns as f64 / self.makespan_ns.max(1) as f64
+        self.isp_core_busy_ns as f64
+            / self.makespan_ns.max(1) as f64
+            / f64::from(self.isp_lane_cores.max(1))
     }
 }
 
@@ -640,6 +645,7 @@ pub fn run(
                 page_cache_hit_rate: (mode == HostIoMode::Mmap).then(|| page_cache.hit_rate()),
                 core_busy_ns: after.core_busy_ns - before.core_busy_ns,
                 isp_core_busy_ns: after.isp_core_busy_ns - before.isp_core_busy_ns,
+                isp_lane_cores: config.hw.isp_lane_cores(),
                 host_cpu_ns: h.host_cpu_ns - host_before.host_cpu_ns,
                 submit_lag_ns: h.submit_lag_ns - host_before.submit_lag_ns,
                 timeline_hash: h.timeline_hash,
@@ -1047,7 +1053,7 @@ impl CompareReport {
         );
         if self.results.iter().any(|r| r.isp_core_busy_ns > 0) {
             out.push_str(
-                "core util \"A% + ISP B%\": firmware core A, the ISP core ([cores] isp_cores) B, each busy time / makespan\n",
+                "core util \"A% + ISP B%\": firmware core A (with sampling lane 0 when sampling time-shares the cores, [cores] isp_cores = 0), the cores that only sample B (their mean), each busy time / makespan\n",
             );
         }
         let host_modes: Vec<HostIoMode> = c

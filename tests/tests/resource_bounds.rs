@@ -4,14 +4,14 @@
 use sagessd_abi::nvme::{Status, SubmissionEntry};
 use sagessd_emulator::{HwConfig, Ssd};
 
-/// 4 KiB random reads on cosmos-plus (an ISP core that stays idle) once grew the controller
-/// DRAM's calendar by one interval per read, never pruned (~40 B per read of RSS).
+/// 4 KiB random reads on cosmos-plus (a sampling-lane core that stays idle) once grew the
+/// controller DRAM's calendar by one interval per read, never pruned (~40 B per read of RSS).
 #[test]
 fn the_dram_calendar_stays_bounded_while_the_isp_core_idles() {
     let hw = HwConfig::cosmos_plus();
     assert!(
-        hw.cores.isp_cores > 0 && hw.firmware.isp,
-        "the case needs an ISP core"
+        hw.isp_lane_cores() > 0,
+        "the case needs a core that runs only a sampling lane"
     );
     let mut ssd = Ssd::new(&hw).expect("device");
     let block = ssd.block_size_bytes() as usize;

@@ -145,6 +145,8 @@ impl Plan {
                 over_provisioning_percent: w.over_provisioning_percent,
                 page_buffer_pages: w.page_buffer_pages.get(),
                 isp_slots: w.isp_slots,
+                // The costs per unit are measured on one lane.
+                isp_lanes: 1,
                 limits: NsLimits {
                     max_targets: w.max_targets.get(),
                     max_fanout: w.max_fanout.get(),

@@ -49,10 +49,13 @@ const FOOTPRINT_IN_WORDS: &str = "\
 In words: the arena is the sum of five parts.
 * FTL mapping scales with flash capacity: about 8 B per physical page (4 B of l2p per logical
   page, 4 B of p2l per physical page), plus 9 B per erase block and 16 B per die.
-* The page buffer is page_buffer_pages x (page_size_bytes + 12 B), plus one page for GC.
-* The sampling working set is shared by all jobs: 4 B x next_pow2(2 x max_subgraph_nodes) for
-  the node hash, 8 B x max_subgraph_edges for a layer's entries, and 3 x 8 B x
-  max(2 x max_subgraph_nodes, max_subgraph_edges) for the page-sorted gathers.
+* The page buffer is page_buffer_pages x (page_size_bytes + 12 B), plus one page for GC and
+  16 for the checkpoint writer.
+* Each sampling lane (a job running; one per ISP core, or per core when sampling time-shares
+  the firmware's) has its working set: 4 B x next_pow2(2 x max_subgraph_nodes) for the node
+  hash, 8 B x max_subgraph_edges for a layer's entries, and 3 x 8 B x
+  max(2 x max_subgraph_nodes, max_subgraph_edges) for the page-sorted gathers. A board runs
+  one lane.
 * Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets)
   and its result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + 1)
   (4 layers of local indptr) + 4 B x max_subgraph_edges (local indices).
@@ -75,7 +78,7 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
             p.display().to_string()
         });
     let geometry = hw.nand.geometry();
-    let config = hw.firmware.to_firmware_config();
+    let config = hw.firmware_config();
     let regions = Fw::dram_regions(&config, &geometry)
         .map_err(|e| anyhow::anyhow!("the firmware cannot run this configuration: {e:?}"))?;
     let f = &hw.firmware;
@@ -100,11 +103,12 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     )?;
     writeln!(
         out,
-        "firmware: page_buffer_pages {}, isp_slots {}, max_targets {}, max_fanout {}, \
-         max_subgraph_nodes {}, max_subgraph_edges {}, max_transfer_bytes {}, \
+        "firmware: page_buffer_pages {}, isp_slots {}, isp_lanes {} (from [cores]), max_targets \
+         {}, max_fanout {}, max_subgraph_nodes {}, max_subgraph_edges {}, max_transfer_bytes {}, \
          over_provisioning_percent {}, block_size_bytes {}",
         f.page_buffer_pages,
         f.isp_slots,
+        config.isp_lanes,
         f.max_targets,
         f.max_fanout,
         f.max_subgraph_nodes,
@@ -116,16 +120,17 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     writeln!(out)?;
     writeln!(
         out,
-        "{:<18} {:>14} {:>10}  scales with",
+        "{:<21} {:>14} {:>10}  scales with",
         "region", "bytes", "MiB"
     )?;
     // Group subtotals: what a board integrator trades against each other.
     let group_of = |name: &str| match name {
         "l2p" | "p2l" | "block_valid" | "block_next_free" | "block_state" | "dies" => 0,
-        "page_buffer_meta" | "page_buffer_data" | "gc_page" => 1,
+        "page_buffer_meta" | "page_buffer_data" | "gc_page" | "checkpoint_windows" => 1,
         n if n.starts_with("slot") => 3,
+        n if n.starts_with("lane") => 2,
         "command_pages" => 4,
-        _ => 2,
+        _ => unreachable!("region {name} is in no group"),
     };
     let mut groups = [0u64; 5];
     for r in regions.iter() {
@@ -133,7 +138,7 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
         groups[group_of(r.name)] += bytes;
         writeln!(
             out,
-            "{:<18} {:>14} {:>10.2}  {}",
+            "{:<21} {:>14} {:>10.2}  {}",
             r.name,
             bytes,
             mib(bytes),
@@ -144,7 +149,7 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     let capacity = u64::from(hw.dram.capacity_mib) << 20;
     writeln!(
         out,
-        "{:<18} {:>14} {:>10.2}  (regions + alignment padding) = {:.1}% of \
+        "{:<21} {:>14} {:>10.2}  (regions + alignment padding) = {:.1}% of \
          dram.capacity_mib = {} MiB",
         "total",
         total,
@@ -155,14 +160,23 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     writeln!(out)?;
     let names = [
         "FTL mapping (l2p, p2l, block tables, dies)",
-        "page buffer (+ GC page)",
-        "sampling working set (node_hash, entries, gather_*)",
+        "page buffer (+ GC page, checkpoint windows)",
+        "sampling lanes (laneN.*, isp_lanes of them)",
         "pending subgraphs (slotN.*, isp_slots of them)",
         "parked commands' page states (command_pages)",
     ];
     for (name, bytes) in names.iter().zip(groups) {
         writeln!(out, "  {name:<55} {:>10.2} MiB", mib(bytes))?;
     }
+    let lane_bytes = groups[2] / u64::from(config.isp_lanes);
+    writeln!(
+        out,
+        "each sampling lane costs {:.2} MiB of DRAM: {} lane(s) {:.2} MiB, four {:.2} MiB",
+        mib(lane_bytes),
+        config.isp_lanes,
+        mib(groups[2]),
+        mib(4 * lane_bytes)
+    )?;
     writeln!(out)?;
     writeln!(out, "{}", FOOTPRINT_IN_WORDS)?;
     writeln!(out)?;

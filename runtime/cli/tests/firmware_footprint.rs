@@ -34,7 +34,8 @@ fn footprint_total_is_the_firmware_dram_size() {
         "l2p",
         "p2l",
         "page_buffer_data",
-        "node_hash",
+        "lane0.node_hash",
+        "lane1.gather_values",
         "slot0.nodes",
         "slot3.indices",
     ] {
@@ -44,6 +45,12 @@ fn footprint_total_is_the_firmware_dram_size() {
         );
     }
     assert!(!stdout.contains("slot4."), "Cosmos+ has 4 ISP slots");
+    // Sampling time-shares the Cosmos+'s two cores: a lane each.
+    assert!(!stdout.contains("lane2."), "Cosmos+ has 2 sampling lanes");
+    assert!(
+        stdout.contains("each sampling lane costs"),
+        "no per-lane cost in:\n{stdout}"
+    );
 }
 
 /// `device info` boots the firmware four times; the replayed column is what each row's label

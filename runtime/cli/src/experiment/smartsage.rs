@@ -493,19 +493,24 @@ pub(crate) fn diagnosis(p: &Point) -> String {
             p.ratio
         ));
     }
+    // One worker has one job in flight: it runs on lane 0, on the firmware core when sampling
+    // time-shares the cores, on the first ISP core otherwise.
     let isp_cores = p.report.config.hw.cores.isp_cores;
-    if let Some(isp) = one(HostIoMode::Isp).filter(|_| isp_cores == 0) {
+    if let Some(isp) = one(HostIoMode::Isp) {
+        let (where_, busy) = if isp_cores == 0 {
+            ("the firmware core it time-shares", isp.core_utilisation())
+        } else {
+            // The job's core, of the ISP cores whose mean the utilisation is.
+            (
+                "its ISP core",
+                isp.isp_core_utilisation() * f64::from(isp.isp_lane_cores),
+            )
+        };
         parts.push(format!(
-            "in-storage sampling runs on the firmware cores, busy {:.0} % of its time",
-            100.0 * isp.core_utilisation()
-        ));
-    }
-    if let Some(isp) = one(HostIoMode::Isp).filter(|_| isp_cores > 0) {
-        parts.push(format!(
-            "in-storage sampling keeps the ISP core busy {:.0} % of its time (firmware core {:.0} %): {}",
-            100.0 * isp.isp_core_utilisation(),
+            "in-storage sampling keeps {where_} busy {:.0} % of its time (firmware core {:.0} %): {}",
+            100.0 * busy,
             100.0 * isp.core_utilisation(),
-            if isp.isp_core_utilisation() > 0.7 {
+            if busy > 0.7 {
                 "bound by the embedded core's sampling compute"
             } else {
                 "bound by flash and transfers more than by the core"
