@@ -11,7 +11,9 @@ use std::path::Path;
 use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::sample::MAX_FANOUT;
 use sagessd_firmware::hal::Geometry;
-use sagessd_firmware::{ConfigError, Firmware, FirmwareConfig, MAX_ISP_LANES, MAX_ISP_SLOTS};
+use sagessd_firmware::{
+    ConfigError, Firmware, FirmwareConfig, MAX_ISP_LANES, MAX_ISP_SLOTS, MAX_LANE_WINDOW_PAGES,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::EmulatorError;
@@ -345,12 +347,24 @@ pub struct FirmwareSection {
     /// ISP exchange among them) with Invalid Opcode; the emulator does so before the firmware
     /// sees the command, charging the core one command's parse (`cycles_per_command`), as the
     /// firmware would for an opcode it does not know. See [`crate::ssd`].
-    #[serde(default = "isp_default")]
+    #[serde(default = "on_by_default")]
     pub isp: bool,
     /// Pages held by the DRAM page buffer.
     pub page_buffer_pages: u32,
     /// Sampling jobs the ISP engine holds at once (submitted and not yet collected).
     pub isp_slots: u8,
+    /// Pages the ISP engine keeps pinned ahead of what it consumed, its flash reads in flight
+    /// among them, over all its sampling lanes (optional; default four per flash die, enough to
+    /// keep every die busy). The device's own figure: an experiment that shrinks
+    /// `page_buffer_pages` leaves it as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isp_window_pages: Option<u32>,
+    /// Whether the sampling passes read ahead what the next gather will want, so that the
+    /// flash reads it while the core runs the rest of the pass (optional, default `false`:
+    /// with the measured core costs a job is core-bound and reading ahead cost more than it
+    /// saved; docs/model.md).
+    #[serde(default)]
+    pub isp_read_ahead: bool,
     /// Most target nodes one NS_config may carry.
     pub max_targets: u32,
     /// Largest fanout per layer.
@@ -377,33 +391,8 @@ pub struct FirmwareSection {
 }
 
 /// `firmware.isp` when absent: devices do in-storage processing unless they say otherwise.
-fn isp_default() -> bool {
+fn on_by_default() -> bool {
     true
-}
-
-impl FirmwareSection {
-    /// The firmware configuration this section describes (block size as its log2), with one
-    /// sampling lane: the lanes follow the cores ([`HwConfig::firmware_config`]).
-    pub fn to_firmware_config(&self) -> FirmwareConfig {
-        FirmwareConfig {
-            isp_lanes: 1,
-            block_size_log2: self.block_size_bytes.trailing_zeros() as u8,
-            over_provisioning_percent: self.over_provisioning_percent,
-            page_buffer_pages: self.page_buffer_pages,
-            isp_slots: self.isp_slots,
-            limits: NsLimits {
-                max_targets: self.max_targets,
-                max_fanout: self.max_fanout,
-            },
-            max_subgraph_nodes: self.max_subgraph_nodes,
-            max_subgraph_edges: self.max_subgraph_edges,
-            max_transfer_bytes: self.max_transfer_bytes,
-            // A device without in-storage sampling has no tunnel to it either.
-            tunnel: self.isp,
-            max_feature_bytes: self.max_feature_bytes,
-            checkpoint_interval_pages: self.checkpoint_interval_pages,
-        }
-    }
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> EmulatorError {
@@ -509,12 +498,40 @@ impl HwConfig {
     }
 
     /// The firmware configuration this description boots: `[firmware]`'s sizes with
-    /// [`Self::isp_lanes`] sampling lanes.
+    /// [`Self::isp_lanes`] sampling lanes and [`Self::isp_window_pages`].
     pub fn firmware_config(&self) -> FirmwareConfig {
+        let f = &self.firmware;
         FirmwareConfig {
+            block_size_log2: f.block_size_bytes.trailing_zeros() as u8,
+            over_provisioning_percent: f.over_provisioning_percent,
+            page_buffer_pages: f.page_buffer_pages,
+            isp_slots: f.isp_slots,
             isp_lanes: self.isp_lanes(),
-            ..self.firmware.to_firmware_config()
+            isp_window_pages: self.isp_window_pages(),
+            isp_read_ahead: f.isp_read_ahead,
+            limits: NsLimits {
+                max_targets: f.max_targets,
+                max_fanout: f.max_fanout,
+            },
+            max_subgraph_nodes: f.max_subgraph_nodes,
+            max_subgraph_edges: f.max_subgraph_edges,
+            max_transfer_bytes: f.max_transfer_bytes,
+            // A device without in-storage sampling has no tunnel to it either.
+            tunnel: f.isp,
+            max_feature_bytes: f.max_feature_bytes,
+            checkpoint_interval_pages: f.checkpoint_interval_pages,
         }
+    }
+
+    /// `[firmware] isp_window_pages`, or four pages per flash die (within what the lanes
+    /// take: one to [`MAX_LANE_WINDOW_PAGES`] each).
+    pub fn isp_window_pages(&self) -> u32 {
+        self.firmware.isp_window_pages.unwrap_or_else(|| {
+            let dies = self.nand.channels * self.nand.ways * self.nand.dies_per_way;
+            let lanes = u32::from(self.isp_lanes());
+            dies.saturating_mul(4)
+                .clamp(lanes, lanes * MAX_LANE_WINDOW_PAGES)
+        })
     }
 
     /// The DRAM the firmware needs for this configuration, in bytes.
@@ -560,6 +577,17 @@ impl HwConfig {
                     f.isp_slots
                 ),
             ),
+            ConfigError::IspWindow => {
+                let lanes = u32::from(self.isp_lanes());
+                (
+                    "firmware.isp_window_pages",
+                    format!(
+                        "must be between {lanes} and {} for {lanes} sampling lanes (got {})",
+                        lanes * MAX_LANE_WINDOW_PAGES,
+                        self.isp_window_pages()
+                    ),
+                )
+            }
             // Derived from the cores and slots, and clamped to the firmware's range.
             ConfigError::IspLanes => (
                 "cores.isp_cores",
@@ -1173,6 +1201,9 @@ pub(crate) mod tests {
         rejects("firmware", "page_buffer_pages", "0", "greater than 0");
         rejects("firmware", "isp_slots", "0", "between 1 and");
         rejects("firmware", "isp_slots", "255", "between 1 and");
+        // Cosmos+ has two sampling lanes: 2..=512 pages.
+        rejects("firmware", "isp_window_pages", "1", "between 2 and 512");
+        rejects("firmware", "isp_window_pages", "513", "between 2 and 512");
         rejects("firmware", "max_targets", "0", "greater than 0");
         rejects("firmware", "max_fanout", "0", "between 1 and 1024");
         rejects("firmware", "max_subgraph_nodes", "0", "greater than 0");

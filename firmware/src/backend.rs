@@ -9,6 +9,18 @@ use crate::hal::{FlashOp, Geometry, Sectors};
 use crate::page_buffer::{Acquire, PageBuffer};
 use crate::work::WorkCounters;
 
+/// What [`Backend::prefetch_page`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadAhead {
+    /// A read of the page started.
+    Started,
+    /// Nothing to read: the page is in the buffer (or unmapped or lost, which its reader's own
+    /// request handles).
+    Present,
+    /// No free slot or flash-queue room now.
+    NoRoom,
+}
+
 /// FTL + page buffer + flash queue + checkpoint writer.
 #[derive(Debug)]
 pub(crate) struct Backend {
@@ -66,6 +78,46 @@ impl Backend {
                 }
             },
             other => other,
+        }
+    }
+
+    /// Starts reading `want` sectors of `lpn` into the page buffer ahead of a reader that will
+    /// ask for them soon (sampling lane `lane`), holding no pin for it: the read's completion
+    /// ([`TagKind::Prefetch`]) drops the read's own. Returns whether a read started: not when
+    /// the page is in the buffer (loaded, loading or failed), when no slot or queue room is
+    /// free, or when the page is unmapped or lost (the reader's own request handles those).
+    pub fn prefetch_page(
+        &mut self,
+        dram: &mut [u8],
+        lpn: u32,
+        want: Sectors,
+        lane: u16,
+    ) -> ReadAhead {
+        self.work.page_lookups += 1;
+        if self.buffer.contains(dram, lpn) {
+            return ReadAhead::Present;
+        }
+        if !self.queue.has_room(1) {
+            return ReadAhead::NoRoom;
+        }
+        let Acquire::Miss(slot, missing) = self.buffer.acquire(dram, lpn, want, false) else {
+            return ReadAhead::NoRoom;
+        };
+        match self.ftl.lookup(dram, lpn) {
+            Some(ppn) if !self.ftl.is_lost(dram, lpn) => {
+                let op = FlashOp::Read {
+                    ppn,
+                    dram_offset_bytes: self.buffer.slot_region(slot).start,
+                    sectors: missing,
+                };
+                self.queue
+                    .push(Tag::new(TagKind::Prefetch, lane, slot as u16), op);
+                ReadAhead::Started
+            }
+            _ => {
+                self.buffer.abandon(dram, slot);
+                ReadAhead::Present
+            }
         }
     }
 

@@ -11,6 +11,8 @@ pub const MAX_COMMANDS: usize = 64;
 pub const MAX_ISP_SLOTS: usize = 8;
 /// Most sampling jobs the ISP engine runs at once ([`FirmwareConfig::isp_lanes`]).
 pub const MAX_ISP_LANES: usize = 4;
+/// Most pages one sampling lane keeps pinned ahead of its consumer.
+pub const MAX_LANE_WINDOW_PAGES: u32 = 256;
 /// Most flash pages one Read or Write command may touch (bounds `max_transfer_bytes`).
 pub const MAX_PAGES_PER_COMMAND: usize = 64;
 /// Page-buffer associativity: a logical page can live in one of this many slots.
@@ -33,6 +35,18 @@ pub struct FirmwareConfig {
     /// ([`crate::Firmware::poll_isp_lane`]), so an integrator with several cores for ISP runs
     /// one lane on each.
     pub isp_lanes: u8,
+    /// Pages the ISP engine keeps pinned in the page buffer ahead of what it has consumed, its
+    /// flash reads in flight among them, over all lanes (each lane an equal share):
+    /// `isp_lanes..=isp_lanes × MAX_LANE_WINDOW_PAGES`. A property of the device (how many reads
+    /// keep its dies busy), not of the buffer's size: a smaller buffer only makes the issuers
+    /// wait for free slots more often.
+    pub isp_window_pages: u32,
+    /// Whether the sampling passes read ahead the pages the next gather will want (the
+    /// neighbour ids at the positions a sample pass draws, the `indptr` entries of the nodes a
+    /// dedup pass adds), so that the flash reads them while the core runs the rest of the pass.
+    /// Off by default: with the measured embedded-core costs a job is core-bound, and reading
+    /// ahead cost more than it saved on every shipped description (docs/model.md).
+    pub isp_read_ahead: bool,
     /// NS_config limits (targets per job, fanout per layer).
     pub limits: NsLimits,
     /// Unique nodes one sampled subgraph may hold.
@@ -61,6 +75,8 @@ impl Default for FirmwareConfig {
             page_buffer_pages: 512,
             isp_slots: 2,
             isp_lanes: 1,
+            isp_window_pages: 128,
+            isp_read_ahead: false,
             limits: NsLimits {
                 max_targets: 4096,
                 max_fanout: 64,
@@ -90,6 +106,8 @@ pub enum ConfigError {
     IspSlots,
     /// `isp_lanes` is 0, above [`MAX_ISP_LANES`] or above `isp_slots`.
     IspLanes,
+    /// `isp_window_pages` is below `isp_lanes` or above `isp_lanes × MAX_LANE_WINDOW_PAGES`.
+    IspWindow,
     /// `limits.max_targets` is 0 or above `max_subgraph_nodes`.
     MaxTargets,
     /// `limits.max_fanout` is 0 or above the sampling function's maximum.
@@ -139,6 +157,10 @@ impl FirmwareConfig {
         {
             return Err(ConfigError::IspLanes);
         }
+        let lanes = u32::from(self.isp_lanes);
+        if !(lanes..=lanes * MAX_LANE_WINDOW_PAGES).contains(&self.isp_window_pages) {
+            return Err(ConfigError::IspWindow);
+        }
         if self.max_subgraph_nodes == 0 || self.max_subgraph_nodes > 1 << 28 {
             return Err(ConfigError::MaxSubgraphNodes);
         }
@@ -159,6 +181,13 @@ impl FirmwareConfig {
             return Err(ConfigError::MaxTransfer);
         }
         Ok(())
+    }
+
+    /// The window a configuration that does not choose one gets: a quarter of the page buffer,
+    /// at most one lane's [`MAX_LANE_WINDOW_PAGES`] (the board's C configuration, and the
+    /// calibration's plan, which carry no window).
+    pub fn quarter_buffer_window(page_buffer_pages: u32) -> u32 {
+        (page_buffer_pages / 4).clamp(1, MAX_LANE_WINDOW_PAGES)
     }
 
     /// The logical block size in bytes.

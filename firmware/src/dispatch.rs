@@ -994,6 +994,15 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         !self.isp.is_idle()
     }
 
+    /// Read-aheads the sampling lanes started, and page-buffer slots pinned now (for tests).
+    #[cfg(test)]
+    pub(crate) fn isp_read_aheads_and_pins(&self) -> (u32, usize) {
+        (
+            self.isp.read_aheads(),
+            self.backend.buffer.pinned_slots(self.dram.as_ref()),
+        )
+    }
+
     /// How many lanes run a job now, the most pages one of them has pinned, and how many each
     /// may pin (for tests).
     #[cfg(test)]
@@ -1048,14 +1057,19 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         };
         let dram = self.dram.as_mut();
         match tag.kind {
-            TagKind::Fill => {
+            TagKind::Fill | TagKind::Prefetch => {
                 // The page read must be the one asked for: its spare record names it.
                 let slot = u32::from(tag.index);
                 let buffer = &self.backend.buffer;
                 let named = buffer.lpn_of(dram, slot).is_none_or(|lpn| {
                     Ftl::data_version(buffer.spare_region(slot).bytes(dram), lpn).is_some()
                 });
-                buffer.load_done(dram, slot, c.result.is_ok() && named)
+                buffer.load_done(dram, slot, c.result.is_ok() && named);
+                if tag.kind == TagKind::Prefetch {
+                    // Nobody held the page for it: the read's pin goes, the page stays cached.
+                    buffer.unpin(dram, slot);
+                    self.isp.prefetch_landed(usize::from(tag.owner));
+                }
             }
             TagKind::CheckpointErase | TagKind::CheckpointProgram => self
                 .backend

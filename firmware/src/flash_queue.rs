@@ -30,6 +30,9 @@ pub(crate) enum TagKind {
     CheckpointErase = 6,
     /// Program of a checkpoint page from window `index`.
     CheckpointProgram = 7,
+    /// Read-ahead of page-buffer slot `index` for sampling lane `owner`, which holds no pin:
+    /// the completion drops the read's own.
+    Prefetch = 8,
 }
 
 /// A decoded flash tag.
@@ -60,6 +63,7 @@ impl Tag {
             5 => TagKind::GcErase,
             6 => TagKind::CheckpointErase,
             7 => TagKind::CheckpointProgram,
+            8 => TagKind::Prefetch,
             _ => return None,
         };
         Some(Self {
@@ -163,6 +167,7 @@ mod tests {
             TagKind::GcErase,
             TagKind::CheckpointErase,
             TagKind::CheckpointProgram,
+            TagKind::Prefetch,
         ] {
             let t = Tag::new(kind, 0x0ABC, 0xFFFF);
             assert_eq!(Tag::decode(t.encode()), Some(t));

@@ -22,7 +22,7 @@ use crate::hal::Sectors;
 use crate::host::{CommandId, DmaError, HostInterface};
 
 /// Most pages one lane's issuer keeps pinned ahead of its consumer.
-const MAX_WINDOW: usize = 256;
+const MAX_WINDOW: usize = crate::config::MAX_LANE_WINDOW_PAGES as usize;
 /// Bits of a gather key that hold the item; the page is above them.
 const ITEM_BITS: u32 = 29;
 /// Bits of the page the radix sort handles per pass.
@@ -135,6 +135,9 @@ struct Run {
     issued: u32,
     consumed: u32,
     last_issued: Option<u32>,
+    /// The pass after a completed gather (the sample pass after a bounds gather, the dedup
+    /// pass after a neighbour gather): its next item, while it runs; `None` while gathering.
+    pass: Option<u32>,
     /// Index of this layer's first edge in the slot's indices region.
     edge_base: u32,
     /// Edges sampled in this layer.
@@ -150,6 +153,11 @@ struct Lane {
     run: Option<Run>,
     /// Pinned pages ahead of the consumer: (page, slot, the sectors its items need).
     window: Deque<(u32, u32, Sectors), MAX_WINDOW>,
+    /// Read-aheads the lane's passes started that have not landed (each holds a slot).
+    prefetching: u32,
+    /// Read-aheads the lane started, all told (for tests).
+    #[cfg(test)]
+    read_aheads: u32,
 }
 
 /// The ISP control unit and subgraph generator.
@@ -172,6 +180,8 @@ pub(crate) struct Isp {
     /// Pages each lane may pin: an equal share of the window, so no lane starves another of
     /// page-buffer slots.
     window_pages: usize,
+    /// Whether the passes read ahead ([`crate::FirmwareConfig::isp_read_ahead`]).
+    read_ahead: bool,
     /// One destination's sampled positions (used within one step, shared like the histogram).
     scratch: [u64; MAX_FANOUT as usize],
     block_size_bytes: u64,
@@ -210,6 +220,9 @@ impl Isp {
                 regions: layout.lanes[l],
                 run: None,
                 window: Deque::new(),
+                prefetching: 0,
+                #[cfg(test)]
+                read_aheads: 0,
             }),
             lane_count,
             hash_mask: hash_capacity(config.max_subgraph_nodes) - 1,
@@ -219,7 +232,8 @@ impl Isp {
             max_feature_bytes: config.max_feature_bytes as usize,
             limits: config.limits,
             next_seq: 0,
-            window_pages: (config.page_buffer_pages as usize / 4 / lane_count).clamp(1, MAX_WINDOW),
+            window_pages: (config.isp_window_pages as usize / lane_count).clamp(1, MAX_WINDOW),
+            read_ahead: config.isp_read_ahead,
             scratch: [0; MAX_FANOUT as usize],
             block_size_bytes: u64::from(config.block_size_bytes()),
             page_size_bytes: u64::from(page_size_bytes),
@@ -388,6 +402,13 @@ impl Isp {
         self.lane_count
     }
 
+    /// A read-ahead `lane` started has landed.
+    pub fn prefetch_landed(&mut self, lane: usize) {
+        if let Some(l) = self.lanes.get_mut(lane) {
+            l.prefetching = l.prefetching.saturating_sub(1);
+        }
+    }
+
     /// Whether `lane` has work: a job running, or none and a job queued for it to start.
     pub fn lane_busy(&self, lane: usize) -> bool {
         lane < self.lane_count && (self.lanes[lane].run.is_some() || self.any_queued())
@@ -421,6 +442,12 @@ impl Isp {
             }
         }
         out
+    }
+
+    /// Read-aheads started by every lane, all told.
+    #[cfg(test)]
+    pub fn read_aheads(&self) -> u32 {
+        self.lanes.iter().map(|l| l.read_aheads).sum()
     }
 
     /// Pages each lane may pin.

@@ -46,7 +46,9 @@ pub mod work;
 mod tests;
 
 pub use checkpoint::{CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CheckpointStats};
-pub use config::{ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_LANES, MAX_ISP_SLOTS};
+pub use config::{
+    ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_LANES, MAX_ISP_SLOTS, MAX_LANE_WINDOW_PAGES,
+};
 pub use dispatch::{Busy, Firmware};
 pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};
 pub use ftl::FtlStats;

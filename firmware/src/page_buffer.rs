@@ -91,6 +91,14 @@ impl PageBuffer {
         }
     }
 
+    /// How many slots are pinned (for tests: none once everything has finished).
+    #[cfg(test)]
+    pub fn pinned_slots(&self, dram: &[u8]) -> usize {
+        (0..self.slots)
+            .filter(|s| self.get(dram, *s).pins > 0)
+            .count()
+    }
+
     /// A slot's metadata, for test failure messages.
     #[cfg(test)]
     pub fn describe_slot(&self, dram: &[u8], slot: u32) -> std::string::String {

@@ -211,6 +211,7 @@ pub(crate) fn small_config() -> FirmwareConfig {
         max_transfer_bytes: 16 * 1024,
         // The FTL tests use the whole logical capacity; the tunnel test turns it on.
         tunnel: false,
+        isp_window_pages: 4,
         ..FirmwareConfig::default()
     }
 }

@@ -147,6 +147,8 @@ impl Plan {
                 isp_slots: w.isp_slots,
                 // The costs per unit are measured on one lane.
                 isp_lanes: 1,
+                isp_window_pages: FirmwareConfig::quarter_buffer_window(w.page_buffer_pages.get()),
+                isp_read_ahead: false,
                 limits: NsLimits {
                     max_targets: w.max_targets.get(),
                     max_fanout: w.max_fanout.get(),

@@ -67,7 +67,7 @@ pub const DRAM_ALIGN: u32 = sagessd_firmware::DRAM_REGION_ALIGN_BYTES as u32;
 /// Every [`ConfigError`] in code order: `SAGESSD_ERR_CONFIG - i` is `CONFIG_ERRORS[i]`. The
 /// order is stable: new variants are appended, never inserted. The names are the header's
 /// `SAGESSD_ERR_CONFIG_*` suffixes.
-pub const CONFIG_ERRORS: [(ConfigError, &str); 14] = [
+pub const CONFIG_ERRORS: [(ConfigError, &str); 15] = [
     (ConfigError::Geometry, "GEOMETRY"),
     (ConfigError::BlockSize, "BLOCK_SIZE"),
     (ConfigError::OverProvisioning, "OVER_PROVISIONING"),
@@ -82,6 +82,7 @@ pub const CONFIG_ERRORS: [(ConfigError, &str); 14] = [
     (ConfigError::DramTooSmall, "DRAM_TOO_SMALL"),
     (ConfigError::DramLayoutOverflow, "DRAM_LAYOUT_OVERFLOW"),
     (ConfigError::IspLanes, "ISP_LANES"),
+    (ConfigError::IspWindow, "ISP_WINDOW"),
 ];
 
 /// The return code of a configuration error: `SAGESSD_ERR_CONFIG - n`.
@@ -103,6 +104,7 @@ pub fn config_error_code(error: ConfigError) -> i32 {
         ConfigError::DramTooSmall => 11,
         ConfigError::DramLayoutOverflow => 12,
         ConfigError::IspLanes => 13,
+        ConfigError::IspWindow => 14,
     };
     ERR_CONFIG - n
 }
@@ -206,6 +208,8 @@ impl SagessdConfig {
             isp_slots: self.isp_slots,
             // A board polls the ISP engine from one loop: one job at a time.
             isp_lanes: 1,
+            isp_window_pages: FirmwareConfig::quarter_buffer_window(self.page_buffer_pages),
+            isp_read_ahead: false,
             limits: NsLimits {
                 max_targets: self.max_targets,
                 max_fanout: self.max_fanout,

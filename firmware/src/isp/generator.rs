@@ -24,11 +24,42 @@ use sagessd_abi::sample::sample_positions;
 use sagessd_abi::subgraph::LayerCounts;
 
 use super::{Gather, ITEM_BITS, Isp, JobState, RADIX_BITS, Run, feature_section_fits};
-use crate::backend::Backend;
+use crate::backend::{Backend, ReadAhead};
 use crate::dram::LaneRegions;
 use crate::hal::Sectors;
 use crate::page_buffer::Acquire;
 use crate::work::WorkCounters;
+
+/// Items of a pass one step runs: between two chunks the lane's core lets the others (and, when
+/// it time-shares the firmware's core, the flash firmware) run, and the read-aheads the chunk
+/// started are in flight.
+const PASS_CHUNK_ITEMS: u32 = 512;
+/// Read-aheads in a row that find their page in the buffer after which a chunk stops reading
+/// ahead: the pages its pass needs are cached, and each look costs a page lookup.
+const PRESENT_RUN_LIMIT: u32 = 32;
+
+/// A pass's read-aheads within one chunk: whether it still reads ahead, and how many looks in a
+/// row found their page present.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ahead {
+    stopped: bool,
+    present_run: u32,
+}
+
+impl Ahead {
+    /// Counts what a read-ahead did; stops reading ahead when the window is full or the pages
+    /// keep being there.
+    fn saw(&mut self, what: ReadAhead) {
+        match what {
+            ReadAhead::Started => self.present_run = 0,
+            ReadAhead::Present => {
+                self.present_run += 1;
+                self.stopped |= self.present_run >= PRESENT_RUN_LIMIT;
+            }
+            ReadAhead::NoRoom => self.stopped = true,
+        }
+    }
+}
 
 impl Isp {
     /// Advances every lane once, in lane order; returns whether anything happened.
@@ -49,6 +80,12 @@ impl Isp {
         if self.lanes[lane].run.is_none() && !self.start_next(lane, dram, backend) {
             return false;
         }
+        if self.lanes[lane].run.is_some_and(|r| r.pass.is_some()) {
+            if let Err(status) = self.pass_step(lane, dram, backend) {
+                self.fail_run(lane, dram, backend, status);
+            }
+            return true;
+        }
         let issued = self.issue(lane, dram, backend);
         match self.consume(lane, dram, backend) {
             Ok(consumed) => issued || consumed,
@@ -57,6 +94,81 @@ impl Isp {
                 true
             }
         }
+    }
+
+    /// Runs the next chunk of `lane`'s pass; when the pass is over, starts what follows it
+    /// (the neighbour gather after a sample pass, the next layer after a dedup pass).
+    fn pass_step(
+        &mut self,
+        lane: usize,
+        dram: &mut [u8],
+        backend: &mut Backend,
+    ) -> Result<(), Status> {
+        let Some(mut run) = self.lanes[lane].run else {
+            return Ok(());
+        };
+        let Some(from) = run.pass else {
+            return Ok(());
+        };
+        let (end, neighbours) = match run.gather {
+            Gather::Bounds => (run.dst_count, true),
+            Gather::Neighbours => (run.layer_edges, false),
+            // No pass follows a feature gather.
+            Gather::Features => return Err(Status::INTERNAL_ERROR),
+        };
+        let to = end.min(from.saturating_add(PASS_CHUNK_ITEMS));
+        if neighbours {
+            self.sample_pass(lane, dram, backend, &mut run, from, to)?;
+        } else {
+            self.dedup_pass(lane, dram, backend, &run, from, to)?;
+        }
+        if to < end {
+            run.pass = Some(to);
+            self.lanes[lane].run = Some(run);
+        } else if neighbours {
+            self.start_gather(lane, dram, backend, run, Gather::Neighbours);
+        } else {
+            self.next_layer(lane, dram, backend, run);
+        }
+        Ok(())
+    }
+
+    /// Reads `page` ahead, whole, for `lane`, if its read-aheads in flight leave room in its
+    /// share of the window. Whole: the gather will want sectors of it that the pass does not
+    /// know of yet, and a second read for them would cost more than the bytes.
+    fn read_ahead(
+        &mut self,
+        lane: usize,
+        dram: &mut [u8],
+        backend: &mut Backend,
+        page: u32,
+        ahead: &mut Ahead,
+    ) {
+        let what = if self.lanes[lane].prefetching as usize >= self.window_pages {
+            ReadAhead::NoRoom
+        } else {
+            backend.prefetch_page(dram, page, Sectors::ALL, lane as u16)
+        };
+        if what == ReadAhead::Started {
+            self.lanes[lane].prefetching += 1;
+            #[cfg(test)]
+            {
+                self.lanes[lane].read_aheads += 1;
+            }
+        }
+        ahead.saw(what);
+    }
+
+    /// The page of byte `address` of the namespace (a shift for the usual power-of-two page:
+    /// the A9 has no divide instruction).
+    fn page_of(&self, address: u64) -> u32 {
+        let page = if self.page_size_bytes.is_power_of_two() {
+            address >> self.page_size_bytes.trailing_zeros()
+        } else {
+            address / self.page_size_bytes
+        };
+        // Validated descriptors keep addresses inside the namespace, whose pages fit in u32.
+        page as u32
     }
 
     /// Starts the oldest queued job on `lane`: deduplicates its targets into the node list and
@@ -95,6 +207,7 @@ impl Isp {
             issued: 0,
             consumed: 0,
             last_issued: None,
+            pass: None,
             edge_base: 0,
             layer_edges: 0,
             dst_count: dst,
@@ -143,6 +256,7 @@ impl Isp {
         run.issued = 0;
         run.consumed = 0;
         run.last_issued = None;
+        run.pass = None;
         let keys = self.lanes[lane].regions.gather_keys;
         for item in 0..run.item_count {
             let page = self.item_address(lane, dram, &run, item) / self.page_size_bytes;
@@ -367,34 +481,31 @@ impl Isp {
         self.lanes[lane].run = Some(run);
         if run.consumed == run.item_count {
             self.drain_window(lane, dram, backend);
-            match run.gather {
-                Gather::Bounds => {
-                    self.sample_pass(lane, dram, &mut backend.work, &mut run)?;
-                    self.start_gather(lane, dram, backend, run, Gather::Neighbours);
-                }
-                Gather::Neighbours => {
-                    self.dedup_pass(lane, dram, backend, &run)?;
-                    self.next_layer(lane, dram, backend, run);
-                }
-                Gather::Features => {
-                    self.lanes[lane].run = None;
-                    self.finish(lane, dram, &mut backend.work, run.slot, None);
-                }
+            if run.gather == Gather::Features {
+                self.lanes[lane].run = None;
+                self.finish(lane, dram, &mut backend.work, run.slot, None);
+            } else {
+                // Its pass runs in chunks from the next step on.
+                run.pass = Some(0);
+                self.lanes[lane].run = Some(run);
             }
             progress = true;
         }
         Ok(progress)
     }
 
-    /// For each destination in order: check its bounds, draw its sampled positions (counted as
-    /// draws where its degree exceeds the fanout) and append their global edge positions;
-    /// fills the layer's local `indptr`.
+    /// For destinations `from..to`, in order: check its bounds, draw its sampled positions
+    /// (counted as draws where its degree exceeds the fanout) and append their global edge
+    /// positions, filling the layer's local `indptr`; and read ahead the pages of the
+    /// neighbour ids at those positions, which the neighbour gather will want.
     fn sample_pass(
         &mut self,
         lane: usize,
         dram: &mut [u8],
-        work: &mut WorkCounters,
+        backend: &mut Backend,
         run: &mut Run,
+        from: u32,
+        to: u32,
     ) -> Result<(), Status> {
         let job = self.jobs[run.slot];
         let fanout = job.fanouts[run.layer];
@@ -405,9 +516,19 @@ impl Isp {
             gather_values: values,
             ..
         } = self.lanes[lane].regions;
-        indptr.set_u32(dram, row, 0);
-        run.layer_edges = 0;
-        for i in 0..run.dst_count as usize {
+        if from == 0 {
+            indptr.set_u32(dram, row, 0);
+            run.layer_edges = 0;
+        }
+        let width = usize::from(run.graph.id_width_bytes);
+        let base = run.graph.indices.slba * self.block_size_bytes;
+        // Consecutive positions of a page are read ahead once.
+        let mut last_page = None;
+        let mut ahead = Ahead {
+            stopped: !self.read_ahead,
+            present_run: 0,
+        };
+        for i in from as usize..to as usize {
             let v = self.regions[run.slot].nodes.u64(dram, i);
             let (start, end) = (values.u64(dram, 2 * i), values.u64(dram, 2 * i + 1));
             if start > end || end > run.graph.edge_count {
@@ -423,46 +544,73 @@ impl Isp {
             )
             .ok_or(Status::INTERNAL_ERROR)?;
             if end - start > u64::from(fanout) {
-                work.edges_drawn += k as u64;
+                backend.work.edges_drawn += k as u64;
             }
             if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
                 > u64::from(self.max_edges)
             {
                 return Err(VendorStatus::ResultTooLarge.into());
             }
-            for p in &self.scratch[..k] {
-                entries.set_u64(dram, run.layer_edges as usize, start + p);
+            for j in 0..k {
+                let position = start + self.scratch[j];
+                entries.set_u64(dram, run.layer_edges as usize, position);
                 run.layer_edges += 1;
+                if !ahead.stopped {
+                    let page = self.page_of(base + width as u64 * position);
+                    if last_page != Some(page) {
+                        self.read_ahead(lane, dram, backend, page, &mut ahead);
+                        last_page = Some(page);
+                    }
+                }
             }
             indptr.set_u32(dram, row + i + 1, run.layer_edges);
         }
         Ok(())
     }
 
-    /// For each sampled edge in order: deduplicate its neighbour and record its local index.
-    /// Counted once per edge as "sampled" (a probe and a write; the draw that chose it, if
-    /// its list was not taken whole, was counted by the sample pass).
+    /// For sampled edges `from..to`, in order: deduplicate its neighbour and record its local
+    /// index; and, when another layer follows, read ahead the page of each new node's `indptr`
+    /// entries, which its bounds gather will want. Counted once per edge as "sampled" (a
+    /// probe and a write; the draw that chose it, if its list was not taken whole, was counted
+    /// by the sample pass).
     fn dedup_pass(
         &mut self,
         lane: usize,
         dram: &mut [u8],
         backend: &mut Backend,
         run: &Run,
+        from: u32,
+        to: u32,
     ) -> Result<(), Status> {
         let values = self.lanes[lane].regions.gather_values;
-        for e in 0..run.layer_edges {
+        let another_layer = run.layer + 1 < usize::from(self.jobs[run.slot].layer_count);
+        let base = run.graph.indptr.slba * self.block_size_bytes;
+        let mut ahead = Ahead {
+            stopped: !(self.read_ahead && another_layer),
+            present_run: 0,
+        };
+        let mut last_page = None;
+        for e in from..to {
             let id = values.u64(dram, e as usize);
             if id >= run.graph.node_count {
                 return Err(VendorStatus::GraphCorrupt.into());
             }
+            let known = self.jobs[run.slot].node_count;
             let local = self
                 .dedup(lane, dram, run.slot, id)
                 .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
             self.regions[run.slot]
                 .indices
                 .set_u32(dram, (run.edge_base + e) as usize, local);
+            if !ahead.stopped && self.jobs[run.slot].node_count > known {
+                let page = self.page_of(base + 8 * id);
+                if last_page != Some(page) {
+                    self.read_ahead(lane, dram, backend, page, &mut ahead);
+                    last_page = Some(page);
+                }
+            }
         }
-        backend.work.edges_sampled += u64::from(run.layer_edges);
+        backend.work.edges_sampled += u64::from(to - from);
         Ok(())
     }
 

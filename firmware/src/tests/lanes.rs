@@ -1,5 +1,6 @@
 //! Sampling lanes: several NS_configs sampled at once, each lane stepped on its own (as a core
-//! per lane would), every subgraph byte-identical to what one lane produces.
+//! per lane would), reading ahead in their passes or not, every subgraph byte-identical to what
+//! one lane produces.
 
 use std::vec;
 use std::vec::Vec;
@@ -23,13 +24,20 @@ fn jobs() -> Vec<(u64, Vec<u16>, Vec<u64>)> {
     ]
 }
 
-/// Samples every job of [`jobs`] on a device with `lanes` lanes; `order(step)` names the lanes
-/// stepped after each I/O poll, in order. Returns the subgraphs in job order, the most lanes
-/// that ran a job at once, and whether any lane pinned more than its share of the window.
-fn sample(lanes: u8, order: &dyn Fn(usize) -> Vec<usize>) -> (Vec<Vec<u8>>, usize, bool) {
+/// Samples every job of [`jobs`] on a device with `lanes` lanes, whose passes read ahead if
+/// `read_ahead`; `order(step)` names the lanes stepped after each I/O poll, in order. Returns
+/// the subgraphs in job order, the most lanes that ran a job at once, and whether any lane
+/// pinned more than its share of the window; and checks that the passes read ahead when asked
+/// to and that nothing stays pinned once every job is collected.
+fn sample(
+    lanes: u8,
+    read_ahead: bool,
+    order: &dyn Fn(usize) -> Vec<usize>,
+) -> (Vec<Vec<u8>>, usize, bool) {
     let config = FirmwareConfig {
         isp_slots: 5,
         isp_lanes: lanes,
+        isp_read_ahead: read_ahead,
         ..small_config()
     };
     let mut d = Device::new(small_geometry(), config, 21);
@@ -65,7 +73,7 @@ fn sample(lanes: u8, order: &dyn Fn(usize) -> Vec<usize>) -> (Vec<Vec<u8>>, usiz
             over_share |= pinned > share;
         }
     }
-    let subgraphs = submits
+    let subgraphs: Vec<Vec<u8>> = submits
         .iter()
         .map(|id| {
             let (_, cqe) = d
@@ -80,13 +88,19 @@ fn sample(lanes: u8, order: &dyn Fn(usize) -> Vec<usize>) -> (Vec<Vec<u8>>, usiz
             data
         })
         .collect();
+    d.settle();
+    let (read_aheads, pinned) = d.fw.isp_read_aheads_and_pins();
+    assert_eq!(read_aheads > 0, read_ahead, "{read_aheads} read-aheads");
+    assert_eq!(pinned, 0, "{pinned} page-buffer slots still pinned");
     (subgraphs, most_running, over_share)
 }
 
 #[test]
 fn lanes_sample_jobs_at_once_and_each_subgraph_is_what_one_lane_makes() {
-    let (one, most, over) = sample(1, &|_| vec![0]);
+    let (one, most, over) = sample(1, false, &|_| vec![0]);
     assert_eq!((most, over), (1, false));
+    let (ahead, ..) = sample(1, true, &|_| vec![0]);
+    assert_eq!(ahead, one, "reading ahead changed a subgraph");
     // Two lanes, stepped in either order; four lanes in a rotating order, some skipped.
     let reversed: &dyn Fn(usize) -> Vec<usize> = &|_| vec![1, 0];
     let rotating: &dyn Fn(usize) -> Vec<usize> = &|step| {
@@ -96,7 +110,7 @@ fn lanes_sample_jobs_at_once_and_each_subgraph_is_what_one_lane_makes() {
             .collect()
     };
     for (lanes, order) in [(2, reversed), (4, rotating)] {
-        let (many, most, over) = sample(lanes, order);
+        let (many, most, over) = sample(lanes, true, order);
         assert_eq!(many, one, "{lanes} lanes changed a subgraph");
         assert_eq!(
             most,

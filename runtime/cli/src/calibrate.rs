@@ -22,10 +22,10 @@ use sagessd_calibrate::{HOST_BUFFER_BYTES, MARKS_ADDRESS, PLAN_ADDRESS, Plan, RA
 use sagessd_emulator::HwConfig;
 use sagessd_emulator::config::CoreTimingConfig;
 use sagessd_firmware::work::WorkCounters;
-use sagessd_firmware::{Firmware, hal::Geometry};
+use sagessd_firmware::{Firmware, FirmwareConfig, hal::Geometry};
 use zerocopy::IntoBytes;
 
-use crate::calibrate_fit::{UNITS, configured, cycles, fit, priced};
+use crate::calibrate_fit::{UNITS, check_verdict, configured, cycles, fit, priced};
 use crate::{hw_source, load_hw};
 use sagessd_qemu_a9_profile::profile::Segment;
 
@@ -71,9 +71,14 @@ const FLASH_PAGES: u64 = 8192;
 /// cut, a note saying so.
 fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> {
     let geometry: Geometry = hw.nand.geometry();
-    let mut config = hw.firmware.to_firmware_config();
-    config.tunnel = false;
-    config.max_feature_bytes = 0;
+    // What the image boots (`Plan::decode`): one lane, the board's window.
+    let mut config = FirmwareConfig {
+        isp_lanes: 1,
+        isp_window_pages: FirmwareConfig::quarter_buffer_window(hw.firmware.page_buffer_pages),
+        tunnel: false,
+        max_feature_bytes: 0,
+        ..hw.firmware_config()
+    };
     let ram = u64::from(RAM_MIB) << 20;
     let flash = 4 * geometry.page_count()
         + 4 * u64::from(geometry.block_count())
@@ -454,17 +459,12 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {} with the measured costs", path.display());
     }
-    if args.check && !stale.is_empty() {
-        println!(
-            "FAIL: {source} prices these units more than 3 % off what the firmware measures: {}",
-            stale.join(", ")
-        );
-        return Ok(ExitCode::FAILURE);
-    }
-    if args.check {
-        println!("OK: every measured cost in {source} is current (within 3 %)");
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(check_verdict(
+        args.check,
+        &stale,
+        &format!("{source} prices these units more than 3 % off what the firmware measures"),
+        &format!("every measured cost in {source} is current (within 3 %)"),
+    ))
 }
 
 #[cfg(test)]

@@ -221,6 +221,24 @@ pub(crate) fn relative_least_squares(rows: &[Equation]) -> anyhow::Result<Vec<f6
     })
 }
 
+/// The end of a calibration's report: with `check`, `FAIL: {fail}` and exit status 1 if any
+/// cost in `stale` is off, `OK: {ok}` otherwise.
+pub(crate) fn check_verdict(
+    check: bool,
+    stale: &[String],
+    fail: &str,
+    ok: &str,
+) -> std::process::ExitCode {
+    if check && !stale.is_empty() {
+        println!("FAIL: {fail}: {}", stale.join(", "));
+        return std::process::ExitCode::FAILURE;
+    }
+    if check {
+        println!("OK: {ok}");
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 /// Solves `m x = v` by Gaussian elimination with partial pivoting; `None` if `m` is singular.
 fn solve(mut m: Vec<Vec<f64>>, mut v: Vec<f64>) -> Option<Vec<f64>> {
     let n = v.len();

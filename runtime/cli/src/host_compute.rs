@@ -31,7 +31,7 @@ use sagessd_runtime::sampler::{
     EdgeRange, NeighbourSource, SampledSubgraph, SamplerError, build_subgraph,
 };
 
-use crate::calibrate_fit::{Equation, relative_least_squares};
+use crate::calibrate_fit::{Equation, check_verdict, relative_least_squares};
 use crate::{hw_source, load_hw};
 
 /// Flags of `validate host-compute`.
@@ -623,17 +623,12 @@ pub(crate) fn run(args: HostComputeArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     print!("{out}");
-    if args.check && !stale.is_empty() {
-        println!(
-            "FAIL: {source}'s [host] costs are more than 5 % off this machine's sampler: {}",
-            stale.join(", ")
-        );
-        return Ok(ExitCode::FAILURE);
-    }
-    if args.check {
-        println!("OK: {source}'s host.node_ns and host.edge_sampled_ns are current (within 5 %)");
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(check_verdict(
+        args.check,
+        &stale,
+        &format!("{source}'s [host] costs are more than 5 % off this machine's sampler"),
+        &format!("{source}'s host.node_ns and host.edge_sampled_ns are current (within 5 %)"),
+    ))
 }
 
 #[cfg(test)]

@@ -5,22 +5,16 @@
 
 use std::process::Command;
 
+mod common;
+
 /// Runs `sagessd firmware calibrate --check ARGS`; returns its exit success and stdout.
 fn calibrate_check(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
-        .args(["firmware", "calibrate", "--check"])
-        .args(args)
-        .output()
-        .expect("running sagessd");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // A failed --check exits 1 after printing its table; anything else that fails is an error
-    // of the run itself (a missing tool, a failed image), which fails the test here.
-    assert!(
-        out.status.success() || stdout.contains("FAIL: "),
-        "calibration did not run:\n{stdout}{stderr}"
-    );
-    (out.status.success(), stdout)
+    common::run_check(
+        Command::new(env!("CARGO_BIN_EXE_sagessd"))
+            .args(["firmware", "calibrate", "--check"])
+            .args(args),
+        "calibration",
+    )
 }
 
 #[test]

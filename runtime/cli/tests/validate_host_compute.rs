@@ -7,6 +7,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 /// Builds the release `sagessd` (without libtorch) and returns its path.
 fn release_sagessd() -> PathBuf {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -36,20 +38,12 @@ fn release_sagessd() -> PathBuf {
 /// Runs `validate host-compute --check --runs 1 ARGS` with `exe`; returns its exit success and
 /// stdout.
 fn check(exe: &PathBuf, args: &[&str]) -> (bool, String) {
-    let out = Command::new(exe)
-        .args(["validate", "host-compute", "--check", "--runs", "1"])
-        .args(args)
-        .output()
-        .expect("running sagessd");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // A failed --check exits 1 after its table; any other failure (valgrind missing, a
-    // workload failing) is an error of the run, which fails the test here.
-    assert!(
-        out.status.success() || stdout.contains("FAIL: "),
-        "validate host-compute did not run:\n{stdout}{stderr}"
-    );
-    (out.status.success(), stdout)
+    common::run_check(
+        Command::new(exe)
+            .args(["validate", "host-compute", "--check", "--runs", "1"])
+            .args(args),
+        "validate host-compute",
+    )
 }
 
 #[test]
