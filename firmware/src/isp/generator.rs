@@ -160,7 +160,8 @@ impl Isp {
     }
 
     /// The page of byte `address` of the namespace (a shift for the usual power-of-two page:
-    /// the A9 has no divide instruction).
+    /// the A9 has no divide instruction, and a 64-bit division in software costs it more than
+    /// the rest of a gather item).
     fn page_of(&self, address: u64) -> u32 {
         let page = if self.page_size_bytes.is_power_of_two() {
             address >> self.page_size_bytes.trailing_zeros()
@@ -169,6 +170,17 @@ impl Isp {
         };
         // Validated descriptors keep addresses inside the namespace, whose pages fit in u32.
         page as u32
+    }
+
+    /// The offset of byte `address` of the namespace in its page (a mask for a power-of-two
+    /// page, as [`Self::page_of`]).
+    fn offset_in_page(&self, address: u64) -> usize {
+        let offset = if self.page_size_bytes.is_power_of_two() {
+            address & (self.page_size_bytes - 1)
+        } else {
+            address % self.page_size_bytes
+        };
+        offset as usize
     }
 
     /// Starts the oldest queued job on `lane`: deduplicates its targets into the node list and
@@ -259,7 +271,7 @@ impl Isp {
         run.pass = None;
         let keys = self.lanes[lane].regions.gather_keys;
         for item in 0..run.item_count {
-            let page = self.item_address(lane, dram, &run, item) / self.page_size_bytes;
+            let page = u64::from(self.page_of(self.item_address(lane, dram, &run, item)));
             keys.set_u64(dram, item as usize, (page << ITEM_BITS) | u64::from(item));
         }
         self.sort_keys(lane, dram, backend, run.item_count as usize);
@@ -347,7 +359,7 @@ impl Isp {
             if p != page {
                 break;
             }
-            let offset = (self.item_address(lane, dram, run, item) % self.page_size_bytes) as usize;
+            let offset = self.offset_in_page(self.item_address(lane, dram, run, item));
             want = want.union(Sectors::covering(offset, width, page_size));
             k += 1;
         }
@@ -458,8 +470,7 @@ impl Isp {
             let Some(slot) = self.front_page(lane, dram, backend)? else {
                 break;
             };
-            let offset =
-                (self.item_address(lane, dram, &run, item) % self.page_size_bytes) as usize;
+            let offset = self.offset_in_page(self.item_address(lane, dram, &run, item));
             if run.gather == Gather::Features {
                 // A whole row: rows never straddle a page (checked at GRAPH_ATTACH).
                 let from = backend.slot(slot).start + offset;
