@@ -500,10 +500,10 @@ pub(crate) fn diagnosis(p: &Point) -> String {
         let (where_, busy) = if isp_cores == 0 {
             ("the firmware core it time-shares", isp.core_utilisation())
         } else {
-            // The job's core, of the ISP cores whose mean the utilisation is.
+            // The one job's core: all the ISP cores' busy time is its.
             (
                 "its ISP core",
-                isp.isp_core_utilisation() * f64::from(isp.isp_lane_cores),
+                isp.isp_core_busy_ns as f64 / isp.makespan_ns.max(1) as f64,
             )
         };
         parts.push(format!(
