@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use sagessd_abi::ns_config::MAX_MINIBATCHES;
 use sagessd_abi::ns_config::NsLimits;
 use sagessd_abi::sample::MAX_FANOUT;
 use sagessd_firmware::hal::Geometry;
@@ -338,6 +339,11 @@ pub struct DramConfig {
     pub bandwidth_mb_s: u32,
 }
 
+/// `[firmware] max_minibatches` when a description does not give it.
+fn default_max_minibatches() -> u16 {
+    16
+}
+
 /// `[firmware]`: sizing of the firmware's tables and buffers (see `FirmwareConfig`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -369,6 +375,11 @@ pub struct FirmwareSection {
     pub max_targets: u32,
     /// Largest fanout per layer.
     pub max_fanout: u16,
+    /// Most minibatches one hyperbatch NS_config may carry (optional, default 16; 1: plain
+    /// NS_configs only). A hyperbatch's subgraphs share the job's result buffers
+    /// (`max_subgraph_nodes`, `max_subgraph_edges`, `max_feature_bytes`) and its `max_targets`.
+    #[serde(default = "default_max_minibatches")]
+    pub max_minibatches: u16,
     /// Most nodes of one sampled subgraph (all layers).
     pub max_subgraph_nodes: u32,
     /// Most edges of one sampled subgraph (all layers).
@@ -512,6 +523,7 @@ impl HwConfig {
             limits: NsLimits {
                 max_targets: f.max_targets,
                 max_fanout: f.max_fanout,
+                max_minibatches: f.max_minibatches,
             },
             max_subgraph_nodes: f.max_subgraph_nodes,
             max_subgraph_edges: f.max_subgraph_edges,
@@ -606,6 +618,13 @@ impl HwConfig {
             ConfigError::MaxFanout => (
                 "firmware.max_fanout",
                 format!("must be between 1 and {MAX_FANOUT} (got {})", f.max_fanout),
+            ),
+            ConfigError::MaxMinibatches => (
+                "firmware.max_minibatches",
+                format!(
+                    "must be between 1 and {MAX_MINIBATCHES} (got {})",
+                    f.max_minibatches
+                ),
             ),
             ConfigError::MaxSubgraphNodes => (
                 "firmware.max_subgraph_nodes",
@@ -921,6 +940,12 @@ impl HwConfig {
             1,
             MAX_FANOUT.into(),
             "firmware.max_fanout",
+        )?;
+        in_range(
+            f.max_minibatches.into(),
+            1,
+            MAX_MINIBATCHES.into(),
+            "firmware.max_minibatches",
         )?;
         non_zero(f.max_subgraph_nodes.into(), "firmware.max_subgraph_nodes")?;
         non_zero(f.max_subgraph_edges.into(), "firmware.max_subgraph_edges")?;

@@ -58,6 +58,7 @@ fn firmware_config() -> FirmwareConfig {
         limits: NsLimits {
             max_targets: 64,
             max_fanout: 16,
+            max_minibatches: 4,
         },
         max_subgraph_nodes: 4096,
         max_subgraph_edges: 16384,

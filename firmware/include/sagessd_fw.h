@@ -65,6 +65,7 @@ extern "C" {
 #define SAGESSD_ERR_CONFIG_DRAM_LAYOUT_OVERFLOW -28 /* the arena would not fit the address space */
 #define SAGESSD_ERR_CONFIG_ISP_LANES            -29 /* concurrent sampling lanes (always 1 on a board) */
 #define SAGESSD_ERR_CONFIG_ISP_WINDOW           -30 /* sampling window (a quarter of page_buffer_pages, at most 256, on a board) */
+#define SAGESSD_ERR_CONFIG_MAX_MINIBATCHES      -31 /* minibatches per hyperbatch NS_config (always 1 on a board) */
 
 /* ---- Limits. ---------------------------------------------------------------------------- */
 #define SAGESSD_MAX_COMMANDS      64   /* commands in flight, counting completions not yet taken */

@@ -1,6 +1,6 @@
 //! Firmware configuration: the sizes an integrator chooses, checked once at start-up.
 
-use sagessd_abi::ns_config::NsLimits;
+use sagessd_abi::ns_config::{MAX_MINIBATCHES, NsLimits};
 use sagessd_abi::sample::MAX_FANOUT;
 
 use crate::hal::Geometry;
@@ -80,6 +80,7 @@ impl Default for FirmwareConfig {
             limits: NsLimits {
                 max_targets: 4096,
                 max_fanout: 64,
+                max_minibatches: 16,
             },
             max_subgraph_nodes: 1 << 20,
             max_subgraph_edges: 1 << 22,
@@ -112,6 +113,8 @@ pub enum ConfigError {
     MaxTargets,
     /// `limits.max_fanout` is 0 or above the sampling function's maximum.
     MaxFanout,
+    /// `limits.max_minibatches` is 0 or above [`sagessd_abi::ns_config::MAX_MINIBATCHES`].
+    MaxMinibatches,
     /// `max_subgraph_nodes` is 0 or above 2^28.
     MaxSubgraphNodes,
     /// `max_subgraph_edges` is 0 or above 2^28.
@@ -172,6 +175,9 @@ impl FirmwareConfig {
         }
         if self.limits.max_fanout == 0 || self.limits.max_fanout > MAX_FANOUT {
             return Err(ConfigError::MaxFanout);
+        }
+        if self.limits.max_minibatches == 0 || self.limits.max_minibatches > MAX_MINIBATCHES {
+            return Err(ConfigError::MaxMinibatches);
         }
         let t = self.max_transfer_bytes;
         if !t.is_power_of_two()

@@ -678,7 +678,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 Ok(Some(self.durable()))
             }
             IoCommand::NsSubmit { data_len_bytes } => {
-                let tag = self.ns_submit(host, id, data_len_bytes as usize)?;
+                let tag = self.ns_submit(host, id, data_len_bytes as usize, true)?;
                 Err((Status::SUCCESS, tag))
             }
             IoCommand::NsCollect {
@@ -686,7 +686,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 data_len_bytes,
                 window,
                 discard,
-            } => match self.isp.collect_state(tag) {
+            } => match self.isp.collect_state(self.dram.as_ref(), tag) {
                 Collect::Unknown => Err(vendor(VendorStatus::UnknownTag)),
                 _ if window.is_some_and(|o| o % 4 != 0) => Err((Status::INVALID_FIELD, 0)),
                 _ if discard => Ok(Some(Op::Collect {
@@ -714,12 +714,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     }
 
     /// NS_SUBMIT's work: takes a free sampling slot, DMAs the NS_config of `len` bytes into it
-    /// and queues the job; returns its tag.
+    /// and queues the job; returns its tag. `hyperbatch`: whether the path it came by can
+    /// collect a hyperbatch's minibatches one by one.
     fn ns_submit<H: HostInterface>(
         &mut self,
         host: &mut H,
         id: CommandId,
         len: usize,
+        hyperbatch: bool,
     ) -> Result<u32, (Status, u32)> {
         let vendor = |v: VendorStatus| (Status::from(v), 0);
         let graph = self.graph.ok_or(vendor(VendorStatus::NoGraphAttached))?;
@@ -737,7 +739,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             window.sub(0, n).bytes_mut(dram),
         )
         .map_err(|_| (Status::DATA_TRANSFER_ERROR, 0))?;
-        self.isp.accept(dram, slot, n, &graph).map_err(vendor)
+        self.isp
+            .accept(dram, slot, n, &graph, hyperbatch)
+            .map_err(vendor)
     }
 
     /// A Write into tunnel slot `slot`: an NS_SUBMIT of its data, which must start at the
@@ -755,13 +759,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             return Err((Status::INVALID_FIELD, 0));
         }
         if let Some(old) = self.tunnel_jobs[slot] {
-            match self.isp.collect_state(old) {
+            match self.isp.collect_state(self.dram.as_ref(), old) {
                 Collect::Pending => return Err((VendorStatus::NoFreeSlot.into(), 0)),
                 Collect::Unknown => {}
                 Collect::Done(_) | Collect::Failed(_) => self.isp.release(old),
             }
         }
-        let tag = self.ns_submit(host, id, len)?;
+        // A tunnel slot's Reads name no minibatch: it carries plain NS_configs only.
+        let tag = self.ns_submit(host, id, len, false)?;
         self.tunnel_jobs[slot] = Some(tag);
         Err((Status::SUCCESS, tag))
     }
@@ -775,7 +780,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         len: usize,
     ) -> Result<Option<Op>, (Status, u32)> {
         let tag = self.tunnel_jobs[slot]
-            .filter(|t| !matches!(self.isp.collect_state(*t), Collect::Unknown))
+            .filter(|t| {
+                !matches!(
+                    self.isp.collect_state(self.dram.as_ref(), *t),
+                    Collect::Unknown
+                )
+            })
             .ok_or((VendorStatus::UnknownTag.into(), 0))?;
         Ok(Some(Op::Collect {
             tag,
@@ -1011,6 +1021,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         (running, pinned, self.isp.window_pages())
     }
 
+    /// The layer and gather (0 bounds, 1 neighbours, 2 features) `lane`'s job is at, if it
+    /// runs one (for tests).
+    #[cfg(test)]
+    pub(crate) fn isp_lane_gather(&self, lane: usize) -> Option<(usize, usize)> {
+        self.isp.lane_gather(lane)
+    }
+
     /// Whether sampling lane `lane` has work for [`Self::poll_isp_lane`]: a job running, or a
     /// job queued that it would start.
     pub fn isp_lane_busy(&self, lane: usize) -> bool {
@@ -1199,7 +1216,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 window,
                 zero_fill,
                 discard,
-            } => match isp.collect_state(*tag) {
+            } => match isp.collect_state(io.dram, *tag) {
                 Collect::Pending => (false, false, 0),
                 Collect::Unknown => {
                     cmd.status = VendorStatus::UnknownTag.into();

@@ -4,11 +4,12 @@
 //! board can place the arena wherever its linker script says. [`DramLayout::new`] computes the
 //! regions from the configuration and geometry; its total is what the integrator must provide.
 
-use sagessd_abi::ns_config::{MAX_LAYERS, ns_config_size_bytes};
+use sagessd_abi::ns_config::{MAX_LAYERS, ns_config_max_size_bytes};
 
 use crate::checkpoint::CHECKPOINT_WINDOWS;
 use crate::config::FirmwareConfig;
 use crate::hal::Geometry;
+use crate::isp::STATE_BYTES;
 
 /// Alignment of every arena region, relative to the arena's start, in bytes: a cache line of
 /// the Cortex-A9 (32 B) and of x86 (64 B). An arena whose base is aligned this much has every
@@ -72,18 +73,21 @@ impl Region {
     }
 }
 
-/// Per-sampling-slot regions: the job's NS_config and its result arrays.
+/// Per-sampling-slot regions: the job's NS_config and its result arrays, which the
+/// minibatches of a hyperbatch share (see [`crate::isp`]'s `minibatch` module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) struct SlotRegions {
     /// The NS_config as DMA'd from the host.
     pub config: Region,
-    /// Unique node ids, `u64`, first-seen order.
+    /// Each minibatch's state: where its pieces of the result arrays are.
+    pub minibatches: Region,
+    /// Unique node ids of each minibatch, `u64`, first-seen order (per minibatch and phase).
     pub nodes: Region,
-    /// Local `indptr` per layer: `MAX_LAYERS` rows of `max_nodes + 1` `u32`.
+    /// Local `indptr` rows, `u32`: one per layer and minibatch, `dst_count + 1` words each.
     pub indptr: Region,
-    /// Local source indices of all layers, `u32`, layer after layer.
+    /// Local source indices, `u32`, layer after layer (a layer's minibatches in order).
     pub indices: Region,
-    /// The subgraph's node features (rows in node-list order), when asked for.
+    /// The node features (rows in the node array's order), when asked for.
     pub features: Region,
 }
 
@@ -162,6 +166,7 @@ impl DramLayout {
         let slots = config.page_buffer_pages as usize;
         let nodes = config.max_subgraph_nodes as usize;
         let edges = config.max_subgraph_edges as usize;
+        let minibatches = usize::from(config.limits.max_minibatches);
         let l2p = take((logical_pages as usize).checked_mul(4)?)?;
         let p2l = take(pages.checked_mul(4)?)?;
         let block_valid = take(blocks.checked_mul(4)?)?;
@@ -186,11 +191,14 @@ impl DramLayout {
         let mut slot_regions = [SlotRegions::default(); crate::config::MAX_ISP_SLOTS];
         for s in slot_regions.iter_mut().take(usize::from(config.isp_slots)) {
             *s = SlotRegions {
-                config: take(ns_config_size_bytes(config.limits.max_targets as usize))?,
+                config: take(ns_config_max_size_bytes(&config.limits))?,
+                minibatches: take(minibatches.checked_mul(STATE_BYTES)?)?,
                 nodes: take(nodes.checked_mul(8)?)?,
+                // A layer's rows over all minibatches: at most every node once as a
+                // destination, plus each minibatch's leading 0.
                 indptr: take(
                     MAX_LAYERS
-                        .checked_mul(nodes.checked_add(1)?)?
+                        .checked_mul(nodes.checked_add(minibatches)?)?
                         .checked_mul(4)?,
                 )?,
                 indices: take(edges.checked_mul(4)?)?,
@@ -233,9 +241,9 @@ pub struct DramRegion {
     pub formula: &'static str,
 }
 
-/// Most regions an arena has: the shared ones plus five per sampling lane and five per
+/// Most regions an arena has: the shared ones plus five per sampling lane and six per
 /// sampling slot.
-const MAX_REGIONS: usize = 11 + 5 * crate::config::MAX_ISP_LANES + 5 * crate::config::MAX_ISP_SLOTS;
+const MAX_REGIONS: usize = 11 + 5 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-lane regions (one row per sampling lane).
 const LANE_REGION_NAMES: [[&str; 5]; 4] = [
@@ -271,9 +279,10 @@ const LANE_REGION_NAMES: [[&str; 5]; 4] = [
 const _: () = assert!(LANE_REGION_NAMES.len() == crate::config::MAX_ISP_LANES);
 
 /// The names of the per-slot regions (one row per sampling slot).
-const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
+const SLOT_REGION_NAMES: [[&str; 6]; 8] = [
     [
         "slot0.config",
+        "slot0.minibatches",
         "slot0.nodes",
         "slot0.indptr",
         "slot0.indices",
@@ -281,6 +290,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot1.config",
+        "slot1.minibatches",
         "slot1.nodes",
         "slot1.indptr",
         "slot1.indices",
@@ -288,6 +298,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot2.config",
+        "slot2.minibatches",
         "slot2.nodes",
         "slot2.indptr",
         "slot2.indices",
@@ -295,6 +306,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot3.config",
+        "slot3.minibatches",
         "slot3.nodes",
         "slot3.indptr",
         "slot3.indices",
@@ -302,6 +314,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot4.config",
+        "slot4.minibatches",
         "slot4.nodes",
         "slot4.indptr",
         "slot4.indices",
@@ -309,6 +322,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot5.config",
+        "slot5.minibatches",
         "slot5.nodes",
         "slot5.indptr",
         "slot5.indices",
@@ -316,6 +330,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot6.config",
+        "slot6.minibatches",
         "slot6.nodes",
         "slot6.indptr",
         "slot6.indices",
@@ -323,6 +338,7 @@ const SLOT_REGION_NAMES: [[&str; 5]; 8] = [
     ],
     [
         "slot7.config",
+        "slot7.minibatches",
         "slot7.nodes",
         "slot7.indptr",
         "slot7.indices",
@@ -421,16 +437,17 @@ impl DramLayout {
             push(
                 names[0],
                 slot.config,
-                "32 B + 8 B x max_targets (the NS_config)",
+                "32 B + 8 B x max_targets (+ 16 B x max_minibatches if above 1): the NS_config",
             );
-            push(names[1], slot.nodes, "8 B x max_subgraph_nodes");
+            push(names[1], slot.minibatches, "144 B x max_minibatches");
+            push(names[2], slot.nodes, "8 B x max_subgraph_nodes");
             push(
-                names[2],
+                names[3],
                 slot.indptr,
-                "4 B x 4 layers x (max_subgraph_nodes + 1)",
+                "4 B x 4 layers x (max_subgraph_nodes + max_minibatches)",
             );
-            push(names[3], slot.indices, "4 B x max_subgraph_edges");
-            push(names[4], slot.features, "max_feature_bytes");
+            push(names[4], slot.indices, "4 B x max_subgraph_edges");
+            push(names[5], slot.features, "max_feature_bytes");
         }
         push(
             "command_pages",
@@ -510,6 +527,7 @@ mod tests {
                 limits: sagessd_abi::ns_config::NsLimits {
                     max_targets: 100,
                     max_fanout: 10,
+                    max_minibatches: 4,
                 },
                 ..FirmwareConfig::default()
             };
@@ -519,7 +537,7 @@ mod tests {
             let count = regions.iter().count();
             assert_eq!(
                 count,
-                11 + 5 * usize::from(isp_lanes) + 5 * usize::from(isp_slots)
+                11 + 5 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
             );
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(
@@ -533,8 +551,9 @@ mod tests {
                 assert_eq!(find(&std::format!("lane{lane}.node_hash")), 4 * 2048);
                 assert_eq!(find(&std::format!("lane{lane}.gather_keys")), 8 * 3000);
             }
-            assert_eq!(find("slot0.config"), 32 + 8 * 100);
-            assert_eq!(find("slot0.indptr"), 4 * 4 * 1001);
+            assert_eq!(find("slot0.config"), 32 + 8 * 100 + 16 * 4);
+            assert_eq!(find("slot0.minibatches"), 144 * 4);
+            assert_eq!(find("slot0.indptr"), 4 * 4 * 1004);
             assert_eq!(find("command_pages"), 8 * 64 * 64);
             let mut names: std::vec::Vec<_> = regions.iter().map(|r| r.name).collect();
             names.sort_unstable();

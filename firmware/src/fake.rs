@@ -57,6 +57,8 @@ pub struct MemFlash {
     torn: BTreeSet<u32>,
     /// What has been done so far.
     pub stats: MemFlashStats,
+    /// Physical pages read, in order, while a test keeps a log ([`MemFlash::log_reads`]).
+    read_log: Option<Vec<u32>>,
 }
 
 impl MemFlash {
@@ -77,8 +79,23 @@ impl MemFlash {
             failing_programs: BTreeSet::new(),
             failing_erases: BTreeSet::new(),
             torn: BTreeSet::new(),
+            read_log: None,
             stats: MemFlashStats::default(),
         }
+    }
+
+    /// Starts logging the physical pages read (or keeps logging): [`Self::take_read_log`] hands
+    /// them over.
+    pub fn log_reads(&mut self) {
+        self.read_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The pages read since the last call (empty when not logging).
+    pub fn take_read_log(&mut self) -> Vec<u32> {
+        self.read_log
+            .as_mut()
+            .map(core::mem::take)
+            .unwrap_or_default()
     }
 
     /// Makes every later read of `ppn` fail with [`FlashError::Media`].
@@ -179,6 +196,9 @@ impl MemFlash {
                     .get_mut(dram_offset_bytes..dram_offset_bytes + size)
                     .ok_or(FlashError::OutOfRange)?;
                 self.stats.reads += 1;
+                if let Some(log) = &mut self.read_log {
+                    log.push(ppn.0);
+                }
                 if self.failing_reads.contains(&ppn.0) || self.torn.contains(&ppn.0) {
                     return Err(FlashError::Media);
                 }

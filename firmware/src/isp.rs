@@ -3,23 +3,29 @@
 //!
 //! The control unit keeps up to [`MAX_ISP_SLOTS`] jobs: an `NS_SUBMIT` parks its NS_config in a
 //! free slot and gets the slot's tag back; `NS_COLLECT` with that tag waits until the job is done
-//! and DMAs the subgraph out. The generator runs up to `isp_lanes` jobs at once, one per
-//! *sampling lane* (the job's working regions in DRAM, its cursors and the pages it pins), each
-//! lane a poll-driven state machine stepped on its own.
+//! and DMAs the subgraph out. A job is one minibatch or a hyperbatch of several, sampled
+//! together ([`minibatch`]); minibatch `m` of a job is collected with the job's tag and `m` in
+//! bits 31:24, and the slot is free once every minibatch has been collected. The generator runs
+//! up to `isp_lanes` jobs at once, one per *sampling lane* (the job's working regions in DRAM,
+//! its cursors and the pages it pins), each lane a poll-driven state machine stepped on its own.
 
 mod generator;
+mod minibatch;
+
+pub(crate) use minibatch::STATE_BYTES;
 
 use heapless::Deque;
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
-use sagessd_abi::ns_config::{MAX_LAYERS, NsConfig, NsLimits};
+use sagessd_abi::ns_config::{MAX_LAYERS, MAX_MINIBATCHES, NsConfig, NsLimits};
 use sagessd_abi::nvme::{Status, VendorStatus};
 use sagessd_abi::sample::MAX_FANOUT;
-use sagessd_abi::subgraph::{LayerCounts, SubgraphLayout};
+use sagessd_abi::subgraph::SubgraphLayout;
 
 use crate::config::{MAX_ISP_LANES, MAX_ISP_SLOTS};
 use crate::dram::{DramLayout, LaneRegions, Region, SlotRegions, hash_capacity};
 use crate::hal::Sectors;
 use crate::host::{CommandId, DmaError, HostInterface};
+use minibatch::{MinibatchState, PHASES};
 
 /// Most pages one lane's issuer keeps pinned ahead of its consumer.
 const MAX_WINDOW: usize = crate::config::MAX_LANE_WINDOW_PAGES as usize;
@@ -54,21 +60,28 @@ pub(crate) enum JobState {
     Failed(Status),
 }
 
+/// Words of a job's bitmap of collected minibatches.
+const COLLECTED_WORDS: usize = MAX_MINIBATCHES as usize / 32;
+
 #[derive(Clone, Copy, Debug)]
 struct Job {
     state: JobState,
     generation: u16,
     seq: u32,
-    seed: u64,
     fanouts: [u16; MAX_LAYERS],
     layer_count: u8,
-    target_count: u32,
+    /// Minibatches sampled together (1 for a plain NS_config).
+    minibatch_count: u16,
     /// The graph attached when the job was submitted.
     graph: GraphDescriptor,
-    layers: [LayerCounts; MAX_LAYERS],
+    /// Nodes in the slot's node array, all minibatches together.
     node_count: u32,
+    /// Words of the slot's `indptr` region in use.
+    indptr_words: u32,
     /// Bytes of each node's feature row the job returns (0: features not asked for).
     feature_row_bytes: u32,
+    /// Minibatches collected (or discarded) so far, one bit each.
+    collected: [u32; COLLECTED_WORDS],
     /// Abandoned while running: freed, not kept for a collect, when it ends.
     orphaned: bool,
 }
@@ -78,30 +91,26 @@ impl Job {
         state: JobState::Free,
         generation: 0,
         seq: 0,
-        seed: 0,
         fanouts: [0; MAX_LAYERS],
         layer_count: 0,
-        target_count: 0,
+        minibatch_count: 0,
         graph: NO_GRAPH,
-        layers: [LayerCounts {
-            dst_count: 0,
-            src_count: 0,
-            edge_count: 0,
-        }; MAX_LAYERS],
         node_count: 0,
+        indptr_words: 0,
         feature_row_bytes: 0,
+        collected: [0; COLLECTED_WORDS],
         orphaned: false,
     };
 
-    fn layout(&self) -> Option<SubgraphLayout> {
-        SubgraphLayout::new(&self.layers[..usize::from(self.layer_count)])?
+    /// The subgraph layout of the minibatch whose state is `m`.
+    fn layout(&self, m: &MinibatchState) -> Option<SubgraphLayout> {
+        let layer_count = usize::from(self.layer_count);
+        SubgraphLayout::new(&m.layers(layer_count)[..layer_count])?
             .with_features(self.feature_row_bytes)
     }
 
-    /// Bytes of the job's feature section, if they fit in `u32` (checked on every target, so
-    /// the 32-bit board refuses exactly what the host does).
-    fn feature_bytes(&self) -> Option<u32> {
-        self.node_count.checked_mul(self.feature_row_bytes)
+    fn is_collected(&self, m: usize) -> bool {
+        self.collected[m / 32] & (1 << (m % 32)) != 0
     }
 }
 
@@ -136,13 +145,14 @@ struct Run {
     consumed: u32,
     last_issued: Option<u32>,
     /// The pass after a completed gather (the sample pass after a bounds gather, the dedup
-    /// pass after a neighbour gather): its next item, while it runs; `None` while gathering.
-    pass: Option<u32>,
+    /// pass after a neighbour gather), while it runs: the minibatch it is at and that
+    /// minibatch's next item; `None` while gathering.
+    pass: Option<(u16, u32)>,
     /// Index of this layer's first edge in the slot's indices region.
     edge_base: u32,
-    /// Edges sampled in this layer.
+    /// Edges sampled in this layer so far, all minibatches together.
     layer_edges: u32,
-    /// Destination count of this layer.
+    /// Destinations of this layer, all minibatches together.
     dst_count: u32,
 }
 
@@ -253,29 +263,48 @@ impl Isp {
     }
 
     /// A job's tag: its slot in bits 7:0 and the slot's generation in bits 23:8, so a tag from
-    /// an earlier job of the same slot names nothing for 65,535 reuses.
+    /// an earlier job of the same slot names nothing for 65,535 reuses; a hyperbatch's
+    /// minibatch `m` is named with `m` added in bits 31:24.
     fn tag_of(&self, slot: usize) -> u32 {
         (u32::from(self.jobs[slot].generation) << 8) | slot as u32
     }
 
-    fn slot_of(&self, tag: u32) -> Option<usize> {
+    /// The slot and minibatch a tag names, if it names a minibatch not yet collected.
+    fn slot_of(&self, tag: u32) -> Option<(usize, usize)> {
         let slot = (tag & 0xFF) as usize;
+        let m = (tag >> 24) as usize;
         let job = self.jobs.get(..self.slot_count)?.get(slot)?;
-        (tag >> 24 == 0 && u32::from(job.generation) == (tag >> 8) && job.state != JobState::Free)
-            .then_some(slot)
+        (u32::from(job.generation) == (tag >> 8) & 0xFFFF
+            && job.state != JobState::Free
+            && m < usize::from(job.minibatch_count)
+            && !job.is_collected(m))
+        .then_some((slot, m))
     }
 
     /// Validates the NS_config now in `slot`'s config window (`len` bytes were DMA'd) against
-    /// the attached graph and queues the job; returns its tag.
+    /// the attached graph and queues the job; returns its tag. `hyperbatch` says whether the
+    /// path it came by can collect a hyperbatch's minibatches (the tunnel window cannot).
     pub fn accept(
         &mut self,
-        dram: &[u8],
+        dram: &mut [u8],
         slot: usize,
         len: usize,
         graph: &GraphDescriptor,
+        hyperbatch: bool,
     ) -> Result<u32, VendorStatus> {
-        let bytes = &self.regions[slot].config.bytes(dram)[..len];
+        let regions = self.regions[slot];
+        // The states are written while the parse borrows the config: the config region comes
+        // first in the arena, so the two are split apart.
+        let (head, tail) = dram.split_at_mut(regions.minibatches.start);
+        let states = Region {
+            start: 0,
+            len: regions.minibatches.len,
+        };
+        let bytes = &regions.config.bytes(head)[..len];
         let cfg = NsConfig::parse(bytes, &self.limits, graph.node_count)?;
+        if cfg.hyperbatch && !hyperbatch {
+            return Err(VendorStatus::BadMinibatchCount);
+        }
         let feature_row_bytes = match (cfg.features, graph.features) {
             (false, _) => 0,
             // A device without a feature buffer does not know the flag.
@@ -283,25 +312,39 @@ impl Isp {
             (true, None) => return Err(VendorStatus::BadDescriptor),
             (true, Some(f)) => f.row_bytes,
         };
+        let target_word = cfg.targets_offset_bytes() / 8;
+        for m in 0..cfg.minibatch_count() {
+            // Every index below the count names a minibatch (checked by the parse).
+            let Some(mb) = cfg.minibatch(m) else {
+                return Err(VendorStatus::Truncated);
+            };
+            let state = MinibatchState {
+                seed: mb.seed,
+                target_word: (target_word + mb.first_target as usize) as u32,
+                target_count: mb.targets.len() as u32,
+                ..MinibatchState::default()
+            };
+            state.store(states, tail, m);
+        }
         let job = &mut self.jobs[slot];
         job.state = JobState::Queued;
         job.generation = job.generation.wrapping_add(1);
         job.seq = self.next_seq;
-        job.seed = cfg.seed;
         job.fanouts = [0; MAX_LAYERS];
         job.fanouts[..cfg.fanouts().len()].copy_from_slice(cfg.fanouts());
         job.layer_count = cfg.fanouts().len() as u8;
-        job.target_count = cfg.target_count() as u32;
+        job.minibatch_count = cfg.minibatch_count() as u16;
         job.graph = *graph;
         job.feature_row_bytes = feature_row_bytes;
+        job.collected = [0; COLLECTED_WORDS];
         job.orphaned = false;
         self.next_seq = self.next_seq.wrapping_add(1);
         Ok(self.tag_of(slot))
     }
 
-    /// The state of the job named by `tag`.
-    pub fn collect_state(&self, tag: u32) -> Collect {
-        let Some(slot) = self.slot_of(tag) else {
+    /// The state of the minibatch named by `tag`.
+    pub fn collect_state(&self, dram: &[u8], tag: u32) -> Collect {
+        let Some((slot, m)) = self.slot_of(tag) else {
             return Collect::Unknown;
         };
         let job = &self.jobs[slot];
@@ -309,15 +352,18 @@ impl Isp {
             JobState::Free => Collect::Unknown,
             JobState::Queued | JobState::Running => Collect::Pending,
             JobState::Failed(s) => Collect::Failed(s),
-            JobState::Done => job
-                .layout()
-                .map_or(Collect::Failed(Status::INTERNAL_ERROR), |l| {
-                    Collect::Done(l.total_size_bytes())
-                }),
+            JobState::Done => {
+                let state = MinibatchState::load(self.regions[slot].minibatches, dram, m);
+                job.layout(&state)
+                    .map_or(Collect::Failed(Status::INTERNAL_ERROR), |l| {
+                        Collect::Done(l.total_size_bytes())
+                    })
+            }
         }
     }
 
-    /// DMAs the finished subgraph of `tag` to `cmd`'s host buffer; returns the bytes written.
+    /// DMAs the finished subgraph of the minibatch named by `tag` to `cmd`'s host buffer, its
+    /// pieces from the slot's shared arrays; returns the bytes written.
     pub fn write_result<H: HostInterface>(
         &self,
         dram: &[u8],
@@ -325,49 +371,62 @@ impl Isp {
         host: &mut H,
         cmd: CommandId,
     ) -> Result<usize, DmaError> {
-        let slot = self.slot_of(tag).ok_or(DmaError)?;
+        let (slot, m) = self.slot_of(tag).ok_or(DmaError)?;
         let job = &self.jobs[slot];
-        let layout = job.layout().ok_or(DmaError)?;
         let regions = &self.regions[slot];
+        let state = MinibatchState::load(regions.minibatches, dram, m);
+        let layout = job.layout(&state).ok_or(DmaError)?;
         let mut head = [0u8; 32 + 16 * MAX_LAYERS];
-        layout.write_head(job.seed, &mut head).ok_or(DmaError)?;
+        layout.write_head(state.seed, &mut head).ok_or(DmaError)?;
         host.dma_to_host(cmd, 0, &head[..layout.head_size_bytes()])?;
-        let nodes = regions.nodes.sub(0, 8 * job.node_count as usize);
-        host.dma_to_host(cmd, layout.nodes_offset(), nodes.bytes(dram))?;
-        let mut edge_base = 0usize;
-        let mut end = layout.nodes_offset() + 8 * job.node_count as usize;
-        for (l, counts) in job.layers[..usize::from(job.layer_count)]
-            .iter()
-            .enumerate()
-        {
+        let row_bytes = job.feature_row_bytes as usize;
+        let mut local = 0usize;
+        for p in 0..PHASES {
+            let (start, len) = (
+                state.segment_start[p] as usize,
+                state.segment_len[p] as usize,
+            );
+            let nodes = regions.nodes.sub(8 * start, 8 * len);
+            host.dma_to_host(cmd, layout.nodes_offset() + 8 * local, nodes.bytes(dram))?;
+            if row_bytes > 0 {
+                let rows = regions.features.sub(start * row_bytes, len * row_bytes);
+                let at = layout.features_offset() + local * row_bytes;
+                host.dma_to_host(cmd, at, rows.bytes(dram))?;
+            }
+            local += len;
+        }
+        let mut end = layout.nodes_offset() + 8 * local;
+        for l in 0..usize::from(job.layer_count) {
             let row = regions.indptr.sub(
-                l * 4 * (self.max_nodes as usize + 1),
-                4 * (counts.dst_count as usize + 1),
+                4 * state.indptr_row[l] as usize,
+                4 * (state.dst_count[l] as usize + 1),
             );
             host.dma_to_host(cmd, layout.indptr_offset(l), row.bytes(dram))?;
-            let edges = regions
-                .indices
-                .sub(4 * edge_base, 4 * counts.edge_count as usize);
+            let edges = regions.indices.sub(
+                4 * state.edge_start[l] as usize,
+                4 * state.edge_count[l] as usize,
+            );
             host.dma_to_host(cmd, layout.indices_offset(l), edges.bytes(dram))?;
-            edge_base += counts.edge_count as usize;
-            end = layout.indices_offset(l) + 4 * counts.edge_count as usize;
+            end = layout.indices_offset(l) + 4 * state.edge_count[l] as usize;
         }
-        if job.feature_row_bytes > 0 {
+        if row_bytes > 0 {
             // The feature section starts 8-byte aligned: its padding is zeros, not whatever
             // the host's buffer held.
             let pad = layout.features_offset().saturating_sub(end).min(8);
             host.dma_to_host(cmd, end, &[0u8; 8][..pad])?;
-            let bytes = job.feature_bytes().ok_or(DmaError)?;
-            let rows = regions.features.sub(0, bytes as usize);
-            host.dma_to_host(cmd, layout.features_offset(), rows.bytes(dram))?;
         }
         Ok(layout.total_size_bytes())
     }
 
-    /// Frees the job named by `tag` (after a successful or failed collect).
+    /// Marks the minibatch named by `tag` collected (after a successful or failed collect);
+    /// frees the job once all its minibatches are.
     pub fn release(&mut self, tag: u32) {
-        if let Some(slot) = self.slot_of(tag) {
-            self.jobs[slot].state = JobState::Free;
+        if let Some((slot, m)) = self.slot_of(tag) {
+            let job = &mut self.jobs[slot];
+            job.collected[m / 32] |= 1 << (m % 32);
+            if (0..usize::from(job.minibatch_count)).all(|m| job.is_collected(m)) {
+                job.state = JobState::Free;
+            }
         }
     }
 
@@ -442,6 +501,13 @@ impl Isp {
             }
         }
         out
+    }
+
+    /// The layer and gather (0 bounds, 1 neighbours, 2 features) `lane`'s job is at.
+    #[cfg(test)]
+    pub fn lane_gather(&self, lane: usize) -> Option<(usize, usize)> {
+        let run = self.lanes.get(lane)?.run?;
+        Some((run.layer, run.gather as usize))
     }
 
     /// Read-aheads started by every lane, all told.

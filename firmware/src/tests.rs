@@ -205,6 +205,7 @@ pub(crate) fn small_config() -> FirmwareConfig {
         limits: NsLimits {
             max_targets: 64,
             max_fanout: 16,
+            max_minibatches: 4,
         },
         max_subgraph_nodes: 4096,
         max_subgraph_edges: 16384,
@@ -1276,5 +1277,6 @@ fn a_reset_abandons_commands_and_jobs_and_leaves_each_page_old_or_new() {
     assert_eq!(d.read(base, 32), (Status::SUCCESS, fresh));
 }
 
+mod hyperbatch;
 mod lanes;
 mod recovery;

@@ -976,7 +976,8 @@ mod tests {
             info.limits,
             Some(NsLimits {
                 max_targets: 4096,
-                max_fanout: 64
+                max_fanout: 64,
+                max_minibatches: 16,
             })
         );
         assert_eq!(dev.stats().admin_commands, 2);

@@ -54,6 +54,7 @@ pub fn ns_config(data: &[u8]) {
     let limits = NsLimits {
         max_targets: (word & 0xffff) as u32,
         max_fanout: ((word >> 16) & 0xffff) as u16,
+        max_minibatches: 4,
     };
     let node_count = word >> 32;
     if let Ok(c) = NsConfig::parse(rest, &limits, node_count) {

@@ -237,6 +237,7 @@ fn the_encoders_inputs_are_accepted() {
     let limits = sagessd_abi::ns_config::NsLimits {
         max_targets: 1024,
         max_fanout: 64,
+        max_minibatches: 4,
     };
     assert!(sagessd_abi::ns_config::NsConfig::parse(&ns[8..], &limits, 1000).is_ok());
     assert!(SubgraphView::parse(&encoder_inputs("subgraph")[0]).is_ok());

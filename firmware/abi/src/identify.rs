@@ -28,7 +28,8 @@ pub const CSI_NVM: u8 = 0x00;
 pub const VENDOR_ID: u16 = 0xFFFF;
 
 /// Byte offset of the vendor-specific area of Identify Controller, where sagessd reports its
-/// sampling limits (`max_targets` u32, then `max_fanout` u16, after the magic `SAGE`).
+/// sampling limits (`max_targets` u32, `max_fanout` u16, then `max_minibatches` u16, after the
+/// magic `SAGE`).
 pub const VENDOR_AREA_OFFSET: usize = 3072;
 
 /// What Identify Controller reports.
@@ -80,6 +81,7 @@ impl ControllerInfo<'_> {
         out[v..v + 4].copy_from_slice(b"SAGE");
         out[v + 4..v + 8].copy_from_slice(&self.limits.max_targets.to_le_bytes());
         out[v + 8..v + 10].copy_from_slice(&self.limits.max_fanout.to_le_bytes());
+        out[v + 10..v + 12].copy_from_slice(&self.limits.max_minibatches.to_le_bytes());
         if let Some(t) = self.tunnel {
             t.encode(&mut out[v + TUNNEL_OFFSET..]);
         }
@@ -91,15 +93,17 @@ impl ControllerInfo<'_> {
         TunnelWindow::decode(data.get(VENDOR_AREA_OFFSET + TUNNEL_OFFSET..)?)
     }
 
-    /// Reads the sampling limits back from an Identify Controller structure, if it has them.
+    /// Reads the sampling limits back from an Identify Controller structure, if it has them
+    /// (a device that reports no minibatch limit takes plain NS_configs only).
     pub fn decode_limits(data: &[u8]) -> Option<NsLimits> {
-        let v = data.get(VENDOR_AREA_OFFSET..VENDOR_AREA_OFFSET + 10)?;
+        let v = data.get(VENDOR_AREA_OFFSET..VENDOR_AREA_OFFSET + 12)?;
         if &v[..4] != b"SAGE" {
             return None;
         }
         Some(NsLimits {
             max_targets: u32::from_le_bytes(v[4..8].try_into().ok()?),
             max_fanout: u16::from_le_bytes(v[8..10].try_into().ok()?),
+            max_minibatches: u16::from_le_bytes(v[10..12].try_into().ok()?).max(1),
         })
     }
 }
@@ -229,6 +233,7 @@ mod tests {
         let limits = NsLimits {
             max_targets: 4096,
             max_fanout: 64,
+            max_minibatches: 16,
         };
         ControllerInfo {
             serial: "SN1",

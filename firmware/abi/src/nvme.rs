@@ -288,7 +288,8 @@ pub enum VendorStatus {
     BadLayerCount = 0x03,
     /// A fanout is 0, above the device's limit, or set for a layer that is not used.
     BadFanout = 0x04,
-    /// Target count is 0 or above the device's limit.
+    /// Target count is 0 or above the device's limit, or a hyperbatch's minibatches' target
+    /// counts (each at least 1) do not add up to it.
     BadTargetCount = 0x05,
     /// A target node id is not below the attached graph's node count.
     NodeOutOfRange = 0x06,
@@ -311,11 +312,13 @@ pub enum VendorStatus {
     BadDescriptor = 0x0E,
     /// Every sampling slot holds a job that has not been collected.
     NoFreeSlot = 0x0F,
+    /// A hyperbatch's minibatch count is 0 or above the device's limit.
+    BadMinibatchCount = 0x10,
 }
 
 impl VendorStatus {
     /// Every vendor status, for tables and tests.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::BadMagic,
         Self::BadVersion,
         Self::BadLayerCount,
@@ -331,6 +334,7 @@ impl VendorStatus {
         Self::GraphCorrupt,
         Self::BadDescriptor,
         Self::NoFreeSlot,
+        Self::BadMinibatchCount,
     ];
 
     /// The vendor status carried by an NVMe status, if it is one.
@@ -421,7 +425,8 @@ pub mod io_opcode {
     pub const GRAPH_ATTACH: u8 = 0x81;
     /// Vendor: submit an NS_config (host→controller, bits 1:0 = 01); result dword 0 is the tag.
     pub const NS_SUBMIT: u8 = 0x85;
-    /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW13 is the tag;
+    /// Vendor: collect a sampled subgraph (controller→host, bits 1:0 = 10); CDW13 is the tag
+    /// (bits 31:24: which minibatch of a hyperbatch);
     /// CDW15 bit 0 set: a window of it starting at byte CDW14 (result dword 0: its whole size);
     /// CDW15 bit 1 set: discard the job once finished.
     pub const NS_COLLECT: u8 = 0x86;

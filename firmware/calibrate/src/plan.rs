@@ -152,6 +152,7 @@ impl Plan {
                 limits: NsLimits {
                     max_targets: w.max_targets.get(),
                     max_fanout: w.max_fanout.get(),
+                    max_minibatches: 1,
                 },
                 max_subgraph_nodes: w.max_subgraph_nodes.get(),
                 max_subgraph_edges: w.max_subgraph_edges.get(),

@@ -401,7 +401,7 @@ fn ns_config<K: Marks>(
         seed: seed.into(),
         fanouts: Default::default(),
         target_count: (count as u32).into(),
-        reserved: 0.into(),
+        minibatch_count: 0.into(),
     };
     for (slot, f) in header.fanouts.iter_mut().zip(fanouts).take(MAX_LAYERS) {
         *slot = (*f).into();
@@ -448,6 +448,7 @@ mod tests {
                 limits: NsLimits {
                     max_targets: 4096,
                     max_fanout: 64,
+                    max_minibatches: 1,
                 },
                 max_subgraph_nodes: 1 << 20,
                 max_subgraph_edges: 1 << 21,

@@ -67,7 +67,7 @@ pub const DRAM_ALIGN: u32 = sagessd_firmware::DRAM_REGION_ALIGN_BYTES as u32;
 /// Every [`ConfigError`] in code order: `SAGESSD_ERR_CONFIG - i` is `CONFIG_ERRORS[i]`. The
 /// order is stable: new variants are appended, never inserted. The names are the header's
 /// `SAGESSD_ERR_CONFIG_*` suffixes.
-pub const CONFIG_ERRORS: [(ConfigError, &str); 15] = [
+pub const CONFIG_ERRORS: [(ConfigError, &str); 16] = [
     (ConfigError::Geometry, "GEOMETRY"),
     (ConfigError::BlockSize, "BLOCK_SIZE"),
     (ConfigError::OverProvisioning, "OVER_PROVISIONING"),
@@ -83,6 +83,7 @@ pub const CONFIG_ERRORS: [(ConfigError, &str); 15] = [
     (ConfigError::DramLayoutOverflow, "DRAM_LAYOUT_OVERFLOW"),
     (ConfigError::IspLanes, "ISP_LANES"),
     (ConfigError::IspWindow, "ISP_WINDOW"),
+    (ConfigError::MaxMinibatches, "MAX_MINIBATCHES"),
 ];
 
 /// The return code of a configuration error: `SAGESSD_ERR_CONFIG - n`.
@@ -105,6 +106,7 @@ pub fn config_error_code(error: ConfigError) -> i32 {
         ConfigError::DramLayoutOverflow => 12,
         ConfigError::IspLanes => 13,
         ConfigError::IspWindow => 14,
+        ConfigError::MaxMinibatches => 15,
     };
     ERR_CONFIG - n
 }
@@ -213,6 +215,8 @@ impl SagessdConfig {
             limits: NsLimits {
                 max_targets: self.max_targets,
                 max_fanout: self.max_fanout,
+                // The board takes plain NS_configs: its C configuration has no hyperbatch size.
+                max_minibatches: 1,
             },
             max_subgraph_nodes: self.max_subgraph_nodes,
             max_subgraph_edges: self.max_subgraph_edges,

@@ -1,6 +1,7 @@
 //! The subgraph generator: one job per sampling lane, layer by layer, as a poll-driven state
-//! machine. Each layer has two *gathers* that read flash, each followed by an in-order pass that
-//! does not:
+//! machine. A job's minibatches (one, or a hyperbatch's) go through each layer together. Each
+//! layer has two *gathers* that read flash for all of them, each followed by an in-order pass,
+//! minibatch after minibatch, that does not:
 //!
 //! 1. **Bounds gather**: read `indptr[v]` and `indptr[v + 1]` of every destination node;
 //!    **sample pass**: for each destination in order, draw the sampled positions with
@@ -11,21 +12,21 @@
 //!
 //! A gather sorts its reads by logical page (`page << 29 | item` keys, an LSD radix sort on the
 //! page, stable so items of a page stay in order), so every page is read once per gather however
-//! many items it serves, and consecutive pages, which the FTL striped over dies, are read in
-//! parallel. Two cursors walk the sorted keys: the *issuer* runs ahead pinning up to the lane's
+//! many items, of however many minibatches, it serves, and consecutive pages, which the FTL
+//! striped over dies, are read in parallel. Two cursors walk the sorted keys: the *issuer* runs ahead pinning up to the lane's
 //! share of the window of pages in the page buffer (starting their flash reads), the *consumer*
 //! copies each item's value out as its page arrives. The passes after a gather run in item
 //! order, so the output never depends on the order pages arrive in, nor on which lane runs the
-//! job or what the other lanes do.
+//! job or what the other lanes do; and a minibatch's passes read only its own items, so its
+//! subgraph is the same in a hyperbatch as alone.
 
-use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::nvme::{Status, VendorStatus};
 use sagessd_abi::sample::sample_positions;
-use sagessd_abi::subgraph::LayerCounts;
 
+use super::minibatch::{MinibatchState, PHASES};
 use super::{Gather, ITEM_BITS, Isp, JobState, RADIX_BITS, Run, feature_section_fits};
 use crate::backend::{Backend, ReadAhead};
-use crate::dram::LaneRegions;
+use crate::dram::{LaneRegions, SlotRegions};
 use crate::hal::Sectors;
 use crate::page_buffer::Acquire;
 use crate::work::WorkCounters;
@@ -107,25 +108,40 @@ impl Isp {
         let Some(mut run) = self.lanes[lane].run else {
             return Ok(());
         };
-        let Some(from) = run.pass else {
+        let Some((m, from)) = run.pass else {
             return Ok(());
         };
-        let (end, neighbours) = match run.gather {
-            Gather::Bounds => (run.dst_count, true),
-            Gather::Neighbours => (run.layer_edges, false),
+        let states = self.regions[run.slot].minibatches;
+        let mut st = MinibatchState::load(states, dram, usize::from(m));
+        let (end, sampling) = match run.gather {
+            Gather::Bounds => (st.nodes_through(run.layer), true),
+            Gather::Neighbours => (st.edge_count[run.layer], false),
             // No pass follows a feature gather.
             Gather::Features => return Err(Status::INTERNAL_ERROR),
         };
         let to = end.min(from.saturating_add(PASS_CHUNK_ITEMS));
-        if neighbours {
-            self.sample_pass(lane, dram, backend, &mut run, from, to)?;
+        let done = if sampling {
+            self.sample_pass(lane, dram, backend, &mut run, &mut st, from, to)
         } else {
-            self.dedup_pass(lane, dram, backend, &run, from, to)?;
+            self.dedup_pass(lane, dram, backend, &run, m, &mut st, from, to)
+        };
+        if to == end {
+            if sampling {
+                st.edge_count[run.layer] = run.layer_edges - st.edge_first;
+            } else {
+                st.src_count[run.layer] = st.node_count();
+            }
         }
+        // Stored even after a failure: the job's end clears the node table from it.
+        st.store(states, dram, usize::from(m));
+        done?;
         if to < end {
-            run.pass = Some(to);
+            run.pass = Some((m, to));
             self.lanes[lane].run = Some(run);
-        } else if neighbours {
+        } else if m + 1 < self.jobs[run.slot].minibatch_count {
+            run.pass = Some((m + 1, 0));
+            self.lanes[lane].run = Some(run);
+        } else if sampling {
             self.start_gather(lane, dram, backend, run, Gather::Neighbours);
         } else {
             self.next_layer(lane, dram, backend, run);
@@ -183,8 +199,8 @@ impl Isp {
         offset as usize
     }
 
-    /// Starts the oldest queued job on `lane`: deduplicates its targets into the node list and
-    /// starts the first layer's bounds gather.
+    /// Starts the oldest queued job on `lane`: deduplicates each minibatch's targets into its
+    /// node list and starts the first layer's bounds gather.
     fn start_next(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend) -> bool {
         let next = (0..self.slot_count)
             .filter(|s| self.jobs[*s].state == JobState::Queued)
@@ -193,22 +209,37 @@ impl Isp {
         let graph = self.jobs[slot].graph;
         self.jobs[slot].state = JobState::Running;
         self.jobs[slot].node_count = 0;
-        self.jobs[slot].layers = [LayerCounts::default(); MAX_LAYERS];
-        let config = self.regions[slot].config;
-        for i in 0..self.jobs[slot].target_count as usize {
-            let target = config.u64(dram, 4 + i);
-            if self.dedup(lane, dram, slot, target).is_none() {
-                self.finish(
-                    lane,
-                    dram,
-                    &mut backend.work,
-                    slot,
-                    Some(VendorStatus::ResultTooLarge.into()),
-                );
+        self.jobs[slot].indptr_words = 0;
+        let SlotRegions {
+            config,
+            minibatches: states,
+            ..
+        } = self.regions[slot];
+        for m in 0..usize::from(self.jobs[slot].minibatch_count) {
+            // As accepted: its seed and targets, nothing sampled.
+            let mut st = MinibatchState::load(states, dram, m);
+            st.segment_start[0] = self.jobs[slot].node_count;
+            let mut fits = true;
+            for i in 0..st.target_count as usize {
+                let target = config.u64(dram, st.target_word as usize + i);
+                if self
+                    .dedup(lane, dram, slot, m, &mut st, 0, target)
+                    .is_none()
+                {
+                    fits = false;
+                    break;
+                }
+            }
+            // Stored even when full: the job's end clears the node table from it.
+            st.store(states, dram, m);
+            if !fits {
+                // The minibatches not reached yet have no nodes to clear.
+                let too_large = Some(VendorStatus::ResultTooLarge.into());
+                self.finish(lane, dram, &mut backend.work, slot, too_large);
                 return true;
             }
+            backend.work.targets_deduplicated += u64::from(st.target_count);
         }
-        backend.work.targets_deduplicated += u64::from(self.jobs[slot].target_count);
         let dst = self.jobs[slot].node_count;
         let run = Run {
             slot,
@@ -232,7 +263,11 @@ impl Isp {
     fn item_address(&self, lane: usize, dram: &[u8], run: &Run, item: u32) -> u64 {
         match run.gather {
             Gather::Bounds => {
-                let v = self.regions[run.slot].nodes.u64(dram, item as usize / 2);
+                // The destination's id waits in the item's value slot until it is read.
+                let v = self.lanes[lane]
+                    .regions
+                    .gather_values
+                    .u64(dram, item as usize);
                 run.graph.indptr.slba * self.block_size_bytes + 8 * (v + u64::from(item & 1))
             }
             Gather::Neighbours => {
@@ -269,6 +304,9 @@ impl Isp {
         run.consumed = 0;
         run.last_issued = None;
         run.pass = None;
+        if gather == Gather::Bounds {
+            self.place_destinations(lane, dram, &run);
+        }
         let keys = self.lanes[lane].regions.gather_keys;
         for item in 0..run.item_count {
             let page = u64::from(self.page_of(self.item_address(lane, dram, &run, item)));
@@ -276,6 +314,30 @@ impl Isp {
         }
         self.sort_keys(lane, dram, backend, run.item_count as usize);
         self.lanes[lane].run = Some(run);
+    }
+
+    /// Puts each destination's id of `run`'s layer in the value slots of its two bounds items
+    /// (item `2j` and `2j + 1` for the layer's destination `j`, the minibatches one after
+    /// another, each in local-id order), and notes where each minibatch's destinations start.
+    fn place_destinations(&self, lane: usize, dram: &mut [u8], run: &Run) {
+        let states = self.regions[run.slot].minibatches;
+        let nodes = self.regions[run.slot].nodes;
+        let values = self.lanes[lane].regions.gather_values;
+        let mut item = 0usize;
+        for m in 0..usize::from(self.jobs[run.slot].minibatch_count) {
+            let mut st = MinibatchState::load(states, dram, m);
+            st.dst_first = (item / 2) as u32;
+            st.store(states, dram, m);
+            for p in 0..=run.layer {
+                let start = st.segment_start[p] as usize;
+                for position in start..start + st.segment_len[p] as usize {
+                    let v = nodes.u64(dram, position);
+                    values.set_u64(dram, item, v);
+                    values.set_u64(dram, item + 1, v);
+                    item += 2;
+                }
+            }
+        }
     }
 
     /// Sorts the first `n` gather keys by page: least-significant-digit radix passes of
@@ -497,7 +559,7 @@ impl Isp {
                 self.finish(lane, dram, &mut backend.work, run.slot, None);
             } else {
                 // Its pass runs in chunks from the next step on.
-                run.pass = Some(0);
+                run.pass = Some((0, 0));
                 self.lanes[lane].run = Some(run);
             }
             progress = true;
@@ -509,28 +571,36 @@ impl Isp {
     /// (counted as draws where its degree exceeds the fanout) and append their global edge
     /// positions, filling the layer's local `indptr`; and read ahead the pages of the
     /// neighbour ids at those positions, which the neighbour gather will want.
+    #[allow(clippy::too_many_arguments)]
     fn sample_pass(
         &mut self,
         lane: usize,
         dram: &mut [u8],
         backend: &mut Backend,
         run: &mut Run,
+        st: &mut MinibatchState,
         from: u32,
         to: u32,
     ) -> Result<(), Status> {
-        let job = self.jobs[run.slot];
-        let fanout = job.fanouts[run.layer];
-        let row = run.layer * (self.max_nodes as usize + 1);
-        let indptr = self.regions[run.slot].indptr;
+        let fanout = self.jobs[run.slot].fanouts[run.layer];
+        let SlotRegions { indptr, nodes, .. } = self.regions[run.slot];
         let LaneRegions {
             entries,
             gather_values: values,
             ..
         } = self.lanes[lane].regions;
         if from == 0 {
-            indptr.set_u32(dram, row, 0);
-            run.layer_edges = 0;
+            // This minibatch's row of the layer, after the rows before it.
+            let dst_count = st.nodes_through(run.layer);
+            let job = &mut self.jobs[run.slot];
+            st.indptr_row[run.layer] = job.indptr_words;
+            job.indptr_words += dst_count + 1;
+            st.dst_count[run.layer] = dst_count;
+            st.edge_first = run.layer_edges;
+            st.edge_start[run.layer] = run.edge_base + run.layer_edges;
+            indptr.set_u32(dram, st.indptr_row[run.layer] as usize, 0);
         }
+        let row = st.indptr_row[run.layer] as usize;
         let width = usize::from(run.graph.id_width_bytes);
         let base = run.graph.indices.slba * self.block_size_bytes;
         // Consecutive positions of a page are read ahead once.
@@ -539,14 +609,15 @@ impl Isp {
             stopped: !self.read_ahead,
             present_run: 0,
         };
-        for i in from as usize..to as usize {
-            let v = self.regions[run.slot].nodes.u64(dram, i);
-            let (start, end) = (values.u64(dram, 2 * i), values.u64(dram, 2 * i + 1));
+        for i in from..to {
+            let v = nodes.u64(dram, st.position(i) as usize);
+            let j = (st.dst_first + i) as usize;
+            let (start, end) = (values.u64(dram, 2 * j), values.u64(dram, 2 * j + 1));
             if start > end || end > run.graph.edge_count {
                 return Err(VendorStatus::GraphCorrupt.into());
             }
             let k = sample_positions(
-                job.seed,
+                st.seed,
                 run.layer as u8,
                 v,
                 end - start,
@@ -574,7 +645,7 @@ impl Isp {
                     }
                 }
             }
-            indptr.set_u32(dram, row + i + 1, run.layer_edges);
+            indptr.set_u32(dram, row + i as usize + 1, run.layer_edges - st.edge_first);
         }
         Ok(())
     }
@@ -584,16 +655,23 @@ impl Isp {
     /// entries, which its bounds gather will want. Counted once per edge as "sampled" (a
     /// probe and a write; the draw that chose it, if its list was not taken whole, was counted
     /// by the sample pass).
+    #[allow(clippy::too_many_arguments)]
     fn dedup_pass(
         &mut self,
         lane: usize,
         dram: &mut [u8],
         backend: &mut Backend,
         run: &Run,
+        m: u16,
+        st: &mut MinibatchState,
         from: u32,
         to: u32,
     ) -> Result<(), Status> {
         let values = self.lanes[lane].regions.gather_values;
+        let phase = run.layer + 1;
+        if from == 0 {
+            st.segment_start[phase] = self.jobs[run.slot].node_count;
+        }
         let another_layer = run.layer + 1 < usize::from(self.jobs[run.slot].layer_count);
         let base = run.graph.indptr.slba * self.block_size_bytes;
         let mut ahead = Ahead {
@@ -601,14 +679,15 @@ impl Isp {
             present_run: 0,
         };
         let mut last_page = None;
-        for e in from..to {
+        for k in from..to {
+            let e = st.edge_first + k;
             let id = values.u64(dram, e as usize);
             if id >= run.graph.node_count {
                 return Err(VendorStatus::GraphCorrupt.into());
             }
             let known = self.jobs[run.slot].node_count;
             let local = self
-                .dedup(lane, dram, run.slot, id)
+                .dedup(lane, dram, run.slot, usize::from(m), st, phase, id)
                 .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
             self.regions[run.slot]
                 .indices
@@ -625,14 +704,9 @@ impl Isp {
         Ok(())
     }
 
-    /// Records the finished layer and starts the next one, or finishes the job.
+    /// Starts the next layer, or the feature gather, or finishes the job.
     fn next_layer(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend, mut run: Run) {
-        let job = &mut self.jobs[run.slot];
-        job.layers[run.layer] = LayerCounts {
-            dst_count: run.dst_count,
-            src_count: job.node_count,
-            edge_count: run.layer_edges,
-        };
+        let job = &self.jobs[run.slot];
         if run.layer + 1 == usize::from(job.layer_count) {
             let fits = feature_section_fits(
                 job.node_count,
@@ -674,7 +748,7 @@ impl Isp {
     }
 
     /// Ends job `slot`, which `lane` ran (successfully if `error` is `None`), and clears its
-    /// entries from the lane's node table, one probe per node.
+    /// minibatches' entries from the lane's node table, one probe per node.
     fn finish(
         &mut self,
         lane: usize,
@@ -683,37 +757,65 @@ impl Isp {
         slot: usize,
         error: Option<Status>,
     ) {
+        let SlotRegions {
+            nodes,
+            minibatches: states,
+            ..
+        } = self.regions[slot];
+        let node_hash = self.lanes[lane].regions.node_hash;
+        let job = self.jobs[slot];
+        let mut fits = true;
+        for m in 0..usize::from(job.minibatch_count) {
+            let st = MinibatchState::load(states, dram, m);
+            fits &= job.layout(&st).is_some();
+            for p in 0..PHASES {
+                let start = st.segment_start[p];
+                for position in start..start + st.segment_len[p] {
+                    let node = nodes.u64(dram, position as usize);
+                    let mut h = self.home(node, m);
+                    // Deleting in arbitrary order would cut probe chains, so find each entry by
+                    // value.
+                    while node_hash.u32(dram, h) != position + 1 {
+                        h = (h + 1) & self.hash_mask;
+                    }
+                    node_hash.set_u32(dram, h, 0);
+                }
+            }
+        }
+        work.nodes_cleared += u64::from(job.node_count);
         let job = &mut self.jobs[slot];
         job.state = match error {
             _ if job.orphaned => JobState::Free,
-            None if job.layout().is_some() => JobState::Done,
+            None if fits => JobState::Done,
             None => JobState::Failed(VendorStatus::ResultTooLarge.into()),
             Some(s) => JobState::Failed(s),
         };
-        let nodes = job.node_count as usize;
-        let node_hash = self.lanes[lane].regions.node_hash;
-        for i in 0..nodes {
-            let node = self.regions[slot].nodes.u64(dram, i);
-            let mut h = self.home(node);
-            // Deleting in arbitrary order would cut probe chains, so find each entry by value.
-            while node_hash.u32(dram, h) != i as u32 + 1 {
-                h = (h + 1) & self.hash_mask;
-            }
-            node_hash.set_u32(dram, h, 0);
-        }
-        work.nodes_cleared += nodes as u64;
     }
 
-    fn home(&self, node: u64) -> usize {
-        (node.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.hash_mask
+    /// Where (`node`, minibatch `m`) starts probing the node table: the minibatches of a
+    /// hyperbatch share nodes, and each one's probe for a shared node starts elsewhere.
+    fn home(&self, node: u64, m: usize) -> usize {
+        let key = node ^ (m as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.hash_mask
     }
 
-    /// The local id of `node` in job `slot`, which `lane` runs, adding it to the node list if
-    /// new; `None` if the node list is full.
-    fn dedup(&mut self, lane: usize, dram: &mut [u8], slot: usize, node: u64) -> Option<u32> {
+    /// The local id of `node` in minibatch `m` (state `st`) of job `slot`, which `lane` runs,
+    /// adding it to the node array and to the minibatch's `phase` segment if new; `None` if the
+    /// node array is full. A table entry is a node's position in the node array + 1.
+    #[allow(clippy::too_many_arguments)]
+    fn dedup(
+        &mut self,
+        lane: usize,
+        dram: &mut [u8],
+        slot: usize,
+        m: usize,
+        st: &mut MinibatchState,
+        phase: usize,
+        node: u64,
+    ) -> Option<u32> {
         let nodes = self.regions[slot].nodes;
         let node_hash = self.lanes[lane].regions.node_hash;
-        let mut h = self.home(node);
+        let mut h = self.home(node, m);
         loop {
             let e = node_hash.u32(dram, h);
             if e == 0 {
@@ -721,13 +823,17 @@ impl Isp {
                 if job.node_count >= self.max_nodes {
                     return None;
                 }
+                let local = st.node_count();
                 nodes.set_u64(dram, job.node_count as usize, node);
                 job.node_count += 1;
                 node_hash.set_u32(dram, h, job.node_count);
-                return Some(job.node_count - 1);
+                st.segment_len[phase] += 1;
+                return Some(local);
             }
-            if nodes.u64(dram, e as usize - 1) == node {
-                return Some(e - 1);
+            if nodes.u64(dram, e as usize - 1) == node
+                && let Some(local) = st.local_id(e - 1)
+            {
+                return Some(local);
             }
             h = (h + 1) & self.hash_mask;
         }
