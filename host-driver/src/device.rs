@@ -93,6 +93,9 @@ pub struct DriverStats {
     pub h2c_bytes: u64,
     /// Payload bytes device→host.
     pub c2h_bytes: u64,
+    /// In-storage hyperbatches sampled again as two halves because their subgraphs did not
+    /// fit the device's result buffers.
+    pub hyperbatch_splits: u64,
 }
 
 impl DriverStats {
@@ -109,6 +112,7 @@ impl DriverStats {
             failed_commands: self.failed_commands - earlier.failed_commands,
             h2c_bytes: self.h2c_bytes - earlier.h2c_bytes,
             c2h_bytes: self.c2h_bytes - earlier.c2h_bytes,
+            hyperbatch_splits: self.hyperbatch_splits - earlier.hyperbatch_splits,
         }
     }
 }
@@ -694,6 +698,125 @@ impl<T: Transport> Device<T> {
             ));
         }
         self.run_jobs_or_abandon(fanouts, requests, depth.max(1), true)
+    }
+
+    /// Samples `requests` as one in-storage hyperbatch: one `NS_SUBMIT` carrying every
+    /// minibatch (the device reads each flash page once per hop for all of them), then each
+    /// minibatch's subgraph collected on its own, in windowed `NS_COLLECT`s of at most one
+    /// transfer. With `features`, each subgraph comes with its nodes' features (as
+    /// [`Self::sample_with_features`]). Results come in request order, each the bytes a single
+    /// [`Self::sample`] of it returns. Not through the tunnel window, whose Reads name no
+    /// minibatch. More minibatches (or targets) than one NS_config may carry on this device
+    /// (its Identify limits) go in several hyperbatches, in order; a hyperbatch whose subgraphs
+    /// together do not fit the device's result buffers (`ResultTooLarge`) is sampled again as
+    /// two halves (counted in [`DriverStats::hyperbatch_splits`]).
+    pub fn sample_hyperbatch(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        features: bool,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
+        let limits = self
+            .info
+            .limits
+            .unwrap_or(sagessd_abi::ns_config::NsLimits {
+                max_targets: u32::MAX,
+                max_fanout: u16::MAX,
+                max_minibatches: 1,
+            });
+        let mut out = Vec::with_capacity(requests.len());
+        let mut rest = requests;
+        while !rest.is_empty() {
+            // As many minibatches as one NS_config takes (at least one: the device judges a
+            // minibatch too large on its own).
+            let mut targets = 0u64;
+            let take = rest
+                .iter()
+                .take(usize::from(limits.max_minibatches.max(1)))
+                .take_while(|(_, t)| {
+                    targets += t.len() as u64;
+                    targets <= u64::from(limits.max_targets)
+                })
+                .count()
+                .max(1);
+            let (group, after) = rest.split_at(take);
+            out.extend(self.sample_fitting_hyperbatch(fanouts, group, features)?);
+            rest = after;
+        }
+        Ok(out)
+    }
+
+    /// [`Self::sample_hyperbatch`] of minibatches one NS_config can carry.
+    fn sample_fitting_hyperbatch(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        features: bool,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
+        match self.sample_hyperbatch_once(fanouts, requests, features) {
+            Err(e)
+                if requests.len() > 1
+                    && e.vendor_status() == Some(VendorStatus::ResultTooLarge) =>
+            {
+                tracing::debug!(
+                    minibatches = requests.len(),
+                    "hyperbatch too large for the device's buffers, sampling it as two halves"
+                );
+                self.stats.hyperbatch_splits += 1;
+                let (first, second) = requests.split_at(requests.len() / 2);
+                let mut out = self.sample_fitting_hyperbatch(fanouts, first, features)?;
+                out.extend(self.sample_fitting_hyperbatch(fanouts, second, features)?);
+                Ok(out)
+            }
+            other => other,
+        }
+    }
+
+    /// One try of [`Self::sample_hyperbatch`].
+    fn sample_hyperbatch_once(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        features: bool,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
+        if self.use_tunnel {
+            return Err(DriverError::InvalidArgument(
+                "hyperbatches go through vendor commands, not the tunnel".into(),
+            ));
+        }
+        if features && self.attached.and_then(|g| g.features).is_none() {
+            return Err(DriverError::InvalidArgument(
+                "the attached graph has no feature region".into(),
+            ));
+        }
+        let (submit, mut config) = ns::ns_submit_hyperbatch(fanouts, requests)?;
+        if features {
+            sagessd_abi::ns_config::request_features(&mut config);
+        }
+        let cid = self.submit(IO_QUEUE, submit, config)?;
+        let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
+        let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
+        let mut out = Vec::with_capacity(requests.len());
+        for (m, (seed, _)) in requests.iter().enumerate() {
+            let tag_m = ns::minibatch_tag(tag, m);
+            match self.collect_windows(tag_m, window, *seed, fanouts.len()) {
+                Ok(bytes) => out.push(bytes),
+                Err(e) => {
+                    // The minibatches not collected (this one too, if it failed part-way)
+                    // still hold the device's slot.
+                    for rest in m..requests.len() {
+                        let sqe = SubmissionEntry::ns_discard(
+                            0,
+                            NAMESPACE_ID,
+                            ns::minibatch_tag(tag, rest),
+                        );
+                        let _ = self.execute(IO_QUEUE, sqe, Vec::new());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// [`Self::run_jobs`], discarding the device's jobs if it fails.

@@ -1,10 +1,12 @@
 //! The in-storage sampling exchange, command by command: one `NS_SUBMIT` carrying the whole
-//! minibatch, then one `NS_COLLECT` (retried once with the size the device asks for if the first
-//! buffer was too small). The blocking [`crate::Device::sample`] and asynchronous callers that
+//! minibatch (or a hyperbatch of several), then one `NS_COLLECT` per minibatch (retried once with
+//! the size the device asks for if the first buffer was too small). The blocking [`crate::Device::sample`] and asynchronous callers that
 //! interleave several exchanges in modelled time both build their commands and read their
 //! completions here, so the protocol is written once.
 
-use sagessd_abi::ns_config::{MAX_LAYERS, encode_ns_config, ns_config_size_bytes};
+use sagessd_abi::ns_config::{
+    MAX_LAYERS, encode_hyperbatch, encode_ns_config, hyperbatch_size_bytes, ns_config_size_bytes,
+};
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
 
@@ -20,20 +22,59 @@ pub fn ns_submit(
     fanouts: &[u16],
     targets: &[u64],
 ) -> Result<(SubmissionEntry, Vec<u8>), DriverError> {
+    check_fanouts(fanouts)?;
+    let mut config = vec![0u8; ns_config_size_bytes(targets.len())];
+    let len = encode_ns_config(seed, fanouts, targets, &mut config);
+    submission(config, len, "too many targets")
+}
+
+/// The `NS_SUBMIT` of a hyperbatch of `requests` ((seed, targets) minibatches with the same
+/// fanouts) and its NS_config payload. Refuses what cannot be encoded (as [`ns_submit`], and
+/// no minibatch or more than the format's 256); the device judges the rest.
+pub fn ns_submit_hyperbatch(
+    fanouts: &[u16],
+    requests: &[(u64, Vec<u64>)],
+) -> Result<(SubmissionEntry, Vec<u8>), DriverError> {
+    check_fanouts(fanouts)?;
+    let targets = requests.iter().map(|(_, t)| t.len()).sum();
+    let mut config = vec![0u8; hyperbatch_size_bytes(requests.len(), targets)];
+    let len = encode_hyperbatch(fanouts, requests, &mut config);
+    submission(
+        config,
+        len,
+        "no minibatch, more than 256, or too many targets",
+    )
+}
+
+fn check_fanouts(fanouts: &[u16]) -> Result<(), DriverError> {
     if fanouts.is_empty() || fanouts.len() > MAX_LAYERS {
         return Err(DriverError::InvalidArgument(format!(
             "{} fanouts (1..={MAX_LAYERS} allowed)",
             fanouts.len()
         )));
     }
-    let mut config = vec![0u8; ns_config_size_bytes(targets.len())];
-    let len = encode_ns_config(seed, fanouts, targets, &mut config)
+    Ok(())
+}
+
+/// The `NS_SUBMIT` of an encoded NS_config of `len` bytes (`None`: not encodable, `why`).
+fn submission(
+    config: Vec<u8>,
+    len: Option<usize>,
+    why: &str,
+) -> Result<(SubmissionEntry, Vec<u8>), DriverError> {
+    let len = len
         .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| DriverError::InvalidArgument("too many targets".into()))?;
+        .ok_or_else(|| DriverError::InvalidArgument(why.into()))?;
     Ok((
         SubmissionEntry::vendor(io_opcode::NS_SUBMIT, 0, NAMESPACE_ID, len, 0),
         config,
     ))
+}
+
+/// The tag that names minibatch `m` of the job `tag` names (a hyperbatch's minibatches are
+/// collected one by one).
+pub fn minibatch_tag(tag: u32, m: usize) -> u32 {
+    (tag & 0x00FF_FFFF) | ((m as u32 & 0xFF) << 24)
 }
 
 /// The tag an `NS_SUBMIT` completion returned, or its error.

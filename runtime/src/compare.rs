@@ -67,6 +67,8 @@ pub struct CompareConfig {
     pub modes: Vec<HostIoMode>,
     /// The worker counts to run each mode with.
     pub workers: Vec<usize>,
+    /// Minibatches per in-storage hyperbatch ([`HostIoMode::IspHyperbatch`]; `--hyperbatch`).
+    pub hyperbatch: usize,
 }
 
 /// Progress notifications for a user interface.
@@ -148,6 +150,9 @@ pub struct ModeResult {
     pub host_cpu_ns: u64,
     /// Total submission lag of the scheduler (0 with one worker).
     pub submit_lag_ns: u64,
+    /// In-storage hyperbatches sampled again as two halves (their subgraphs did not fit the
+    /// device's result buffers).
+    pub hyperbatch_splits: u64,
     /// FNV-1a 64 over the completion times, in handling order.
     pub timeline_hash: u64,
     /// When each minibatch's subgraph was done, relative to the sampling phase's start, in
@@ -318,6 +323,9 @@ impl CompareConfig {
         if self.warmup_batches > 0 {
             s.push_str(&format!(" --warmup-batches {}", self.warmup_batches));
         }
+        if self.modes.contains(&HostIoMode::IspHyperbatch) {
+            s.push_str(&format!(" --hyperbatch {}", self.hyperbatch));
+        }
         if let Some(c) = config_arg {
             s.push_str(&format!(" --config {c}"));
         }
@@ -352,12 +360,15 @@ impl CompareConfig {
         {
             return bad(format!("--mode lists {m} twice"));
         }
-        if self.modes.contains(&HostIoMode::Isp) && !self.hw.firmware.isp {
+        if self.modes.iter().any(|m| m.in_storage()) && !self.hw.firmware.isp {
             return bad(format!(
-                "{} does not sample in storage (firmware.isp = false): drop isp from --mode, \
-                 e.g. --mode mmap,direct,async",
+                "{} does not sample in storage (firmware.isp = false): drop isp and \
+                 isp-hyperbatch from --mode, e.g. --mode mmap,direct,async",
                 self.hw.device.name
             ));
+        }
+        if self.hyperbatch == 0 {
+            return bad("--hyperbatch must be at least 1".into());
         }
         if self.workers.is_empty() || self.workers.contains(&0) {
             return bad("--workers needs counts of at least 1".into());
@@ -376,12 +387,24 @@ impl CompareConfig {
     /// Refuses up front what the device would refuse in ISP mode (it reports its limits in
     /// Identify), rather than failing after the host modes have run.
     fn check_device_limits(&self, info: &DeviceInfo) -> Result<(), CompareError> {
-        if !self.modes.contains(&HostIoMode::Isp) {
+        if !self.modes.iter().any(|m| m.in_storage()) {
             return Ok(());
         }
         let Some(limits) = info.limits else {
             return Ok(());
         };
+        if self.modes.contains(&HostIoMode::IspHyperbatch) {
+            let targets = u64::from(self.batch_size) * self.hyperbatch as u64;
+            if self.hyperbatch > usize::from(limits.max_minibatches)
+                || targets > u64::from(limits.max_targets)
+            {
+                return Err(CompareError::Config(format!(
+                    "--hyperbatch {} of --batch-size {} ({targets} targets) exceeds the device's \
+                     {} minibatches and {} targets per NS_config",
+                    self.hyperbatch, self.batch_size, limits.max_minibatches, limits.max_targets
+                )));
+            }
+        }
         if self.batch_size > limits.max_targets {
             return Err(CompareError::Config(format!(
                 "--batch-size {} exceeds the device's {} targets per NS_config",
@@ -579,6 +602,7 @@ pub fn run(
             };
             let mut s = HostIoSampler::new(device, desc, mode, config.hw.host.clone())
                 .map_err(sample_error)?;
+            s.set_hyperbatch(config.hyperbatch);
             if !warmup.is_empty() {
                 events(Event::Phase {
                     name: &format!("warm-up ({label})"),
@@ -648,6 +672,7 @@ pub fn run(
                 isp_lane_cores: config.hw.isp_lane_cores(),
                 host_cpu_ns: h.host_cpu_ns - host_before.host_cpu_ns,
                 submit_lag_ns: h.submit_lag_ns - host_before.submit_lag_ns,
+                hyperbatch_splits: h.hyperbatch_splits - host_before.hyperbatch_splits,
                 timeline_hash: h.timeline_hash,
                 done_ns: run.done_ns,
             });
@@ -1060,7 +1085,7 @@ impl CompareReport {
             .modes
             .iter()
             .copied()
-            .filter(|m| *m != HostIoMode::Isp)
+            .filter(|m| !m.in_storage())
             .collect();
         if !c.modes.contains(&HostIoMode::Isp) {
             out.push_str("ISP speedup: n/a (isp mode not run)\n");
@@ -1081,6 +1106,30 @@ impl CompareReport {
                     "ISP speedup (modelled time per minibatch, host mode's / ISP's), {}: {}\n",
                     workers_label(w),
                     ratios.join(", ")
+                ));
+            }
+        }
+        for &w in &c.workers {
+            if let (Some(one), Some(hb)) = (
+                self.result(HostIoMode::Isp, w),
+                self.result(HostIoMode::IspHyperbatch, w),
+            ) {
+                out.push_str(&format!(
+                    "ISP hyperbatches of {}, {}: {:.2}x ISP's time per minibatch, {:.2}x its NAND pages read ({} vs {}){}\n",
+                    c.hyperbatch,
+                    workers_label(w),
+                    hb.time_per_minibatch_ns() / one.time_per_minibatch_ns().max(1.0),
+                    hb.nand_pages_read as f64 / one.nand_pages_read.max(1) as f64,
+                    hb.nand_pages_read,
+                    one.nand_pages_read,
+                    if hb.hyperbatch_splits > 0 {
+                        format!(
+                            "; {} hyperbatches split in two (their subgraphs did not fit the device's result buffers)",
+                            hb.hyperbatch_splits
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
             }
         }
@@ -1130,6 +1179,7 @@ mod tests {
             hw: HwConfig::cosmos_plus(),
             modes: HostIoMode::ALL.to_vec(),
             workers: vec![1, 3],
+            hyperbatch: 3,
         }
     }
 

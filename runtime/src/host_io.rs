@@ -89,7 +89,7 @@ use sagessd_emulator::host_stack::{
 };
 use sagessd_host_driver::{
     Completion, DEFAULT_COLLECT_CAP_BYTES, Device, DriverError, IO_QUEUE, LocalTransport,
-    NAMESPACE_ID, ns,
+    NAMESPACE_ID,
 };
 
 use crate::sampler::{
@@ -113,16 +113,21 @@ pub enum HostIoMode {
     /// In-storage sampling: one `NS_SUBMIT` and one `NS_COLLECT` per minibatch, each a
     /// synchronous passthrough ioctl.
     Isp,
+    /// In-storage hyperbatches: one `NS_SUBMIT` per hyperbatch of
+    /// [`HostIoSampler::set_hyperbatch`] minibatches (the device reads each flash page once per
+    /// hop for all of them), then one `NS_COLLECT` per minibatch.
+    IspHyperbatch,
 }
 
 impl HostIoMode {
     /// Every mode, in report order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Memory,
         Self::Mmap,
         Self::Direct,
         Self::Async,
         Self::Isp,
+        Self::IspHyperbatch,
     ];
 
     /// A short name for reports and command lines.
@@ -133,7 +138,13 @@ impl HostIoMode {
             Self::Direct => "direct",
             Self::Async => "async",
             Self::Isp => "isp",
+            Self::IspHyperbatch => "isp-hyperbatch",
         }
+    }
+
+    /// Whether the device samples (one NS_config per minibatch, or per hyperbatch).
+    pub fn in_storage(self) -> bool {
+        matches!(self, Self::Isp | Self::IspHyperbatch)
     }
 
     /// The mode named `name` (as [`Self::name`] prints it).
@@ -141,6 +152,9 @@ impl HostIoMode {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
 }
+
+/// Minibatches per in-storage hyperbatch unless [`HostIoSampler::set_hyperbatch`] says otherwise.
+pub const DEFAULT_HYPERBATCH: usize = 8;
 
 /// What a [`HostIoSampler`] did, cumulative.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -170,6 +184,9 @@ pub struct HostIoStats {
     /// Times the device refused an `NS_SUBMIT` for want of a free sampling slot and its
     /// worker slept until another worker collected a job (ISP, more workers than slots).
     pub slot_waits: u64,
+    /// In-storage hyperbatches sampled again as two halves because their subgraphs did not fit
+    /// the device's result buffers.
+    pub hyperbatch_splits: u64,
     /// Submission lag: total nanoseconds by which commands reached the device later than
     /// their worker's clock (see the module documentation; always 0 with one worker).
     pub submit_lag_ns: u64,
@@ -1029,107 +1046,6 @@ impl Worker {
         Ok(c)
     }
 
-    /// This worker's job was collected, so its sampling slot is free: it goes to the worker that
-    /// has waited longest for one, runnable from now on.
-    fn slot_freed(&self) {
-        let mut s = self.sh.borrow_mut();
-        let now = s.clocks[self.w];
-        let Shared {
-            states,
-            clocks,
-            slots,
-            ..
-        } = &mut *s;
-        slots.held = slots.held.saturating_sub(1);
-        slots.freed += 1;
-        if let Some(w) = slots.waiting.pop_front() {
-            slots.handed.insert(w);
-            states[w] = WorkerState::Runnable;
-            clocks[w] = clocks[w].max(now);
-        }
-    }
-
-    /// Joins the queue for a sampling slot and sleeps until a collect hands this worker one.
-    async fn wait_for_slot(&self) {
-        {
-            let mut s = self.sh.borrow_mut();
-            s.stats.slot_waits += 1;
-            s.slots.waiting.push_back(self.w);
-            s.states[self.w] = WorkerState::WaitingSlot;
-        }
-        Park(false).await;
-    }
-
-    /// In-storage sampling of one minibatch: `NS_SUBMIT` with the whole NS_config, then
-    /// `NS_COLLECT` (one retry with the exact size if the device answers `BufferTooSmall`).
-    async fn isp_sample(
-        &self,
-        seed: u64,
-        fanouts: &[u16],
-        targets: &[u64],
-    ) -> Result<SampledSubgraph, SamplerError> {
-        let node_count = self.sh.borrow().graph.node_count;
-        crate::sampler::validate_request(fanouts, targets, node_count)?;
-        let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
-        let tag = loop {
-            // While others wait for a slot or hold one handed to them, a worker not handed one
-            // queues behind them.
-            let queue_first = {
-                let s = self.sh.borrow();
-                !s.slots.handed.contains(&self.w)
-                    && (!s.slots.waiting.is_empty() || !s.slots.handed.is_empty())
-            };
-            if queue_first {
-                self.wait_for_slot().await;
-                continue;
-            }
-            let freed_before = self.sh.borrow().slots.freed;
-            let c = self.ioctl(submit, config.clone()).await?;
-            self.sh.borrow_mut().slots.handed.remove(&self.w);
-            if VendorStatus::from_status(c.cqe.status()) != Some(VendorStatus::NoFreeSlot) {
-                let tag = ns::submitted_tag(c)?;
-                self.sh.borrow_mut().slots.held += 1;
-                break tag;
-            }
-            let (freed_since, held) = {
-                let s = self.sh.borrow();
-                (s.slots.freed != freed_before, s.slots.held)
-            };
-            if freed_since {
-                // A collect freed a slot while this submission was refused: try again.
-                continue;
-            }
-            if held == 0 {
-                // No job of this run holds a slot, so none will free one: the device's slots
-                // are held by someone else.
-                return Err(command_error(io_opcode::NS_SUBMIT, &c));
-            }
-            self.wait_for_slot().await;
-        };
-        let mut len = ns::first_collect_len(
-            fanouts,
-            targets.len() as u64,
-            Some(node_count),
-            DEFAULT_COLLECT_CAP_BYTES,
-        );
-        let mut retried = false;
-        loop {
-            let (collect, buffer) = ns::ns_collect(tag, len);
-            let c = self.ioctl(collect, buffer).await?;
-            match ns::collected(c, len, retried, seed, fanouts.len())? {
-                ns::Collected::Subgraph(data) => {
-                    self.sh.borrow_mut().stats.bytes_used += data.len() as u64;
-                    self.slot_freed();
-                    return SampledSubgraph::from_bytes(data);
-                }
-                ns::Collected::Retry(needed) => {
-                    len = needed;
-                    retried = true;
-                }
-            }
-        }
-    }
-
     /// One minibatch by the mode's path.
     async fn sample(
         &self,
@@ -1141,7 +1057,7 @@ impl Worker {
             let s = self.sh.borrow();
             (s.mode, s.graph.node_count)
         };
-        if mode == HostIoMode::Isp {
+        if mode.in_storage() {
             return self.isp_sample(seed, fanouts, targets).await;
         }
         let mut b = SubgraphBuilder::new(node_count, seed, fanouts, targets)?;
@@ -1300,6 +1216,8 @@ fn deliver(s: &mut Shared, c: Completion) {
 pub struct HostIoSampler {
     shared: Option<Shared>,
     sampler: SamplerStats,
+    /// Minibatches per hyperbatch ([`HostIoMode::IspHyperbatch`]).
+    hyperbatch: usize,
 }
 
 impl HostIoSampler {
@@ -1359,6 +1277,7 @@ impl HostIoSampler {
                 slots: SlotQueue::default(),
             }),
             sampler: SamplerStats::default(),
+            hyperbatch: DEFAULT_HYPERBATCH,
         })
     }
 
@@ -1391,9 +1310,16 @@ impl HostIoSampler {
         self.shared.expect("not inside a run").device
     }
 
+    /// Minibatches of each in-storage hyperbatch ([`HostIoMode::IspHyperbatch`]; default
+    /// [`DEFAULT_HYPERBATCH`]; at least 1).
+    pub fn set_hyperbatch(&mut self, minibatches: usize) {
+        self.hyperbatch = minibatches.max(1);
+    }
+
     /// Samples `requests` with `workers` host workers sharing the device (and, for mmap, the
     /// page cache): worker `w` takes requests `w`, `w + workers`, …, one after another, on its
-    /// own clock, all starting at the device's current time. Deterministic: no threads, no
+    /// own clock, all starting at the device's current time ([`HostIoMode::IspHyperbatch`]:
+    /// hyperbatches, in request order, in the same way). Deterministic: no threads, no
     /// wall clock (see the module documentation for the scheduling).
     pub fn run_workers(
         &mut self,
@@ -1417,6 +1343,12 @@ impl HostIoSampler {
             return Err(SamplerError::InvalidRequest("no workers".into()));
         }
         let mut shared = self.shared.take().expect("not inside a run");
+        // Minibatches a worker samples at once: a hyperbatch's, or one.
+        let group = if shared.mode == HostIoMode::IspHyperbatch {
+            self.hyperbatch
+        } else {
+            1
+        };
         let start = shared.device.transport().ssd().now_ns();
         let driver_before = shared.device.stats();
         let device_before = shared.device.device_counters();
@@ -1435,20 +1367,28 @@ impl HostIoSampler {
                 let results = results.clone();
                 let done = done.clone();
                 let finished = finished.clone();
-                let mine: Vec<(usize, Request)> = requests
-                    .iter()
-                    .cloned()
+                let mine: Vec<(usize, Vec<Request>)> = requests
+                    .chunks(group)
                     .enumerate()
                     .skip(w)
                     .step_by(workers)
+                    .map(|(g, chunk)| (g * group, chunk.to_vec()))
                     .collect();
                 let fanouts = fanouts.to_vec();
                 Box::pin(async move {
-                    for (i, r) in mine {
-                        let sg = worker.sample(r.seed, &fanouts, &r.targets).await?;
-                        results.borrow_mut()[i] = Some(sg);
-                        done.borrow_mut()[i] = worker.sh.borrow().clocks[w] - start;
-                        finished.set(finished.get() + 1);
+                    for (first, chunk) in mine {
+                        let subs = match chunk.as_slice() {
+                            [r] if group == 1 => {
+                                vec![worker.sample(r.seed, &fanouts, &r.targets).await?]
+                            }
+                            _ => worker.isp_hyperbatch(&fanouts, &chunk).await?,
+                        };
+                        let now = worker.sh.borrow().clocks[w] - start;
+                        for (k, sg) in subs.into_iter().enumerate() {
+                            results.borrow_mut()[first + k] = Some(sg);
+                            done.borrow_mut()[first + k] = now;
+                            finished.set(finished.get() + 1);
+                        }
                     }
                     Ok(())
                 }) as WorkerFuture
@@ -1521,6 +1461,7 @@ impl Sampler for HostIoSampler {
             HostIoMode::Direct => "host direct I/O",
             HostIoMode::Async => "host async I/O",
             HostIoMode::Isp => "ISP",
+            HostIoMode::IspHyperbatch => "ISP hyperbatch",
         }
     }
 
@@ -1543,5 +1484,6 @@ impl Sampler for HostIoSampler {
     }
 }
 
+mod isp;
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,9 @@ pub enum SamplerKind {
     Hyperbatch,
     /// In-storage sampling: the device samples (needs a device).
     Isp,
+    /// In-storage hyperbatches: one NS_config per hyperbatch, each flash page read once per
+    /// hop for all its minibatches inside the device (needs a device).
+    IspHyperbatch,
 }
 
 impl SamplerKind {
@@ -41,17 +44,26 @@ impl SamplerKind {
             Self::Agnes => "agnes",
             Self::Hyperbatch => "hyperbatch",
             Self::Isp => "isp",
+            Self::IspHyperbatch => "isp-hyperbatch",
         }
     }
 
     /// Whether it samples from this machine's files.
     pub fn on_files(self) -> bool {
-        self != Self::Isp
+        !self.in_storage()
+    }
+
+    /// Whether the device samples (one NS_config per minibatch, or per hyperbatch).
+    pub fn in_storage(self) -> bool {
+        matches!(self, Self::Isp | Self::IspHyperbatch)
     }
 
     /// Whether it samples from an NVMe device (block reads, or in storage).
     pub fn on_device(self) -> bool {
-        matches!(self, Self::Agnes | Self::Hyperbatch | Self::Isp)
+        matches!(
+            self,
+            Self::Agnes | Self::Hyperbatch | Self::Isp | Self::IspHyperbatch
+        )
     }
 
     /// The modelled host I/O stack mode it corresponds to (the graph in DRAM, mmap, direct I/O,
@@ -75,7 +87,7 @@ impl SamplerKind {
     /// Minibatches it samples together: a hyperbatch's, ISP's jobs in flight, or one.
     pub fn group_size(self, hyperbatch: usize) -> usize {
         match self {
-            Self::Hyperbatch => hyperbatch.max(1),
+            Self::Hyperbatch | Self::IspHyperbatch => hyperbatch.max(1),
             Self::Isp => ISP_JOBS_IN_FLIGHT,
             _ => 1,
         }
@@ -152,7 +164,9 @@ impl<'a> FileSource<'a> {
                 self.buffer_bytes,
                 kind == SamplerKind::Hyperbatch && self.prefetch,
             )?),
-            SamplerKind::Isp => return Err(missing("a device (--on-device)")),
+            SamplerKind::Isp | SamplerKind::IspHyperbatch => {
+                return Err(missing("a device (--on-device)"));
+            }
         })
     }
 }

@@ -714,11 +714,14 @@ impl Meter {
 }
 
 /// The in-storage (ISP) sampler: the device samples the whole minibatch; the host sends one
-/// `NS_SUBMIT` and one `NS_COLLECT` (plus one retry if its first buffer was too small).
+/// `NS_SUBMIT` and one `NS_COLLECT` (plus one retry if its first buffer was too small). With
+/// hyperbatches ([`Self::with_hyperbatch`]), [`Sampler::sample_many`] sends one `NS_SUBMIT` per
+/// hyperbatch, so that the device reads each flash page once per hop for all its minibatches.
 #[derive(Debug)]
 pub struct IspSampler<T: Transport> {
     device: Device<T>,
     stats: SamplerStats,
+    hyperbatch: usize,
 }
 
 impl<T: Transport> IspSampler<T> {
@@ -727,7 +730,15 @@ impl<T: Transport> IspSampler<T> {
         Self {
             device,
             stats: SamplerStats::default(),
+            hyperbatch: 1,
         }
+    }
+
+    /// The same sampler, whose [`Sampler::sample_many`] samples up to `minibatches` at once as
+    /// an in-storage hyperbatch (1: one NS_config per minibatch).
+    pub fn with_hyperbatch(mut self, minibatches: usize) -> Self {
+        self.hyperbatch = minibatches.max(1);
+        self
     }
 
     /// The device.
@@ -743,7 +754,11 @@ impl<T: Transport> IspSampler<T> {
 
 impl<T: Transport + Send> Sampler for IspSampler<T> {
     fn name(&self) -> &'static str {
-        "ISP"
+        if self.hyperbatch > 1 {
+            "ISP hyperbatch"
+        } else {
+            "ISP"
+        }
     }
 
     fn sample(
@@ -758,6 +773,31 @@ impl<T: Transport + Send> Sampler for IspSampler<T> {
         let s = SampledSubgraph::from_bytes(result?)?;
         self.stats.add_subgraph(&s);
         Ok(s)
+    }
+
+    fn sample_many(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+    ) -> Result<Vec<SampledSubgraph>, SamplerError> {
+        if self.hyperbatch == 1 {
+            return requests
+                .iter()
+                .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
+                .collect();
+        }
+        let mut out = Vec::with_capacity(requests.len());
+        for group in requests.chunks(self.hyperbatch) {
+            let meter = Meter::start(&self.device);
+            let result = self.device.sample_hyperbatch(fanouts, group, false);
+            meter.finish(&self.device, &mut self.stats);
+            for bytes in result? {
+                let s = SampledSubgraph::from_bytes(bytes)?;
+                self.stats.add_subgraph(&s);
+                out.push(s);
+            }
+        }
+        Ok(out)
     }
 
     fn stats(&self) -> SamplerStats {

@@ -28,6 +28,7 @@ fn isp(
         hw,
         modes: vec![HostIoMode::Isp],
         workers: workers.to_vec(),
+        hyperbatch: 1,
     };
     let report = compare::run(&config, None, &mut |_| {}).expect("comparison runs");
     assert!(report.identical(), "a subgraph differs from the reference");

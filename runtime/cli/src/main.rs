@@ -162,9 +162,13 @@ struct RunArgs {
     config: Option<PathBuf>,
     /// Modes to run, comma-separated, in this order: mmap (page cache), direct (O_DIRECT reads at
     /// QD 1), async (io_uring-style batches), isp (in-storage sampling); also dram (the graph
-    /// resident in host memory: the in-memory baseline).
+    /// resident in host memory: the in-memory baseline) and isp-hyperbatch (in-storage
+    /// hyperbatches of --hyperbatch minibatches, one NS_config each).
     #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
     mode: Vec<String>,
+    /// Minibatches per in-storage hyperbatch (--mode isp-hyperbatch).
+    #[arg(long, default_value_t = sagessd_runtime::host_io::DEFAULT_HYPERBATCH)]
+    hyperbatch: usize,
     /// Do not draw progress bars.
     #[arg(long)]
     quiet: bool,
@@ -214,6 +218,7 @@ impl RunArgs {
             hw,
             modes,
             workers,
+            hyperbatch: self.hyperbatch,
         })
     }
 }
@@ -233,7 +238,9 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|m| {
             HostIoMode::from_name(m.trim()).ok_or_else(|| {
-                anyhow::anyhow!("unknown mode {m:?} (dram, mmap, direct, async, isp)")
+                anyhow::anyhow!(
+                    "unknown mode {m:?} (dram, mmap, direct, async, isp, isp-hyperbatch)"
+                )
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

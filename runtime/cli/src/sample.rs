@@ -24,11 +24,13 @@ pub(crate) struct SampleArgs {
     /// cache and readahead; I/O = major page faults), direct (O_DIRECT reads of the CSR
     /// sectors needed, one at a time), uring (the same reads through io_uring, a hop's reads in
     /// flight together), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches);
-    /// with --on-device: agnes, hyperbatch and isp (in-storage sampling). Default:
+    /// with --on-device: agnes, hyperbatch, isp (in-storage sampling) and isp-hyperbatch
+    /// (in-storage hyperbatches: one NS_config per hyperbatch). Default:
     /// hyperbatch,agnes,direct, or with --on-device hyperbatch,agnes,isp.
     #[arg(long, value_delimiter = ',', value_enum)]
     sampler: Option<Vec<SamplerKind>>,
-    /// Minibatches per hyperbatch.
+    /// Minibatches per hyperbatch (hyperbatch; isp-hyperbatch, in as many NS_configs as the
+    /// device's limits need).
     #[arg(long, default_value_t = 64)]
     hyperbatch: usize,
     /// Hyperbatch: read each block when it is needed instead of ahead through io_uring.
@@ -105,7 +107,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!(
             "sampler {bad} {}",
             if a.target.on_device {
-                "does not run on a device (agnes, hyperbatch, isp do)"
+                "does not run on a device (agnes, hyperbatch, isp, isp-hyperbatch do)"
             } else {
                 "needs a device: add --on-device"
             }
@@ -598,10 +600,16 @@ fn run_sample_on_device(
                 }
                 s.io_stats().clone()
             }
-            SamplerKind::Isp => {
+            SamplerKind::Isp | SamplerKind::IspHyperbatch => {
                 let mut d = held()?;
                 let before = d.stats();
-                let out = if region.is_some() {
+                let out = if kind == SamplerKind::IspHyperbatch {
+                    let mut all = Vec::with_capacity(requests.len());
+                    for group in requests.chunks(a.hyperbatch.max(1)) {
+                        all.extend(d.sample_hyperbatch(&a.fanouts, group, region.is_some())?);
+                    }
+                    all
+                } else if region.is_some() {
                     d.sample_many_with_features(&a.fanouts, requests, 4)
                         .context(
                             "in-storage feature gather: has the device's firmware a feature buffer ([firmware] max_feature_bytes in its hardware description, sagessd_config.max_feature_bytes on a board)? --features none samples without features",
@@ -650,7 +658,7 @@ fn run_sample_on_device(
         // The host's feature reads (ISP's come within its own commands).
         let feature_reads = gatherer
             .as_ref()
-            .filter(|_| kind != SamplerKind::Isp)
+            .filter(|_| !kind.in_storage())
             .map(|g| g.stats().io.reads);
         let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         out.text(format!(

@@ -87,11 +87,11 @@ pub(crate) struct TrainArgs {
     /// Dropout probability.
     #[arg(long, default_value_t = 0.5)]
     dropout: f64,
-    /// The sampler (on a device: agnes, hyperbatch or isp; on the in-process emulator's
-    /// modelled host also memory, mmap, direct and uring).
+    /// The sampler (on a device: agnes, hyperbatch, isp or isp-hyperbatch; on the in-process
+    /// emulator's modelled host also memory, mmap, direct and uring).
     #[arg(long, value_enum, default_value_t = SamplerKind::Memory)]
     sampler: SamplerKind,
-    /// Minibatches per hyperbatch (--sampler hyperbatch).
+    /// Minibatches per hyperbatch (--sampler hyperbatch and isp-hyperbatch).
     #[arg(long, default_value_t = 8)]
     hyperbatch: usize,
     /// Minibatch order of the training nodes.
@@ -276,7 +276,7 @@ pub(crate) fn fit_run(
     if a.target.on_device {
         anyhow::ensure!(
             a.sampler.on_device() || modelled_host.is_some(),
-            "sampler {} does not run on a device (agnes, hyperbatch, isp do; memory, mmap, direct and uring on the in-process emulator's modelled host)",
+            "sampler {} does not run on a device (agnes, hyperbatch, isp, isp-hyperbatch do; memory, mmap, direct and uring on the in-process emulator's modelled host)",
             a.sampler
         );
         anyhow::ensure!(
@@ -563,7 +563,10 @@ pub(crate) fn fit_run(
         let mut blocks = SharedDevice::new(&device)?;
         let mut feature_device = SharedDevice::new(&device)?;
         let sampler = match a.sampler {
-            SamplerKind::Isp => DeviceSampler::Isp { features: true },
+            SamplerKind::Isp | SamplerKind::IspHyperbatch => DeviceSampler::Isp {
+                features: true,
+                hyperbatch: a.sampler == SamplerKind::IspHyperbatch,
+            },
             _ => DeviceSampler::Blocks {
                 sampler: Box::new(AgnesSampler::on_device(
                     &layout,

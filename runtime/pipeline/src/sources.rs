@@ -73,6 +73,9 @@ pub enum DeviceSampler<'a> {
     Isp {
         /// Ask for the subgraphs' feature rows too.
         features: bool,
+        /// Sample each group as one in-storage hyperbatch (one NS_config), not as one job per
+        /// minibatch.
+        hyperbatch: bool,
     },
 }
 
@@ -156,12 +159,17 @@ impl SampleStage for DeviceStage<'_> {
                     })
                     .collect()
             }
-            DeviceSampler::Isp { features } => {
-                let features = *features;
+            DeviceSampler::Isp {
+                features,
+                hyperbatch,
+            } => {
+                let (features, hyperbatch) = (*features, *hyperbatch);
                 let depth = self.isp_depth.max(1);
                 let out = {
                     let mut d = self.device()?;
-                    if features {
+                    if hyperbatch {
+                        d.sample_hyperbatch(&fanouts, group, features)?
+                    } else if features {
                         d.sample_many_with_features(&fanouts, group, depth)?
                     } else {
                         d.sample_many(&fanouts, group, depth)?

@@ -151,6 +151,7 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
             hw,
             modes,
             workers,
+            hyperbatch: sagessd_runtime::host_io::DEFAULT_HYPERBATCH,
         };
     // In storage, a worker beyond the device's sampling slots waits for one (the device
     // refuses its NS_SUBMIT until another job is collected).
