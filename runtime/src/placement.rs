@@ -53,12 +53,14 @@ pub fn place<T: Transport>(
 }
 
 /// A per-job feature buffer for an emulated firmware that has none: room for the largest
-/// subgraph a run of `batch_size` targets at `fanouts` can sample (its targets and every
-/// sampled neighbour, at most, and no more than the graph's nodes or the firmware's node
-/// limit), at `row_bytes` a row, capped at `u32::MAX`.
+/// subgraphs a job of `minibatches` minibatches (an in-storage hyperbatch's share the buffer;
+/// 1 otherwise) of `batch_size` targets at `fanouts` can sample (each its targets and every
+/// sampled neighbour, at most, and no more than the graph's nodes; all together no more than
+/// the firmware's node limit), at `row_bytes` a row, capped at `u32::MAX`.
 pub fn feature_buffer_bytes(
     node_count: u64,
     max_subgraph_nodes: u32,
+    minibatches: u64,
     batch_size: u64,
     fanouts: &[u16],
     row_bytes: u64,
@@ -67,7 +69,8 @@ pub fn feature_buffer_bytes(
         .iter()
         .fold(batch_size, |k, &f| k.saturating_mul(1 + u64::from(f)));
     let rows = node_count
-        .min(u64::from(max_subgraph_nodes))
-        .min(most_nodes);
+        .min(most_nodes)
+        .saturating_mul(minibatches.max(1))
+        .min(u64::from(max_subgraph_nodes));
     u32::try_from(rows.saturating_mul(row_bytes)).unwrap_or(u32::MAX)
 }

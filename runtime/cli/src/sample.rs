@@ -473,9 +473,16 @@ fn run_sample_on_device(
     if let Some(rows) = &features
         && hw.firmware.max_feature_bytes == 0
     {
+        // In-storage hyperbatches gather their minibatches' rows into one job's buffer.
+        let minibatches = if samplers.contains(&SamplerKind::IspHyperbatch) {
+            a.hyperbatch.min(usize::from(hw.firmware.max_minibatches))
+        } else {
+            1
+        };
         hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
             n,
             hw.firmware.max_subgraph_nodes,
+            minibatches as u64,
             u64::from(a.batch_size),
             &a.fanouts,
             rows.row_bytes() as u64,
@@ -534,7 +541,7 @@ fn run_sample_on_device(
         }
     ));
     out.text(format!(
-        "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
+        "{:<15} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
         "sampler",
         "reads",
         "bytes read",
@@ -662,7 +669,7 @@ fn run_sample_on_device(
             .map(|g| g.stats().io.reads);
         let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         out.text(format!(
-            "{:<12} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
+            "{:<15} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
             name,
             io.reads,
             human_bytes(io.bytes_read),

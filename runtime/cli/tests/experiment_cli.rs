@@ -504,8 +504,10 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
         })
         .collect();
     assert_eq!(sampled, [("1", "2"), ("8", "8")]);
-    // AGNES without and with hyperbatches against the host's small reads of the same epoch:
-    // direct I/O and io_uring read the same blocks, io_uring in fewer system calls.
+    // AGNES without and with hyperbatches against the host's small reads of the same epoch
+    // and in-storage sampling: direct I/O and io_uring read the same blocks, io_uring in fewer
+    // system calls; in-storage hyperbatches read fewer flash pages than an NS_config per
+    // minibatch.
     let small = rows(&dir.join("small_reads.csv"));
     let designs: Vec<(&str, &str)> = small
         .iter()
@@ -517,13 +519,18 @@ fn agnes_quick_writes_both_sweeps_reproducibly() {
             ("AGNES", "1"),
             ("AGNES", "8"),
             ("direct I/O", "1"),
-            ("io_uring", "1")
+            ("io_uring", "1"),
+            ("ISP", "1"),
+            ("ISP hyperbatch", "4"),
         ]
     );
     let (direct, uring) = (&small[2], &small[3]);
     assert_eq!(direct["storage_reads"], uring["storage_reads"]);
     assert_eq!(direct["bytes_read"], uring["bytes_read"]);
     assert!(epoch(uring) < epoch(direct), "io_uring batches its reads");
+    let (isp, isp_hb) = (&small[4], &small[5]);
+    let pages = |r: &BTreeMap<String, String>| r["storage_reads"].parse::<u64>().unwrap();
+    assert!(pages(isp_hb) < pages(isp), "{isp_hb:?} against {isp:?}");
     for r in &small {
         let parts: u64 =
             r["device_ns"].parse::<u64>().unwrap() + r["host_ns"].parse::<u64>().unwrap();

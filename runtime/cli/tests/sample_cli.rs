@@ -173,12 +173,16 @@ fn samplers_agree_on_files_and_on_the_device() {
     let device = stdout_of(&sagessd(
         &[
             &common[..],
-            &["--on-device", "--sampler", "hyperbatch,agnes,isp"],
+            &[
+                "--on-device",
+                "--sampler",
+                "hyperbatch,agnes,isp,isp-hyperbatch",
+            ],
         ]
         .concat(),
     ));
     assert!(device.contains("samples identical: yes"), "{device}");
-    for sampler in ["hyperbatch", "agnes", "isp"] {
+    for sampler in ["hyperbatch", "agnes", "isp", "isp-hyperbatch"] {
         // reads, NAND pages, device, host and total ms per minibatch.
         let r = row(&device, sampler);
         let (dev, host, total) = (r[r.len() - 3], r[r.len() - 2], r[r.len() - 1]);
@@ -188,6 +192,11 @@ fn samplers_agree_on_files_and_on_the_device() {
     assert!(
         row(&device, "hyperbatch")[0] <= row(&device, "agnes")[0],
         "hyperbatches read no more blocks: {device}"
+    );
+    // reads, bytes read, NAND pages: in-storage hyperbatches read no more flash pages.
+    assert!(
+        row(&device, "isp-hyperbatch")[2] <= row(&device, "isp")[2],
+        "in-storage hyperbatches read no more NAND pages: {device}"
     );
 
     // The same through NVMe/TCP to an emulator in another process: wall-clock time.

@@ -118,6 +118,10 @@ fn every_sampler_gives_the_same_loss_curve() {
             "hyperbatch-device",
         ),
         (&["--sampler", "isp", "--on-device"], "isp"),
+        (
+            &["--sampler", "isp-hyperbatch", "--on-device"],
+            "isp-hyperbatch",
+        ),
         (&["--sampler", "mmap", "--on-device"], "mmap-modelled"),
         (&["--sampler", "uring", "--on-device"], "uring-modelled"),
         (&["--sampler", "memory", "--on-device"], "dram-modelled"),

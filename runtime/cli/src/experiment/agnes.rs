@@ -3,7 +3,10 @@
 //! 1/ratio of the layout, for block sizes from 64 KiB to 4 MiB and hyperbatches from 1
 //! minibatch (AGNES without hyperbatches) up; AGNES against the small reads of direct I/O and
 //! io_uring over the same minibatches (the storage-based trainers AGNES improves on read a few
-//! nodes at a time); and AGNES's feature cache against its access-count threshold.
+//! nodes at a time); AGNES against in-storage sampling of the same epoch, a minibatch per
+//! NS_config and in-storage hyperbatches (each flash page read once per hop for all of a
+//! hyperbatch's minibatches, inside the SSD); and AGNES's feature cache against its
+//! access-count threshold.
 //!
 //! The graph is a synthetic one of ogbn-papers100M's size by default (`papers100m`: 111 M
 //! nodes, 1.6 G edges); its AGNES layout (7.0–7.5 GiB, by block size) is computed by the flash
@@ -66,6 +69,9 @@ pub(crate) struct Sweep {
     pub block_sweep_hyperbatch: usize,
     /// Hyperbatch sizes of the hyperbatch sweep (at 1 MiB blocks), minibatches.
     pub hyperbatches: Vec<usize>,
+    /// Minibatches per NS_config of the in-storage sweep (1: one per minibatch; more: in-storage
+    /// hyperbatches), on the CSR graph.
+    pub isp_hyperbatches: Vec<usize>,
     /// Graph-to-memory ratios of the ratio sweep: AGNES without hyperbatches and with the
     /// largest, at 1 MiB blocks, with the graph buffer at 1/ratio of the layout.
     pub memory_ratios: Vec<u32>,
@@ -100,6 +106,7 @@ impl Sweep {
             block_bytes: vec![64 << 10, 256 << 10, 1 << 20, 4 << 20],
             block_sweep_hyperbatch: 32,
             hyperbatches: vec![1, 8, 32, 128],
+            isp_hyperbatches: vec![1, 2, 8],
             memory_ratios: vec![1, 2, 8, 32],
             thresholds: vec![1, 2, 4, 8, 16],
             feature_cache_percent: 10,
@@ -123,6 +130,7 @@ impl Sweep {
             block_bytes: vec![64 << 10, 1 << 20],
             block_sweep_hyperbatch: 4,
             hyperbatches: vec![1, 8],
+            isp_hyperbatches: vec![1, 4],
             memory_ratios: vec![1, 32],
             thresholds: vec![1, 4],
             feature_cache_percent: 10,
@@ -140,6 +148,7 @@ impl Sweep {
         for &h in self
             .hyperbatches
             .iter()
+            .chain(&self.isp_hyperbatches)
             .chain([&self.block_sweep_hyperbatch])
         {
             anyhow::ensure!(
@@ -181,6 +190,9 @@ pub(crate) struct Cost {
     pub device_ns: u64,
     /// The host's modelled work, ns.
     pub host_ns: u64,
+    /// In-storage hyperbatches sampled again as two halves (they did not fit the device's
+    /// result buffers); 0 for the host's samplers.
+    pub splits: u64,
 }
 
 impl Cost {
@@ -193,6 +205,7 @@ impl Cost {
             lookups: f(self.lookups, o.lookups)?,
             device_ns: f(self.device_ns, o.device_ns)?,
             host_ns: f(self.host_ns, o.host_ns)?,
+            splits: f(self.splits, o.splits)?,
         })
     }
 
@@ -255,11 +268,11 @@ fn extrapolated<G>(
 pub(crate) struct Point {
     /// The device's name.
     pub device: String,
-    /// Which sweep: "block", "hyperbatch", "ratio" or "small reads".
+    /// Which sweep: "block", "hyperbatch", "ratio", "small reads" or "in storage".
     pub sweep: &'static str,
     /// Layout bytes over graph-buffer bytes.
     pub ratio: u32,
-    /// The sampler: AGNES, or direct I/O or io_uring's small reads.
+    /// The sampler: AGNES, direct I/O or io_uring's small reads, or ISP (in storage).
     pub sampler: &'static str,
     /// Block size, bytes.
     pub block_bytes: u64,
@@ -428,6 +441,7 @@ fn point(
                     device_ns: now_ns()?.saturating_sub(t0),
                     // Each block read is one synchronous command.
                     host_ns: host_ns.saturating_add(reads.saturating_mul(sync_io_ns)),
+                    splits: 0,
                 };
                 Ok((cost, steady))
             },
@@ -508,6 +522,7 @@ fn small_reads(
                 lookups: 0,
                 device_ns: run.makespan_ns.saturating_sub(host_ns),
                 host_ns,
+                splits: 0,
             };
             // No host cache: what a minibatch reads does not depend on those before it (the
             // controller's page buffer is megabytes against gigabytes of graph).
@@ -531,9 +546,95 @@ fn small_reads(
     })
 }
 
+/// The epoch sampled in storage on a fresh device of `hw` that boots holding the CSR graph
+/// (its flash computes it), one host worker: a minibatch per NS_config (`hyperbatch` 1) or
+/// in-storage hyperbatches of `hyperbatch`. Its storage reads are the flash pages the device
+/// read (bytes: whole pages), its bytes used the subgraphs returned. Priced like AGNES's points
+/// (the controller's page buffer is megabytes against gigabytes of graph, so every hyperbatch
+/// costs alike).
+fn in_storage(
+    hw: &HwConfig,
+    graph: &Arc<SyntheticGraph>,
+    sweep: &Sweep,
+    reference: &SampledSubgraph,
+    hyperbatch: usize,
+) -> anyhow::Result<Point> {
+    let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
+    let mut device = Device::open(LocalTransport::new(ssd))?;
+    device.attach_graph(&desc)?;
+    let lba_bytes = u64::from(device.info().block_size_bytes);
+    let layout_bytes = desc
+        .indptr
+        .block_count
+        .checked_add(desc.indices.block_count)
+        .and_then(|lbas| lbas.checked_mul(lba_bytes))
+        .ok_or_else(|| anyhow::anyhow!("experiment agnes: a CSR past 2^64 bytes"))?;
+    let mode = if hyperbatch > 1 {
+        HostIoMode::IspHyperbatch
+    } else {
+        HostIoMode::Isp
+    };
+    let mut s = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
+    s.set_hyperbatch(hyperbatch);
+    let requests: Vec<Request> = requests(
+        sweep.epoch_minibatches,
+        sweep.batch_size,
+        graph.node_count(),
+    )
+    .into_iter()
+    .map(|(seed, targets)| Request { seed, targets })
+    .collect();
+    let groups: Vec<&[Request]> = requests.chunks(hyperbatch.max(1)).collect();
+    let page_bytes = u64::from(hw.nand.page_size_bytes);
+    let mut first = true;
+    let cost = extrapolated(
+        &groups,
+        |g| g.len(),
+        u64::from(sweep.min_sampled_minibatches),
+        |group| {
+            let before = s.host_stats();
+            let pages0 = s.device().transport().ssd().stats().nand_pages_read;
+            let run = s.run_workers(1, &sweep.fanouts, group)?;
+            if std::mem::take(&mut first) {
+                check_first(run.subgraphs.first(), reference, "in-storage sampling")?;
+            }
+            let h = s.host_stats();
+            let pages = s.device().transport().ssd().stats().nand_pages_read - pages0;
+            let host_ns = h.host_cpu_ns - before.host_cpu_ns;
+            let cost = Cost {
+                reads: pages,
+                bytes_read: pages.saturating_mul(page_bytes),
+                bytes_used: h.bytes_used - before.bytes_used,
+                lookups: 0,
+                device_ns: run.makespan_ns.saturating_sub(host_ns),
+                host_ns,
+                splits: h.hyperbatch_splits - before.hyperbatch_splits,
+            };
+            Ok((cost, true))
+        },
+    )?;
+    Ok(Point {
+        device: hw.device.name.clone(),
+        sweep: "in storage",
+        ratio: sweep.ratio,
+        sampler: if hyperbatch > 1 {
+            "ISP hyperbatch"
+        } else {
+            "ISP"
+        },
+        block_bytes: page_bytes,
+        hyperbatch,
+        buffer_bytes: u64::from(hw.firmware.page_buffer_pages) * page_bytes,
+        layout_bytes,
+        epoch_minibatches: requests.len() as u64,
+        cost,
+    })
+}
+
 /// The block, hyperbatch and ratio sweeps on `hw` (a point the sweeps share is sampled once),
-/// then the small reads of direct I/O and io_uring over the same epoch, each point's first
-/// minibatch checked against `reference`; `progress` hears each point as it starts.
+/// then the small reads of direct I/O and io_uring over the same epoch, and (on a device that
+/// samples in storage) the in-storage sweep, each point's first minibatch checked against
+/// `reference`; `progress` hears each point as it starts.
 pub(crate) fn run(
     hw: &HwConfig,
     graph: &Arc<SyntheticGraph>,
@@ -579,6 +680,12 @@ pub(crate) fn run(
     for mode in [HostIoMode::Direct, HostIoMode::Async] {
         progress(&format!("small reads: {mode:?}"));
         points.push(small_reads(hw, graph, sweep, reference, mode)?);
+    }
+    if hw.firmware.isp {
+        for &h in &sweep.isp_hyperbatches {
+            progress(&format!("in storage: {h} minibatches per NS_config"));
+            points.push(in_storage(hw, graph, sweep, reference, h)?);
+        }
     }
     Ok(points)
 }
@@ -732,8 +839,9 @@ pub(crate) fn threshold_plot(points: &[ThresholdPoint], sweep: &Sweep) -> Figure
     }
 }
 
-/// The designs of the comparison with small reads: AGNES without hyperbatches and with the
-/// largest hyperbatch of the sweep (both at its 1 MiB blocks), then the small reads.
+/// The designs of the comparison with small reads and in-storage sampling: AGNES without
+/// hyperbatches and with the largest hyperbatch of the sweep (both at its 1 MiB blocks), then
+/// the small reads, then the in-storage points.
 pub(crate) fn designs(points: &[Point]) -> Vec<&Point> {
     let hyper = || points.iter().filter(|p| p.sweep == "hyperbatch");
     let none = hyper().find(|p| p.hyperbatch == 1);
@@ -742,7 +850,11 @@ pub(crate) fn designs(points: &[Point]) -> Vec<&Point> {
         .max_by_key(|p| p.hyperbatch);
     none.into_iter()
         .chain(largest)
-        .chain(points.iter().filter(|p| p.sweep == "small reads"))
+        .chain(
+            points
+                .iter()
+                .filter(|p| matches!(p.sweep, "small reads" | "in storage")),
+        )
         .collect()
 }
 
@@ -771,6 +883,8 @@ pub(crate) fn samplers_plot(points: &[Point], ratio: u32) -> Figure {
 pub(crate) fn sampler_label(p: &Point) -> String {
     match p.sweep {
         "small reads" => format!("{}, {}-byte reads as needed", p.sampler, p.block_bytes),
+        "in storage" if p.hyperbatch == 1 => "ISP, an NS_config per minibatch".into(),
+        "in storage" => format!("ISP, in-storage hyperbatches of {}", p.hyperbatch),
         _ if p.hyperbatch == 1 => format!(
             "AGNES without hyperbatches, {} KiB blocks",
             p.block_bytes / 1024
@@ -802,6 +916,7 @@ pub(crate) fn record(p: &Point) -> Record {
         .with("bytes_used", p.cost.epoch.bytes_used)
         .with("device_ns", p.cost.epoch.device_ns)
         .with("host_ns", p.cost.epoch.host_ns)
+        .with("hyperbatch_splits", p.cost.epoch.splits)
         .with("epoch_ns", p.epoch_ns())
         .with(
             "timing",

@@ -591,21 +591,30 @@ fn agnes_report(
         {
             let _ = writeln!(
                 r,
-                "\n### AGNES against small reads\n\nThe storage-based trainers AGNES improves \
-                 on read a few nodes at a time as sampling needs them; here the host samples the \
-                 same epoch from the CSR graph on a fresh device with direct I/O at queue depth 1 \
-                 and with io_uring batches (`[host] uring_queue_depth`), each read the LBAs holding \
-                 the needed entries. The paper reports no such number (its Fig. 6 compares whole \
-                 systems).\n\n| design | storage reads | read | used | modelled epoch (s) | AGNES's speedup |\n|---|---|---|---|---|---|"
+                "\n### AGNES against small reads and in-storage sampling\n\nThe storage-based \
+                 trainers AGNES improves on read a few nodes at a time as sampling needs them; here \
+                 the host samples the same epoch from the CSR graph on a fresh device with direct \
+                 I/O at queue depth 1 and with io_uring batches (`[host] uring_queue_depth`), each \
+                 read the LBAs holding the needed entries. In storage, the device samples the same \
+                 epoch from the CSR (one host worker): an NS_config per minibatch, or in-storage \
+                 hyperbatches, whose every hop reads each flash page once for all their \
+                 minibatches; their storage reads are the flash pages the device read (whole \
+                 pages), *used* the subgraphs returned, *split*: hyperbatches sampled again as two \
+                 halves because their subgraphs together passed the device's result buffers \
+                 (its description's `[firmware] max_subgraph_nodes` and `max_subgraph_edges`: \
+                 the minibatches of a hyperbatch share one job's). The paper reports \
+                 no such number (its Fig. 6 compares whole systems; no system before this one \
+                 builds hyperbatches inside the SSD).\n\n| design | storage reads | read | used | split | modelled epoch (s) | AGNES's speedup |\n|---|---|---|---|---|---|---|"
             );
             for p in &designs {
                 let _ = writeln!(
                     r,
-                    "| {} | {} | {} | {} | {:.3} | {:.2}× |",
+                    "| {} | {} | {} | {} | {} | {:.3} | {:.2}× |",
                     agnes::sampler_label(p),
                     p.cost.epoch.reads,
                     human_bytes(p.cost.epoch.bytes_read),
                     human_bytes(p.cost.epoch.bytes_used),
+                    p.cost.epoch.splits,
                     p.epoch_ns() as f64 / 1e9,
                     p.epoch_ns() as f64 / agnes.epoch_ns().max(1) as f64
                 );
