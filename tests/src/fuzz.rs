@@ -48,7 +48,8 @@ fn take_u64(data: &[u8]) -> (u64, &[u8]) {
 
 /// An NS_config payload checked against limits and a node count taken from its first bytes:
 /// an accepted config has no more targets than the limit, every target inside the graph, and
-/// every fanout within the limit.
+/// every fanout within the limit; its minibatches (one, or a hyperbatch's, at most the limit)
+/// are each non-empty and together its targets, in order.
 pub fn ns_config(data: &[u8]) {
     let (word, rest) = take_u64(data);
     let limits = NsLimits {
@@ -62,6 +63,19 @@ pub fn ns_config(data: &[u8]) {
         assert!(targets.len() <= limits.max_targets as usize);
         assert!(targets.iter().all(|&t| t < node_count), "{targets:?}");
         assert!(c.fanouts().iter().all(|&f| f <= limits.max_fanout));
+        assert!((1..=usize::from(limits.max_minibatches)).contains(&c.minibatch_count()));
+        let mut joined = Vec::new();
+        for i in 0..c.minibatch_count() {
+            let m = c
+                .minibatch(i)
+                .expect("every index below the count names a minibatch");
+            assert!(!m.targets.is_empty());
+            assert_eq!(m.first_target as usize, joined.len());
+            joined.extend(m.targets.iter().map(|t| t.get()));
+        }
+        assert_eq!(joined, targets);
+        assert!(c.minibatch(c.minibatch_count()).is_none());
+        assert!(c.targets_offset_bytes() + 8 * targets.len() <= rest.len());
     }
 }
 

@@ -89,7 +89,15 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
         "ns_config" => {
             let (_, payload) =
                 sagessd_host_driver::ns::ns_submit(7, &[4, 2], &[1, 2, 3]).expect("an NS_config");
-            vec![[&le(1024, 64, 1000)[..], &payload].concat()]
+            let (_, hyperbatch) = sagessd_host_driver::ns::ns_submit_hyperbatch(
+                &[4, 2],
+                &[(7, vec![1, 2]), (8, vec![3]), (9, vec![2, 4])],
+            )
+            .expect("a hyperbatch NS_config");
+            vec![
+                [&le(1024, 64, 1000)[..], &payload].concat(),
+                [&le(1024, 64, 1000)[..], &hyperbatch].concat(),
+            ]
         }
         "subgraph" => {
             let g = generate(&RmatParams::graph500(6, 4, 1)).expect("a graph");
@@ -233,13 +241,14 @@ fn every_corpus_replays_without_a_panic() {
 fn the_encoders_inputs_are_accepted() {
     // What the project itself sends or writes must get past each parser, or the fuzzer's
     // seeds would start at a refusal.
-    let ns = &encoder_inputs("ns_config")[0];
     let limits = sagessd_abi::ns_config::NsLimits {
         max_targets: 1024,
         max_fanout: 64,
         max_minibatches: 4,
     };
-    assert!(sagessd_abi::ns_config::NsConfig::parse(&ns[8..], &limits, 1000).is_ok());
+    for ns in &encoder_inputs("ns_config") {
+        assert!(sagessd_abi::ns_config::NsConfig::parse(&ns[8..], &limits, 1000).is_ok());
+    }
     assert!(SubgraphView::parse(&encoder_inputs("subgraph")[0]).is_ok());
     let edges = &encoder_inputs("edge_list")[0];
     let parsed = sagessd_runtime::dataset::snap::parse_edges(&edges[..], Path::new("x.txt"));
@@ -284,7 +293,7 @@ fn the_encoders_inputs_are_accepted() {
     assert_eq!(sagessd_tests::fuzz::tcp_connection::run(&tcp_seeds[0]), 2);
     assert_eq!(sagessd_tests::fuzz::tcp_connection::run(&tcp_seeds[1]), 3);
     // And a wrong one is refused: the check can fail.
-    let mut bad = ns[8..].to_vec();
+    let mut bad = encoder_inputs("ns_config")[0][8..].to_vec();
     bad[0] ^= 0xff;
     assert!(sagessd_abi::ns_config::NsConfig::parse(&bad, &limits, 1000).is_err());
 }

@@ -248,7 +248,7 @@ impl<'a> NsConfig<'a> {
 
     /// Byte offset of the first target id in the payload.
     pub fn targets_offset_bytes(&self) -> usize {
-        size_of::<NsConfigHeader>() + size_of::<MinibatchHeader>() * self.minibatches.len()
+        size_of::<NsConfigHeader>() + core::mem::size_of_val(self.minibatches)
     }
 
     /// The fanouts of the used layers, hop order.

@@ -583,6 +583,8 @@ impl Isp {
         to: u32,
     ) -> Result<(), Status> {
         let fanout = self.jobs[run.slot].fanouts[run.layer];
+        // One minibatch: its local ids are positions (see `dedup`).
+        let alone = self.jobs[run.slot].minibatch_count == 1;
         let SlotRegions { indptr, nodes, .. } = self.regions[run.slot];
         let LaneRegions {
             entries,
@@ -610,7 +612,7 @@ impl Isp {
             present_run: 0,
         };
         for i in from..to {
-            let v = nodes.u64(dram, st.position(i) as usize);
+            let v = nodes.u64(dram, if alone { i } else { st.position(i) } as usize);
             let j = (st.dst_first + i) as usize;
             let (start, end) = (values.u64(dram, 2 * j), values.u64(dram, 2 * j + 1));
             if start > end || end > run.graph.edge_count {
@@ -795,14 +797,22 @@ impl Isp {
     /// Where (`node`, minibatch `m`) starts probing the node table: the minibatches of a
     /// hyperbatch share nodes, and each one's probe for a shared node starts elsewhere.
     fn home(&self, node: u64, m: usize) -> usize {
-        let key = node ^ (m as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        // Minibatch 0 (every plain NS_config's) keys on the node alone.
+        let key = if m == 0 {
+            node
+        } else {
+            node ^ (m as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+        };
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.hash_mask
     }
 
     /// The local id of `node` in minibatch `m` (state `st`) of job `slot`, which `lane` runs,
     /// adding it to the node array and to the minibatch's `phase` segment if new; `None` if the
-    /// node array is full. A table entry is a node's position in the node array + 1.
+    /// node array is full. A table entry is a node's position in the node array + 1. Inlined
+    /// into its two callers' loops: with this many arguments a call passes most of them on the
+    /// stack, which the embedded cores pay for on every sampled edge.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn dedup(
         &mut self,
         lane: usize,
@@ -815,6 +825,9 @@ impl Isp {
     ) -> Option<u32> {
         let nodes = self.regions[slot].nodes;
         let node_hash = self.lanes[lane].regions.node_hash;
+        // A job of one minibatch holds only its nodes, in order: a position is a local id (the
+        // segment arithmetic would say the same, at a cost on every probe).
+        let alone = self.jobs[slot].minibatch_count == 1;
         let mut h = self.home(node, m);
         loop {
             let e = node_hash.u32(dram, h);
@@ -823,17 +836,24 @@ impl Isp {
                 if job.node_count >= self.max_nodes {
                     return None;
                 }
-                let local = st.node_count();
+                let local = if alone {
+                    job.node_count
+                } else {
+                    st.node_count()
+                };
                 nodes.set_u64(dram, job.node_count as usize, node);
                 job.node_count += 1;
                 node_hash.set_u32(dram, h, job.node_count);
                 st.segment_len[phase] += 1;
                 return Some(local);
             }
-            if nodes.u64(dram, e as usize - 1) == node
-                && let Some(local) = st.local_id(e - 1)
-            {
-                return Some(local);
+            if nodes.u64(dram, e as usize - 1) == node {
+                if alone {
+                    return Some(e - 1);
+                }
+                if let Some(local) = st.local_id(e - 1) {
+                    return Some(local);
+                }
             }
             h = (h + 1) & self.hash_mask;
         }
