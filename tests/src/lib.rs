@@ -32,6 +32,28 @@ pub fn small_config() -> HwConfig {
     hw
 }
 
+/// A directed multigraph of `n` nodes from `seed`: `m` random edges out of the lower three
+/// quarters of the nodes (the upper quarter has degree 0), plus `hub_degree` out of node 0, the
+/// hub, whose list spans several 2 KiB flash pages (512 ids a page) once it passes 512.
+pub fn hub_graph(
+    n: u32,
+    m: usize,
+    hub_degree: usize,
+    seed: u64,
+) -> sagessd_runtime::graph::CsrGraph {
+    let mut x = seed | 1;
+    let mut next = move |bound: u32| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % u64::from(bound)) as u32
+    };
+    let active = (n * 3 / 4).max(1);
+    let mut edges: Vec<(u32, u32)> = (0..m).map(|_| (next(active), next(n))).collect();
+    edges.extend((0..hub_degree).map(|_| (0, next(n))));
+    sagessd_runtime::graph::CsrGraph::from_edges(u64::from(n), &edges).expect("valid graph")
+}
+
 /// Opens a fresh in-process device described by `hw`.
 pub fn open(hw: &HwConfig) -> Device<LocalTransport> {
     let transport = LocalTransport::from_config(hw).expect("emulator starts");

@@ -9,25 +9,13 @@ use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
 use sagessd_runtime::load::{load_graph, load_graph_with_features};
 use sagessd_runtime::sampler::{IspSampler, ReferenceSampler, Sampler};
-use sagessd_tests::{open, small_config};
+use sagessd_tests::{hub_graph, open, small_config};
 
 /// A random directed multigraph with isolated nodes and one hub whose neighbour list spans
 /// several 2 KiB flash pages (512 ids per page).
 fn graph() -> impl Strategy<Value = CsrGraph> {
-    (2u32..1200, 0usize..4000, 0usize..2500, any::<u64>()).prop_map(|(n, m, hub_degree, seed)| {
-        let mut x = seed | 1;
-        let mut next = move |bound: u32| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % u64::from(bound)) as u32
-        };
-        // Nodes in the upper quarter get no out-edges: degree 0.
-        let active = (n * 3 / 4).max(1);
-        let mut edges: Vec<(u32, u32)> = (0..m).map(|_| (next(active), next(n))).collect();
-        edges.extend((0..hub_degree).map(|_| (0, next(n))));
-        CsrGraph::from_edges(u64::from(n), &edges).expect("valid graph")
-    })
+    (2u32..1200, 0usize..4000, 0usize..2500, any::<u64>())
+        .prop_map(|(n, m, hub_degree, seed)| hub_graph(n, m, hub_degree, seed))
 }
 
 fn request(node_count: u64) -> impl Strategy<Value = (u64, Vec<u16>, Vec<u64>)> {

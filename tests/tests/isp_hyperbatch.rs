@@ -11,20 +11,11 @@ use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
 use sagessd_runtime::load::load_graph;
 use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
-use sagessd_tests::{open, small_config};
+use sagessd_tests::{hub_graph, open, small_config};
 
-/// A random graph of `n` nodes with a hub (node 0) whose list spans several flash pages.
+/// A random graph of `n` nodes with a hub (node 0) whose list spans three flash pages.
 fn graph(n: u32, m: usize, seed: u64) -> CsrGraph {
-    let mut x = seed | 1;
-    let mut next = move |bound: u32| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % u64::from(bound)) as u32
-    };
-    let mut edges: Vec<(u32, u32)> = (0..m).map(|_| (next(n), next(n))).collect();
-    edges.extend((0..1500).map(|_| (0, next(n))));
-    CsrGraph::from_edges(u64::from(n), &edges).expect("valid graph")
+    hub_graph(n, m, 1500, seed)
 }
 
 /// Minibatches of up to 40 targets drawn from a small id range, so that they overlap.
@@ -83,7 +74,7 @@ fn a_hyperbatch_past_the_result_buffers_is_sampled_as_halves() {
         .iter()
         .map(|(s, t)| reference.sample(*s, &fanouts, t).unwrap().into_bytes())
         .collect();
-    let largest = want
+    let nodes: Vec<usize> = want
         .iter()
         .map(|b| {
             sagessd_abi::subgraph::SubgraphView::parse(b)
@@ -91,17 +82,8 @@ fn a_hyperbatch_past_the_result_buffers_is_sampled_as_halves() {
                 .nodes()
                 .len()
         })
-        .max()
-        .unwrap();
-    let total: usize = want
-        .iter()
-        .map(|b| {
-            sagessd_abi::subgraph::SubgraphView::parse(b)
-                .unwrap()
-                .nodes()
-                .len()
-        })
-        .sum();
+        .collect();
+    let (largest, total) = (*nodes.iter().max().unwrap(), nodes.iter().sum::<usize>());
     // Room for any two minibatches, not for all eight.
     let mut hw = small_config();
     hw.firmware.max_subgraph_nodes = (2 * largest) as u32;

@@ -473,6 +473,39 @@ fn requests(batches: u32, batch_size: u32, node_count: u64) -> Vec<(u64, Vec<u64
         .collect()
 }
 
+/// The CSR of `graph` on a fresh device of `hw` that boots holding it (its flash computes it;
+/// attached, for a `mode` that samples in storage), a sampler of `mode` over it, the device's
+/// block size and the CSR's bytes on it, and the epoch's requests.
+fn on_csr(
+    hw: &HwConfig,
+    graph: &Arc<SyntheticGraph>,
+    sweep: &Sweep,
+    mode: HostIoMode,
+) -> anyhow::Result<(HostIoSampler, u64, u64, Vec<Request>)> {
+    let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
+    let mut device = Device::open(LocalTransport::new(ssd))?;
+    if mode.in_storage() {
+        device.attach_graph(&desc)?;
+    }
+    let lba_bytes = u64::from(device.info().block_size_bytes);
+    let csr_bytes = desc
+        .indptr
+        .block_count
+        .checked_add(desc.indices.block_count)
+        .and_then(|lbas| lbas.checked_mul(lba_bytes))
+        .ok_or_else(|| anyhow::anyhow!("experiment agnes: a CSR past 2^64 bytes"))?;
+    let sampler = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
+    let requests = requests(
+        sweep.epoch_minibatches,
+        sweep.batch_size,
+        graph.node_count(),
+    )
+    .into_iter()
+    .map(|(seed, targets)| Request { seed, targets })
+    .collect();
+    Ok((sampler, lba_bytes, csr_bytes, requests))
+}
+
 /// The epoch sampled by the host with `mode`'s small reads (direct I/O at queue depth 1, or
 /// io_uring batches) of the CSR graph on a fresh device of `hw` that boots holding it: what
 /// the storage-based trainers before AGNES do. Sampled a minibatch at a time, priced like
@@ -484,24 +517,7 @@ fn small_reads(
     reference: &SampledSubgraph,
     mode: HostIoMode,
 ) -> anyhow::Result<Point> {
-    let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
-    let device = Device::open(LocalTransport::new(ssd))?;
-    let lba_bytes = u64::from(device.info().block_size_bytes);
-    let layout_bytes = desc
-        .indptr
-        .block_count
-        .checked_add(desc.indices.block_count)
-        .and_then(|lbas| lbas.checked_mul(lba_bytes))
-        .ok_or_else(|| anyhow::anyhow!("experiment agnes: a CSR past 2^64 bytes"))?;
-    let mut s = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
-    let requests: Vec<Request> = requests(
-        sweep.epoch_minibatches,
-        sweep.batch_size,
-        graph.node_count(),
-    )
-    .into_iter()
-    .map(|(seed, targets)| Request { seed, targets })
-    .collect();
+    let (mut s, lba_bytes, layout_bytes, requests) = on_csr(hw, graph, sweep, mode)?;
     let mut first = true;
     let cost = extrapolated(
         &requests,
@@ -559,31 +575,13 @@ fn in_storage(
     reference: &SampledSubgraph,
     hyperbatch: usize,
 ) -> anyhow::Result<Point> {
-    let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
-    let mut device = Device::open(LocalTransport::new(ssd))?;
-    device.attach_graph(&desc)?;
-    let lba_bytes = u64::from(device.info().block_size_bytes);
-    let layout_bytes = desc
-        .indptr
-        .block_count
-        .checked_add(desc.indices.block_count)
-        .and_then(|lbas| lbas.checked_mul(lba_bytes))
-        .ok_or_else(|| anyhow::anyhow!("experiment agnes: a CSR past 2^64 bytes"))?;
     let mode = if hyperbatch > 1 {
         HostIoMode::IspHyperbatch
     } else {
         HostIoMode::Isp
     };
-    let mut s = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
+    let (mut s, _, layout_bytes, requests) = on_csr(hw, graph, sweep, mode)?;
     s.set_hyperbatch(hyperbatch);
-    let requests: Vec<Request> = requests(
-        sweep.epoch_minibatches,
-        sweep.batch_size,
-        graph.node_count(),
-    )
-    .into_iter()
-    .map(|(seed, targets)| Request { seed, targets })
-    .collect();
     let groups: Vec<&[Request]> = requests.chunks(hyperbatch.max(1)).collect();
     let page_bytes = u64::from(hw.nand.page_size_bytes);
     let mut first = true;
