@@ -1098,7 +1098,7 @@ mod tests {
         assert_eq!(
             info.limits,
             Some(NsLimits {
-                max_targets: 4096,
+                max_targets: 16_384,
                 max_fanout: 64,
                 max_minibatches: 16,
             })

@@ -1209,8 +1209,8 @@ mod tests {
             c.modes = modes;
             run(&c, None, &mut |_| {}).unwrap()
         };
-        use HostIoMode::{Async, Direct, Isp, Memory, Mmap};
-        let free = vec![Memory, Direct, Async, Isp];
+        use HostIoMode::{Async, Direct, Isp, IspHyperbatch, Memory, Mmap};
+        let free = vec![Memory, Direct, Async, Isp, IspHyperbatch];
         // The modes that bypass the page cache do not notice its size (a tiny cache against
         // one holding the graph); mmap does.
         let tiny = with_cache(8192, free.clone());
@@ -1260,19 +1260,27 @@ mod tests {
         })
         .unwrap();
         // Generation, the reference, then a load and a sampling phase per (workers, mode).
-        assert_eq!(phases.len(), 2 + 2 * 10, "{phases:?}");
-        assert_eq!(phases.last().unwrap(), "sampling (isp, 3 workers)");
+        assert_eq!(phases.len(), 2 + 2 * 12, "{phases:?}");
+        assert_eq!(
+            phases.last().unwrap(),
+            "sampling (isp-hyperbatch, 3 workers)"
+        );
         assert_eq!(last_progress, 6);
         let b = run(&small(), None, &mut |_| {}).unwrap();
         assert!(a.identical(), "{:?}", a.mismatch);
-        assert_eq!(a.results.len(), 10);
+        assert_eq!(a.results.len(), 12);
         assert_eq!(a.results, b.results);
         assert_eq!(a.render(), b.render());
         let text = a.render();
         assert!(
-            text.contains("samples identical: yes (6 minibatches × 10 runs"),
+            text.contains("samples identical: yes (6 minibatches × 12 runs"),
             "{text}"
         );
+        // Hyperbatches of three: an NS_SUBMIT each, a collect per minibatch, and a line
+        // against an NS_config each.
+        let hb = a.result(HostIoMode::IspHyperbatch, 1).unwrap();
+        assert_eq!(hb.commands, 2 + 6);
+        assert!(text.contains("ISP hyperbatches of 3, 1 worker: "), "{text}");
         assert!(text.contains(&format!("checksum {:#018x}", a.checksum)));
         for w in ["1 worker:", "3 workers:"] {
             assert!(
@@ -1433,6 +1441,12 @@ mod tests {
             // Beyond the device's limits (refused before any sampling).
             |c: &mut CompareConfig| c.batch_size = c.hw.firmware.max_targets + 1,
             |c: &mut CompareConfig| c.fanouts = vec![c.hw.firmware.max_fanout + 1],
+            |c: &mut CompareConfig| c.hyperbatch = 0,
+            |c: &mut CompareConfig| c.hyperbatch = usize::from(c.hw.firmware.max_minibatches) + 1,
+            |c: &mut CompareConfig| {
+                c.batch_size = c.hw.firmware.max_targets / 2;
+                c.hyperbatch = 3;
+            },
             // ISP on a device without it.
             |c: &mut CompareConfig| c.hw.firmware.isp = false,
         ] {
@@ -1456,7 +1470,8 @@ mod tests {
         assert_eq!(
             small().command_line(Some("x.toml")),
             "sagessd compare --graph rmat:10:8:3 --batches 6 --batch-size 64 \
-             --fanouts 5,5 --seed 11 --mode dram,mmap,direct,async,isp --workers 1,3 --config x.toml"
+             --fanouts 5,5 --seed 11 --mode dram,mmap,direct,async,isp,isp-hyperbatch \
+             --workers 1,3 --hyperbatch 3 --config x.toml"
         );
     }
 }

@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn a_plan_round_trips_and_bad_ones_are_refused() {
-        let plan = Plan {
+        let mut plan = Plan {
             geometry: Geometry {
                 channels: 8,
                 ways: 8,
@@ -185,6 +185,8 @@ mod tests {
                 ..FirmwareConfig::default()
             },
         };
+        // The plan carries no hyperbatch size: the image samples plain NS_configs.
+        plan.config.limits.max_minibatches = 1;
         let wire = plan.encode();
         assert_eq!(Plan::decode(wire.as_bytes()), Ok(plan));
         assert_eq!(Plan::decode(&wire.as_bytes()[..63]), Err(PlanError::Short));

@@ -56,9 +56,11 @@ In words: the arena is the sum of five parts.
   hash, 8 B x max_subgraph_edges for a layer's entries, and 3 x 8 B x
   max(2 x max_subgraph_nodes, max_subgraph_edges) for the page-sorted gathers. A board runs
   one lane.
-* Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets)
-  and its result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + 1)
-  (4 layers of local indptr) + 4 B x max_subgraph_edges (local indices).
+* Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets,
+  + 16 B x max_minibatches when hyperbatches are taken), 144 B of state per minibatch, and its
+  result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + max_minibatches)
+  (4 layers of local indptr) + 4 B x max_subgraph_edges (local indices). A hyperbatch's
+  minibatches share one job's result: it costs no more DRAM than one minibatch.
 * The parked Reads and Writes keep the state of each of their flash pages in command_pages:
   8 B x 64 command slots x 64 pages, 32 KiB whatever the configuration.
 max_fanout sizes nothing: it bounds the work; the subgraph limits bound the memory (a job whose
@@ -104,13 +106,14 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     writeln!(
         out,
         "firmware: page_buffer_pages {}, isp_slots {}, isp_lanes {} (from [cores]), max_targets \
-         {}, max_fanout {}, max_subgraph_nodes {}, max_subgraph_edges {}, max_transfer_bytes {}, \
-         over_provisioning_percent {}, block_size_bytes {}",
+         {}, max_fanout {}, max_minibatches {}, max_subgraph_nodes {}, max_subgraph_edges {}, \
+         max_transfer_bytes {}, over_provisioning_percent {}, block_size_bytes {}",
         f.page_buffer_pages,
         f.isp_slots,
         config.isp_lanes,
         f.max_targets,
         f.max_fanout,
+        f.max_minibatches,
         f.max_subgraph_nodes,
         f.max_subgraph_edges,
         f.max_transfer_bytes,
