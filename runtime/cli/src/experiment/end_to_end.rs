@@ -686,11 +686,11 @@ fn report(
         let _ = writeln!(
             r,
             "SmartSAGE(HW/SW) against SmartSAGE(SW), end to end: {}. With {} workers the host \
-             keeps {} direct reads in flight, while the firmware samples one NS_config at a time \
-             on one embedded core (the others wait in their sampling slots): Fig. 17's trend, \
-             stronger here. The oracle's Newport-class device runs the same one-job firmware on \
-             a faster core; the paper's oracle instead assumes one worker's speedup holds for \
-             every worker count.\n",
+             keeps {} direct reads in flight, while the firmware samples at most one NS_config \
+             per embedded core, each job bound by its core (the Cosmos+ time-shares its two A9s \
+             with the flash firmware, the Newport-class device has four A53 sampling lanes; the \
+             other jobs wait in their sampling slots): Fig. 17's trend, stronger here. The \
+             paper's oracle instead assumes one worker's speedup holds for every worker count.\n",
             over_sw.join(", "),
             sweep.workers,
             sweep.workers
