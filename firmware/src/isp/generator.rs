@@ -13,9 +13,9 @@
 //! A gather sorts its reads by logical page (`page << 29 | item` keys, an LSD radix sort on the
 //! page, stable so items of a page stay in order), so every page is read once per gather however
 //! many items, of however many minibatches, it serves, and consecutive pages, which the FTL
-//! striped over dies, are read in parallel. Two cursors walk the sorted keys: the *issuer* runs ahead pinning up to the lane's
-//! share of the window of pages in the page buffer (starting their flash reads), the *consumer*
-//! copies each item's value out as its page arrives. The passes after a gather run in item
+//! striped over dies, are read in parallel. Two cursors walk the sorted keys: the *issuer* runs
+//! ahead pinning up to the lane's share of the window of pages in the page buffer (starting
+//! their flash reads), the *consumer* copies each item's value out as its page arrives. The passes after a gather run in item
 //! order, so the output never depends on the order pages arrive in, nor on which lane runs the
 //! job or what the other lanes do; and a minibatch's passes read only its own items, so its
 //! subgraph is the same in a hyperbatch as alone.

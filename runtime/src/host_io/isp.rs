@@ -1,7 +1,7 @@
 //! A worker's in-storage sampling, in virtual time: the device samples, the host submits and
 //! collects ([`super::HostIoMode::Isp`]: one minibatch per `NS_SUBMIT`;
-//! [`super::HostIoMode::IspHyperbatch`]: a hyperbatch per `NS_SUBMIT`), each command one synchronous passthrough ioctl, and waits for
-//! a sampling slot when the device has none free.
+//! [`super::HostIoMode::IspHyperbatch`]: a hyperbatch per `NS_SUBMIT`), each command one
+//! synchronous passthrough ioctl, and waits for a sampling slot when the device has none free.
 
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_host_driver::{NAMESPACE_ID, ns};
