@@ -646,11 +646,7 @@ impl<T: Transport> Device<T> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<Vec<u8>, DriverError> {
-        if self.attached.and_then(|g| g.features).is_none() {
-            return Err(DriverError::InvalidArgument(
-                "the attached graph has no feature region".into(),
-            ));
-        }
+        self.require_feature_region()?;
         let (submit, mut config) = ns::ns_submit(seed, fanouts, targets)?;
         sagessd_abi::ns_config::request_features(&mut config);
         let cid = self.submit(IO_QUEUE, submit, config)?;
@@ -687,11 +683,7 @@ impl<T: Transport> Device<T> {
         requests: &[(u64, Vec<u64>)],
         depth: usize,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
-        if self.attached.and_then(|g| g.features).is_none() {
-            return Err(DriverError::InvalidArgument(
-                "the attached graph has no feature region".into(),
-            ));
-        }
+        self.require_feature_region()?;
         if self.use_tunnel {
             return Err(DriverError::InvalidArgument(
                 "feature gather goes through vendor commands, not the tunnel".into(),
@@ -716,14 +708,19 @@ impl<T: Transport> Device<T> {
         requests: &[(u64, Vec<u64>)],
         features: bool,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
-        let limits = self
+        if self.use_tunnel {
+            return Err(DriverError::InvalidArgument(
+                "hyperbatches go through vendor commands, not the tunnel".into(),
+            ));
+        }
+        if features {
+            self.require_feature_region()?;
+        }
+        // A device that reports no limits takes plain NS_configs only.
+        let (most_minibatches, most_targets) = self
             .info
             .limits
-            .unwrap_or(sagessd_abi::ns_config::NsLimits {
-                max_targets: u32::MAX,
-                max_fanout: u16::MAX,
-                max_minibatches: 1,
-            });
+            .map_or((1, u32::MAX), |l| (l.max_minibatches, l.max_targets));
         let mut out = Vec::with_capacity(requests.len());
         let mut rest = requests;
         while !rest.is_empty() {
@@ -732,10 +729,10 @@ impl<T: Transport> Device<T> {
             let mut targets = 0u64;
             let take = rest
                 .iter()
-                .take(usize::from(limits.max_minibatches.max(1)))
+                .take(usize::from(most_minibatches.max(1)))
                 .take_while(|(_, t)| {
                     targets += t.len() as u64;
-                    targets <= u64::from(limits.max_targets)
+                    targets <= u64::from(most_targets)
                 })
                 .count()
                 .max(1);
@@ -779,16 +776,6 @@ impl<T: Transport> Device<T> {
         requests: &[(u64, Vec<u64>)],
         features: bool,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
-        if self.use_tunnel {
-            return Err(DriverError::InvalidArgument(
-                "hyperbatches go through vendor commands, not the tunnel".into(),
-            ));
-        }
-        if features && self.attached.and_then(|g| g.features).is_none() {
-            return Err(DriverError::InvalidArgument(
-                "the attached graph has no feature region".into(),
-            ));
-        }
         let (submit, mut config) = ns::ns_submit_hyperbatch(fanouts, requests)?;
         if features {
             sagessd_abi::ns_config::request_features(&mut config);
@@ -817,6 +804,16 @@ impl<T: Transport> Device<T> {
             }
         }
         Ok(out)
+    }
+
+    /// An error unless the attached graph has a feature region (for in-storage feature gather).
+    fn require_feature_region(&self) -> Result<(), DriverError> {
+        match self.attached.and_then(|g| g.features) {
+            Some(_) => Ok(()),
+            None => Err(DriverError::InvalidArgument(
+                "the attached graph has no feature region".into(),
+            )),
+        }
     }
 
     /// [`Self::run_jobs`], discarding the device's jobs if it fails.

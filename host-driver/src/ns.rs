@@ -31,12 +31,12 @@ pub fn ns_submit(
 /// The `NS_SUBMIT` of a hyperbatch of `requests` ((seed, targets) minibatches with the same
 /// fanouts) and its NS_config payload. Refuses what cannot be encoded (as [`ns_submit`], and
 /// no minibatch or more than the format's 256); the device judges the rest.
-pub fn ns_submit_hyperbatch(
+pub fn ns_submit_hyperbatch<T: AsRef<[u64]>>(
     fanouts: &[u16],
-    requests: &[(u64, Vec<u64>)],
+    requests: &[(u64, T)],
 ) -> Result<(SubmissionEntry, Vec<u8>), DriverError> {
     check_fanouts(fanouts)?;
-    let targets = requests.iter().map(|(_, t)| t.len()).sum();
+    let targets = requests.iter().map(|(_, t)| t.as_ref().len()).sum();
     let mut config = vec![0u8; hyperbatch_size_bytes(requests.len(), targets)];
     let len = encode_hyperbatch(fanouts, requests, &mut config);
     submission(

@@ -153,8 +153,8 @@ impl Worker {
         // Hyperbatches still to sample, the next one last.
         let mut todo = vec![requests];
         while let Some(group) = todo.pop() {
-            let pairs: Vec<(u64, Vec<u64>)> =
-                group.iter().map(|r| (r.seed, r.targets.clone())).collect();
+            let pairs: Vec<(u64, &[u64])> =
+                group.iter().map(|r| (r.seed, &r.targets[..])).collect();
             let (submit, config) = ns::ns_submit_hyperbatch(fanouts, &pairs)?;
             let tag = self.submit_job(submit, config).await?;
             let mut subs = Vec::with_capacity(group.len());
