@@ -439,7 +439,7 @@ impl DramLayout {
                 slot.config,
                 "32 B + 8 B x max_targets (+ 16 B x max_minibatches if above 1): the NS_config",
             );
-            push(names[1], slot.minibatches, "144 B x max_minibatches");
+            push(names[1], slot.minibatches, "112 B x max_minibatches");
             push(names[2], slot.nodes, "8 B x max_subgraph_nodes");
             push(
                 names[3],
@@ -552,7 +552,7 @@ mod tests {
                 assert_eq!(find(&std::format!("lane{lane}.gather_keys")), 8 * 3000);
             }
             assert_eq!(find("slot0.config"), 32 + 8 * 100 + 16 * 4);
-            assert_eq!(find("slot0.minibatches"), 144 * 4);
+            assert_eq!(find("slot0.minibatches"), 112 * 4);
             assert_eq!(find("slot0.indptr"), 4 * 4 * 1004);
             assert_eq!(find("command_pages"), 8 * 64 * 64);
             let mut names: std::vec::Vec<_> = regions.iter().map(|r| r.name).collect();

@@ -399,7 +399,7 @@ impl Isp {
         for l in 0..usize::from(job.layer_count) {
             let row = regions.indptr.sub(
                 4 * state.indptr_row[l] as usize,
-                4 * (state.dst_count[l] as usize + 1),
+                4 * (state.nodes_through(l) as usize + 1),
             );
             host.dma_to_host(cmd, layout.indptr_offset(l), row.bytes(dram))?;
             let edges = regions.indices.sub(

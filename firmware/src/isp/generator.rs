@@ -125,12 +125,8 @@ impl Isp {
         } else {
             self.dedup_pass(lane, dram, backend, &run, m, &mut st, from, to)
         };
-        if to == end {
-            if sampling {
-                st.edge_count[run.layer] = run.layer_edges - st.edge_first;
-            } else {
-                st.src_count[run.layer] = st.node_count();
-            }
+        if to == end && sampling {
+            st.edge_count[run.layer] = run.layer_edges - st.edge_first;
         }
         // Stored even after a failure: the job's end clears the node table from it.
         st.store(states, dram, usize::from(m));
@@ -597,7 +593,6 @@ impl Isp {
             let job = &mut self.jobs[run.slot];
             st.indptr_row[run.layer] = job.indptr_words;
             job.indptr_words += dst_count + 1;
-            st.dst_count[run.layer] = dst_count;
             st.edge_first = run.layer_edges;
             st.edge_start[run.layer] = run.edge_base + run.layer_edges;
             indptr.set_u32(dram, st.indptr_row[run.layer] as usize, 0);

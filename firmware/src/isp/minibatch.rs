@@ -36,11 +36,8 @@ pub(crate) struct MinibatchState {
     pub indptr_row: [u32; MAX_LAYERS],
     /// Per layer: index of its first edge in the slot's `indices` region.
     pub edge_start: [u32; MAX_LAYERS],
-    /// Per layer: destinations, sources, sampled edges (the subgraph's [`LayerCounts`]).
-    pub dst_count: [u32; MAX_LAYERS],
-    /// See `dst_count`.
-    pub src_count: [u32; MAX_LAYERS],
-    /// See `dst_count`.
+    /// Per layer: sampled edges. (Its destinations are the nodes of phases `0..=l`, its
+    /// sources those of phases `0..=l + 1`: [`Self::layers`].)
     pub edge_count: [u32; MAX_LAYERS],
     /// Its first destination's index among the running layer's destinations, all minibatches
     /// together (item `2 ×` that is its first bounds item).
@@ -53,7 +50,7 @@ pub(crate) struct MinibatchState {
 /// Bytes of one [`MinibatchState`] in DRAM.
 pub(crate) const STATE_BYTES: usize = core::mem::size_of::<MinibatchState>();
 // The footprint report (`crate::dram`) states the size.
-const _: () = assert!(STATE_BYTES == 144);
+const _: () = assert!(STATE_BYTES == 112);
 
 impl MinibatchState {
     /// Minibatch `m`'s state in the slot's `minibatches` region.
@@ -109,13 +106,13 @@ impl MinibatchState {
         None
     }
 
-    /// The subgraph's counts of its first `layer_count` layers.
+    /// The subgraph's counts of its first `layer_count` layers (once they are sampled).
     pub fn layers(&self, layer_count: usize) -> [LayerCounts; MAX_LAYERS] {
         let mut out = [LayerCounts::default(); MAX_LAYERS];
         for (l, counts) in out.iter_mut().enumerate().take(layer_count) {
             *counts = LayerCounts {
-                dst_count: self.dst_count[l],
-                src_count: self.src_count[l],
+                dst_count: self.nodes_through(l),
+                src_count: self.nodes_through(l + 1),
                 edge_count: self.edge_count[l],
             };
         }

@@ -57,7 +57,7 @@ In words: the arena is the sum of five parts.
   max(2 x max_subgraph_nodes, max_subgraph_edges) for the page-sorted gathers. A board runs
   one lane.
 * Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets,
-  + 16 B x max_minibatches when hyperbatches are taken), 144 B of state per minibatch, and its
+  + 16 B x max_minibatches when hyperbatches are taken), 112 B of state per minibatch, and its
   result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + max_minibatches)
   (4 layers of local indptr) + 4 B x max_subgraph_edges (local indices). A hyperbatch's
   minibatches share one job's result: it costs no more DRAM than one minibatch.
