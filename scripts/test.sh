@@ -21,6 +21,7 @@ scripts/fuzz.sh --smoke 5
 # A stock Linux kernel in QEMU drives the emulator over NVMe/TCP, samples through passthrough
 # and trains on ISP-fed minibatches. The guest's sagessd is built without libtorch (feature
 # `train` off: the build a board or a guest without libtorch gets, and an initramfs of megabytes);
-# the training build is the one `cargo test` just made, its libtorch shared with the guest.
-cargo build --release -p sagessd --no-default-features
-tests/qemu/run.sh --train target/debug/sagessd target/release/sagessd
+# the training build is the one `cargo test` just made, its libtorch shared with the guest. The
+# build without libtorch has its own target folder, so target/release/sagessd still trains.
+cargo build --release -p sagessd --no-default-features --target-dir target/no-train
+tests/qemu/run.sh --train target/debug/sagessd target/no-train/release/sagessd

@@ -7,7 +7,7 @@
 #   tests/qemu/run.sh [--smoke] [--train TRAIN_BINARY] [SAGESSD_BINARY]
 #
 #   SAGESSD_BINARY  the host build of sagessd to test, without libtorch (default
-#                   ${CARGO_TARGET_DIR:-target}/release/sagessd); this script does not build it
+#                   target/no-train/release/sagessd); this script does not build it
 #   --train B       a build of sagessd with `train` (linking libtorch): the guest also trains a
 #                   GNN fed by in-storage sampling through /dev/ng0n1, and its loss curve must
 #                   match B's in-process run here (bit for bit but for the float rounding of a
@@ -68,11 +68,9 @@ for arg in "$@"; do
     esac
 done
 if [ -z "$binary" ]; then
-    target_dir="${CARGO_TARGET_DIR:-$root/target}"
-    case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
-    binary="$target_dir/release/sagessd"
+    binary="$root/target/no-train/release/sagessd"
 fi
-[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd --no-default-features)"
+[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd --no-default-features --target-dir target/no-train)"
 [ -z "$next_is_train" ] || die "--train needs a binary"
 if [ -n "$train_binary" ]; then
     [ -x "$train_binary" ] || die "$train_binary is not an executable"
@@ -148,7 +146,7 @@ ln -s mke2fs "$stage/sbin/mkfs.ext4"
 cp "$(command -v fio)" "$stage/bin/fio"
 copy_libs "$stage/bin/fio"
 case "$(ldd "$binary" 2>&1)" in
-    *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd --no-default-features" ;;
+    *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd --no-default-features --target-dir target/no-train" ;;
 esac
 strip --strip-debug -o "$stage/bin/sagessd" "$binary" # the debug info is most of a release build
 copy_libs "$stage/bin/sagessd"

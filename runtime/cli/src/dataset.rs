@@ -61,16 +61,16 @@ pub(crate) enum DatasetImportCommand {
     /// node_feat, node_label, train_idx/valid_idx/test_idx).
     Ogb(SnapImportArgs),
     /// Cora from the graphdatascience==2.2 wheel (scripts/setup.sh downloads it into
-    /// target/downloads/), or a folder with its two Parquet files.
+    /// target/downloads/, found from any folder), or a folder with its two Parquet files.
     Cora(CoraImportArgs),
 }
 
 /// Flags of `dataset import cora`.
 #[derive(Debug, Args)]
 pub(crate) struct CoraImportArgs {
-    /// The wheel or folder.
-    #[arg(default_value = "target/downloads/graphdatascience-2.2-py3-none-any.whl")]
-    input: PathBuf,
+    /// The wheel or folder. Without it, the wheel in `target/downloads/` of the working folder,
+    /// of the repository this sagessd was built in, or of a folder above the working folder.
+    input: Option<PathBuf>,
     /// Dataset folder to write.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -208,7 +208,11 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
             snap::import(&a.input, &a.out, a.symmetric)?
         }
         DatasetCommand::Import(DatasetImportCommand::Cora(a)) => {
-            sagessd_runtime::dataset::cora::import(&a.input, &a.out)?
+            let input = match a.input {
+                Some(input) => input,
+                None => sagessd_runtime::dataset::cora::find_wheel()?,
+            };
+            sagessd_runtime::dataset::cora::import(&input, &a.out)?
         }
         DatasetCommand::Import(DatasetImportCommand::Ogb(a)) => {
             sagessd_runtime::dataset::ogb::import(&a.input, &a.out, a.symmetric)?

@@ -103,6 +103,14 @@ enum Command {
     /// emulator the modelled epoch.
     #[cfg(feature = "train")]
     Train(Box<train::TrainArgs>),
+    /// Train a GNN: not in this build, which was made without the `train` feature (libtorch).
+    #[cfg(not(feature = "train"))]
+    #[command(disable_help_flag = true)]
+    Train {
+        /// Whatever flags were given: the command refuses before reading them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Flags of `ns-config`.
@@ -430,6 +438,12 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Sample(args) => sample::run_sample(args),
         #[cfg(feature = "train")]
         Command::Train(args) => train::run_train(*args),
+        #[cfg(not(feature = "train"))]
+        Command::Train { .. } => anyhow::bail!(
+            "this sagessd was built without the `train` feature, so it cannot train (it does not \
+             link libtorch): build it with its default features, `cargo build --release -p \
+             sagessd`, after scripts/setup.sh has installed libtorch"
+        ),
     }
 }
 

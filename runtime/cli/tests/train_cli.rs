@@ -175,6 +175,24 @@ fn cora_reaches_dgl_and_pyg_accuracy() {
     );
     let dir = scratch("cora");
     let d = dir.to_str().unwrap();
+    // Without a wheel named and from a folder outside the repository, the build finds its own.
+    let elsewhere = scratch("cora-cwd");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .current_dir(&elsewhere)
+        .args(["dataset", "import", "cora", "--out", d])
+        .output()
+        .expect("run sagessd");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&elsewhere);
+    // A wheel named that is not there is an error naming it.
+    let missing = sagessd(&["dataset", "import", "cora", "--out", d, "/nonexistent.whl"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent.whl"));
     ok(&["dataset", "import", "cora", "--out", d, wheel]);
     let mut report = Vec::new();
     for model in ["sage", "gcn", "gat"] {

@@ -1,39 +1,13 @@
 //! `sagessd validate host-compute`: the shipped `[host]` sampling costs are what this
 //! machine's host sampler measures today (instructions under valgrind's callgrind, repeatable),
 //! and a description whose cost is wrong is caught. The command measures the release build, so
-//! the test builds it first: `cargo build --release -p sagessd --no-default-features`, the same
-//! build the suite's QEMU guest uses (valgrind: `scripts/setup.sh` installs it).
+//! the test builds it first (`common::release_sagessd_without_train`), the same build the suite's
+//! QEMU guest uses (valgrind: `scripts/setup.sh` installs it).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
-
-/// Builds the release `sagessd` (without libtorch) and returns its path.
-fn release_sagessd() -> PathBuf {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "sagessd",
-            "--no-default-features",
-        ])
-        .status()
-        .expect("running cargo");
-    assert!(status.success(), "building the release sagessd failed");
-    // The test's own binary is target/debug/sagessd; the release one sits beside its folder.
-    let debug = PathBuf::from(env!("CARGO_BIN_EXE_sagessd"));
-    debug
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|t| t.join("release/sagessd"))
-        .expect("target folder")
-}
 
 /// Runs `validate host-compute --check --runs 1 ARGS` with `exe`; returns its exit success and
 /// stdout.
@@ -56,7 +30,7 @@ fn the_shipped_host_costs_are_current_and_a_wrong_one_is_caught() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("release build"));
 
-    let exe = release_sagessd();
+    let exe = common::release_sagessd_without_train();
     let (ok, stdout) = check(&exe, &[]);
     assert!(ok, "{stdout}");
     assert!(stdout.contains("OK: "), "{stdout}");
@@ -79,4 +53,19 @@ fn the_shipped_host_costs_are_current_and_a_wrong_one_is_caught() {
     assert!(fail.contains("host.edge_sampled_ns"), "{fail}");
     assert!(!fail.contains("host.node_ns"), "{fail}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_build_without_train_says_so_when_asked_to_train() {
+    let exe = common::release_sagessd_without_train();
+    let out = Command::new(&exe)
+        .args(["train", "--dataset", "cora", "--epochs", "1"])
+        .output()
+        .expect("running sagessd");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("built without the `train` feature"),
+        "{stderr}"
+    );
 }

@@ -26,6 +26,54 @@ use crate::rng::SplitMix64;
 
 use super::{Dataset, DatasetError, DatasetWriter, FORMAT_VERSION, Manifest, field_error};
 
+/// The wheel's file name, as `pip download --no-deps graphdatascience==2.2` saves it.
+pub const WHEEL: &str = "graphdatascience-2.2-py3-none-any.whl";
+
+/// The places [`find_wheel`] looks for [`WHEEL`], in order: `target/downloads/` (where
+/// `scripts/setup.sh` puts it) of the working folder and of every folder above the running
+/// program (a build in `<repo>/target/release/` finds `<repo>/target/downloads/`), then the
+/// folders above the working folder. Without duplicates.
+pub fn wheel_candidates(cwd: &Path, exe: Option<&Path>) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    let roots = std::iter::once(cwd)
+        .chain(exe.into_iter().flat_map(Path::ancestors).skip(1))
+        .chain(cwd.ancestors().skip(1));
+    for root in roots {
+        let path = root.join("target/downloads").join(WHEEL);
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// Finds Cora's wheel when no input is named (see [`wheel_candidates`]); the error lists where
+/// it looked and how to fetch the wheel.
+pub fn find_wheel() -> Result<std::path::PathBuf, DatasetError> {
+    let cwd = std::env::current_dir().map_err(|source| DatasetError::Io {
+        path: ".".into(),
+        source,
+    })?;
+    let exe = std::env::current_exe().ok();
+    let candidates = wheel_candidates(&cwd, exe.as_deref());
+    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+        return Ok(found.clone());
+    }
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    Err(DatasetError::Io {
+        path: WHEEL.into(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "not found in {}; fetch it with `python3 -m pip download --no-deps --dest DIR \
+                 graphdatascience==2.2` (scripts/setup.sh does, into target/downloads/) and \
+                 name it",
+                looked.join(", ")
+            ),
+        ),
+    })
+}
+
 const NODES: &str = "graphdatascience/resources/cora/cora_nodes.parquet.gzip";
 const RELS: &str = "graphdatascience/resources/cora/cora_rels.parquet.gzip";
 /// Training nodes per class, then validation and test nodes.
@@ -233,6 +281,28 @@ mod tests {
     fn wheel() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../target/downloads/graphdatascience-2.2-py3-none-any.whl")
+    }
+
+    #[test]
+    fn the_wheel_is_found_from_any_folder_below_or_beside_the_build() {
+        let exe = Path::new("/repo/target/release/sagessd");
+        let found = wheel_candidates(Path::new("/elsewhere/work"), Some(exe));
+        let at = |p: &str| found.iter().position(|c| c == Path::new(p));
+        let cwd = at("/elsewhere/work/target/downloads/graphdatascience-2.2-py3-none-any.whl");
+        let build = at("/repo/target/downloads/graphdatascience-2.2-py3-none-any.whl");
+        assert_eq!(cwd, Some(0), "{found:?}");
+        assert!(build.is_some(), "{found:?}");
+        // A subfolder of the repository finds the repository's downloads too.
+        let below = wheel_candidates(Path::new("/repo/docs/x"), None);
+        assert!(
+            below.contains(&"/repo/target/downloads/graphdatascience-2.2-py3-none-any.whl".into()),
+            "{below:?}"
+        );
+        // No folder is named twice.
+        let mut unique = found.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), found.len());
     }
 
     #[test]
