@@ -53,4 +53,4 @@ echo "   moves it into .bss: give the thread that calls it that much stack."
 echo
 
 echo "== DRAM arena (sagessd firmware footprint $*)"
-cargo run --quiet -p sagessd -- firmware footprint "$@"
+cargo run --quiet -p sagessd-cli -- firmware footprint "$@"

@@ -57,7 +57,7 @@ if [ ! -e "$venv/libtorch/lib/libtorch_cpu.so" ]; then
     ln -sfn "${site#"$PWD/$venv/"}/torch" "$venv/libtorch"
 fi
 
-# Training on CUDA (a GPU machine; `cargo build --release -p sagessd --features cuda`) needs the
+# Training on CUDA (a GPU machine; `cargo build --release -p sagessd-cli --features cuda`) needs the
 # CUDA libraries libtorch_cuda.so loads (cuBLAS, cuDNN, NCCL, …: the wheel's 2.7 GB of
 # dependencies): SAGESSD_CUDA=1 installs them into the same venv.
 if [ "${SAGESSD_CUDA:-0}" = 1 ]; then

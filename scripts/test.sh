@@ -23,5 +23,5 @@ scripts/fuzz.sh --smoke 5
 # `train` off: the build a board or a guest without libtorch gets, and an initramfs of megabytes);
 # the training build is the one `cargo test` just made, its libtorch shared with the guest. The
 # build without libtorch has its own target folder, so target/release/sagessd still trains.
-cargo build --release -p sagessd --no-default-features --target-dir target/no-train
+cargo build --release -p sagessd-cli --no-default-features --target-dir target/no-train
 tests/qemu/run.sh --train target/debug/sagessd target/no-train/release/sagessd

@@ -70,7 +70,7 @@ done
 if [ -z "$binary" ]; then
     binary="$root/target/no-train/release/sagessd"
 fi
-[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd --no-default-features --target-dir target/no-train)"
+[ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build --release -p sagessd-cli --no-default-features --target-dir target/no-train)"
 [ -z "$next_is_train" ] || die "--train needs a binary"
 if [ -n "$train_binary" ]; then
     [ -x "$train_binary" ] || die "$train_binary is not an executable"
@@ -146,7 +146,7 @@ ln -s mke2fs "$stage/sbin/mkfs.ext4"
 cp "$(command -v fio)" "$stage/bin/fio"
 copy_libs "$stage/bin/fio"
 case "$(ldd "$binary" 2>&1)" in
-    *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd --no-default-features --target-dir target/no-train" ;;
+    *libtorch*) die "$binary links libtorch (440 MB, too large for the guest's initramfs): build it with cargo build --release -p sagessd-cli --no-default-features --target-dir target/no-train" ;;
 esac
 strip --strip-debug -o "$stage/bin/sagessd" "$binary" # the debug info is most of a release build
 copy_libs "$stage/bin/sagessd"

@@ -485,7 +485,7 @@ pub(crate) fn run(args: HostComputeArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         !cfg!(debug_assertions),
         "validate host-compute measures the release build's sampler: run it from \
-         `cargo build --release -p sagessd` (target/release/sagessd)"
+         `cargo build --release -p sagessd-cli` (target/release/sagessd)"
     );
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     let hw = load_hw(args.config.as_ref())?;

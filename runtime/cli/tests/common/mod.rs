@@ -23,7 +23,7 @@ pub fn release_sagessd_without_train() -> PathBuf {
             "--quiet",
             "--release",
             "-p",
-            "sagessd",
+            "sagessd-cli",
             "--no-default-features",
         ])
         .args(["--target-dir", NO_TRAIN_TARGET_DIR])

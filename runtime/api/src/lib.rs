@@ -1,0 +1,25 @@
+//! sagessd as a library: the one way in for the CLI, the Python package and anyone else.
+//!
+//! Open a [`Dataset`], say where it is read ([`Storage`]: this machine's files, the in-process
+//! emulated SSD with a hardware description, an NVMe/TCP target or a Linux passthrough device),
+//! choose a sampler ([`SamplerKind`]: mmap, direct, io_uring, AGNES, AGNES hyperbatches, ISP,
+//! ISP hyperbatches) and a feature path ([`FeatureCache`]: the AGNES cache, the BGL FIFO, or
+//! none; in-storage sampling gathers in storage), and a [`Loader`] samples minibatches on a
+//! worker thread, ahead of whoever consumes them, and hands back [`Batch`]es (the node ids per
+//! layer, per-layer CSC blocks, feature rows and labels) with what the storage did
+//! ([`LoaderStats`]). [`pyg`] turns a batch into the arrays of PyG's `SamplerOutput`.
+//!
+//! Nothing here links libtorch: training is `sagessd-train`'s, on top.
+
+mod error;
+mod loader;
+pub mod pyg;
+mod storage;
+
+pub use error::Error;
+pub use loader::{Batch, Loader, LoaderSpec, LoaderStats};
+pub use sagessd_emulator::HwConfig;
+pub use sagessd_runtime::dataset::{Dataset, Split};
+pub use sagessd_runtime::registry::{CacheSettings, FeatureCache, SamplerKind};
+pub use sagessd_runtime::sampler::SampledSubgraph;
+pub use storage::Storage;
