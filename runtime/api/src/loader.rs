@@ -561,6 +561,16 @@ impl Worker {
     ) -> Result<(), Error> {
         let spec = self.spec.clone();
         let kind = spec.sampler;
+        // The device's own limits, named before anything is written to it.
+        if kind.in_storage()
+            && let Some(limits) = device.info().limits
+            && let Some(f) = spec.fanouts.iter().find(|&&f| f > limits.max_fanout)
+        {
+            return Err(Error::invalid(format!(
+                "fanout {f} is above the device's limit of {} (its Identify data)",
+                limits.max_fanout
+            )));
+        }
         let features = match spec.features {
             FeatureCache::None => None,
             _ => dataset.feature_rows()?,

@@ -210,7 +210,7 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
         DatasetCommand::Import(DatasetImportCommand::Cora(a)) => {
             let input = match a.input {
                 Some(input) => input,
-                None => sagessd_runtime::dataset::cora::find_wheel()?,
+                None => sagessd_runtime::dataset::cora::find_wheel(&[])?,
             };
             sagessd_runtime::dataset::cora::import(&input, &a.out)?
         }

@@ -30,13 +30,14 @@ use super::{Dataset, DatasetError, DatasetWriter, FORMAT_VERSION, Manifest, fiel
 pub const WHEEL: &str = "graphdatascience-2.2-py3-none-any.whl";
 
 /// The places [`find_wheel`] looks for [`WHEEL`], in order: `target/downloads/` (where
-/// `scripts/setup.sh` puts it) of the working folder and of every folder above the running
-/// program (a build in `<repo>/target/release/` finds `<repo>/target/downloads/`), then the
-/// folders above the working folder. Without duplicates.
-pub fn wheel_candidates(cwd: &Path, exe: Option<&Path>) -> Vec<std::path::PathBuf> {
+/// `scripts/setup.sh` puts it) of the working folder, of every folder above each of `anchors`
+/// (the running program: a build in `<repo>/target/release/` finds `<repo>/target/downloads/`;
+/// the Python package's module in the repository or its venv), then of the folders above the
+/// working folder. Without duplicates.
+pub fn wheel_candidates(cwd: &Path, anchors: &[&Path]) -> Vec<std::path::PathBuf> {
     let mut out: Vec<std::path::PathBuf> = Vec::new();
     let roots = std::iter::once(cwd)
-        .chain(exe.into_iter().flat_map(Path::ancestors).skip(1))
+        .chain(anchors.iter().flat_map(|a| a.ancestors().skip(1)))
         .chain(cwd.ancestors().skip(1));
     for root in roots {
         let path = root.join("target/downloads").join(WHEEL);
@@ -47,15 +48,21 @@ pub fn wheel_candidates(cwd: &Path, exe: Option<&Path>) -> Vec<std::path::PathBu
     out
 }
 
-/// Finds Cora's wheel when no input is named (see [`wheel_candidates`]); the error lists where
-/// it looked and how to fetch the wheel.
-pub fn find_wheel() -> Result<std::path::PathBuf, DatasetError> {
+/// Finds Cora's wheel when no input is named, from the working folder, the running program and
+/// `also` (see [`wheel_candidates`]); the error lists where it looked and how to fetch the
+/// wheel.
+pub fn find_wheel(also: &[&Path]) -> Result<std::path::PathBuf, DatasetError> {
     let cwd = std::env::current_dir().map_err(|source| DatasetError::Io {
         path: ".".into(),
         source,
     })?;
     let exe = std::env::current_exe().ok();
-    let candidates = wheel_candidates(&cwd, exe.as_deref());
+    let anchors: Vec<&Path> = exe
+        .as_deref()
+        .into_iter()
+        .chain(also.iter().copied())
+        .collect();
+    let candidates = wheel_candidates(&cwd, &anchors);
     if let Some(found) = candidates.iter().find(|p| p.is_file()) {
         return Ok(found.clone());
     }
@@ -286,14 +293,14 @@ mod tests {
     #[test]
     fn the_wheel_is_found_from_any_folder_below_or_beside_the_build() {
         let exe = Path::new("/repo/target/release/sagessd");
-        let found = wheel_candidates(Path::new("/elsewhere/work"), Some(exe));
+        let found = wheel_candidates(Path::new("/elsewhere/work"), &[exe]);
         let at = |p: &str| found.iter().position(|c| c == Path::new(p));
         let cwd = at("/elsewhere/work/target/downloads/graphdatascience-2.2-py3-none-any.whl");
         let build = at("/repo/target/downloads/graphdatascience-2.2-py3-none-any.whl");
         assert_eq!(cwd, Some(0), "{found:?}");
         assert!(build.is_some(), "{found:?}");
         // A subfolder of the repository finds the repository's downloads too.
-        let below = wheel_candidates(Path::new("/repo/docs/x"), None);
+        let below = wheel_candidates(Path::new("/repo/docs/x"), &[]);
         assert!(
             below.contains(&"/repo/target/downloads/graphdatascience-2.2-py3-none-any.whl".into()),
             "{below:?}"
