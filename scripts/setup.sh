@@ -39,29 +39,22 @@ if [ ${#missing[@]} -gt 0 ]; then
         --allow-downgrades "${packages[@]}" "qemu-utils/$codename"
 fi
 
-# --- 3. libtorch, for training (runtime/train) -----------------------------------------------
-# tch 0.26.0 builds against exactly torch 2.13.0. PyPI's wheel is a CUDA build; libtorch_cpu.so
-# needs only the CUDA runtime and CUPTI from it (found through its RUNPATH), so the wheel goes in
-# without its 2.7 GB of dependencies, plus those two. `import torch` does not work in this venv
-# (no cuDNN) and nothing here needs it. .venv-torch/libtorch points at the libtorch folder
+# --- 3. Python: libtorch for training (runtime/train), and the Python package's tests -------
+# One venv inside the repository. tch 0.26.0 builds against exactly torch 2.13.0: PyPI's wheel
+# (a CUDA build) with its dependencies (2.7 GB of CUDA libraries: `import torch` loads them even
+# on a CPU, and CUDA training needs them); .venv-torch/libtorch points at the libtorch folder
 # inside the wheel; .cargo/config.toml hands that path to torch-sys as LIBTORCH, and the crates
-# that link libtorch embed an rpath to its lib/ (their build.rs).
+# that link libtorch embed an rpath to its lib/ (their build.rs). For the Python package
+# (runtime/python, built with maturin) and its tests: PyG (pure Python), NumPy, pytest.
 venv=.venv-torch
-if [ ! -e "$venv/libtorch/lib/libtorch_cpu.so" ]; then
-    python3 -m venv "$venv"
-    # (the wheels cuda-toolkit[cudart,cupti]==13.0.3 names, without its resolver's complaints
-    # about the torch dependencies left out on purpose)
-    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps torch==2.13.0 \
-        nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+python_packages=(torch==2.13.0 torch_geometric==2.8.1 numpy==2.4.6 pytest==9.2.0 maturin==1.16.0)
+if [ ! -e "$venv/libtorch/lib/libtorch_cpu.so" ] ||
+    ! "$venv/bin/python" -c 'import torch, torch_geometric, numpy, pytest' 2>/dev/null ||
+    [ ! -x "$venv/bin/maturin" ]; then
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${python_packages[@]}"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     ln -sfn "${site#"$PWD/$venv/"}/torch" "$venv/libtorch"
-fi
-
-# Training on CUDA (a GPU machine; `cargo build --release -p sagessd-cli --features cuda`) needs the
-# CUDA libraries libtorch_cuda.so loads (cuBLAS, cuDNN, NCCL, …: the wheel's 2.7 GB of
-# dependencies): SAGESSD_CUDA=1 installs them into the same venv.
-if [ "${SAGESSD_CUDA:-0}" = 1 ]; then
-    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.13.0
 fi
 
 # --- 4. Cora -----------------------------------------------------------------------------------

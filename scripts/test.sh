@@ -15,6 +15,13 @@ firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.
 tests/board/run.sh
 cargo test --workspace
+# The Python package: built into the repository's venv (maturin, release), then its tests: every
+# sampler, the errors, the PyG loader against PyG's sampling semantics, and the PyG example's
+# accuracy (printed beside PyG's own NeighborLoader's where PyG has a sampling backend; -rs
+# prints each test skipped and why).
+VIRTUAL_ENV="$PWD/.venv-torch" .venv-torch/bin/maturin develop --quiet --release \
+    -m runtime/python/Cargo.toml
+.venv-torch/bin/python -m pytest -rs runtime/python/tests
 # Each libFuzzer target for a few seconds, coverage-guided from its corpus (which cargo test
 # has just replayed); a crash fails the suite.
 scripts/fuzz.sh --smoke 5

@@ -274,6 +274,36 @@ impl<'a> SubgraphView<'a> {
     /// Parses and fully validates a subgraph: header, prefix chaining between layers, total size,
     /// monotone `indptr` ending at the edge count, and every local index below its source count.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, SubgraphError> {
+        let view = Self::parse_layout(bytes)?;
+        for l in 0..view.layer_count() {
+            let layer = view.layer(l);
+            let mut prev = 0;
+            for p in layer.indptr.iter().map(|p| p.get()) {
+                if p < prev {
+                    return Err(SubgraphError::Inconsistent("indptr"));
+                }
+                prev = p;
+            }
+            if layer.indptr.first().map(|p| p.get()) != Some(0) || prev != layer.counts.edge_count {
+                return Err(SubgraphError::Inconsistent("indptr"));
+            }
+            if layer
+                .indices
+                .iter()
+                .any(|i| i.get() >= layer.counts.src_count)
+            {
+                return Err(SubgraphError::Inconsistent("indices"));
+            }
+        }
+        Ok(view)
+    }
+
+    /// Parses a subgraph's header and layer table and checks that they agree and that the bytes
+    /// hold every section, without reading the sections' elements: for bytes [`Self::parse`] has
+    /// already validated (a host keeps a subgraph it checked and views it again in O(layers)).
+    /// Every access of the view stays in bounds either way; only the local indices' ranges and
+    /// `indptr`'s order go unchecked.
+    pub fn parse_layout(bytes: &'a [u8]) -> Result<Self, SubgraphError> {
         let (header, rest) =
             SubgraphHeader::ref_from_prefix(bytes).map_err(|_| SubgraphError::Truncated)?;
         if header.magic != SUBGRAPH_MAGIC {
@@ -327,32 +357,11 @@ impl<'a> SubgraphView<'a> {
         if edges != Some(header.edge_count.get()) {
             return Err(SubgraphError::Inconsistent("edge_count"));
         }
-        let view = Self {
+        Ok(Self {
             header,
             layout,
             bytes,
-        };
-        for l in 0..layer_count {
-            let layer = view.layer(l);
-            let mut prev = 0;
-            for p in layer.indptr.iter().map(|p| p.get()) {
-                if p < prev {
-                    return Err(SubgraphError::Inconsistent("indptr"));
-                }
-                prev = p;
-            }
-            if layer.indptr.first().map(|p| p.get()) != Some(0) || prev != layer.counts.edge_count {
-                return Err(SubgraphError::Inconsistent("indptr"));
-            }
-            if layer
-                .indices
-                .iter()
-                .any(|i| i.get() >= layer.counts.src_count)
-            {
-                return Err(SubgraphError::Inconsistent("indices"));
-            }
-        }
-        Ok(view)
+        })
     }
 
     /// The feature section: each node's row, in node-list order (empty without features).
@@ -486,5 +495,29 @@ mod tests {
         for len in 0..good.len() {
             assert!(SubgraphView::parse(&good[..len]).is_err());
         }
+    }
+
+    #[test]
+    fn a_layout_parse_checks_the_sections_but_not_their_elements() {
+        let good = tiny();
+        let patched = |offset: usize, value: &[u8]| {
+            let mut b = good.clone();
+            b[offset..offset + value.len()].copy_from_slice(value);
+            b
+        };
+        // An index out of range and a decreasing indptr: only the full parse sees them.
+        for bad in [patched(48 + 24 + 12, &[3]), patched(48 + 24 + 4, &[4])] {
+            assert!(SubgraphView::parse(&bad).is_err());
+            assert!(SubgraphView::parse_layout(&bad).is_ok());
+        }
+        // The header, the layer table and the size: both do.
+        for bad in [patched(0, b"XGRF"), patched(8, &[4]), patched(16, &[99])] {
+            assert!(SubgraphView::parse_layout(&bad).is_err());
+        }
+        for len in 0..good.len() {
+            assert!(SubgraphView::parse_layout(&good[..len]).is_err());
+        }
+        let view = SubgraphView::parse_layout(&good).unwrap();
+        assert_eq!(view.as_bytes(), SubgraphView::parse(&good).unwrap().as_bytes());
     }
 }
