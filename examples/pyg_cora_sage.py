@@ -125,7 +125,7 @@ def main():
     if not backend:
         print("PyG NeighborLoader: NOT RUN: this PyG has no sampling backend (torch-sparse or "
               "pyg-lib; neither is on PyPI as a wheel for this torch). "
-              "scripts/pyg-backend.sh builds torch-sparse (~15 min).")
+              "scripts/pyg-backend.sh builds torch-sparse (~25 min).")
     return 0
 
 

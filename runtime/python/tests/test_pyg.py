@@ -155,8 +155,9 @@ def test_node_loader_batches_carry_the_datasets_rows(cora, kind, storage, featur
     loader = NodeLoader((fs, gs), node_sampler=sampler, input_nodes=train, batch_size=32,
                         shuffle=True, generator=torch.Generator().manual_seed(0))
     x, y = np.asarray(cora.features()), np.asarray(cora.labels())
-    seen = []
+    seen, batches = [], 0
     for batch in loader:
+        batches += 1
         ids = batch.n_id.numpy()
         assert batch.batch_size == len(batch.input_id) <= 32
         assert batch.edge_index.shape[0] == 2 and batch.x.dtype == torch.float32
@@ -164,6 +165,8 @@ def test_node_loader_batches_carry_the_datasets_rows(cora, kind, storage, featur
         assert np.array_equal(batch.y.numpy(), y[ids])
         seen += ids[:batch.batch_size].tolist()
     assert sorted(seen) == sorted(train.tolist())
+    # The rows the sampler gathered are the ones PyG got, for every minibatch.
+    assert fs.gathered_reads == (batches if features != "none" else 0)
     if features != "none":
         assert sampler.loader.stats()["feature_bytes"] > 0
 

@@ -19,6 +19,7 @@ other reads of ``x`` and ``y`` come from the dataset's files.
 
 from __future__ import annotations
 
+import warnings
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,6 +38,14 @@ def _dataset(ds) -> Dataset:
     return ds if isinstance(ds, Dataset) else Dataset(ds)
 
 
+def _shared(array: np.ndarray) -> torch.Tensor:
+    """A tensor over a read-only (memory-mapped) array, without a copy: the stores never write
+    to what they hand out, so torch's warning about non-writable arrays is silenced here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
+
+
 class FeatureStore(_PygFeatureStore):
     """The node features (``x``, as float32) and labels (``y``) of a dataset, read-only.
 
@@ -53,6 +62,9 @@ class FeatureStore(_PygFeatureStore):
         if self.dataset.has("labels"):
             self._attrs["y"] = self.dataset.labels()
         self._gathered: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        #: How many reads of ``x`` were served with rows a sampler gathered (the rest came from
+        #: the dataset's files).
+        self.gathered_reads = 0
 
     def _stash(self, node: torch.Tensor, x: torch.Tensor) -> None:
         """The rows a sampler gathered for the minibatch whose nodes are ``node``."""
@@ -74,6 +86,7 @@ class FeatureStore(_PygFeatureStore):
         index = attr.index
         if (attr.attr_name == "x" and self._gathered is not None and index is not None
                 and index is self._gathered[0]):
+            self.gathered_reads += 1
             return self._gathered[1]
         array = self._array(attr)
         if index is None:
@@ -82,7 +95,7 @@ class FeatureStore(_PygFeatureStore):
             if isinstance(index, torch.Tensor):
                 index = index.numpy()
             rows = array[np.asarray(index)]
-        tensor = torch.from_numpy(np.ascontiguousarray(rows))
+        tensor = _shared(np.ascontiguousarray(rows))
         return tensor.float() if attr.attr_name == "x" else tensor
 
     def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, ...]:
@@ -112,8 +125,8 @@ class GraphStore(_PygGraphStore):
         layout = str(getattr(edge_attr.layout, "value", edge_attr.layout))
         if layout not in self._layouts:
             raise KeyError(f"layout {layout}: this graph has {self._layouts}")
-        indptr = torch.from_numpy(np.asarray(self.dataset.indptr(), dtype=np.int64))
-        indices = torch.from_numpy(np.asarray(self.dataset.indices(), dtype=np.int64))
+        indptr = _shared(np.asarray(self.dataset.indptr(), dtype=np.int64))
+        indices = _shared(np.asarray(self.dataset.indices(), dtype=np.int64))
         return indptr, indices
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
