@@ -46,7 +46,7 @@ def train(ds, make_loader, full, seed, epochs):
     x, y, edge_index = full
     model = GraphSAGE(x.shape[1], 64, num_layers=2, out_channels=ds.num_classes, dropout=0.5)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    split = {k: torch.from_numpy(np.asarray(ds.split(k))) for k in ("train", "valid", "test")}
+    split = {k: torch.from_numpy(np.array(ds.split(k))) for k in ("train", "valid", "test")}
     loader = make_loader(split["train"], torch.Generator().manual_seed(seed))
     best_val = best_test = 0.0
     spent = 0.0

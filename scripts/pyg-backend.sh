@@ -18,4 +18,6 @@ for pkg in torch-scatter==2.1.2 torch-sparse==0.6.18; do
     fi
 done
 "$venv/bin/pip" install --quiet --no-deps target/wheels/torch_scatter-*.whl target/wheels/torch_sparse-*.whl
+# torch-sparse imports SciPy.
+"$venv/bin/pip" install --quiet --disable-pip-version-check scipy==1.17.1
 "$venv/bin/python" -c 'import torch_geometric.typing as t; assert t.WITH_TORCH_SPARSE; print("PyG sampling backend: torch-sparse")'

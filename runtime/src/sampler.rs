@@ -356,7 +356,10 @@ pub struct NodeIndex(FxHashMap<u64, u32>);
 impl NodeIndex {
     /// An index with room for `nodes` nodes.
     pub fn with_capacity(nodes: usize) -> Self {
-        Self(FxHashMap::with_capacity_and_hasher(nodes, Default::default()))
+        Self(FxHashMap::with_capacity_and_hasher(
+            nodes,
+            Default::default(),
+        ))
     }
 }
 

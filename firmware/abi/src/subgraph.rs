@@ -518,6 +518,9 @@ mod tests {
             assert!(SubgraphView::parse_layout(&good[..len]).is_err());
         }
         let view = SubgraphView::parse_layout(&good).unwrap();
-        assert_eq!(view.as_bytes(), SubgraphView::parse(&good).unwrap().as_bytes());
+        assert_eq!(
+            view.as_bytes(),
+            SubgraphView::parse(&good).unwrap().as_bytes()
+        );
     }
 }

@@ -13,11 +13,14 @@
 
 mod error;
 mod loader;
+mod placed;
 pub mod pyg;
+pub mod requests;
 mod storage;
 
 pub use error::Error;
-pub use loader::{Batch, Loader, LoaderSpec, LoaderStats};
+pub use loader::{Batch, Loader, LoaderInfo, LoaderSpec, LoaderStats, Request};
+pub use placed::{AnyDevice, FeatureSizing, PlacedDevice};
 pub use sagessd_emulator::HwConfig;
 pub use sagessd_runtime::dataset::{Dataset, Split};
 pub use sagessd_runtime::registry::{CacheSettings, FeatureCache, SamplerKind};

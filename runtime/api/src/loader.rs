@@ -12,21 +12,20 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use sagessd_emulator::HwConfig;
-use sagessd_host_driver::{Device, Transport};
 use sagessd_runtime::dataset::Dataset;
 use sagessd_runtime::npy::Dtype;
-use sagessd_runtime::ooc::features::FeatureFile;
+use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, IoStats, SharedDevice};
 use sagessd_runtime::registry::{
-    CacheSettings, FeatureCache, FeatureGatherer, FileSource, SamplerKind,
+    CacheSettings, FeatureCache, FeatureGatherer, FileSource, ISP_JOBS_IN_FLIGHT, SamplerKind,
 };
 use sagessd_runtime::sampler::{SampledSubgraph, Sampler, validate_request};
 
+use crate::placed::{FeatureSizing, PlacedDevice};
 use crate::{Error, Storage};
 
 /// One minibatch to sample: the sampling function's seed, and the target node ids.
-pub type Request = (u64, Vec<u64>);
+pub use sagessd_runtime::minibatch::Request;
 
 /// What a loader samples, where, and how it gathers features.
 #[derive(Clone, Debug)]
@@ -49,6 +48,8 @@ pub struct LoaderSpec {
     pub hyperbatch: usize,
     /// Minibatches the worker may sample ahead of the consumer.
     pub prefetch: usize,
+    /// AGNES hyperbatches on files read each hop's blocks ahead through io_uring.
+    pub read_ahead: bool,
     /// The most targets a minibatch will have: sizes the in-storage feature buffer of an
     /// emulated device.
     pub max_batch_size: u64,
@@ -74,6 +75,7 @@ impl LoaderSpec {
             graph_buffer_bytes: 64 << 20,
             hyperbatch: 8,
             prefetch: 8,
+            read_ahead: true,
             max_batch_size: 1024,
             labels: false,
         }
@@ -148,7 +150,7 @@ impl Batch {
 }
 
 /// What the storage did for a loader so far, cumulative.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LoaderStats {
     /// Minibatches handed back.
     pub minibatches: u64,
@@ -169,6 +171,13 @@ pub struct LoaderStats {
     pub host_ns: Option<u64>,
     /// This machine's wall clock spent sampling and gathering, in the worker.
     pub wall_ns: u64,
+    /// Of it, gathering feature rows on the host.
+    pub gather_wall_ns: u64,
+    /// The host samplers' graph I/O in detail (reads by size and hop, buffer hits, waits,
+    /// system calls, page faults).
+    pub graph_io: IoStats,
+    /// What the host's feature gatherer did (rows, cache hits, its I/O).
+    pub gather: GatherStats,
 }
 
 /// What a loader opened: for printing, and for reading its feature rows.
@@ -197,10 +206,47 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Opens the dataset in `dir` on `spec`'s storage and starts the worker; errors in the
-    /// options, the files, the device or the placement come back here.
+    /// Opens the dataset in `dir` on `spec`'s storage (writing it to the device first, for a
+    /// device) and starts the worker; errors in the options, the files, the device or the
+    /// placement come back here.
     pub fn open(dir: &Path, spec: LoaderSpec) -> Result<Self, Error> {
         spec.validate()?;
+        if !spec.storage.is_device() {
+            return Self::spawn(dir, spec, None);
+        }
+        let dataset = Dataset::open(dir)?;
+        let sizing = (spec.features != FeatureCache::None).then(|| FeatureSizing {
+            samplers: vec![spec.sampler],
+            hyperbatch: spec.hyperbatch,
+            max_batch_size: spec.max_batch_size,
+            fanouts: spec.fanouts.clone(),
+        });
+        let placed = PlacedDevice::place(
+            &dataset,
+            &spec.storage,
+            sizing.as_ref(),
+            spec.cache.block_bytes,
+        )?;
+        Self::spawn(dir, spec, Some(placed))
+    }
+
+    /// Opens a loader on a dataset already on a device ([`PlacedDevice::place`]d from the
+    /// dataset in `dir`); `spec`'s storage is that device's. Loaders on one device take turns
+    /// (each command holds it), so they are opened one after another.
+    pub fn on_device(
+        dir: &Path,
+        placed: &PlacedDevice,
+        mut spec: LoaderSpec,
+    ) -> Result<Self, Error> {
+        spec.storage = Storage::Device {
+            uri: placed.uri.clone(),
+            hardware: Box::new(placed.hardware.clone()),
+        };
+        spec.validate()?;
+        Self::spawn(dir, spec, Some(placed.clone()))
+    }
+
+    fn spawn(dir: &Path, spec: LoaderSpec, placed: Option<PlacedDevice>) -> Result<Self, Error> {
         let (opened_tx, opened_rx) = channel();
         let (jobs_tx, jobs_rx) = channel();
         let (batches_tx, batches_rx) = sync_channel(spec.prefetch);
@@ -208,6 +254,7 @@ impl Loader {
         let worker = Worker {
             dir: dir.to_owned(),
             spec,
+            placed,
             opened: Some(opened_tx),
             jobs: jobs_rx,
             batches: batches_tx,
@@ -288,7 +335,7 @@ impl Loader {
 
     /// What the storage did so far.
     pub fn stats(&self) -> LoaderStats {
-        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Why the worker is gone: its panic's message, if it panicked.
@@ -336,6 +383,7 @@ type Sampled = Vec<(SampledSubgraph, Option<Vec<u8>>)>;
 struct Worker {
     dir: PathBuf,
     spec: LoaderSpec,
+    placed: Option<PlacedDevice>,
     opened: Option<Sender<Result<LoaderInfo, Error>>>,
     jobs: Receiver<Vec<Request>>,
     batches: SyncSender<Result<Batch, Error>>,
@@ -345,14 +393,9 @@ struct Worker {
 impl Worker {
     fn run(mut self) {
         let result = match Dataset::open(&self.dir) {
-            Ok(dataset) => match self.spec.storage.clone() {
-                Storage::Files => self.on_files(&dataset),
-                Storage::Device { uri, hardware } => {
-                    self.sized_hardware(&dataset, *hardware).and_then(|hw| {
-                        let device = sagessd_host_driver::open_device(&uri, &hw)?;
-                        self.on_device(&dataset, device, &hw)
-                    })
-                }
+            Ok(dataset) => match self.placed.take() {
+                None => self.on_files(&dataset),
+                Some(placed) => self.on_device(&dataset, &placed),
             },
             Err(e) => Err(e.into()),
         };
@@ -401,7 +444,12 @@ impl Worker {
         {
             return Ok(());
         }
-        let group_size = self.spec.sampler.group_size(self.spec.hyperbatch);
+        // In-storage jobs are kept `ISP_JOBS_IN_FLIGHT` deep across a group as large as the
+        // minibatches sampled ahead (the pipeline drains only between groups).
+        let group_size = match self.spec.sampler {
+            SamplerKind::Isp => self.spec.prefetch.max(ISP_JOBS_IN_FLIGHT),
+            kind => kind.group_size(self.spec.hyperbatch),
+        };
         let node_count = info_node_count;
         while let Ok(requests) = self.jobs.recv() {
             for group in requests.chunks(group_size) {
@@ -427,7 +475,7 @@ impl Worker {
                     &valid[..]
                 };
                 let started = std::time::Instant::now();
-                let mut stats = *self.stats.lock().unwrap_or_else(|p| p.into_inner());
+                let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let result = if to_sample.is_empty() {
                     Ok(Vec::new())
                 } else {
@@ -500,7 +548,7 @@ impl Worker {
             graph: graph.as_ref(),
             layout: layout.as_ref(),
             buffer_bytes: spec.graph_buffer_bytes,
-            prefetch: true,
+            prefetch: spec.read_ahead,
         };
         let mut sampler = source.open(kind)?;
         let mut gatherer = match spec.features {
@@ -512,92 +560,55 @@ impl Worker {
         let labels = self.labels(dataset)?;
         self.serve(info, labels, |group, stats| {
             let subs = sampler.sample_many(&spec.fanouts, group)?;
-            let rows = gather(gatherer.as_mut(), &subs)?;
+            let rows = gather(gatherer.as_mut(), &subs, stats)?;
             let io = sampler.io();
             stats.reads = io.reads;
             stats.bytes_read = io.bytes_read;
-            stats.feature_reads = gatherer.as_ref().map_or(0, |g| g.stats().io.reads);
+            stats.graph_io = io;
             Ok(subs.into_iter().zip(rows).collect())
         })
     }
 
-    /// `hw` with an in-storage feature buffer that holds a job's rows, where it names none and
-    /// features are gathered (an emulated device boots with it; a real one has its own).
-    fn sized_hardware(&self, dataset: &Dataset, mut hw: HwConfig) -> Result<HwConfig, Error> {
-        let spec = &self.spec;
-        let shape = match spec.features {
-            FeatureCache::None => None,
-            _ => dataset.feature_shape()?,
-        };
-        if let Some((dim, dtype)) = shape
-            && hw.firmware.max_feature_bytes == 0
-        {
-            // In-storage hyperbatches gather their minibatches' rows into one job's buffer.
-            let minibatches = match spec.sampler {
-                SamplerKind::IspHyperbatch => spec
-                    .hyperbatch
-                    .min(usize::from(hw.firmware.max_minibatches)),
-                _ => 1,
-            };
-            hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
-                dataset.manifest.node_count,
-                hw.firmware.max_subgraph_nodes,
-                minibatches as u64,
-                spec.max_batch_size,
-                &spec.fanouts,
-                (dim * dtype.size_bytes()) as u64,
-            );
-        }
-        Ok(hw)
-    }
-
-    /// The samplers of a device: the dataset written to it, AGNES reading its blocks there,
-    /// in-storage sampling in its firmware.
-    fn on_device<T: Transport + Send>(
-        &mut self,
-        dataset: &Dataset,
-        mut device: Device<T>,
-        hw: &HwConfig,
-    ) -> Result<(), Error> {
+    /// The samplers of a device the dataset is on: AGNES reading its blocks there, in-storage
+    /// sampling in its firmware.
+    fn on_device(&mut self, dataset: &Dataset, placed: &PlacedDevice) -> Result<(), Error> {
         let spec = self.spec.clone();
         let kind = spec.sampler;
-        // The device's own limits, named before anything is written to it.
-        if kind.in_storage()
-            && let Some(limits) = device.info().limits
-            && let Some(f) = spec.fanouts.iter().find(|&&f| f > limits.max_fanout)
-        {
-            return Err(Error::invalid(format!(
-                "fanout {f} is above the device's limit of {} (its Identify data)",
-                limits.max_fanout
-            )));
-        }
-        let features = match spec.features {
-            FeatureCache::None => None,
-            _ => dataset.feature_rows()?,
+        let hw = &placed.hardware;
+        let region = placed
+            .placement
+            .graph
+            .features
+            .filter(|_| spec.features != FeatureCache::None);
+        let (t0, pages0, before) = {
+            let d = placed.lock()?;
+            // The device's own limits, named before anything is sampled.
+            if kind.in_storage()
+                && let Some(limits) = d.info().limits
+                && let Some(f) = spec.fanouts.iter().find(|&&f| f > limits.max_fanout)
+            {
+                return Err(Error::invalid(format!(
+                    "fanout {f} is above the device's limit of {} (its Identify data)",
+                    limits.max_fanout
+                )));
+            }
+            if kind.in_storage() && spec.features != FeatureCache::None && region.is_none() {
+                return Err(Error::invalid(
+                    "features asked of in-storage sampling, but the dataset was placed without \
+                     them",
+                ));
+            }
+            (
+                d.now_ns(),
+                d.device_counters().map(|c| c.nand_pages_read),
+                d.stats(),
+            )
         };
-        let n = dataset.manifest.node_count;
-        let graph = dataset.graph()?;
-        let (layout, _) = AgnesLayout::for_dataset(dataset, spec.cache.block_bytes)?;
-        let placed =
-            sagessd_runtime::placement::place(&mut device, &graph, features.as_ref(), &layout)
-                .map_err(|e| Error::Placement(e.to_string()))?;
-        drop(graph);
-        drop(features);
-        // Sampling starts cold: what the placement left in the device's caches is dropped,
-        // where the transport can.
-        device.transport_mut().drop_caches();
-        let region = placed.graph.features;
-        let t0 = device.now_ns();
-        let pages0 = device.device_counters().map(|c| c.nand_pages_read);
-        let before = device.stats();
-        let device = Mutex::new(device);
-        let held = || {
-            device
-                .lock()
-                .map_err(|_| Error::Worker("a reader of the device panicked".into()))
-        };
-        let mut block_device = SharedDevice::new(&device)?;
-        let mut feature_device = SharedDevice::new(&device)?;
+        let device = &*placed.device;
+        let held = || placed.lock();
+        let mut block_device = SharedDevice::new(device)?;
+        let mut feature_device = SharedDevice::new(device)?;
+        let n = placed.node_count;
         let mut gatherer = match region {
             Some(r) if !kind.in_storage() => FeatureGatherer::new(
                 spec.features,
@@ -608,10 +619,10 @@ impl Worker {
         };
         let mut agnes = match kind {
             SamplerKind::Agnes | SamplerKind::Hyperbatch => Some(AgnesSampler::on_device(
-                &layout,
+                &placed.layout,
                 spec.graph_buffer_bytes,
                 &mut block_device,
-                placed.layout_slba,
+                placed.placement.layout_slba,
             )?),
             _ => None,
         };
@@ -626,11 +637,11 @@ impl Worker {
                         .iter()
                         .map(|s| hw.host.sampling_ns(s.dst_node_count(), s.edge_count()))
                         .sum::<u64>();
-                    let rows = gather(gatherer.as_mut(), &subs)?;
+                    let rows = gather(gatherer.as_mut(), &subs, stats)?;
                     let io: IoStats = sampler.io_stats().clone();
                     stats.reads = io.reads;
                     stats.bytes_read = io.bytes_read;
-                    stats.feature_reads = gatherer.as_ref().map_or(0, |g| g.stats().io.reads);
+                    stats.graph_io = io;
                     subs.into_iter().zip(rows).collect()
                 }
                 None => {
@@ -639,9 +650,9 @@ impl Worker {
                     let out = if kind == SamplerKind::IspHyperbatch {
                         d.sample_hyperbatch(&spec.fanouts, group, with_features)?
                     } else if with_features {
-                        d.sample_many_with_features(&spec.fanouts, group, group.len())?
+                        d.sample_many_with_features(&spec.fanouts, group, ISP_JOBS_IN_FLIGHT)?
                     } else {
-                        d.sample_many(&spec.fanouts, group, group.len())?
+                        d.sample_many(&spec.fanouts, group, ISP_JOBS_IN_FLIGHT)?
                     };
                     let delta = d.stats().since(&before);
                     stats.reads = delta.commands;
@@ -672,13 +683,22 @@ impl Worker {
     }
 }
 
-/// The feature rows of `subs` (none without a gatherer).
+/// The feature rows of `subs` (none without a gatherer), with what the gathering did and its
+/// wall time added to `stats`.
 fn gather(
     gatherer: Option<&mut FeatureGatherer<'_>>,
     subs: &[SampledSubgraph],
+    stats: &mut LoaderStats,
 ) -> Result<Vec<Option<Vec<u8>>>, Error> {
     Ok(match gatherer {
-        Some(g) => g.gather(subs)?.into_iter().map(Some).collect(),
+        Some(g) => {
+            let started = std::time::Instant::now();
+            let rows = g.gather(subs)?;
+            stats.gather_wall_ns += started.elapsed().as_nanos() as u64;
+            stats.gather = g.stats().clone();
+            stats.feature_reads = stats.gather.io.reads;
+            rows.into_iter().map(Some).collect()
+        }
         None => vec![None; subs.len()],
     })
 }

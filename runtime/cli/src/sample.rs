@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 
 use sagessd_runtime::agreement::{Agreement, Verdict};
 use sagessd_runtime::minibatch::Order;
-use sagessd_runtime::registry::{FeatureCache, FeatureGatherer, SamplerKind};
+use sagessd_runtime::registry::{FeatureCache, SamplerKind};
 
 use crate::records::{FormatArgs, Output, Record};
 use crate::{hw_source, load_hw};
@@ -70,21 +69,13 @@ pub(crate) struct SampleArgs {
 
 /// `sample`: out-of-core samplers on real files, with their I/O.
 pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::compare::{human_bytes, minibatch_seed, minibatch_targets};
-    use sagessd_runtime::dataset::{Dataset, Split};
+    use sagessd_runtime::compare::human_bytes;
+    use sagessd_runtime::dataset::Dataset;
     use sagessd_runtime::ooc::AgnesLayout;
-    use sagessd_runtime::registry::FileSource;
-    use sagessd_runtime::sampler::SampledSubgraph;
 
     anyhow::ensure!(
         a.batch_size > 0 && a.batches > 0,
         "--batches and --batch-size must be ≥ 1"
-    );
-    anyhow::ensure!(
-        a.batch_stride > 0 && a.batch_offset < a.batch_stride,
-        "--batch-offset {} must be below --batch-stride {} (≥ 1)",
-        a.batch_offset,
-        a.batch_stride
     );
     // Bad flags are refused before any work.
     sagessd_runtime::sampler::validate_request(&a.fanouts, &[0], 1)?;
@@ -115,48 +106,8 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     }
     let dataset = Dataset::open(&a.dataset)?;
     let n = dataset.manifest.node_count;
-    let requests: Vec<(u64, Vec<u64>)> = match a.order {
-        Order::Random => (0..a.batches)
-            .map(|b| {
-                (
-                    minibatch_seed(a.seed, b),
-                    minibatch_targets(a.seed, b, a.batch_size, n),
-                )
-            })
-            .collect(),
-        Order::Bgl => {
-            let graph = dataset.graph()?;
-            let train = match dataset.split(Split::Train)? {
-                Some(ids) => ids,
-                None => (0..n).collect(),
-            };
-            let mut requests = sagessd_runtime::minibatch::epoch_requests(
-                Order::Bgl,
-                &train,
-                a.batch_size as usize,
-                a.seed,
-                0,
-                0,
-                Some(sagessd_runtime::sampler::HostGraph::Csr(&graph)),
-            )
-            .map_err(anyhow::Error::msg)?;
-            requests.truncate(a.batches as usize);
-            requests
-        }
-    };
-    let requests: Vec<(u64, Vec<u64>)> = requests
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| *i as u64 % u64::from(a.batch_stride) == u64::from(a.batch_offset))
-        .map(|(_, r)| r)
-        .collect();
-    anyhow::ensure!(
-        !requests.is_empty(),
-        "--batch-offset {} of --batch-stride {} selects none of the {} minibatches",
-        a.batch_offset,
-        a.batch_stride,
-        a.batches
-    );
+    let requests = sagessd::requests::in_order(&dataset, a.order, a.batches, a.batch_size, a.seed)?;
+    let requests = sagessd::requests::share(requests, a.batch_stride, a.batch_offset)?;
     let block_bytes = a.cache.block_bytes();
     let buffer_bytes = a.cache.buffer_bytes();
     if a.target.on_device {
@@ -171,7 +122,8 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     }
     let mut out = Output::new(a.output.format());
     let needs_layout = samplers.iter().any(|k| k.needs_layout());
-    let layout = if needs_layout {
+    if needs_layout {
+        // Written here, once, so that the note can say so; the loaders find it.
         let (layout, written) = AgnesLayout::for_dataset(&dataset, block_bytes)?;
         let bytes = layout.manifest.block_count * layout.manifest.block_bytes;
         out.note(format!(
@@ -185,10 +137,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
             human_bytes(buffer_bytes as u64),
             bytes as f64 / buffer_bytes as f64
         ));
-        Some(layout)
-    } else {
-        None
-    };
+    }
     out.note(format!(
         "dataset {}: {} nodes, {} CSR entries; {} minibatches of {} targets, fanouts {:?}",
         dataset.manifest.name,
@@ -198,25 +147,13 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         a.batch_size,
         a.fanouts
     ));
-    let graph = samplers
-        .contains(&Memory)
-        .then(|| dataset.graph())
-        .transpose()?;
+    if a.cache.features != FeatureCache::None && dataset.manifest.features.is_none() {
+        out.note("features: the dataset has none");
+    }
     // Subgraphs are checked by checksum and dropped as they come, so memory stays bounded by
     // the buffers and caches, not by the number of minibatches.
     let mut agreement = Agreement::default();
-    let mut gatherer = match a.cache.features {
-        FeatureCache::None => None,
-        _ if dataset.manifest.features.is_none() => {
-            out.note("features: the dataset has none");
-            None
-        }
-        kind => FeatureGatherer::new(
-            kind,
-            sagessd_runtime::ooc::features::FeatureFile::open(&dataset)?,
-            a.cache.settings(),
-        ),
-    };
+    let mut gathered: Option<(sagessd_runtime::ooc::features::GatherStats, f64)> = None;
     out.text(format!(
         "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10} {:>10} {:>10}\n",
         "sampler",
@@ -234,40 +171,49 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     // The largest set of subgraphs (and their features) alive at once: a minibatch's, or a
     // hyperbatch's; and what it was.
     let mut peak_output: (u64, String) = (0, "nothing".into());
-    let source = FileSource {
-        dataset: &dataset,
-        graph: graph.as_ref(),
-        layout: layout.as_ref(),
-        buffer_bytes,
-        prefetch: !a.no_prefetch,
-    };
     for (k, &kind) in samplers.iter().enumerate() {
         let name = kind.name();
-        let started = std::time::Instant::now();
-        let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
-        let mut gather_s = 0.0;
-        let mut sampler = source.open(kind)?;
-        // Each group is one minibatch, or one hyperbatch; its subgraphs are alive together
-        // (with their features, for the first sampler, which also gathers them) until the
-        // next group, and are checked by checksum and dropped.
-        for group in requests.chunks(kind.group_size(a.hyperbatch)) {
-            let subs: Vec<SampledSubgraph> = sampler.sample_many(&a.fanouts, group)?;
-            let mut bytes: u64 = subs.iter().map(|s| s.as_bytes().len() as u64).sum();
-            let mut with = "";
-            if let Some(g) = gatherer.as_mut().filter(|_| k == 0) {
-                let t = std::time::Instant::now();
-                bytes += g.gather(&subs)?.iter().map(|r| r.len() as u64).sum::<u64>();
-                gather_s += t.elapsed().as_secs_f64();
-                with = " and their features";
-            }
-            if bytes > peak_output.0 {
-                peak_output = (bytes, format!("{name}: {} subgraph(s){with}", subs.len()));
-            }
-            sums.extend(subs.iter().map(SampledSubgraph::checksum));
+        let group = kind.group_size(a.hyperbatch);
+        let mut spec = loader_spec(&a, kind);
+        // The first sampler also gathers the features.
+        if k > 0 || dataset.manifest.features.is_none() {
+            spec.features = FeatureCache::None;
         }
-        let io = sampler.io();
-        drop(sampler);
-        let wall = started.elapsed().as_secs_f64() - gather_s;
+        let with = if spec.features == FeatureCache::None {
+            ""
+        } else {
+            " and their features"
+        };
+        let mut loader = sagessd::Loader::open(&a.dataset, spec)?;
+        loader.submit(requests.clone())?;
+        let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
+        // Each group is one minibatch, or one hyperbatch; its subgraphs are alive together
+        // (with their features, for the first sampler) until the next group.
+        let mut group_bytes = (0u64, 0usize);
+        for batch in loader.by_ref() {
+            let batch = batch?;
+            group_bytes.0 += batch.subgraph.as_bytes().len() as u64
+                + batch.features.as_ref().map_or(0, |f| f.len() as u64);
+            group_bytes.1 += 1;
+            if group_bytes.1 == group || sums.len() + 1 == requests.len() {
+                if group_bytes.0 > peak_output.0 {
+                    peak_output = (
+                        group_bytes.0,
+                        format!("{name}: {} subgraph(s){with}", group_bytes.1),
+                    );
+                }
+                group_bytes = (0, 0);
+            }
+            sums.push(batch.subgraph.checksum());
+        }
+        let stats = loader.stats();
+        drop(loader);
+        let gather_s = stats.gather_wall_ns as f64 / 1e9;
+        if !with.is_empty() {
+            gathered = Some((stats.gather.clone(), gather_s));
+        }
+        let io = stats.graph_io;
+        let wall = (stats.wall_ns - stats.gather_wall_ns) as f64 / 1e9;
         let io_wait_s = io.io_wait_ns as f64 / 1e9;
         let h = io.size_histogram;
         out.text(format!(
@@ -364,15 +310,13 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
                 }
             ));
         }
-        if k == 0
-            && let Some(g) = &gatherer
-        {
-            report_gather(&mut out, g, &a, gather_s)?;
+        if let Some((g, gather_s)) = gathered.as_ref().filter(|_| k == 0) {
+            report_gather(&mut out, g, &a, *gather_s)?;
         }
         agreement.check(name, sums);
     }
     let exit = report_agreement(&mut out, &agreement)?;
-    let feature_cache = if gatherer.is_some() {
+    let feature_cache = if gathered.is_some() {
         (a.cache.feature_cache as u64) << 20
     } else {
         0
@@ -398,6 +342,20 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     )?;
     out.finish()?;
     Ok(exit)
+}
+
+/// The loader of `kind` with the run's fanouts, AGNES layout, buffers and feature cache.
+fn loader_spec(a: &SampleArgs, kind: SamplerKind) -> sagessd::LoaderSpec {
+    let mut spec = sagessd::LoaderSpec::new(kind, &a.fanouts);
+    spec.features = a.cache.features;
+    spec.cache = a.cache.settings();
+    spec.graph_buffer_bytes = a.cache.buffer_bytes();
+    spec.hyperbatch = a.hyperbatch;
+    spec.read_ahead = !a.no_prefetch;
+    // One group (a hyperbatch, or in-storage jobs kept in flight together) sampled ahead.
+    spec.prefetch = kind.group_size(a.hyperbatch).max(1);
+    spec.max_batch_size = u64::from(a.batch_size);
+    spec
 }
 
 /// `head` with what a sampler's row ran: the dataset, the sampler and the workload.
@@ -453,54 +411,35 @@ fn run_sample_on_device(
     buffer_bytes: usize,
 ) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::compare::human_bytes;
-    use sagessd_runtime::ooc::features::FeatureFile;
-    use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, IoStats, SharedDevice};
     use sagessd_runtime::registry::minibatch_checksum;
-    use sagessd_runtime::sampler::{SampledSubgraph, Sampler};
     let mut out = Output::new(a.output.format());
-    let mut hw = load_hw(a.target.config.as_ref())?;
-    let features = match a.cache.features {
-        FeatureCache::None => None,
-        _ => {
-            let rows = dataset.feature_rows()?;
-            if rows.is_none() {
-                out.note("features: the dataset has none");
-            }
-            rows
-        }
+    let storage = sagessd::Storage::Device {
+        uri: a.target.device.clone(),
+        hardware: Box::new(load_hw(a.target.config.as_ref())?),
     };
-    let n = dataset.manifest.node_count;
-    if let Some(rows) = &features
-        && hw.firmware.max_feature_bytes == 0
-    {
-        // In-storage hyperbatches gather their minibatches' rows into one job's buffer.
-        let minibatches = if samplers.contains(&SamplerKind::IspHyperbatch) {
-            a.hyperbatch.min(usize::from(hw.firmware.max_minibatches))
-        } else {
-            1
-        };
-        hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
-            n,
-            hw.firmware.max_subgraph_nodes,
-            minibatches as u64,
-            u64::from(a.batch_size),
-            &a.fanouts,
-            rows.row_bytes() as u64,
-        );
-    }
-    let graph = dataset.graph()?;
-    let (layout, _) = AgnesLayout::for_dataset(dataset, block_bytes)?;
-    let mut device = sagessd_host_driver::open_device(&a.target.device, &hw)?;
-    let placed = sagessd_runtime::placement::place(&mut device, &graph, features.as_ref(), &layout)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    drop(graph);
-    drop(features);
-    let (desc, slba) = (placed.graph, placed.layout_slba);
+    let features = match a.cache.features {
+        FeatureCache::None => false,
+        _ if dataset.manifest.features.is_none() => {
+            out.note("features: the dataset has none");
+            false
+        }
+        _ => true,
+    };
+    let sizing = features.then(|| sagessd::FeatureSizing {
+        samplers: samplers.to_vec(),
+        hyperbatch: a.hyperbatch,
+        max_batch_size: u64::from(a.batch_size),
+        fanouts: a.fanouts.clone(),
+    });
+    let placed = sagessd::PlacedDevice::place(dataset, &storage, sizing.as_ref(), block_bytes)?;
+    let hw = placed.hardware();
+    let (desc, slba) = (placed.placement().graph, placed.placement().layout_slba);
+    let layout = placed.layout();
     // Each sampler starts with the device's caches dropped, where the transport can.
-    let cold = device.transport_mut().drop_caches();
+    let cold = placed.drop_caches()?;
     // An emulator models time; a real device (or a remote target) is timed by the wall clock,
     // host and device work together.
-    let modelled = device.now_ns().is_some();
+    let modelled = placed.lock()?.now_ns().is_some();
     let device_name = match a.target.device.endpoint {
         sagessd_host_driver::Endpoint::Local => hw.device.name.clone(),
         _ => a.target.device.to_string(),
@@ -515,7 +454,11 @@ fn run_sample_on_device(
                     hw_source(a.target.config.as_ref())
                 )
             }
-            _ => format!("{} (model {:?})", a.target.device, device.info().model),
+            _ => format!(
+                "{} (model {:?})",
+                a.target.device,
+                placed.lock()?.info().model
+            ),
         },
         desc.features.map_or(String::new(), |f| format!(
             ", features at LBA {} ({} bytes a row; {} cache {}{})",
@@ -552,121 +495,55 @@ fn run_sample_on_device(
         "host ms/mb",
         "total ms/mb"
     ));
-    let device = std::sync::Mutex::new(device);
-    let held = || {
-        device
-            .lock()
-            .map_err(|_| anyhow::anyhow!("a reader of the device panicked"))
-    };
-    let region = desc.features;
+    let region = desc.features.filter(|_| features);
     let mut agreement = Agreement::default();
     for &kind in samplers {
         let name = kind.name();
-        held()?.transport_mut().drop_caches();
-        let t0 = held()?.now_ns().unwrap_or(0);
+        placed.drop_caches()?;
         let wall = std::time::Instant::now();
-        let pages0 = held()?.device_counters().map(|c| c.nand_pages_read);
-        let commands0 = held()?.stats().commands;
-        // The host's own work, modelled with the [host] costs: each NVMe command a synchronous
-        // I/O (a block larger than MDTS takes several), and the sampling compute of each
-        // subgraph a host sampler built.
-        let mut host_ns = 0u64;
-        let mut feature_bytes = 0u64;
+        let mut spec = loader_spec(a, kind);
+        if !features {
+            spec.features = FeatureCache::None;
+        }
+        if kind == SamplerKind::Isp {
+            // Every minibatch's job in one pipeline, ISP_JOBS_IN_FLIGHT deep.
+            spec.prefetch = requests.len();
+        }
+        let mut loader = sagessd::Loader::on_device(&a.dataset, &placed, spec)?;
+        loader.submit(requests.to_vec())?;
         // Each minibatch's checksum: its subgraph's, folded with its features' when gathered.
-        let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
-        let mut host_built = |subs: &[SampledSubgraph],
-                              gatherer: &mut Option<FeatureGatherer<'_>>|
-         -> anyhow::Result<()> {
-            let rows = match gatherer {
-                Some(g) => g.gather(subs)?.into_iter().map(Some).collect(),
-                None => vec![None; subs.len()],
-            };
-            for (sub, r) in subs.iter().zip(rows) {
-                host_ns += host_sampling_ns(&hw, sub);
-                feature_bytes += r.as_ref().map_or(0, |r| r.len() as u64);
-                sums.push(minibatch_checksum(sub, r.as_deref()));
-            }
-            Ok(())
-        };
-        let mut block_device = SharedDevice::new(&device)?;
-        let mut feature_device = SharedDevice::new(&device)?;
-        let mut gatherer = match region {
-            Some(r) => FeatureGatherer::new(
-                a.cache.features,
-                FeatureFile::on_device(&mut feature_device, &r, n)?,
-                a.cache.settings(),
-            ),
-            None => None,
-        };
-        let io: IoStats = match kind {
-            SamplerKind::Agnes | SamplerKind::Hyperbatch => {
-                let mut s =
-                    AgnesSampler::on_device(&layout, buffer_bytes, &mut block_device, slba)?;
-                for group in requests.chunks(kind.group_size(a.hyperbatch)) {
-                    host_built(&s.sample_many(&a.fanouts, group)?, &mut gatherer)?;
+        let sums: Vec<u64> = loader
+            .by_ref()
+            .map(|b| b.map(|b| minibatch_checksum(&b.subgraph, b.features.as_deref())))
+            .collect::<Result<_, _>>()
+            .map_err(|e| match (kind, &e) {
+                (SamplerKind::Isp, sagessd::Error::Sampling(_) | sagessd::Error::Driver(_))
+                    if region.is_some() =>
+                {
+                    anyhow::Error::new(e).context(
+                        "in-storage feature gather: has the device's firmware a feature buffer ([firmware] max_feature_bytes in its hardware description, sagessd_config.max_feature_bytes on a board)? --features none samples without features",
+                    )
                 }
-                s.io_stats().clone()
-            }
-            SamplerKind::Isp | SamplerKind::IspHyperbatch => {
-                let mut d = held()?;
-                let before = d.stats();
-                let out = if kind == SamplerKind::IspHyperbatch {
-                    let mut all = Vec::with_capacity(requests.len());
-                    for group in requests.chunks(a.hyperbatch.max(1)) {
-                        all.extend(d.sample_hyperbatch(&a.fanouts, group, region.is_some())?);
-                    }
-                    all
-                } else if region.is_some() {
-                    d.sample_many_with_features(&a.fanouts, requests, 4)
-                        .context(
-                            "in-storage feature gather: has the device's firmware a feature buffer ([firmware] max_feature_bytes in its hardware description, sagessd_config.max_feature_bytes on a board)? --features none samples without features",
-                        )?
-                } else {
-                    d.sample_many(&a.fanouts, requests, 4)?
-                };
-                let delta = d.stats().since(&before);
-                drop(d);
-                for bytes in out {
-                    if region.is_some() {
-                        let (sub, rows) = SampledSubgraph::split_features(bytes)?;
-                        feature_bytes += rows.len() as u64;
-                        sums.push(minibatch_checksum(&sub, Some(&rows)));
-                    } else {
-                        sums.push(SampledSubgraph::from_bytes(bytes)?.checksum());
-                    }
-                }
-                // Its NVMe commands (NS_SUBMIT/NS_COLLECT, or Writes and Reads through the tunnel).
-                IoStats {
-                    reads: delta.commands,
-                    bytes_read: delta.c2h_bytes,
-                    ..IoStats::default()
-                }
-            }
-            other => anyhow::bail!("sampler {other} does not run on a device"),
-        };
-        let d = held()?;
-        host_ns += (d.stats().commands - commands0) * hw.host.sync_io_ns();
+                _ => anyhow::Error::new(e),
+            })?;
+        let stats = loader.stats();
+        drop(loader);
         let per_mb_ms = |ns: u64| ns as f64 / 1e6 / requests.len() as f64;
-        let pages = pages0
-            .zip(d.device_counters())
-            .map(|(p0, c)| c.nand_pages_read - p0);
+        let pages = stats.nand_pages_read;
+        let feature_bytes = stats.feature_bytes;
         // Modelled: the device's virtual time and the host's modelled work; otherwise only
         // the wall clock of both together.
-        let (device_ms, host_ms, total_ms) = if modelled {
-            let device_ns = d.now_ns().unwrap_or(0) - t0;
-            (
+        let (device_ms, host_ms, total_ms) = match (stats.device_ns, stats.host_ns) {
+            (Some(device_ns), Some(host_ns)) if modelled => (
                 Some(per_mb_ms(device_ns)),
                 Some(per_mb_ms(host_ns)),
                 per_mb_ms(device_ns + host_ns),
-            )
-        } else {
-            (None, None, per_mb_ms(wall.elapsed().as_nanos() as u64))
+            ),
+            _ => (None, None, per_mb_ms(wall.elapsed().as_nanos() as u64)),
         };
         // The host's feature reads (ISP's come within its own commands).
-        let feature_reads = gatherer
-            .as_ref()
-            .filter(|_| !kind.in_storage())
-            .map(|g| g.stats().io.reads);
+        let feature_reads = (region.is_some() && !kind.in_storage()).then_some(stats.feature_reads);
+        let io = stats;
         let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         out.text(format!(
             "{:<15} {:>10} {:>12} {:>12} {:>14} {:>10} {:>14} {:>12} {:>13}\n",
@@ -744,12 +621,11 @@ fn report_agreement(out: &mut Output, agreement: &Agreement) -> anyhow::Result<E
 /// `sample.features` record.
 fn report_gather(
     out: &mut Output,
-    g: &FeatureGatherer<'_>,
+    stats: &sagessd_runtime::ooc::features::GatherStats,
     a: &SampleArgs,
     wall_s: f64,
 ) -> anyhow::Result<()> {
     use sagessd_runtime::compare::human_bytes;
-    let stats = g.stats();
     let cache_bytes = (a.cache.feature_cache as u64) << 20;
     out.text(format!(
         "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)\n",
