@@ -350,16 +350,63 @@ pub fn build_subgraph<S: NeighbourSource + ?Sized>(
 /// Where a subgraph keeps the local id of each node it has interned: a hash map that a sampler
 /// hands from one minibatch to the next, emptied but keeping its capacity, so that after the
 /// first minibatch it no longer grows (rehashing was a tenth of the in-memory sampler's time).
-#[derive(Debug, Default)]
-pub struct NodeIndex(FxHashMap<u64, u32>);
+/// Keyed by 32-bit ids where the graph's ids fit (half the entry, twice the entries a cache
+/// line holds).
+#[derive(Debug)]
+pub enum NodeIndex {
+    /// For graphs of at most 2^32 nodes.
+    Narrow(FxHashMap<u32, u32>),
+    /// For larger graphs.
+    Wide(FxHashMap<u64, u32>),
+}
+
+impl Default for NodeIndex {
+    fn default() -> Self {
+        Self::Narrow(FxHashMap::default())
+    }
+}
 
 impl NodeIndex {
-    /// An index with room for `nodes` nodes.
-    pub fn with_capacity(nodes: usize) -> Self {
-        Self(FxHashMap::with_capacity_and_hasher(
-            nodes,
-            Default::default(),
-        ))
+    /// An index for a graph of `node_count` nodes with room for `nodes` of them.
+    pub fn with_capacity(node_count: u64, nodes: usize) -> Self {
+        if node_count <= 1 << 32 {
+            Self::Narrow(FxHashMap::with_capacity_and_hasher(
+                nodes,
+                Default::default(),
+            ))
+        } else {
+            Self::Wide(FxHashMap::with_capacity_and_hasher(
+                nodes,
+                Default::default(),
+            ))
+        }
+    }
+
+    /// Empties it for a minibatch of a graph of `node_count` nodes.
+    fn reset(&mut self, node_count: u64) {
+        match self {
+            Self::Narrow(_) if node_count > 1 << 32 => *self = Self::with_capacity(node_count, 0),
+            Self::Narrow(map) => map.clear(),
+            Self::Wide(map) => map.clear(),
+        }
+    }
+}
+
+/// `key`'s local id in `map`, interning `id` as the next of `nodes` if new.
+#[inline(always)]
+fn intern_in<K: std::hash::Hash + Eq>(
+    map: &mut FxHashMap<K, u32>,
+    key: K,
+    id: u64,
+    nodes: &mut Vec<u64>,
+) -> Result<u32, SamplerError> {
+    match map.entry(key) {
+        Entry::Occupied(e) => Ok(*e.get()),
+        Entry::Vacant(e) => {
+            let i = u32::try_from(nodes.len()).map_err(|_| too_big())?;
+            nodes.push(id);
+            Ok(*e.insert(i))
+        }
     }
 }
 
@@ -396,6 +443,7 @@ impl SubgraphBuilder {
     ) -> Result<Self, SamplerError> {
         // Room for the targets and their first hop without rehashing.
         let index = NodeIndex::with_capacity(
+            node_count,
             targets.len() * (1 + usize::from(fanouts.first().copied().unwrap_or(0))),
         );
         Self::with_index(node_count, seed, fanouts, targets, index)
@@ -411,7 +459,7 @@ impl SubgraphBuilder {
         mut index: NodeIndex,
     ) -> Result<Self, SamplerError> {
         validate_request(fanouts, targets, node_count)?;
-        index.0.clear();
+        index.reset(node_count);
         let mut b = Self {
             node_count,
             seed,
@@ -431,13 +479,10 @@ impl SubgraphBuilder {
 
     #[inline(always)]
     fn intern(&mut self, id: u64) -> Result<u32, SamplerError> {
-        match self.place.0.entry(id) {
-            Entry::Occupied(e) => Ok(*e.get()),
-            Entry::Vacant(e) => {
-                let i = u32::try_from(self.nodes.len()).map_err(|_| too_big())?;
-                self.nodes.push(id);
-                Ok(*e.insert(i))
-            }
+        match &mut self.place {
+            // Every id is below the node count (checked), so it fits a narrow index's key.
+            NodeIndex::Narrow(map) => intern_in(map, id as u32, id, &mut self.nodes),
+            NodeIndex::Wide(map) => intern_in(map, id, id, &mut self.nodes),
         }
     }
 
@@ -459,7 +504,7 @@ impl SubgraphBuilder {
                 ranges.len()
             )));
         }
-        let mut positions: Vec<u64> = Vec::new();
+        let mut positions: Vec<u64> = Vec::with_capacity(dst_count * usize::from(fanout));
         let mut indptr: Vec<u32> = Vec::with_capacity(dst_count + 1);
         indptr.push(0);
         for (&v, r) in self.nodes[..dst_count].iter().zip(ranges) {

@@ -225,6 +225,7 @@ struct Loader {
     description: String,
     feature_dim: usize,
     feature_dtype: Option<&'static str>,
+    feature_row_bytes: usize,
 }
 
 fn parse_kind(name: &str) -> PyResult<SamplerKind> {
@@ -366,6 +367,7 @@ impl Loader {
             description: info.description,
             feature_dim: info.feature_dim,
             feature_dtype: info.feature_dtype.map(dtype_name),
+            feature_row_bytes: info.feature_dtype.map_or(0, |d| d.size_bytes()) * info.feature_dim,
             inner: Mutex::new(inner),
         })
     }
@@ -438,11 +440,7 @@ impl Loader {
         targets: PyReadonlyArray1<'_, i64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let targets = targets_of(targets)?;
-        let row_bytes = self.feature_dim
-            * match self.feature_dtype {
-                Some("float16") => 2,
-                _ => 4,
-            };
+        let row_bytes = self.feature_row_bytes;
         let (out, rows) = py.detach(|| {
             let batch = self.lock()?.sample(seed, targets).map_err(py_err)?;
             let out = sagessd::pyg::to_pyg(&batch.subgraph);
