@@ -34,6 +34,23 @@ pub enum SamplerKind {
 }
 
 impl SamplerKind {
+    /// Every sampler, in the order the help lists them.
+    pub const ALL: [Self; 8] = [
+        Self::Memory,
+        Self::Mmap,
+        Self::Direct,
+        Self::Uring,
+        Self::Agnes,
+        Self::Hyperbatch,
+        Self::Isp,
+        Self::IspHyperbatch,
+    ];
+
+    /// The sampler named `name` (as [`Self::name`] spells it).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {

@@ -19,7 +19,7 @@ pub mod requests;
 mod storage;
 
 pub use error::Error;
-pub use loader::{Batch, Loader, LoaderInfo, LoaderSpec, LoaderStats, Request};
+pub use loader::{Batch, Loader, LoaderInfo, LoaderSpec, LoaderStats, MAX_AHEAD, Request};
 pub use placed::{AnyDevice, FeatureSizing, PlacedDevice};
 pub use sagessd_emulator::HwConfig;
 pub use sagessd_runtime::dataset::{Dataset, Split};

@@ -27,6 +27,9 @@ use crate::{Error, Storage};
 /// One minibatch to sample: the sampling function's seed, and the target node ids.
 pub use sagessd_runtime::minibatch::Request;
 
+/// The most minibatches a loader samples ahead, or groups into a hyperbatch.
+pub const MAX_AHEAD: usize = 4096;
+
 /// What a loader samples, where, and how it gathers features.
 #[derive(Clone, Debug)]
 pub struct LoaderSpec {
@@ -109,13 +112,14 @@ impl LoaderSpec {
                 self.graph_buffer_bytes
             )));
         }
-        for (value, what) in [
-            (self.hyperbatch, "hyperbatch"),
-            (self.prefetch, "prefetch"),
-            (self.max_batch_size as usize, "max_batch_size"),
+        // The channel of minibatches sampled ahead is allocated whole: its depth is bounded.
+        for (value, most, what) in [
+            (self.hyperbatch as u64, MAX_AHEAD as u64, "hyperbatch"),
+            (self.prefetch as u64, MAX_AHEAD as u64, "prefetch"),
+            (self.max_batch_size, u64::from(u32::MAX), "max_batch_size"),
         ] {
-            if value == 0 {
-                return Err(Error::invalid(format!("{what} must be at least 1")));
+            if !(1..=most).contains(&value) {
+                return Err(Error::invalid(format!("{what} {value}: 1..={most}")));
             }
         }
         Ok(())
@@ -405,9 +409,11 @@ impl Worker {
         }
     }
 
-    fn info(&self, dataset: &Dataset) -> Result<LoaderInfo, Error> {
+    /// What the loader opened; `features`: whether its batches carry feature rows.
+    fn info(&self, dataset: &Dataset, features: bool) -> Result<LoaderInfo, Error> {
         let shape = match self.spec.features {
             FeatureCache::None => None,
+            _ if !features => None,
             _ => dataset.feature_shape()?,
         };
         Ok(LoaderInfo {
@@ -439,6 +445,7 @@ impl Worker {
         mut sample: impl FnMut(&[Request], &mut LoaderStats) -> Result<Sampled, Error>,
     ) -> Result<(), Error> {
         let info_node_count = info.node_count;
+        let sized_for_batch = self.spec.sampler.in_storage() && info.feature_dim > 0;
         if let Some(opened) = self.opened.take()
             && opened.send(Ok(info)).is_err()
         {
@@ -458,8 +465,17 @@ impl Worker {
                 let checks: Vec<Result<(), Error>> = group
                     .iter()
                     .map(|(_, targets)| {
-                        validate_request(&self.spec.fanouts, targets, node_count)
-                            .map_err(Error::from)
+                        validate_request(&self.spec.fanouts, targets, node_count)?;
+                        // An in-storage feature buffer holds max_batch_size targets' rows.
+                        if sized_for_batch && targets.len() as u64 > self.spec.max_batch_size {
+                            return Err(Error::invalid(format!(
+                                "{} targets: the device's feature buffer was sized for \
+                                 max_batch_size {}",
+                                targets.len(),
+                                self.spec.max_batch_size
+                            )));
+                        }
+                        Ok(())
                     })
                     .collect();
                 let valid: Vec<Request>;
@@ -504,7 +520,12 @@ impl Worker {
                                 subgraph,
                                 features: rows,
                             })
-                            .ok_or_else(|| Error::Worker("a minibatch did not come back".into())),
+                            .ok_or_else(|| {
+                                Error::Sampling(
+                                    "the sampler returned fewer minibatches than it was given"
+                                        .into(),
+                                )
+                            }),
                         // Each minibatch of a failed group is that failure, so that the
                         // consumer takes as many results as it submitted.
                         Err(text) => Err(Error::Sampling(text.clone())),
@@ -556,7 +577,7 @@ impl Worker {
             _ if dataset.manifest.features.is_none() => None,
             cache => FeatureGatherer::new(cache, FeatureFile::open(dataset)?, spec.cache),
         };
-        let info = self.info(dataset)?;
+        let info = self.info(dataset, gatherer.is_some())?;
         let labels = self.labels(dataset)?;
         self.serve(info, labels, |group, stats| {
             let subs = sampler.sample_many(&spec.fanouts, group)?;
@@ -592,12 +613,6 @@ impl Worker {
                     limits.max_fanout
                 )));
             }
-            if kind.in_storage() && spec.features != FeatureCache::None && region.is_none() {
-                return Err(Error::invalid(
-                    "features asked of in-storage sampling, but the dataset was placed without \
-                     them",
-                ));
-            }
             (
                 d.now_ns(),
                 d.device_counters().map(|c| c.nand_pages_read),
@@ -626,7 +641,7 @@ impl Worker {
             )?),
             _ => None,
         };
-        let info = self.info(dataset)?;
+        let info = self.info(dataset, region.is_some())?;
         let labels = self.labels(dataset)?;
         let mut host_built_ns = 0u64;
         self.serve(info, labels, |group, stats| {
@@ -661,6 +676,14 @@ impl Worker {
                         .map(|bytes| {
                             if with_features {
                                 let (sub, rows) = SampledSubgraph::split_features(bytes)?;
+                                let want = sub.node_count() as u64 * region.map_or(0, |r| u64::from(r.row_bytes));
+                                if rows.len() as u64 != want {
+                                    return Err(Error::Sampling(format!(
+                                        "the device returned {} feature bytes for {} nodes, not {want}",
+                                        rows.len(),
+                                        sub.node_count()
+                                    )));
+                                }
                                 Ok((sub, Some(rows)))
                             } else {
                                 Ok((SampledSubgraph::from_bytes(bytes)?, None))
@@ -672,8 +695,8 @@ impl Worker {
             let d = held()?;
             stats.nand_pages_read = pages0
                 .zip(d.device_counters())
-                .map(|(p0, c)| c.nand_pages_read - p0);
-            stats.device_ns = t0.zip(d.now_ns()).map(|(t0, now)| now - t0);
+                .map(|(p0, c)| c.nand_pages_read.saturating_sub(p0));
+            stats.device_ns = t0.zip(d.now_ns()).map(|(t0, now)| now.saturating_sub(t0));
             let commands = d.stats().since(&before).commands;
             stats.host_ns = stats
                 .device_ns

@@ -9,8 +9,9 @@
 //! have drawn: each node's neighbours drawn once, uniformly, without replacement, up to the
 //! hop's fanout.
 //!
-//! Node order stays first-seen, so `node[..k]` are the `k` targets in order, then the nodes
-//! first reached at hop 1, hop 2, … (`num_sampled_nodes`); edges are grouped by hop
+//! Nodes come hop by hop, each hop in first-seen order, so `node[..k]` are the `k` targets in
+//! order, then the nodes first reached at hop 1, hop 2, … (`num_sampled_nodes`); edges are
+//! grouped by hop
 //! (`num_sampled_edges`) and point from the sampled neighbour (`row`) to the node it was sampled
 //! for (`col`), local indices into `node`, as PyG's `edge_index = [row, col]` wants.
 
@@ -42,52 +43,49 @@ pub fn to_pyg(subgraph: &SampledSubgraph) -> PygOutput {
     if layers == 0 {
         return PygOutput::default();
     }
-    // Which of the subgraph's nodes the PyG view keeps: the targets, and every source of a
-    // kept edge. The kept edges are first collected in subgraph-local indices.
+    // The hop at which PyG's sampler first reaches each node: the targets at hop 0; a node
+    // at hop `l + 1` when a node of hop `l` draws it at layer `l` (its one draw); never when
+    // only the draws PyG does not make reach it.
+    const NEVER: u8 = u8::MAX;
     let targets = view.layer(0).counts.dst_count as usize;
-    let mut keep = vec![false; nodes.len()];
-    keep[..targets].iter_mut().for_each(|k| *k = true);
+    let mut hop = vec![NEVER; nodes.len()];
+    hop[..targets].fill(0);
     let mut edges: Vec<(u32, u32)> = Vec::new();
     let mut num_sampled_edges = Vec::with_capacity(layers);
-    // The nodes first reached at the hop before: [frontier_start, dst_count).
-    let mut frontier_start = 0usize;
     for l in 0..layers {
         let layer = view.layer(l);
-        let dst_count = layer.counts.dst_count as usize;
         let before = edges.len();
-        for dst in frontier_start..dst_count {
+        // Nodes of hop `l` were sources of layer `l - 1`: all lie among layer `l`'s
+        // destinations.
+        for dst in 0..layer.counts.dst_count as usize {
+            if hop[dst] != l as u8 {
+                continue;
+            }
             let (lo, hi) = (layer.indptr[dst].get(), layer.indptr[dst + 1].get());
             for src in &layer.indices[lo as usize..hi as usize] {
                 let src = src.get();
-                keep[src as usize] = true;
+                if hop[src as usize] == NEVER {
+                    hop[src as usize] = l as u8 + 1;
+                }
                 edges.push((src, dst as u32));
             }
         }
         num_sampled_edges.push((edges.len() - before) as i64);
-        frontier_start = dst_count;
     }
-    // Renumber the kept nodes in order, and count them per hop.
+    // The kept nodes hop by hop, each hop in first-seen order, renumbered.
     let mut local = vec![u32::MAX; nodes.len()];
     let mut out = PygOutput {
         num_sampled_edges,
         ..PygOutput::default()
     };
-    let mut hop_end: Vec<usize> = (0..layers)
-        .map(|l| view.layer(l).counts.dst_count as usize)
-        .collect();
-    hop_end.push(view.layer(layers - 1).counts.src_count as usize);
-    let mut start = 0;
-    for end in hop_end {
+    for h in 0..=layers as u8 {
         let before = out.node.len();
-        for (i, &k) in keep.iter().enumerate().take(end).skip(start) {
-            if k {
-                local[i] = out.node.len() as u32;
-                out.node.push(nodes[i].get() as i64);
-                out.kept.push(i as u32);
-            }
+        for (i, _) in hop.iter().enumerate().filter(|&(_, &at)| at == h) {
+            local[i] = out.node.len() as u32;
+            out.node.push(nodes[i].get() as i64);
+            out.kept.push(i as u32);
         }
         out.num_sampled_nodes.push((out.node.len() - before) as i64);
-        start = end;
     }
     out.row = edges
         .iter()
@@ -154,6 +152,51 @@ mod tests {
         let all: Vec<u64> = sub.view().nodes().iter().map(|v| v.get()).collect();
         for (i, &k) in out.kept.iter().enumerate() {
             assert_eq!(all[k as usize] as i64, out.node[i]);
+        }
+    }
+
+    /// Checks PyG's invariants on `out`: local indices inside `node`, each hop's edges ending
+    /// at the nodes of the hop before, each node but the targets first reached by an edge of
+    /// the hop before its own, every edge in the graph.
+    fn check(g: &CsrGraph, out: &PygOutput) {
+        let starts: Vec<usize> = std::iter::once(0)
+            .chain(out.num_sampled_nodes.iter().scan(0, |a, &n| {
+                *a += n as usize;
+                Some(*a)
+            }))
+            .collect();
+        assert_eq!(*starts.last().unwrap(), out.node.len());
+        let hop_of = |i: usize| starts.iter().rposition(|&s| s <= i).unwrap();
+        let mut first = 0;
+        for (h, &count) in out.num_sampled_edges.iter().enumerate() {
+            for e in first..first + count as usize {
+                let (r, c) = (out.row[e] as usize, out.col[e] as usize);
+                assert!(r < out.node.len() && c < out.node.len(), "{out:?}");
+                assert_eq!(hop_of(c), h, "edge {e} of {out:?}");
+                assert!(hop_of(r) <= h + 1, "edge {e} of {out:?}");
+                let (src, dst) = (out.node[r] as u32, out.node[c] as u64);
+                assert!(g.neighbours(dst).contains(&src), "{src} -> {dst}");
+            }
+            first += count as usize;
+        }
+        for i in out.num_sampled_nodes[0] as usize..out.node.len() {
+            let h = hop_of(i);
+            let reached = (0..out.row.len())
+                .any(|e| out.row[e] as usize == i && hop_of(out.col[e] as usize) + 1 == h);
+            assert!(reached, "node {i} of {out:?}");
+        }
+    }
+
+    #[test]
+    fn three_hops_keep_the_hops_pyg_reaches() {
+        let g = graph();
+        for seed in 0..64 {
+            for fanouts in [[1u16, 1, 1], [2, 1, 2], [1, 2, 1]] {
+                let sub = ReferenceSampler::new(&g)
+                    .sample(seed, &fanouts, &[1, 7])
+                    .unwrap();
+                check(&g, &to_pyg(&sub));
+            }
         }
     }
 

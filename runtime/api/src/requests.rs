@@ -22,8 +22,10 @@ pub fn random(seed: u64, batches: u32, batch_size: u32, node_count: u64) -> Vec<
         .collect()
 }
 
-/// The first `batches` minibatches of `batch_size` of an epoch over the dataset's training
-/// nodes (all nodes without a split) in `order`; BGL's order reads the graph into memory.
+/// The run's `batches` minibatches of `batch_size` targets: for [`Order::Random`], [`random`]
+/// ones from all nodes (the comparisons' workload, splits ignored); for BGL's order, the first
+/// of an epoch over the training nodes (all nodes without a split), which reads the graph into
+/// memory.
 pub fn in_order(
     dataset: &Dataset,
     order: Order,

@@ -352,8 +352,9 @@ fn loader_spec(a: &SampleArgs, kind: SamplerKind) -> sagessd::LoaderSpec {
     spec.graph_buffer_bytes = a.cache.buffer_bytes();
     spec.hyperbatch = a.hyperbatch;
     spec.read_ahead = !a.no_prefetch;
-    // One group (a hyperbatch, or in-storage jobs kept in flight together) sampled ahead.
-    spec.prefetch = kind.group_size(a.hyperbatch).max(1);
+    // Little sampled ahead: the largest output alive stays about a group (a hyperbatch, or
+    // in-storage jobs kept in flight together) and a minibatch.
+    spec.prefetch = 1;
     spec.max_batch_size = u64::from(a.batch_size);
     spec
 }
@@ -507,7 +508,7 @@ fn run_sample_on_device(
         }
         if kind == SamplerKind::Isp {
             // Every minibatch's job in one pipeline, ISP_JOBS_IN_FLIGHT deep.
-            spec.prefetch = requests.len();
+            spec.prefetch = requests.len().min(sagessd::MAX_AHEAD);
         }
         let mut loader = sagessd::Loader::on_device(&a.dataset, &placed, spec)?;
         loader.submit(requests.to_vec())?;
@@ -517,8 +518,7 @@ fn run_sample_on_device(
             .map(|b| b.map(|b| minibatch_checksum(&b.subgraph, b.features.as_deref())))
             .collect::<Result<_, _>>()
             .map_err(|e| match (kind, &e) {
-                (SamplerKind::Isp, sagessd::Error::Sampling(_) | sagessd::Error::Driver(_))
-                    if region.is_some() =>
+                (SamplerKind::Isp, sagessd::Error::Sampling(_)) if region.is_some() =>
                 {
                     anyhow::Error::new(e).context(
                         "in-storage feature gather: has the device's firmware a feature buffer ([firmware] max_feature_bytes in its hardware description, sagessd_config.max_feature_bytes on a board)? --features none samples without features",

@@ -229,18 +229,8 @@ struct Loader {
 }
 
 fn parse_kind(name: &str) -> PyResult<SamplerKind> {
-    const ALL: [SamplerKind; 8] = [
-        SamplerKind::Memory,
-        SamplerKind::Mmap,
-        SamplerKind::Direct,
-        SamplerKind::Uring,
-        SamplerKind::Agnes,
-        SamplerKind::Hyperbatch,
-        SamplerKind::Isp,
-        SamplerKind::IspHyperbatch,
-    ];
-    ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
-        let names: Vec<&str> = ALL.iter().map(|k| k.name()).collect();
+    SamplerKind::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = SamplerKind::ALL.iter().map(|k| k.name()).collect();
         PyValueError::new_err(format!("sampler {name:?}: one of {}", names.join(", ")))
     })
 }
@@ -392,17 +382,22 @@ impl Loader {
 
     /// Minibatches submitted and not yet taken.
     #[getter]
-    fn pending(&self) -> PyResult<usize> {
-        Ok(self.lock()?.pending())
+    fn pending(&self, py: Python<'_>) -> PyResult<usize> {
+        // Another thread may hold the loader waiting for a minibatch: wait without the GIL.
+        py.detach(|| Ok(self.lock()?.pending()))
     }
 
     /// Queues minibatches, each `(seed, targets)`; the worker samples them in order, ahead.
-    fn submit(&self, requests: Vec<(u64, PyReadonlyArray1<'_, i64>)>) -> PyResult<()> {
+    fn submit(
+        &self,
+        py: Python<'_>,
+        requests: Vec<(u64, PyReadonlyArray1<'_, i64>)>,
+    ) -> PyResult<()> {
         let requests = requests
             .into_iter()
             .map(|(seed, targets)| Ok((seed, targets_of(targets)?)))
             .collect::<PyResult<Vec<_>>>()?;
-        self.lock()?.submit(requests).map_err(py_err)
+        py.detach(|| self.lock()?.submit(requests).map_err(py_err))
     }
 
     /// The next submitted minibatch as a dict (`seed`, `nodes`, `layers` of `(dst_count,
@@ -430,9 +425,9 @@ impl Loader {
         batch_dict(py, batch)
     }
 
-    /// Samples one minibatch now and returns PyG's view of it (`sagessd.pyg_output`'s
-    /// arrays: `node`, `row`, `col`, `num_sampled_nodes`, `num_sampled_edges`, and `features`:
-    /// the gathered rows of `node`, raw bytes, when gathered).
+    /// Samples one minibatch now and returns PyG's view of it (`sagessd::pyg::to_pyg`): the
+    /// arrays `node`, `row`, `col`, `num_sampled_nodes`, `num_sampled_edges`, and `features`
+    /// (the gathered rows of `node`, raw bytes, when gathered).
     fn sample_pyg<'py>(
         &self,
         py: Python<'py>,
@@ -445,13 +440,23 @@ impl Loader {
             let batch = self.lock()?.sample(seed, targets).map_err(py_err)?;
             let out = sagessd::pyg::to_pyg(&batch.subgraph);
             // The kept nodes' rows, in the PyG view's order.
-            let rows = batch.features.map(|all| {
-                let mut rows = Vec::with_capacity(out.kept.len() * row_bytes);
-                for &k in &out.kept {
-                    rows.extend_from_slice(&all[k as usize * row_bytes..][..row_bytes]);
+            let rows = match batch.features {
+                Some(all) if all.len() != batch.subgraph.node_count() * row_bytes => {
+                    return Err(Error::new_err(format!(
+                        "{} feature bytes for {} nodes of {row_bytes} bytes",
+                        all.len(),
+                        batch.subgraph.node_count()
+                    )));
                 }
-                rows
-            });
+                Some(all) => {
+                    let mut rows = Vec::with_capacity(out.kept.len() * row_bytes);
+                    for &k in &out.kept {
+                        rows.extend_from_slice(&all[k as usize * row_bytes..][..row_bytes]);
+                    }
+                    Some(rows)
+                }
+                None => None,
+            };
             Ok::<_, PyErr>((out, rows))
         })?;
         let d = PyDict::new(py);
@@ -468,7 +473,7 @@ impl Loader {
     /// `feature_bytes`, `feature_reads`, `device_ns` and `host_ns` (modelled, on the in-process
     /// emulator), `wall_ns`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.lock()?.stats();
+        let s = py.detach(|| self.lock().map(|l| l.stats()))?;
         let d = PyDict::new(py);
         d.set_item("minibatches", s.minibatches)?;
         d.set_item("reads", s.reads)?;

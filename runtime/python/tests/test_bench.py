@@ -41,12 +41,12 @@ def test_the_extern_protocol(harness_graph, capsys, tmp_path, api, threads):
         # The same minibatches, sampled with the same seeds by a loader: the same counts.
         loader = sagessd.Loader(ds, "memory", [5, 3])
         if api == "loader":
-            batches = [loader.sample(seeds[i], (r << 32) + i) for i in range(2, 6)]
+            batches = [loader.sample(seeds[i], sagessd.minibatch_seed(r, i)) for i in range(2, 6)]
             edges = sum(len(b.indices) for mb in batches for b in mb.blocks)
             nodes = sum(len(mb.nodes) for mb in batches)
         else:
             # Sampler w of T takes minibatches w, w + T, ...; its i-th call uses seed (r << 32) + i.
-            outs = [loader._native.sample_pyg((r << 32) + i // threads, seeds[i])
+            outs = [loader._native.sample_pyg(sagessd.minibatch_seed(r, i // threads), seeds[i])
                     for i in range(6)][2:]
             edges = sum(len(o["row"]) for o in outs)
             nodes = sum(len(o["node"]) for o in outs)

@@ -104,6 +104,8 @@ def test_bad_options_and_requests_are_errors(rmat):
         sagessd.Loader(rmat, "mmap", [2] * 5)
     with pytest.raises(ValueError, match="features"):
         sagessd.Loader(rmat, "mmap", FANOUTS, features="lru")
+    with pytest.raises(sagessd.Error, match="prefetch 1000000"):
+        sagessd.Loader(rmat, "mmap", FANOUTS, prefetch=10**6)
     for kind, storage in [("mmap", "files"), ("isp", "emulator")]:
         loader = sagessd.Loader(rmat, kind, FANOUTS, storage=storage)
         with pytest.raises(sagessd.Error, match="not below the node count"):

@@ -60,14 +60,15 @@ def check_output(ds, out, seeds, fanouts):
     assert np.isin(np.arange(k, len(node)), row).all()
 
 
+@pytest.mark.parametrize("fanouts", [[6, 3], [2, 2, 2], [1, 3, 1, 2]])
 @pytest.mark.parametrize("kind,storage", [("mmap", "files"), ("hyperbatch", "files"),
                                           ("isp", "emulator"), ("isp-hyperbatch", "emulator")])
-def test_sampler_output_has_pygs_semantics(rmat, kind, storage):
-    sampler = sagessd.pyg.Sampler(rmat, [6, 3], sampler=kind, storage=storage, block_kb=4)
+def test_sampler_output_has_pygs_semantics(rmat, kind, storage, fanouts):
+    sampler = sagessd.pyg.Sampler(rmat, fanouts, sampler=kind, storage=storage, block_kb=4)
     train = np.asarray(rmat.split("train"))
     for b in range(3):
         seeds = train[b * 50:(b + 1) * 50]
-        check_output(rmat, sample(sampler, seeds), seeds, [6, 3])
+        check_output(rmat, sample(sampler, seeds), seeds, fanouts)
 
 
 def test_the_checks_catch_a_wrong_sample(rmat):
@@ -122,15 +123,16 @@ def emulator_with_fanouts_up_to(tmp_path, most):
     return f"emulator:{hw}"
 
 
+@pytest.mark.parametrize("hops", [2, 3])
 @pytest.mark.parametrize("kind", ["mmap", "isp"])
 def test_with_fanouts_past_every_degree_the_sample_is_the_whole_neighbourhood(cora, kind,
-                                                                              tmp_path):
+                                                                              hops, tmp_path):
     storage = emulator_with_fanouts_up_to(tmp_path, 200) if kind == "isp" else "files"
-    sampler = sagessd.pyg.Sampler(cora, [200, 200], sampler=kind, storage=storage)
+    sampler = sagessd.pyg.Sampler(cora, [200] * hops, sampler=kind, storage=storage)
     seeds = np.asarray(cora.split("train"))[:20]
     out = sample(sampler, seeds)
-    check_output(cora, out, seeds, [200, 200])
-    nodes, per_hop, edges = bfs(cora, seeds.tolist(), 2)
+    check_output(cora, out, seeds, [200] * hops)
+    nodes, per_hop, edges = bfs(cora, seeds.tolist(), hops)
     node = out.node.numpy()
     assert set(node.tolist()) == nodes
     assert list(out.num_sampled_nodes) == per_hop

@@ -24,13 +24,20 @@ import numpy as np
 from . import _native
 from ._native import Error
 
-__all__ = ["Block", "Dataset", "Error", "Loader", "MiniBatch", "SAMPLERS", "STORAGE_HELP"]
+__all__ = ["Block", "Dataset", "Error", "Loader", "MiniBatch", "SAMPLERS", "STORAGE_HELP",
+           "minibatch_seed"]
 
 #: Every sampler, by the name a :class:`Loader` takes.
 SAMPLERS = ("memory", "mmap", "direct", "uring", "agnes", "hyperbatch", "isp", "isp-hyperbatch")
 
 #: What ``storage=`` takes.
 STORAGE_HELP = "files | emulator | emulator:HW.toml | tcp://HOST:PORT/NQN | passthru:/dev/ngXnY"
+
+
+def minibatch_seed(seed: int, i: int) -> int:
+    """The sampling function's seed of minibatch ``i`` of a run seeded ``seed``: ``seed`` in the
+    high 32 bits, ``i`` in the low ones (each taken modulo 2**32)."""
+    return ((seed & 0xFFFFFFFF) << 32) | (i & 0xFFFFFFFF)
 
 
 class Dataset:
@@ -225,7 +232,7 @@ class Loader:
             nodes = nodes[order]
         stop = len(nodes) - (len(nodes) % batch_size if drop_last else 0)
         chunks = [nodes[i:i + batch_size] for i in range(0, stop, batch_size)]
-        self.submit([((seed << 32) + i, c) for i, c in enumerate(chunks)])
+        self.submit([(minibatch_seed(seed, i), c) for i, c in enumerate(chunks)])
         return iter(self)
 
     def stats(self) -> dict:

@@ -48,6 +48,7 @@ def dataset_for(graph_dir: str, cache: str) -> sagessd.Dataset:
 
 
 def run_pyg(ds, args, fanouts, seeds):
+    """Times ``sagessd.pyg.Sampler.sample_from_nodes``; returns one result per run."""
     import torch
     import sagessd.pyg
     from torch_geometric.sampler import NodeSamplerInput
@@ -93,13 +94,15 @@ def run_pyg(ds, args, fanouts, seeds):
 
 
 def run_loader(ds, args, fanouts, seeds):
+    """Times taking each minibatch from loaders sampling ahead; returns one result per run."""
     loaders = [sagessd.Loader(ds, args.sampler, fanouts, prefetch=args.prefetch)
                for _ in range(args.threads)]
     runs = []
     for r in range(args.runs):
         def submit(ids):
             for w, loader in enumerate(loaders):
-                loader.submit([((r << 32) + i, seeds[i]) for i in ids[w::args.threads]])
+                loader.submit([(sagessd.minibatch_seed(r, i), seeds[i])
+                               for i in ids[w::args.threads]])
 
         def take(n):
             counts = []
@@ -118,6 +121,7 @@ def run_loader(ds, args, fanouts, seeds):
 
 
 def result(seconds, counts):
+    """One run's entry of the protocol's JSON: its time, edges and unique nodes summed."""
     return {"time_s": seconds, "edges": int(sum(e for e, _ in counts)),
             "unique_nodes": int(sum(n for _, n in counts))}
 

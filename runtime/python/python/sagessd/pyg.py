@@ -29,7 +29,7 @@ from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 
-from . import Dataset, Loader
+from . import Dataset, Loader, minibatch_seed
 
 __all__ = ["FeatureStore", "GraphStore", "Sampler"]
 
@@ -142,8 +142,13 @@ class Sampler(BaseSampler):
 
     With ``features`` (``agnes``, ``bgl``; gathered in storage by the ``isp`` samplers) the rows
     are gathered with each minibatch and handed to ``feature_store``. ``seed`` seeds the
-    sampling function (minibatch ``i`` uses ``(seed << 32) + i``). Other options go to
-    :class:`sagessd.Loader`.
+    sampling function (minibatch ``i`` uses :func:`sagessd.minibatch_seed`). Other options go
+    to :class:`sagessd.Loader`.
+
+    PyG asks for one minibatch at a time, so each is sampled on its own: the hyperbatch
+    samplers (``hyperbatch``, ``isp-hyperbatch``) then read as their per-minibatch forms do,
+    and ``isp`` keeps one job in flight. :meth:`sagessd.Loader.epoch` samples whole epochs
+    ahead, in hyperbatches.
     """
 
     def __init__(self, dataset, num_neighbors: Sequence[int], sampler: str = "mmap",
@@ -161,11 +166,12 @@ class Sampler(BaseSampler):
         self._count = 0
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        """Samples around ``index.node`` (distinct seeds) and returns PyG's ``SamplerOutput``."""
         seeds = index.node.numpy().astype(np.int64, copy=False)
         if len(np.unique(seeds)) != len(seeds):
             raise ValueError("seed nodes repeat within a minibatch: PyG's node[:batch_size] "
                              "would not be the seeds")
-        out = self.loader._native.sample_pyg((self.seed << 32) + self._count, seeds)
+        out = self.loader._native.sample_pyg(minibatch_seed(self.seed, self._count), seeds)
         self._count += 1
         node = torch.from_numpy(out["node"])
         raw = out["features"]
