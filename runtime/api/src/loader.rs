@@ -21,7 +21,7 @@ use sagessd_runtime::registry::{
 };
 use sagessd_runtime::sampler::{SampledSubgraph, Sampler, validate_request};
 
-use crate::placed::{FeatureSizing, PlacedDevice};
+use crate::placed::{FeatureSizing, PlacedDevice, Turn};
 use crate::{Error, Storage};
 
 /// One minibatch to sample: the sampling function's seed, and the target node ids.
@@ -251,6 +251,7 @@ impl Loader {
     }
 
     fn spawn(dir: &Path, spec: LoaderSpec, placed: Option<PlacedDevice>) -> Result<Self, Error> {
+        let turn = placed.as_ref().map(PlacedDevice::take_turn).transpose()?;
         let (opened_tx, opened_rx) = channel();
         let (jobs_tx, jobs_rx) = channel();
         let (batches_tx, batches_rx) = sync_channel(spec.prefetch);
@@ -259,6 +260,7 @@ impl Loader {
             dir: dir.to_owned(),
             spec,
             placed,
+            _turn: turn,
             opened: Some(opened_tx),
             jobs: jobs_rx,
             batches: batches_tx,
@@ -388,6 +390,8 @@ struct Worker {
     dir: PathBuf,
     spec: LoaderSpec,
     placed: Option<PlacedDevice>,
+    /// The loader's turn on its device, given back when the worker ends.
+    _turn: Option<Turn>,
     opened: Option<Sender<Result<LoaderInfo, Error>>>,
     jobs: Receiver<Vec<Request>>,
     batches: SyncSender<Result<Batch, Error>>,

@@ -3,6 +3,7 @@
 //! Placing a large dataset on the emulated SSD takes a while, so a comparison of samplers
 //! places it once ([`crate::Loader::on_device`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sagessd_emulator::HwConfig;
@@ -40,6 +41,20 @@ pub struct PlacedDevice {
     pub(crate) hardware: HwConfig,
     pub(crate) uri: DeviceUri,
     pub(crate) node_count: u64,
+    /// Whether a loader is open on it: loaders take turns, so that each one's counts (device
+    /// time, flash pages, commands) are its own.
+    in_use: Arc<AtomicBool>,
+}
+
+/// A loader's turn on a [`PlacedDevice`]: the next loader may open once it is dropped (when
+/// the loader's worker ends).
+#[derive(Debug)]
+pub(crate) struct Turn(Arc<AtomicBool>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for PlacedDevice {
@@ -107,7 +122,19 @@ impl PlacedDevice {
             hardware: hw,
             uri: uri.clone(),
             node_count: dataset.manifest.node_count,
+            in_use: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Takes the device for one loader; an error while another loader is open on it.
+    pub(crate) fn take_turn(&self) -> Result<Turn, Error> {
+        if self.in_use.swap(true, Ordering::AcqRel) {
+            return Err(Error::invalid(
+                "another loader is open on this device: loaders on one placed device take \
+                 turns (drop the other first)",
+            ));
+        }
+        Ok(Turn(Arc::clone(&self.in_use)))
     }
 
     /// Where the graph, its feature region and the AGNES layout are.
@@ -135,7 +162,8 @@ impl PlacedDevice {
         &self.uri
     }
 
-    /// The device, for what a loader does not say (its model, counters, clock).
+    /// The device, for what a loader does not say (its model, counters, clock). Hold the guard
+    /// only briefly, and never while taking a loader's minibatches: its worker needs the device.
     pub fn lock(&self) -> Result<MutexGuard<'_, AnyDevice>, Error> {
         self.device
             .lock()

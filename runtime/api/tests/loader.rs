@@ -187,3 +187,23 @@ fn a_bad_minibatch_is_its_error_and_the_next_still_comes() {
         assert_eq!(loader.by_ref().count(), 10);
     }
 }
+
+#[test]
+fn loaders_on_one_placed_device_take_turns() {
+    let dir = dataset();
+    let ds = Dataset::open(&dir).unwrap();
+    let storage = Storage::parse("emulator").unwrap();
+    let placed = sagessd::PlacedDevice::place(&ds, &storage, None, 4096).unwrap();
+    let spec = || LoaderSpec::new(SamplerKind::Isp, &FANOUTS);
+    let mut first = Loader::on_device(&dir, &placed, spec()).unwrap();
+    let e = Loader::on_device(&dir, &placed, spec())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another loader is open"), "{e}");
+    let a = first.sample(1, vec![1, 2, 3]).unwrap();
+    drop(first);
+    // Its turn is given back with it; the next loader samples the same on the same device.
+    let mut second = Loader::on_device(&dir, &placed, spec()).unwrap();
+    let b = second.sample(1, vec![1, 2, 3]).unwrap();
+    assert_eq!(a.subgraph, b.subgraph);
+}

@@ -129,32 +129,29 @@ impl Dataset {
         Ok(Self { inner })
     }
 
-    /// Imports a SNAP edge list (text, `#` comments, optionally `.gz`) into `path`.
+    /// Imports a graph into `path` from `source` in `format`: `snap` (an edge list: text, `#`
+    /// comments, optionally `.gz`) or `ogb` (arrays: a folder of `.npy` files or one `.npz`);
+    /// `symmetric` adds each edge's reverse.
     #[staticmethod]
-    #[pyo3(signature = (path, source, symmetric=true))]
-    fn import_snap(
+    #[pyo3(signature = (path, source, format, symmetric=true))]
+    fn import_graph(
         py: Python<'_>,
         path: PathBuf,
         source: PathBuf,
+        format: &str,
         symmetric: bool,
     ) -> PyResult<Self> {
+        let import = match format {
+            "snap" => dataset::snap::import,
+            "ogb" => dataset::ogb::import,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "format {other:?}: snap or ogb"
+                )));
+            }
+        };
         let inner = py
-            .detach(|| dataset::snap::import(&source, &path, symmetric))
-            .map_err(py_err)?;
-        Ok(Self { inner })
-    }
-
-    /// Imports OGB-style arrays (a folder of `.npy` files or one `.npz`) into `path`.
-    #[staticmethod]
-    #[pyo3(signature = (path, source, symmetric=true))]
-    fn import_ogb(
-        py: Python<'_>,
-        path: PathBuf,
-        source: PathBuf,
-        symmetric: bool,
-    ) -> PyResult<Self> {
-        let inner = py
-            .detach(|| dataset::ogb::import(&source, &path, symmetric))
+            .detach(|| import(&source, &path, symmetric))
             .map_err(py_err)?;
         Ok(Self { inner })
     }

@@ -55,3 +55,15 @@ def test_a_missing_array_is_named(tmp_path):
     with pytest.raises(ValueError, match="split"):
         ds.split("training")
     assert os.path.isdir(ds.path)
+
+
+def test_a_snap_edge_list_imports(tmp_path):
+    edges = tmp_path / "edges.txt"
+    edges.write_text("# a triangle and a tail\n0\t1\n1\t2\n2\t0\n2\t3\n")
+    ds = sagessd.Dataset.import_snap(tmp_path / "snap", edges)
+    assert ds.num_nodes == 4 and ds.num_edges == 8 and ds.symmetric
+    assert sorted(ds.indices()[ds.indptr()[2]:ds.indptr()[3]].tolist()) == [0, 1, 3]
+    with pytest.raises(ValueError, match="format"):
+        sagessd._native.Dataset.import_graph(str(tmp_path / "x"), str(edges), "csv")
+    with pytest.raises(sagessd.Error, match="nowhere.txt"):
+        sagessd.Dataset.import_snap(tmp_path / "y", tmp_path / "nowhere.txt")

@@ -74,12 +74,14 @@ class Dataset:
     @classmethod
     def import_snap(cls, path, source, symmetric: bool = True) -> "Dataset":
         """Imports a SNAP edge list into ``path``."""
-        return cls._wrap(_native.Dataset.import_snap(os.fspath(path), os.fspath(source), symmetric))
+        return cls._wrap(_native.Dataset.import_graph(os.fspath(path), os.fspath(source), "snap",
+                                                      symmetric))
 
     @classmethod
     def import_ogb(cls, path, source, symmetric: bool = True) -> "Dataset":
         """Imports OGB-style arrays (a folder of ``.npy`` or one ``.npz``) into ``path``."""
-        return cls._wrap(_native.Dataset.import_ogb(os.fspath(path), os.fspath(source), symmetric))
+        return cls._wrap(_native.Dataset.import_graph(os.fspath(path), os.fspath(source), "ogb",
+                                                      symmetric))
 
     path = property(lambda self: self._native.path, doc="The folder.")
     name = property(lambda self: self._native.name, doc="Its name.")
