@@ -18,9 +18,10 @@ cargo test --workspace
 # The Python package: built into the repository's venv (maturin, release), then its tests: every
 # sampler, the errors, the PyG loader against PyG's sampling semantics, and the PyG example's
 # accuracy (printed beside PyG's own NeighborLoader's where PyG has a sampling backend; -rs
-# prints each test skipped and why).
+# prints each test skipped and why). It builds in target/no-train, beside the release build
+# without libtorch below, so that the two share their dependencies.
 VIRTUAL_ENV="$PWD/.venv-torch" .venv-torch/bin/maturin develop --quiet --release \
-    -m runtime/python/Cargo.toml
+    --target-dir target/no-train -m runtime/python/Cargo.toml
 .venv-torch/bin/python -m pytest -rs runtime/python/tests
 # Each libFuzzer target for a few seconds, coverage-guided from its corpus (which cargo test
 # has just replayed); a crash fails the suite.
