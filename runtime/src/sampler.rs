@@ -138,6 +138,12 @@ impl SampledSubgraph {
             .sum()
     }
 
+    /// The host's modelled compute for building it: `host`'s costs per destination node (over
+    /// all layers) and per sampled edge.
+    pub fn host_sampling_ns(&self, host: &sagessd_emulator::host_stack::HostStackConfig) -> u64 {
+        host.sampling_ns(self.dst_node_count(), self.edge_count())
+    }
+
     /// FNV-1a 64 of the bytes: a short fingerprint for reports.
     pub fn checksum(&self) -> u64 {
         fnv1a(FNV_OFFSET, &self.bytes)

@@ -448,7 +448,7 @@ impl Worker {
         labels: Option<Vec<i64>>,
         mut sample: impl FnMut(&[Request], &mut LoaderStats) -> Result<Sampled, Error>,
     ) -> Result<(), Error> {
-        let info_node_count = info.node_count;
+        let node_count = info.node_count;
         let sized_for_batch = self.spec.sampler.in_storage() && info.feature_dim > 0;
         if let Some(opened) = self.opened.take()
             && opened.send(Ok(info)).is_err()
@@ -461,7 +461,6 @@ impl Worker {
             SamplerKind::Isp => self.spec.prefetch.max(ISP_JOBS_IN_FLIGHT),
             kind => kind.group_size(self.spec.hyperbatch),
         };
-        let node_count = info_node_count;
         while let Ok(requests) = self.jobs.recv() {
             for group in requests.chunks(group_size) {
                 // A bad request is its own error (what the device would refuse, refused here
@@ -654,7 +653,7 @@ impl Worker {
                     let subs = sampler.sample_many(&spec.fanouts, group)?;
                     host_built_ns += subs
                         .iter()
-                        .map(|s| hw.host.sampling_ns(s.dst_node_count(), s.edge_count()))
+                        .map(|s| s.host_sampling_ns(&hw.host))
                         .sum::<u64>();
                     let rows = gather(gatherer.as_mut(), &subs, stats)?;
                     let io: IoStats = sampler.io_stats().clone();

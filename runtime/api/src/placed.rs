@@ -32,6 +32,31 @@ pub struct FeatureSizing {
     pub fanouts: Vec<u16>,
 }
 
+impl FeatureSizing {
+    /// Gives `hw` an in-storage feature buffer that holds the largest job's rows (`row_bytes`
+    /// each, of a graph of `node_count` nodes), where its description names none.
+    pub fn apply(&self, hw: &mut HwConfig, node_count: u64, row_bytes: u64) {
+        if hw.firmware.max_feature_bytes != 0 {
+            return;
+        }
+        // In-storage hyperbatches gather their minibatches' rows into one job's buffer.
+        let minibatches = if self.samplers.contains(&SamplerKind::IspHyperbatch) {
+            self.hyperbatch
+                .min(usize::from(hw.firmware.max_minibatches))
+        } else {
+            1
+        };
+        hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
+            node_count,
+            hw.firmware.max_subgraph_nodes,
+            minibatches as u64,
+            self.max_batch_size,
+            &self.fanouts,
+            row_bytes,
+        );
+    }
+}
+
 /// A dataset on a device, shared by the loaders opened on it.
 #[derive(Clone)]
 pub struct PlacedDevice {
@@ -88,23 +113,10 @@ impl PlacedDevice {
             None => None,
         };
         let mut hw = (**hardware).clone();
-        if let (Some(rows), Some(sizing)) = (&rows, features)
-            && hw.firmware.max_feature_bytes == 0
-        {
-            // In-storage hyperbatches gather their minibatches' rows into one job's buffer.
-            let minibatches = if sizing.samplers.contains(&SamplerKind::IspHyperbatch) {
-                sizing
-                    .hyperbatch
-                    .min(usize::from(hw.firmware.max_minibatches))
-            } else {
-                1
-            };
-            hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
+        if let (Some(rows), Some(sizing)) = (&rows, features) {
+            sizing.apply(
+                &mut hw,
                 dataset.manifest.node_count,
-                hw.firmware.max_subgraph_nodes,
-                minibatches as u64,
-                sizing.max_batch_size,
-                &sizing.fanouts,
                 rows.row_bytes() as u64,
             );
         }

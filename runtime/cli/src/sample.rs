@@ -374,14 +374,6 @@ fn run_fields(
         .with("fanouts", crate::join_fanouts(&a.fanouts))
 }
 
-/// The host's modelled compute for building `sub` (the `[host]` costs per node and edge).
-pub(crate) fn host_sampling_ns(
-    hw: &sagessd_emulator::HwConfig,
-    sub: &sagessd_runtime::sampler::SampledSubgraph,
-) -> u64 {
-    hw.host.sampling_ns(sub.dst_node_count(), sub.edge_count())
-}
-
 /// This process's anonymous resident memory now (`RssAnon`: what a memory cgroup charges it
 /// besides the page cache).
 fn rss_anon_bytes() -> Option<u64> {

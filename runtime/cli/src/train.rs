@@ -565,22 +565,17 @@ pub(crate) fn fit_run(
         train_on(&mut feed)?
     } else if a.target.on_device {
         let mut hw = load_hw(a.target.config.as_ref())?;
-        if hw.firmware.max_feature_bytes == 0 {
-            // An in-storage hyperbatch gathers its minibatches' rows into one job's buffer.
-            let minibatches = if a.sampler == SamplerKind::IspHyperbatch {
-                a.hyperbatch.min(usize::from(hw.firmware.max_minibatches))
-            } else {
-                1
-            };
-            hw.firmware.max_feature_bytes = sagessd_runtime::placement::feature_buffer_bytes(
-                m.node_count,
-                hw.firmware.max_subgraph_nodes,
-                minibatches as u64,
-                batch_size as u64,
-                &fanouts,
-                (dim * feature_dtype.size_bytes()) as u64,
-            );
+        sagessd::FeatureSizing {
+            samplers: vec![a.sampler],
+            hyperbatch: a.hyperbatch,
+            max_batch_size: batch_size as u64,
+            fanouts: fanouts.clone(),
         }
+        .apply(
+            &mut hw,
+            m.node_count,
+            (dim * feature_dtype.size_bytes()) as u64,
+        );
         let graph = graph.as_ref().context("the graph")?;
         let layout = match layout {
             Some(l) => l,

@@ -148,7 +148,7 @@ impl SampleStage for DeviceStage<'_> {
                 };
                 gather_ns = t.elapsed().as_nanos() as u64;
                 if let Some(h) = &self.host {
-                    host_built_ns = subs.iter().map(|s| host_sampling_ns(h, s)).sum();
+                    host_built_ns = subs.iter().map(|s| s.host_sampling_ns(h)).sum();
                 }
                 subs.into_iter()
                     .zip(rows)
@@ -206,11 +206,6 @@ impl SampleStage for DeviceStage<'_> {
             gather_ns,
         })
     }
-}
-
-/// The host's modelled sampling compute for a subgraph it built.
-fn host_sampling_ns(h: &HostStackConfig, s: &SampledSubgraph) -> u64 {
-    h.sampling_ns(s.dst_node_count(), s.edge_count())
 }
 
 /// A host sampler over the modelled host I/O stack of an emulated device (the graph in DRAM,

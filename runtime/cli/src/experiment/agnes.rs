@@ -423,7 +423,7 @@ fn point(
                     check_first(subs.first(), reference, kind)?;
                 }
                 for sub in &subs {
-                    host_ns = host_ns.saturating_add(crate::sample::host_sampling_ns(hw, sub));
+                    host_ns = host_ns.saturating_add(sub.host_sampling_ns(&hw.host));
                 }
                 let io = s.io_stats();
                 let reads = io.reads - before.reads;
