@@ -34,6 +34,17 @@ pub enum Error {
     /// The loader's worker thread is gone (it panicked, or the loader was closed).
     #[error("the loader's worker stopped: {0}")]
     Worker(String),
+    /// Training failed: the model, a minibatch's tensors, or the pipeline feeding it.
+    #[cfg(feature = "train")]
+    #[error(transparent)]
+    Training(#[from] sagessd_train::FitError),
+}
+
+#[cfg(feature = "train")]
+impl From<sagessd_pipeline::PipelineError> for Error {
+    fn from(e: sagessd_pipeline::PipelineError) -> Self {
+        Self::Training(e.into())
+    }
 }
 
 impl Error {

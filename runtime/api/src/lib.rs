@@ -9,7 +9,9 @@
 //! layer, per-layer CSC blocks, feature rows and labels) with what the storage did
 //! ([`LoaderStats`]). [`pyg`] turns a batch into the arrays of PyG's `SamplerOutput`.
 //!
-//! Nothing here links libtorch: training is `sagessd-train`'s, on top.
+//! With feature `train`, [`training`] trains GraphSAGE, GCN or GAT (libtorch) on the same
+//! samplers and storage through the producer/consumer pipeline; nothing else here links
+//! libtorch, so the data plane builds without it.
 
 mod error;
 mod loader;
@@ -17,11 +19,16 @@ mod placed;
 pub mod pyg;
 pub mod requests;
 mod storage;
+#[cfg(feature = "train")]
+pub mod training;
 
 pub use error::Error;
 pub use loader::{Batch, Loader, LoaderInfo, LoaderSpec, LoaderStats, MAX_AHEAD, Request};
 pub use placed::{AnyDevice, FeatureSizing, PlacedDevice};
 pub use sagessd_emulator::HwConfig;
+/// The comparison engine of `sagessd compare` and `demo`: host I/O designs against in-storage
+/// sampling on the emulated SSD, every minibatch checked against the in-memory reference.
+pub use sagessd_runtime::compare;
 pub use sagessd_runtime::dataset::{Dataset, Split};
 pub use sagessd_runtime::registry::{CacheSettings, FeatureCache, SamplerKind};
 pub use sagessd_runtime::sampler::SampledSubgraph;

@@ -160,8 +160,6 @@ impl Record {
 pub(crate) struct Output {
     format: Format,
     records: Vec<Record>,
-    /// Nothing printed at all (a command run inside another, which reports for it).
-    silent: bool,
 }
 
 impl Output {
@@ -170,23 +168,12 @@ impl Output {
         Self {
             format,
             records: Vec::new(),
-            silent: false,
-        }
-    }
-
-    /// Output that prints nothing: for a command another one runs and reports on (training
-    /// inside an experiment).
-    #[cfg(feature = "train")]
-    pub(crate) fn silent() -> Self {
-        Self {
-            silent: true,
-            ..Self::new(Format::Json)
         }
     }
 
     /// Whether the human tables are printed.
     pub(crate) fn human(&self) -> bool {
-        self.format == Format::Table && !self.silent
+        self.format == Format::Table
     }
 
     /// Prints `text` (a line of the human table, with its newline) in table mode; otherwise
@@ -200,8 +187,7 @@ impl Output {
     /// Prints `note` (an explanation) on stdout in table mode, on stderr otherwise, so that the
     /// records stay alone on stdout.
     pub(crate) fn note(&self, note: impl AsRef<str>) {
-        if self.silent {
-        } else if self.human() {
+        if self.human() {
             println!("{}", note.as_ref());
         } else {
             eprintln!("{}", note.as_ref());
@@ -210,9 +196,6 @@ impl Output {
 
     /// Adds a record (written by [`Self::finish`]; JSON lines are written at once).
     pub(crate) fn record(&mut self, record: Record) -> io::Result<()> {
-        if self.silent {
-            return Ok(());
-        }
         match self.format {
             Format::Table => Ok(()),
             Format::Json => {

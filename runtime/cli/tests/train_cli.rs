@@ -323,9 +323,9 @@ fn bad_flags_are_clear_errors() {
     err(&["--sampler", "isp"], "sampler isp needs a device");
     err(
         &["--sampler", "agnes", "--on-device", "--host-features"],
-        "--host-features is for --sampler isp --on-device",
+        "host features are for in-storage sampling (sampler isp) on a device",
     );
-    err(&["--modelled-steps"], "add --on-device");
+    err(&["--modelled-steps"], "train on the in-process emulator");
     err(
         &[
             "--sampler",

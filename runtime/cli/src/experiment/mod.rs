@@ -185,7 +185,7 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
 
 /// One `sagessd train` run inside an experiment: `argv` (dataset, sampler, workers, …) plus the
 /// flags every such run shares (`epochs`, `batch_size`, `fanouts`, the CPU with one libtorch
-/// thread, no progress bar), printing nothing. Returns its command line, for the report, and
+/// thread, no progress bar), trained by the library, printing nothing. Returns its command line, for the report, and
 /// what it trained.
 #[cfg(feature = "train")]
 pub(crate) fn train_quietly(
@@ -193,7 +193,7 @@ pub(crate) fn train_quietly(
     epochs: u32,
     batch_size: u32,
     fanouts: &[u16],
-) -> anyhow::Result<(String, crate::train::TrainRun)> {
+) -> anyhow::Result<(String, sagessd::training::TrainRun)> {
     let fanouts = fanouts
         .iter()
         .map(u16::to_string)
@@ -216,9 +216,8 @@ pub(crate) fn train_quietly(
         .map(String::from),
     );
     let command = format!("sagessd train {}", argv.join(" "));
-    let args = crate::train::parse_args(&argv)?;
-    let out = std::cell::RefCell::new(crate::records::Output::silent());
-    let run = crate::train::fit_run(&args, &out).with_context(|| command.clone())?;
+    let spec = crate::train::spec_from_argv(&argv)?;
+    let run = sagessd::training::train(&spec, &mut ()).with_context(|| command.clone())?;
     Ok((command, run))
 }
 
