@@ -7,7 +7,8 @@
 //! builds the pipeline's producers for the sampler, trains, and tells a [`TrainObserver`] what
 //! it set up, each step and each epoch.
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sagessd_host_driver::Endpoint;
@@ -175,6 +176,109 @@ impl TrainSpec {
         matches!(&self.storage, Storage::Device { uri, .. } if uri.endpoint == Endpoint::Local)
     }
 
+    /// The `sagessd train` command that runs this spec (each option that differs from
+    /// [`TrainSpec::new`]'s as its flag), `hardware` naming the file the device's description
+    /// was read from (`--config`; without it the command gets the built-in Cosmos+): what an
+    /// experiment's report quotes, so that a reader can rerun one point.
+    pub fn command_line(&self, hardware: Option<&Path>) -> String {
+        let d = Self::new(&self.dataset);
+        let mut c = format!("sagessd train --dataset {}", quoted(&self.dataset));
+        let mut flag = |differs: bool, name: &str, value: &dyn std::fmt::Display| {
+            if differs {
+                let _ = write!(c, " --{name} {value}");
+            }
+        };
+        let on_device = |c: &mut String| {
+            if let Storage::Device { uri, .. } = &self.storage {
+                c.push_str(" --on-device");
+                if uri.endpoint != Endpoint::Local || uri.tunnel {
+                    let _ = write!(c, " --device {uri}");
+                }
+                if let Some(path) = hardware {
+                    let _ = write!(c, " --config {}", quoted(path));
+                }
+            }
+            if self.modelled_steps {
+                c.push_str(" --modelled-steps");
+            }
+            if self.host_features {
+                c.push_str(" --host-features");
+            }
+        };
+        flag(self.model != d.model, "model", &self.model.name());
+        flag(self.hidden != d.hidden, "hidden", &self.hidden);
+        flag(self.heads != d.heads, "heads", &self.heads);
+        let fanouts: Vec<String> = self.fanouts.iter().map(u16::to_string).collect();
+        flag(self.fanouts != d.fanouts, "fanouts", &fanouts.join(","));
+        if let Some(b) = self.batch_size {
+            flag(true, "batch-size", &b);
+        }
+        if let Some(e) = self.epochs {
+            flag(true, "epochs", &e);
+        }
+        flag(self.lr != d.lr, "lr", &self.lr);
+        flag(
+            self.weight_decay != d.weight_decay,
+            "weight-decay",
+            &self.weight_decay,
+        );
+        flag(self.dropout != d.dropout, "dropout", &self.dropout);
+        flag(self.sampler != d.sampler, "sampler", &self.sampler);
+        flag(
+            self.hyperbatch != d.hyperbatch,
+            "hyperbatch",
+            &self.hyperbatch,
+        );
+        flag(self.order != d.order, "order", &self.order.name());
+        if let Workers::Fixed { sample, .. } = self.workers {
+            flag(true, "workers", &sample);
+        }
+        flag(
+            self.queue_depth != d.queue_depth,
+            "queue-depth",
+            &self.queue_depth,
+        );
+        flag(self.seed != d.seed, "seed", &self.seed);
+        let compute = match self.compute {
+            DeviceChoice::Cpu => "cpu",
+            DeviceChoice::Cuda => "cuda",
+            DeviceChoice::Auto => "auto",
+        };
+        flag(self.compute != d.compute, "compute", &compute);
+        flag(self.threads != d.threads, "threads", &self.threads);
+        let eval = match self.eval {
+            EvalChoice::Auto => "auto",
+            EvalChoice::Sampled => "sampled",
+            EvalChoice::Full => "full",
+        };
+        flag(self.eval != d.eval, "eval", &eval);
+        let (cache, default) = (&self.cache, &d.cache);
+        flag(self.features != d.features, "features", &self.features);
+        flag(
+            cache.cache_bytes != default.cache_bytes,
+            "feature-cache",
+            &(cache.cache_bytes >> 20),
+        );
+        flag(
+            cache.threshold != default.threshold,
+            "feature-threshold",
+            &cache.threshold,
+        );
+        flag(
+            cache.block_bytes != default.block_bytes,
+            "block-size",
+            &(cache.block_bytes >> 10),
+        );
+        let buffer_mib = self.graph_buffer_bytes >> 20;
+        flag(
+            self.graph_buffer_bytes != d.graph_buffer_bytes,
+            "graph-buffer",
+            &buffer_mib,
+        );
+        on_device(&mut c);
+        c
+    }
+
     /// Checks the options against each other before anything is opened.
     pub fn validate(&self) -> Result<(), Error> {
         sagessd_runtime::sampler::validate_request(&self.fanouts, &[0], 1)?;
@@ -227,6 +331,17 @@ impl TrainSpec {
             return fail(format!("sampler {kind} needs a device"));
         }
         Ok(())
+    }
+}
+
+/// `path` as a shell word: quoted where it holds a character the shell would split or expand.
+fn quoted(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 

@@ -4,7 +4,7 @@
 //! the host page cache holds an eighth of, the controller the hardware description's own: per
 //! design the modelled time per minibatch end to end, its speedup over mmap and share of
 //! DRAM-only's, and the trainer's idle share (steps priced on the `[trainer]` accelerator,
-//! `experiment/end_to_end_at_scale.rs`). Nothing trains on that graph (it has no features);
+//! `sagessd_experiments::end_to_end_at_scale`). Nothing trains on that graph (it has no features);
 //! the accuracy column is a real GraphSAGE trained with the same design's sampler on a small
 //! generated, labelled graph, as the demo says. About a minute (release build).
 
@@ -14,9 +14,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::experiment::{end_to_end, end_to_end_at_scale, smartsage};
 use crate::records::{FormatArgs, Output, Record};
 use crate::{hw_source, load_hw};
+use sagessd_experiments::{end_to_end, end_to_end_at_scale, smartsage};
 
 /// Flags of `demo`.
 #[derive(Debug, Args)]
@@ -55,13 +55,14 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         hw.device.name,
         hw_source(a.config.as_ref())
     );
-    let sampling = smartsage::run(&hw, &sweep)?;
-    let at_scale = end_to_end_at_scale::section(&hw, &sampling, &a.out)?;
+    let sampling = smartsage::run(&hw, &sweep, &mut |line| eprintln!("{line}"))?;
+    let at_scale =
+        end_to_end_at_scale::section(&hw, &sampling, &a.out, &mut |line| eprintln!("{line}"))?;
     eprintln!(
         "demo: accuracy: GraphSAGE trained with each design's sampler on a generated labelled graph (R-MAT scale {}, {} features, {} classes), {} epochs",
         small.scale, small.feature_dim, small.classes, small.epochs
     );
-    let trained = end_to_end::section(&hw, &small, &a.out, false)?;
+    let trained = end_to_end::section(&hw, &small, &a.out, false, &mut |line| eprintln!("{line}"))?;
     let points = &at_scale.points;
     let regime = sampling
         .first()
@@ -114,7 +115,9 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
             .with("design", p.design.name())
             .with("device", p.device.as_str());
         let head = match sampling.iter().find(|s| s.ratio == p.ratio) {
-            Some(s) => crate::regime_fields(head.with("r", p.ratio), &s.report),
+            Some(s) => {
+                sagessd_experiments::compare_rows::regime_fields(head.with("r", p.ratio), &s.report)
+            }
             None => head,
         };
         out.record(
@@ -145,7 +148,7 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     .with_context(|| format!("writing {}", report.display()))?;
     out.note(format!(
         "modelled times (the producers' virtual time on the emulated device and host, each step priced on the [trainer] accelerator, GraphSAGE 128-256-172); test accuracy: the same designs' samplers training GraphSAGE for real (this machine's CPU) on a small generated labelled graph, the big one having no features. Plot: {}; the rest in {} ({:.0} s wall clock)",
-        a.out.join("fig18_end_to_end_at_scale_".to_string() + &crate::experiment::file_safe(&hw.device.name) + ".svg").display(),
+        a.out.join("fig18_end_to_end_at_scale_".to_string() + &sagessd_experiments::file_safe(&hw.device.name) + ".svg").display(),
         report.display(),
         wall.elapsed().as_secs_f64()
     ));

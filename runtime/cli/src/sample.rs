@@ -371,7 +371,10 @@ fn run_fields(
         .with("sampler", sampler)
         .with("minibatches", requests.len())
         .with("batch_size", a.batch_size)
-        .with("fanouts", crate::join_fanouts(&a.fanouts))
+        .with(
+            "fanouts",
+            sagessd_experiments::compare_rows::join_fanouts(&a.fanouts),
+        )
 }
 
 /// This process's anonymous resident memory now (`RssAnon`: what a memory cgroup charges it

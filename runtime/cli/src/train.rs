@@ -190,23 +190,6 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The library's training spec for the flags of `sagessd train` in `argv` (without the program
-/// and subcommand names), for callers that run training as that command would (the
-/// experiments, which report the command line).
-pub(crate) fn spec_from_argv(argv: &[String]) -> anyhow::Result<TrainSpec> {
-    use clap::Parser;
-    /// `train`'s flags alone.
-    #[derive(Parser)]
-    #[command(name = "sagessd train")]
-    struct Only {
-        #[command(flatten)]
-        args: TrainArgs,
-    }
-    let only =
-        Only::try_parse_from(std::iter::once("train".to_string()).chain(argv.iter().cloned()))?;
-    spec(&only.args)
-}
-
 /// The library's training spec for these flags (`--layers` and `--fanouts` reconciled, the
 /// storage opened from `--on-device`, `--device` and `--config`).
 fn spec(a: &TrainArgs) -> anyhow::Result<TrainSpec> {
@@ -419,4 +402,79 @@ fn progress(quiet: bool) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library's training spec for the flags of `sagessd train` in `argv` (without the
+    /// program and subcommand names).
+    fn spec_from_argv(argv: &[&str]) -> anyhow::Result<TrainSpec> {
+        use clap::Parser;
+        /// `train`'s flags alone.
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            args: TrainArgs,
+        }
+        spec(&Only::try_parse_from(std::iter::once("train").chain(argv.iter().copied()))?.args)
+    }
+
+    #[test]
+    fn the_command_line_a_spec_renders_parses_back_into_the_same_spec() {
+        let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../hw-configs/newport.toml");
+        let mut s = TrainSpec::new("/data/my graph");
+        s.model = ModelKind::Gat;
+        s.hidden = 32;
+        s.heads = 2;
+        s.fanouts = vec![15, 10, 5];
+        s.batch_size = Some(100);
+        s.epochs = Some(7);
+        s.lr = 0.003;
+        s.weight_decay = 0.0;
+        s.dropout = 0.25;
+        s.sampler = SamplerKind::Mmap;
+        s.hyperbatch = 3;
+        s.order = Order::Bgl;
+        s.workers = Workers::Fixed {
+            sample: 2,
+            gather: 2,
+        };
+        s.queue_depth = 6;
+        s.seed = 9;
+        s.compute = DeviceChoice::Cpu;
+        s.threads = 2;
+        s.eval = EvalChoice::Sampled;
+        s.modelled_steps = true;
+        s.storage = Storage::emulator(load_hw(Some(&PathBuf::from(config))).unwrap());
+        s.features = sagessd::FeatureCache::Bgl;
+        s.cache.cache_bytes = 3 << 20;
+        s.cache.threshold = 5;
+        s.cache.block_bytes = 256 << 10;
+        s.graph_buffer_bytes = 8 << 20;
+        let line = s.command_line(Some(std::path::Path::new(config)));
+        assert!(line.contains("--dataset '/data/my graph'"), "{line}");
+        // The dataset's path is quoted for the shell; the other words split on spaces.
+        let rest = line
+            .strip_prefix("sagessd train --dataset '/data/my graph' ")
+            .unwrap();
+        let mut argv = vec!["--dataset", "/data/my graph"];
+        argv.extend(rest.split(' '));
+        let parsed = spec_from_argv(&argv).unwrap();
+        assert_eq!(format!("{parsed:?}"), format!("{s:?}"), "{line}");
+        // And the comparison sees a flag the line lost.
+        let without: Vec<&str> = argv
+            .iter()
+            .copied()
+            .filter(|w| *w != "--modelled-steps")
+            .collect();
+        let lost = spec_from_argv(&without).unwrap();
+        assert_ne!(format!("{lost:?}"), format!("{s:?}"));
+        // The defaults render as the dataset alone.
+        assert_eq!(
+            TrainSpec::new("/d").command_line(None),
+            "sagessd train --dataset /d"
+        );
+    }
 }

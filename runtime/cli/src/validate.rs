@@ -166,7 +166,7 @@ fn host(a: HostArgs) -> anyhow::Result<ExitCode> {
                     .args(["--sampler", name, "--batches"])
                     .arg(w.batches.to_string())
                     .args(["--batch-size", &w.batch_size.to_string(), "--fanouts"])
-                    .arg(crate::join_fanouts(&w.fanouts))
+                    .arg(sagessd_experiments::compare_rows::join_fanouts(&w.fanouts))
                     .args(["--seed", &w.seed.to_string(), "--format", "json"])
                     .args(["--batch-stride", &a.processes.to_string()])
                     .args(["--batch-offset", &k.to_string()])

@@ -46,7 +46,7 @@ use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 
 use super::paper;
 use super::plot::{Figure, Series};
-use crate::records::Record;
+use crate::record::Record;
 
 /// The sweep.
 #[derive(Clone, Debug, PartialEq)]

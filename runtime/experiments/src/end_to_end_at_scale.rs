@@ -37,10 +37,11 @@ use sagessd_train::{ModelKind, StepModel};
 use super::end_to_end::Design;
 use super::end_to_end::Point;
 use super::smartsage;
-use crate::records::Record;
+use crate::record::Record;
 
 /// What the at-scale end-to-end part of `experiment smartsage` wrote for one device.
-pub(crate) struct Section {
+#[derive(Debug)]
+pub struct Section {
     /// The report's section (Markdown), with its paper · ours · ratio table.
     pub report: String,
     /// The figures' design points (at their worker count), every r.
@@ -56,17 +57,18 @@ pub(crate) struct Section {
 /// Computes the at-scale end-to-end figures of `hw` (the oracle on the built-in Newport-class
 /// description) from its sampling points, writes their plots into `dir` and returns the
 /// section.
-pub(crate) fn section(
+pub fn section(
     hw: &HwConfig,
     sampling: &[smartsage::Point],
     dir: &Path,
+    progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Section> {
     #[cfg(not(feature = "train"))]
     {
         let _ = (hw, sampling, dir);
-        eprintln!(
+        progress(&format!(
             "experiment smartsage: Figs. 6, 7 and 18 at scale SKIPPED: this sagessd was built without the `train` feature (the step model)"
-        );
+        ));
         Ok(Section {
             report: "### Figs. 6, 7, 18 at scale\n\nNot computed: this sagessd was built \
                      without the `train` feature.\n"
@@ -80,7 +82,7 @@ pub(crate) fn section(
     #[cfg(feature = "train")]
     {
         let oracle = HwConfig::newport();
-        let at = run(hw, &oracle, sampling)?;
+        let at = run(hw, &oracle, sampling, progress)?;
         let mut plots = Vec::new();
         for (name, figure) in super::end_to_end::plots(at.points()) {
             let stem = format!("{name}_at_scale_{}", super::file_safe(&hw.device.name));
@@ -93,7 +95,7 @@ pub(crate) fn section(
             .report
             .config
             .graph;
-        eprintln!("  the step model on SALIENT's configuration");
+        progress("  the step model on SALIENT's configuration");
         let salient = salient_check(hw, graph, 8)?;
         let (report, far) = report(hw, &oracle, &at, sampling, salient);
         Ok(Section {
@@ -220,11 +222,11 @@ fn report(
 }
 
 /// ogbn-papers100M's feature width.
-pub(crate) const IN_DIM: u64 = 128;
+pub const IN_DIM: u64 = 128;
 /// ogbn-papers100M's classes.
-pub(crate) const CLASSES: u64 = 172;
+pub const CLASSES: u64 = 172;
 /// GraphSAGE's hidden width (SALIENT's, on ogbn-papers100M).
-pub(crate) const HIDDEN: u64 = 256;
+pub const HIDDEN: u64 = 256;
 /// Minibatch groups the producer–trainer queue holds (`sagessd train --queue-depth`'s default),
 /// a group being one minibatch per worker.
 const QUEUE_GROUPS: usize = 4;
@@ -233,7 +235,7 @@ const QUEUE_GROUPS: usize = 4;
 /// once a slice.
 const REPEATS: u64 = 16;
 /// The share of its epoch DRAM-only's trainer must be busy for the figures' worker count.
-pub(crate) const BUSY_TARGET: f64 = 0.9;
+pub const BUSY_TARGET: f64 = 0.9;
 
 /// SALIENT's measured GraphSAGE training step, ns: its artifact's README (MITIBMxGraph/
 /// SALIENT_artifact, "Run single GPU experiments", the run behind Kaler et al., MLSys 2022,
@@ -241,7 +243,7 @@ pub(crate) const BUSY_TARGET: f64 = 0.9;
 /// events; sampling, slicing and transfers excluded) per epoch of ogbn-papers100M on an NVIDIA
 /// V100, ceil(1,207,179 / 1,024) = 1,179 minibatches: 3 SAGE layers 128 → 256 → 256 → 256,
 /// fanouts 15,10,5.
-pub(crate) const SALIENT_STEP_NS: f64 = 14_109.076e6 / 1179.0;
+pub const SALIENT_STEP_NS: f64 = 14_109.076e6 / 1179.0;
 /// SALIENT's fanouts.
 const SALIENT_FANOUTS: [u16; 3] = [15, 10, 5];
 
@@ -250,7 +252,7 @@ const SALIENT_FANOUTS: [u16; 3] = [15, 10, 5];
 /// fanout filled by distinct new nodes (the bound the real graph's degrees approach: its mean
 /// degree, both directions, is about 29), ns.
 #[cfg(feature = "train")]
-pub(crate) fn salient_check(
+pub fn salient_check(
     hw: &HwConfig,
     graph: &sagessd_runtime::graph_spec::GraphSpec,
     batches: u32,
@@ -289,7 +291,8 @@ pub(crate) fn salient_check(
 
 /// Every design point at every worker count, and the worker count the figures use.
 #[cfg(feature = "train")]
-pub(crate) struct AtScale {
+#[derive(Debug)]
+pub struct AtScale {
     /// Per worker count (ascending): the designs at each r (DRAM-only and the oracle, which
     /// do not read through the page cache, repeated at every r).
     pub by_workers: Vec<(usize, Vec<Point>)>,
@@ -305,7 +308,7 @@ pub(crate) struct AtScale {
 #[cfg(feature = "train")]
 impl AtScale {
     /// The figures' points.
-    pub(crate) fn points(&self) -> &[Point] {
+    pub fn points(&self) -> &[Point] {
         self.by_workers
             .iter()
             .find(|(w, _)| *w == self.workers)
@@ -316,7 +319,7 @@ impl AtScale {
 /// The step model of the at-scale figures on `hw`'s accelerator: GraphSAGE at
 /// ogbn-papers100M's widths.
 #[cfg(feature = "train")]
-pub(crate) fn step_model(hw: &HwConfig) -> StepModel {
+pub fn step_model(hw: &HwConfig) -> StepModel {
     StepModel {
         accelerator: hw.trainer,
         model: ModelKind::Sage,
@@ -374,10 +377,11 @@ fn point(design: Design, device: &str, ratio: u32, t: &Timeline) -> Point {
 /// Runs what the sampling sweep did not (DRAM-only on `hw`, in-storage sampling on `oracle`,
 /// at the sweep's worker counts) and joins every design with the trainer.
 #[cfg(feature = "train")]
-pub(crate) fn run(
+pub fn run(
     hw: &HwConfig,
     oracle: &HwConfig,
     sampling: &[smartsage::Point],
+    progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<AtScale> {
     let Some(first) = sampling.first() else {
         anyhow::bail!("no sampling points to train from");
@@ -398,12 +402,14 @@ pub(crate) fn run(
         );
         Ok::<_, anyhow::Error>(report)
     };
-    eprintln!("  DRAM-only (the graph in host memory), workers {workers:?}");
+    progress(&format!(
+        "  DRAM-only (the graph in host memory), workers {workers:?}"
+    ));
     let dram = run_checked(hw, HostIoMode::Memory, "DRAM-only")?;
-    eprintln!(
+    progress(&format!(
         "  SmartSAGE(oracle): in-storage sampling on {}, workers {workers:?}",
         oracle.device.name
-    );
+    ));
     let oracle_report = run_checked(oracle, HostIoMode::Isp, "the oracle")?;
     let step = step_model(hw);
     let steps: Vec<u64> = first
@@ -463,14 +469,14 @@ pub(crate) fn run(
 /// Every point of every worker count as a `smartsage.end_to_end` row, with its memory regime
 /// (from the sampling point of its r).
 #[cfg(feature = "train")]
-pub(crate) fn records(at: &AtScale, sampling: &[smartsage::Point]) -> Vec<Record> {
+pub fn records(at: &AtScale, sampling: &[smartsage::Point]) -> Vec<Record> {
     let mut rows = Vec::new();
     for (w, points) in &at.by_workers {
         for p in points {
             let Some(s) = sampling.iter().find(|s| s.ratio == p.ratio) else {
                 continue;
             };
-            let head = crate::regime_fields(
+            let head = crate::compare_rows::regime_fields(
                 Record::new("smartsage.end_to_end")
                     .with("device", p.device.as_str())
                     .with("r", p.ratio),

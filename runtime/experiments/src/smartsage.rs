@@ -21,11 +21,11 @@ use sagessd_runtime::host_io::HostIoMode;
 
 use super::paper;
 use super::plot::{Figure, Series};
-use crate::records::Record;
+use crate::record::Record;
 
 /// The sweep: the graph, the minibatches, the page-cache ratios and worker counts.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Sweep {
+pub struct Sweep {
     /// The graph on the device.
     pub graph: GraphSpec,
     /// Minibatches of one design point.
@@ -52,7 +52,7 @@ pub(crate) struct Sweep {
 impl Sweep {
     /// The full sweep: papers100M's size, SmartSAGE's minibatches (1,024 targets, fanouts
     /// 25,10), r = 1 to 16.
-    pub(crate) fn full() -> Self {
+    pub fn full() -> Self {
         Self {
             graph: GraphSpec::parse("papers100m").expect("a valid graph word"),
             batches: 16,
@@ -68,7 +68,7 @@ impl Sweep {
 
     /// The README's main job (`sagessd demo`): a synthetic graph of 16 Mi nodes (1.12 GiB of
     /// CSR) at r = 8, eight workers, no Fig. 15.
-    pub(crate) fn demo() -> Self {
+    pub fn demo() -> Self {
         Self {
             graph: GraphSpec::parse("synthetic:16M").expect("a valid graph word"),
             batches: 16,
@@ -86,7 +86,7 @@ impl Sweep {
 
     /// The reduced sweep the test suite runs (every output, small numbers): a synthetic graph
     /// of 400,000 nodes (about 28 MiB, larger than the controller's page buffer).
-    pub(crate) fn quick() -> Self {
+    pub fn quick() -> Self {
         Self {
             graph: GraphSpec::parse("synthetic:400000").expect("a valid graph word"),
             batches: 2,
@@ -102,7 +102,8 @@ impl Sweep {
 }
 
 /// One device at one page-cache ratio: what the comparison measured.
-pub(crate) struct Point {
+#[derive(Debug)]
+pub struct Point {
     /// The device's name.
     pub device: String,
     /// Graph bytes over host page-cache bytes.
@@ -117,7 +118,7 @@ pub(crate) struct Point {
 impl Point {
     /// Fig. 15's points: targets per NS_config, in-storage sampling's modelled time per whole
     /// minibatch, and its speedup over one mmap worker (when mmap ran).
-    pub(crate) fn coalescing_speedups(&self) -> impl Iterator<Item = (u32, f64, Option<f64>)> + '_ {
+    pub fn coalescing_speedups(&self) -> impl Iterator<Item = (u32, f64, Option<f64>)> + '_ {
         let mmap = self
             .report
             .result(HostIoMode::Mmap, 1)
@@ -130,7 +131,7 @@ impl Point {
 
 /// `hw` with the host page cache holding `1/ratio` of `graph_bytes` (whole 4 KiB pages); the
 /// controller is the description's own.
-pub(crate) fn with_page_cache(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
+pub fn with_page_cache(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
     let mut hw = hw.clone();
     let bytes = graph_bytes / u64::from(ratio.max(1));
     hw.host.page_cache_bytes = (bytes / 4096).max(1) * 4096;
@@ -139,7 +140,11 @@ pub(crate) fn with_page_cache(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> Hw
 
 /// Runs the sweep on `hw`: direct I/O and in-storage sampling once (every worker count), then
 /// mmap at each ratio's page cache, merged into one comparison per ratio.
-pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
+pub fn run(
+    hw: &HwConfig,
+    sweep: &Sweep,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<Point>> {
     let config =
         |hw: HwConfig, batches: u32, modes: Vec<HostIoMode>, workers: Vec<usize>| CompareConfig {
             graph: sweep.graph.clone(),
@@ -164,7 +169,9 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
         );
         Ok(report)
     };
-    eprintln!("  direct I/O and in-storage sampling, workers {workers:?}");
+    progress(&format!(
+        "  direct I/O and in-storage sampling, workers {workers:?}"
+    ));
     let free = checked(
         compare::run(
             &config(
@@ -181,7 +188,7 @@ pub(crate) fn run(hw: &HwConfig, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
     let graph_bytes = free.graph_bytes();
     let mut points = Vec::new();
     for &ratio in &sweep.ratios {
-        eprintln!("  mmap at r = {ratio}");
+        progress(&format!("  mmap at r = {ratio}"));
         let at_ratio = with_page_cache(hw, graph_bytes, ratio);
         let mut report = checked(
             compare::run(
@@ -252,7 +259,7 @@ fn coalescing(
 
 /// Fig. 15: in-storage sampling's speedup over mmap (one worker, whole minibatches) against
 /// the targets per NS_config.
-pub(crate) fn fig15(points: &[Point]) -> Vec<Record> {
+pub fn fig15(points: &[Point]) -> Vec<Record> {
     let mut rows = Vec::new();
     for p in points {
         for (g, ns, speedup) in p.coalescing_speedups() {
@@ -273,7 +280,7 @@ pub(crate) fn fig15(points: &[Point]) -> Vec<Record> {
 }
 
 /// Fig. 15 of one device: ISP's speedup over mmap against the targets per NS_config.
-pub(crate) fn fig15_plot(points: &[Point]) -> Figure {
+pub fn fig15_plot(points: &[Point]) -> Figure {
     let series = points
         .iter()
         .filter(|p| !p.coalescing.is_empty())
@@ -299,7 +306,7 @@ pub(crate) fn fig15_plot(points: &[Point]) -> Figure {
 }
 
 /// The paper's names of the modes.
-pub(crate) fn design(mode: HostIoMode) -> &'static str {
+pub fn design(mode: HostIoMode) -> &'static str {
     match mode {
         HostIoMode::Mmap => "SSD(mmap)",
         HostIoMode::Direct => "SmartSAGE(SW)",
@@ -310,7 +317,7 @@ pub(crate) fn design(mode: HostIoMode) -> &'static str {
 
 /// A row of `kind` about point `p`: its device, r and memory regime.
 fn point_head(kind: &'static str, p: &Point) -> Record {
-    crate::regime_fields(
+    crate::compare_rows::regime_fields(
         Record::new(kind)
             .with("device", p.device.as_str())
             .with("r", p.ratio),
@@ -320,7 +327,7 @@ fn point_head(kind: &'static str, p: &Point) -> Record {
 
 fn mode_row(kind: &'static str, p: &Point, r: &ModeResult) -> Record {
     let head = point_head(kind, p).with("design", design(r.mode));
-    crate::mode_fields(head, &p.report, r)
+    crate::compare_rows::mode_fields(head, &p.report, r)
 }
 
 /// `kind` rows of every design at the worker counts `keep` accepts.
@@ -338,17 +345,17 @@ fn mode_rows(points: &[Point], kind: &'static str, keep: fn(usize) -> bool) -> V
 }
 
 /// Fig. 14: one worker, every design.
-pub(crate) fn fig14(points: &[Point]) -> Vec<Record> {
+pub fn fig14(points: &[Point]) -> Vec<Record> {
     mode_rows(points, "smartsage.fig14", |w| w == 1)
 }
 
 /// Fig. 16: every worker count, every design.
-pub(crate) fn fig16(points: &[Point]) -> Vec<Record> {
+pub fn fig16(points: &[Point]) -> Vec<Record> {
     mode_rows(points, "smartsage.fig16", |_| true)
 }
 
 /// Fig. 17: ISP's speedup over direct I/O per worker count.
-pub(crate) fn fig17(points: &[Point]) -> Vec<Record> {
+pub fn fig17(points: &[Point]) -> Vec<Record> {
     let mut rows = Vec::new();
     for p in points {
         for &w in &p.report.config.workers {
@@ -364,7 +371,7 @@ pub(crate) fn fig17(points: &[Point]) -> Vec<Record> {
 /// Our value of each of the paper's keys for one device's points: means and maxima over the
 /// memory ratios (the paper's are over its datasets, each at its own ratio), and for "several
 /// workers" over every worker count above one.
-pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
+pub fn ours(points: &[Point], key: &str) -> Option<f64> {
     use HostIoMode::{Direct, Isp, Mmap};
     // `mode`'s speedup over `over` at every worker count of the points, one worker or several.
     let speedups = |mode: HostIoMode, over: HostIoMode, one_worker: bool| -> Vec<f64> {
@@ -416,7 +423,7 @@ fn paper_line(key: &str, label: &str) -> Option<Series> {
 }
 
 /// Fig. 14 of one device: speedup over mmap against the memory ratio, one worker.
-pub(crate) fn fig14_plot(points: &[Point]) -> Figure {
+pub fn fig14_plot(points: &[Point]) -> Figure {
     let line = |mode: HostIoMode| Series {
         label: format!("{}, ours", design(mode)),
         points: points
@@ -445,7 +452,7 @@ pub(crate) fn fig14_plot(points: &[Point]) -> Figure {
 
 /// Fig. 16 (`isp_over` = Mmap) or Fig. 17 (`isp_over` = Direct) of one device: ISP's speedup
 /// against the worker count, a line per memory ratio.
-pub(crate) fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
+pub fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
     let mut series: Vec<Series> = points
         .iter()
         .map(|p| Series {
@@ -480,7 +487,7 @@ pub(crate) fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
 }
 
 /// What the model can tell about a point: where ISP's and the host's time goes.
-pub(crate) fn diagnosis(p: &Point) -> String {
+pub fn diagnosis(p: &Point) -> String {
     let one = |m| p.report.result(m, 1);
     let mut parts = Vec::new();
     if let (Some(mmap), Some(direct)) = (one(HostIoMode::Mmap), one(HostIoMode::Direct)) {

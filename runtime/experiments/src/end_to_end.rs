@@ -26,11 +26,11 @@ use sagessd_runtime::dataset::Dataset;
 
 use super::plot::{Figure, Series};
 use super::{file_safe, paper};
-use crate::records::Record;
+use crate::record::Record;
 
 /// The sweep: the dataset, the training run and the memory ratios.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Sweep {
+pub struct Sweep {
     /// R-MAT scale of the generated dataset (edge factor 8).
     pub scale: u32,
     /// Feature width (f32).
@@ -52,7 +52,7 @@ pub(crate) struct Sweep {
 
 impl Sweep {
     /// The full sweep.
-    pub(crate) fn full() -> Self {
+    pub fn full() -> Self {
         Self {
             scale: 16,
             feature_dim: 64,
@@ -66,7 +66,7 @@ impl Sweep {
     }
 
     /// The reduced sweep the test suite runs.
-    pub(crate) fn quick() -> Self {
+    pub fn quick() -> Self {
         Self {
             scale: 11,
             feature_dim: 16,
@@ -80,7 +80,7 @@ impl Sweep {
     }
 
     /// The README's main job: one memory ratio, in about 10 s (release build).
-    pub(crate) fn demo() -> Self {
+    pub fn demo() -> Self {
         Self {
             scale: 15,
             feature_dim: 64,
@@ -110,7 +110,7 @@ fn with_memory(hw: &HwConfig, graph_bytes: u64, ratio: u32) -> HwConfig {
 
 /// One design point of SmartSAGE's Fig. 18.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Design {
+pub enum Design {
     /// The graph in host memory, as if it fit (the paper's oracular DRAM-only).
     DramOnly,
     /// mmap through the page cache (the paper's baseline SSD).
@@ -126,7 +126,7 @@ pub(crate) enum Design {
 
 impl Design {
     /// Every design, in the paper's order.
-    pub(crate) const ALL: [Self; 5] = [
+    pub const ALL: [Self; 5] = [
         Self::DramOnly,
         Self::Mmap,
         Self::Sw,
@@ -135,7 +135,7 @@ impl Design {
     ];
 
     /// The paper's name.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::DramOnly => "DRAM-only",
             Self::Mmap => "SSD(mmap)",
@@ -147,19 +147,22 @@ impl Design {
 
     #[cfg(feature = "train")]
     /// `sagessd train`'s sampler flags for it.
-    fn sampler_args(self) -> &'static [&'static str] {
-        match self {
-            Self::DramOnly => &["--sampler", "memory"],
-            Self::Mmap => &["--sampler", "mmap"],
-            Self::Sw => &["--sampler", "direct"],
-            Self::HwSw | Self::Oracle => &["--sampler", "isp", "--host-features"],
-        }
+    #[cfg(feature = "train")]
+    fn apply(self, spec: &mut sagessd::training::TrainSpec) {
+        use sagessd::SamplerKind;
+        spec.sampler = match self {
+            Self::DramOnly => SamplerKind::Memory,
+            Self::Mmap => SamplerKind::Mmap,
+            Self::Sw => SamplerKind::Direct,
+            Self::HwSw | Self::Oracle => SamplerKind::Isp,
+        };
+        spec.host_features = matches!(self, Self::HwSw | Self::Oracle);
     }
 }
 
 /// One design point at one memory ratio: what its training run measured.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Point {
+pub struct Point {
     /// The design.
     pub design: Design,
     /// The device it ran on.
@@ -182,7 +185,7 @@ pub(crate) struct Point {
 
 #[cfg(feature = "train")]
 /// The dataset the sweep trains on, generated into `dir` unless it is there.
-pub(crate) fn dataset(dir: &Path, sweep: &Sweep) -> anyhow::Result<(PathBuf, Dataset)> {
+pub fn dataset(dir: &Path, sweep: &Sweep) -> anyhow::Result<(PathBuf, Dataset)> {
     super::generated(dir, sweep.scale, sweep.feature_dim, sweep.classes)
 }
 
@@ -201,17 +204,25 @@ fn write_config(path: &Path, hw: &HwConfig) -> anyhow::Result<()> {
 }
 
 #[cfg(feature = "train")]
-/// Trains one design point: `sagessd train` with `argv`, silently; the mean modelled epoch.
+/// Trains one design point on the emulated device described in `config`, silently; the mean
+/// modelled epoch.
 fn train(
     design: Design,
     device: &str,
     ratio: u32,
     sweep: &Sweep,
-    argv: Vec<String>,
+    spec: sagessd::training::TrainSpec,
+    config: &Path,
 ) -> anyhow::Result<Point> {
     let wall = std::time::Instant::now();
-    let (command, run) = super::train_quietly(argv, sweep.epochs, sweep.batch_size, &sweep.fanouts)
-        .with_context(|| format!("{} at ratio {ratio}", design.name()))?;
+    let (command, run) = super::train_quietly(
+        spec,
+        Some(config),
+        sweep.epochs,
+        sweep.batch_size,
+        &sweep.fanouts,
+    )
+    .with_context(|| format!("{} at ratio {ratio}", design.name()))?;
     let epochs = &run.outcome.epochs;
     let modelled: Vec<_> = epochs.iter().filter_map(|e| e.modelled).collect();
     anyhow::ensure!(
@@ -238,7 +249,7 @@ fn train(
 /// Runs every design at every ratio of `sweep`: `hw` for all but the oracle, `oracle` for it.
 /// DRAM-only does not depend on the ratio and runs once. Configurations and the dataset go
 /// under `dir`.
-pub(crate) fn run(
+pub fn run(
     hw: &HwConfig,
     oracle: &HwConfig,
     sweep: &Sweep,
@@ -249,17 +260,18 @@ pub(crate) fn run(
     let (path, dataset) = dataset(&dir.join("dataset"), sweep)?;
     let bytes = graph_bytes(&dataset)?;
     drop(dataset);
-    let argv = |config: &Path, design: Design, workers: usize| -> Vec<String> {
-        let mut v: Vec<String> = vec![
-            "--dataset".into(),
-            path.display().to_string(),
-            "--on-device".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ];
-        v.extend(design.sampler_args().iter().map(|s| s.to_string()));
-        v.extend(["--modelled-steps", "--workers", &workers.to_string()].map(String::from));
-        v
+    // A design point: the description as written to `config` (so that the report's command
+    // reruns it exactly), the design's sampler, modelled steps, `workers` host workers.
+    let spec = |config: &Path, design: Design, workers: usize| -> anyhow::Result<_> {
+        let mut s = sagessd::training::TrainSpec::new(&path);
+        s.storage = sagessd::Storage::emulator(HwConfig::load(config)?);
+        design.apply(&mut s);
+        s.modelled_steps = true;
+        s.workers = sagessd::training::Workers::Fixed {
+            sample: workers,
+            gather: workers,
+        };
+        Ok(s)
     };
     let mut points = Vec::new();
     let mut dram: Option<Point> = None;
@@ -303,7 +315,8 @@ pub(crate) fn run(
                 &base.device.name,
                 ratio,
                 sweep,
-                argv(&config, design, workers),
+                spec(&config, design, workers)?,
+                &config,
             )?;
             progress(&p);
             if design == Design::DramOnly {
@@ -322,12 +335,12 @@ fn at(points: &[Point], design: Design, ratio: u32) -> Option<&Point> {
 }
 
 /// `p`'s speedup over SSD(mmap) at its ratio.
-pub(crate) fn speedup_vs_mmap(points: &[Point], p: &Point) -> Option<f64> {
+pub fn speedup_vs_mmap(points: &[Point], p: &Point) -> Option<f64> {
     at(points, Design::Mmap, p.ratio).map(|m| m.epoch_s / p.epoch_s)
 }
 
 /// `p`'s performance as a share of DRAM-only's (DRAM-only's epoch over `p`'s).
-pub(crate) fn of_dram_only(points: &[Point], p: &Point) -> Option<f64> {
+pub fn of_dram_only(points: &[Point], p: &Point) -> Option<f64> {
     at(points, Design::DramOnly, p.ratio).map(|d| d.epoch_s / p.epoch_s)
 }
 
@@ -346,7 +359,7 @@ fn row(kind: &'static str, points: &[Point], p: &Point) -> Record {
 }
 
 /// Fig. 6: DRAM-only and SSD(mmap), the epoch split into training and waiting for input.
-pub(crate) fn fig6(points: &[Point]) -> Vec<Record> {
+pub fn fig6(points: &[Point]) -> Vec<Record> {
     points
         .iter()
         .filter(|p| matches!(p.design, Design::DramOnly | Design::Mmap))
@@ -360,7 +373,7 @@ pub(crate) fn fig6(points: &[Point]) -> Vec<Record> {
 }
 
 /// Fig. 7: every design's trainer idle share.
-pub(crate) fn fig7(points: &[Point]) -> Vec<Record> {
+pub fn fig7(points: &[Point]) -> Vec<Record> {
     points
         .iter()
         .map(|p| {
@@ -374,7 +387,7 @@ pub(crate) fn fig7(points: &[Point]) -> Vec<Record> {
 }
 
 /// Fig. 18: every design's epoch against mmap and DRAM-only.
-pub(crate) fn fig18(points: &[Point]) -> Vec<Record> {
+pub fn fig18(points: &[Point]) -> Vec<Record> {
     points
         .iter()
         .map(|p| row("smartsage.fig18", points, p))
@@ -382,7 +395,7 @@ pub(crate) fn fig18(points: &[Point]) -> Vec<Record> {
 }
 
 /// Our value of each of the paper's end-to-end keys: means and maxima over the ratios.
-pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
+pub fn ours(points: &[Point], key: &str) -> Option<f64> {
     let of = |design: Design, f: fn(&[Point], &Point) -> Option<f64>| -> Vec<f64> {
         points
             .iter()
@@ -405,7 +418,7 @@ pub(crate) fn ours(points: &[Point], key: &str) -> Option<f64> {
 }
 
 /// Our value of one of the paper's keys at one memory ratio alone.
-pub(crate) fn ours_at(points: &[Point], key: &str, ratio: u32) -> Option<f64> {
+pub fn ours_at(points: &[Point], key: &str, ratio: u32) -> Option<f64> {
     let at: Vec<Point> = points
         .iter()
         .filter(|p| p.ratio == ratio)
@@ -452,7 +465,7 @@ fn per_design(
 }
 
 /// The figures of the end-to-end points: (file stem, figure).
-pub(crate) fn plots(points: &[Point]) -> Vec<(&'static str, Figure)> {
+pub fn plots(points: &[Point]) -> Vec<(&'static str, Figure)> {
     let title = |fig: &str, what: &str| {
         format!(
             "SmartSAGE {fig}: {what}, graph-to-memory ratios {} (modelled epochs)",
@@ -503,7 +516,8 @@ pub(crate) fn plots(points: &[Point]) -> Vec<(&'static str, Figure)> {
 
 /// The end-to-end part of `experiment smartsage` for one device: its points, files and report
 /// section.
-pub(crate) struct Section {
+#[derive(Debug)]
+pub struct Section {
     /// Every design point.
     pub points: Vec<Point>,
     /// The report's section (Markdown).
@@ -514,11 +528,12 @@ pub(crate) struct Section {
 
 /// Runs the end-to-end designs on `hw` (the oracle on the built-in Newport-class description)
 /// and writes their CSVs and plots into `dir`, named after the device.
-pub(crate) fn section(
+pub fn section(
     hw: &HwConfig,
     sweep: &Sweep,
     dir: &Path,
     quick: bool,
+    progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Section> {
     let oracle = HwConfig::newport();
     let device = file_safe(&hw.device.name);
@@ -527,9 +542,9 @@ pub(crate) fn section(
     #[cfg(not(feature = "train"))]
     {
         let _ = (sweep, work, quick, wall, oracle);
-        eprintln!(
+        progress(&format!(
             "experiment smartsage: Figs. 6, 7 and 18 SKIPPED: this sagessd was built without the `train` feature (libtorch)"
-        );
+        ));
         Ok(Section {
             points: Vec::new(),
             report: "### Real training on a small graph: accuracy (Figs. 6, 7, 18 in the scaled-down regime)\n\n**Not run**: this sagessd was built without the `train` feature (libtorch), which these figures train with.\n".into(),
@@ -539,14 +554,14 @@ pub(crate) fn section(
     #[cfg(feature = "train")]
     {
         let points = run(hw, &oracle, sweep, &work, &mut |p| {
-            eprintln!(
+            progress(&format!(
                 "  {} at ratio {}: modelled epoch {:.4} s, trainer idle {:.1} % ({:.1} s wall clock)",
                 p.design.name(),
                 p.ratio,
                 p.epoch_s,
                 100.0 * p.idle_fraction,
                 p.wall_s
-            );
+            ));
         })?;
         let mut files = Vec::new();
         for (name, rows) in [

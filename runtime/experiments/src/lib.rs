@@ -1,30 +1,32 @@
-//! `sagessd experiment`: the seeds' comparisons rerun on the emulated devices, written as one
-//! tidy CSV per figure and a `report.md` that sets each figure beside the paper's value
-//! (`paper.rs`). SmartSAGE: neighbour sampling (Figs. 14, 16, 17) and end-to-end training
-//! (Figs. 6, 7, 18); AGNES: block and hyperbatch sizes (Figs. 8, 9); BGL: the feature cache
-//! against its size and the minibatch order (§3.2), and the stage profile (§3.4).
+//! The seeds' comparisons rerun on sagessd's emulated devices (what `sagessd experiment` and
+//! `sagessd demo` run), written as one tidy CSV per figure, plots, and a `report.md` that sets
+//! each figure beside the paper's value (`paper.rs`). SmartSAGE: neighbour sampling (Figs. 14,
+//! 16, 17) and end-to-end training (Figs. 6, 7, 18); AGNES: block and hyperbatch sizes (Figs.
+//! 8, 9); BGL: the feature cache against its size and the minibatch order (§3.2), and the
+//! stage profile (§3.4). The training figures need feature `train` (libtorch); without it
+//! their sections say they were not run.
 
 mod agnes;
 mod bgl;
-pub(crate) mod end_to_end;
-pub(crate) mod end_to_end_at_scale;
+pub mod compare_rows;
+pub mod end_to_end;
+pub mod end_to_end_at_scale;
 mod paper;
-mod plot;
-pub(crate) mod smartsage;
+pub mod plot;
+pub mod record;
+pub mod smartsage;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use sagessd_emulator::HwConfig;
 
-use crate::records::{Record, write_csv};
-use crate::{hw_source, load_hw};
+use crate::record::{Record, write_csv};
 
 /// Which seed's comparisons to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Which {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
     /// SmartSAGE: neighbour sampling with mmap, direct I/O and in storage, 1…N workers, and
     /// end-to-end training of every design point, at several graph-to-memory ratios (Figs. 6,
     /// 7, 14, 16, 17, 18).
@@ -40,39 +42,52 @@ pub(crate) enum Which {
     All,
 }
 
-/// Flags of `experiment`.
-#[derive(Debug, Args)]
-pub(crate) struct ExperimentArgs {
-    /// The experiment.
-    #[arg(value_enum)]
-    which: Which,
+/// How to run an experiment.
+#[derive(Clone, Debug)]
+pub struct Options {
     /// A reduced sweep (small graph, one memory ratio, 1 and 2 workers): every output, in
     /// seconds.
-    #[arg(long)]
-    quick: bool,
-    /// Output folder (the experiment writes into its own subfolder).
-    #[arg(long, value_name = "DIR", default_value = "target/experiments")]
-    out: PathBuf,
-    /// Hardware descriptions to run on, repeatable; default: the built-in Cosmos+ OpenSSD.
-    #[arg(long, value_name = "PATH")]
-    config: Vec<PathBuf>,
+    pub quick: bool,
+    /// Output folder (each experiment writes into its own subfolder).
+    pub out: PathBuf,
+    /// The devices to run on, each with where its description came from (a path, or "built-in
+    /// …"); none: the built-in Cosmos+ OpenSSD.
+    pub hardware: Vec<(String, HwConfig)>,
 }
 
-/// Runs `experiment`.
-pub(crate) fn run(args: ExperimentArgs) -> anyhow::Result<ExitCode> {
-    match args.which {
-        Which::Smartsage => run_smartsage(&args),
-        Which::Agnes => run_agnes(&args),
-        Which::Bgl => run_bgl(&args),
-        Which::All => {
-            for run in [run_smartsage, run_agnes, run_bgl] {
-                if run(&args)? != ExitCode::SUCCESS {
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+/// One experiment: it runs as the options say, and returns what it wrote where.
+type OneExperiment = fn(&Options, &mut dyn FnMut(&str)) -> anyhow::Result<String>;
+
+/// Runs `which` as `options` say, telling `progress` what it is doing; returns a line per
+/// experiment run saying what it wrote where.
+pub fn run(
+    which: Which,
+    options: &Options,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<String>> {
+    let mut options = options.clone();
+    if options.hardware.is_empty() {
+        options.hardware.push((
+            "built-in hw-configs/cosmos-plus.toml".into(),
+            HwConfig::cosmos_plus(),
+        ));
     }
+    for (i, (_, hw)) in options.hardware.iter().enumerate() {
+        anyhow::ensure!(
+            options.hardware[..i]
+                .iter()
+                .all(|(_, h)| h.device.name != hw.device.name),
+            "two hardware descriptions name their device {:?}: their rows and plots could not be told apart",
+            hw.device.name
+        );
+    }
+    let runs: &[OneExperiment] = match which {
+        Which::Smartsage => &[run_smartsage],
+        Which::Agnes => &[run_agnes],
+        Which::Bgl => &[run_bgl],
+        Which::All => &[run_smartsage, run_agnes, run_bgl],
+    };
+    runs.iter().map(|run| run(&options, progress)).collect()
 }
 
 fn write_file(dir: &Path, name: &str, text: &[u8]) -> anyhow::Result<()> {
@@ -86,7 +101,7 @@ fn csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
     Ok(out)
 }
 
-fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
+fn run_smartsage(args: &Options, progress: &mut dyn FnMut(&str)) -> anyhow::Result<String> {
     let sweep = if args.quick {
         smartsage::Sweep::quick()
     } else {
@@ -103,20 +118,25 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let mut devices = Vec::new();
     let mut sections = Vec::new();
     let mut at_scale = Vec::new();
-    for (source, hw) in hardware(args)? {
-        eprintln!("experiment smartsage: {} ({source})", hw.device.name);
-        let points = smartsage::run(&hw, &sweep)?;
-        eprintln!(
+    for (source, hw) in args.hardware.iter().cloned() {
+        progress(&format!(
+            "experiment smartsage: {} ({source})",
+            hw.device.name
+        ));
+        let points = smartsage::run(&hw, &sweep, progress)?;
+        progress(&format!(
             "experiment smartsage: end-to-end training at scale (modelled) on {}",
             hw.device.name
-        );
-        at_scale.push(end_to_end_at_scale::section(&hw, &points, &dir)?);
+        ));
+        at_scale.push(end_to_end_at_scale::section(&hw, &points, &dir, progress)?);
         devices.push((source, points));
-        eprintln!(
+        progress(&format!(
             "experiment smartsage: end-to-end training on {}",
             hw.device.name
-        );
-        sections.push(end_to_end::section(&hw, &e2e_sweep, &dir, args.quick)?);
+        ));
+        sections.push(end_to_end::section(
+            &hw, &e2e_sweep, &dir, args.quick, progress,
+        )?);
     }
     let all: Vec<&smartsage::Point> = devices.iter().flat_map(|(_, p)| p).collect();
     let owned = |f: fn(&[smartsage::Point]) -> Vec<Record>| -> Vec<Record> {
@@ -166,7 +186,7 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     }
     let report = smartsage_report(&sweep, &devices, &at_scale, &sections, args.quick, &plots);
     write_file(&dir, "report.md", report.as_bytes())?;
-    println!(
+    Ok(format!(
         "experiment smartsage: {} sampling, {} modelled end-to-end and {} training design points on {} device(s) → {} (fig14_one_worker.csv, fig15_coalescing.csv, fig16_workers.csv, fig17_hwsw_over_sw.csv, end_to_end_at_scale.csv, {}report.md); {:.1} s wall clock",
         all.iter().map(|p| p.report.results.len()).sum::<usize>(),
         e2e_rows.len(),
@@ -179,44 +199,27 @@ fn run_smartsage(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
             .map(|f| format!("{f}, "))
             .collect::<String>(),
         wall.elapsed().as_secs_f64()
-    );
-    Ok(ExitCode::SUCCESS)
+    ))
 }
 
-/// One `sagessd train` run inside an experiment: `argv` (dataset, sampler, workers, …) plus the
-/// flags every such run shares (`epochs`, `batch_size`, `fanouts`, the CPU with one libtorch
-/// thread, no progress bar), trained by the library, printing nothing. Returns its command line, for the report, and
-/// what it trained.
+/// One training run inside an experiment: `spec` (dataset, sampler, workers, …) with what every
+/// such run shares (`epochs`, `batch_size`, `fanouts`, the CPU with one libtorch thread),
+/// trained by the library, printing nothing. Returns the `sagessd train` command that reruns
+/// it (`hardware`: the description file of its device), for the report, and what it trained.
 #[cfg(feature = "train")]
 pub(crate) fn train_quietly(
-    mut argv: Vec<String>,
+    mut spec: sagessd::training::TrainSpec,
+    hardware: Option<&Path>,
     epochs: u32,
     batch_size: u32,
     fanouts: &[u16],
 ) -> anyhow::Result<(String, sagessd::training::TrainRun)> {
-    let fanouts = fanouts
-        .iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    argv.extend(
-        [
-            "--epochs",
-            &epochs.to_string(),
-            "--batch-size",
-            &batch_size.to_string(),
-            "--fanouts",
-            &fanouts,
-            "--compute",
-            "cpu",
-            "--threads",
-            "1",
-            "--quiet",
-        ]
-        .map(String::from),
-    );
-    let command = format!("sagessd train {}", argv.join(" "));
-    let spec = crate::train::spec_from_argv(&argv)?;
+    spec.epochs = Some(epochs);
+    spec.batch_size = Some(usize::try_from(batch_size)?);
+    spec.fanouts = fanouts.to_vec();
+    spec.compute = sagessd::training::DeviceChoice::Cpu;
+    spec.threads = 1;
+    let command = spec.command_line(hardware);
     let run = sagessd::training::train(&spec, &mut ()).with_context(|| command.clone())?;
     Ok((command, run))
 }
@@ -247,7 +250,7 @@ pub(crate) fn generated(
     Ok((path, d))
 }
 
-fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
+fn run_bgl(args: &Options, progress: &mut dyn FnMut(&str)) -> anyhow::Result<String> {
     let sweep = if args.quick {
         bgl::Sweep::quick()
     } else {
@@ -255,18 +258,23 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     };
     let dir = args.out.join("bgl");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    if !args.config.is_empty() {
-        eprintln!("experiment bgl: gathers from this machine's files; --config is not used by it");
+    if args.hardware.len() > 1
+        || args
+            .hardware
+            .iter()
+            .any(|(s, _)| !s.starts_with("built-in"))
+    {
+        progress("experiment bgl: gathers from this machine's files; --config is not used by it");
     }
     let wall = std::time::Instant::now();
     let workload = bgl::Workload::new(&sweep, 1)?;
-    eprintln!(
+    progress(&format!(
         "experiment bgl: {}, {} training nodes, {} features a node",
         sweep.graph.describe(),
         workload.train.len(),
         sweep.feature_dim
-    );
-    let points = bgl::run(&workload, &sweep)?;
+    ));
+    let points = bgl::run(&workload, &sweep, progress)?;
     write_file(
         &dir,
         "bgl_feature_cache.csv",
@@ -295,7 +303,7 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let cache_bytes = dataset.manifest.node_count as usize * bgl::PROFILE_FEATURE_DIM as usize * 4
         / 100
         * percent as usize;
-    let (section, profile) = bgl::profile(&path, &sweep, cache_bytes)?;
+    let (section, profile) = bgl::profile(&path, &sweep, cache_bytes, progress)?;
     if let Some(record) = profile {
         write_file(&dir, "bgl_profile.csv", &csv(&[record])?)?;
     }
@@ -304,37 +312,16 @@ fn run_bgl(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
         "report.md",
         bgl::report(&points, &sweep, &workload, args.quick, &section).as_bytes(),
     )?;
-    println!(
+    Ok(format!(
         "experiment bgl: {} points → {} (bgl_feature_cache.csv, bgl_profile.csv, report.md); {:.1} s wall clock",
         points.len(),
         dir.display(),
         wall.elapsed().as_secs_f64()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The hardware descriptions of `args` (the built-in Cosmos+ when none), each with its source.
-fn hardware(args: &ExperimentArgs) -> anyhow::Result<Vec<(String, sagessd_emulator::HwConfig)>> {
-    let configs: Vec<Option<&PathBuf>> = if args.config.is_empty() {
-        vec![None]
-    } else {
-        args.config.iter().map(Some).collect()
-    };
-    let mut out: Vec<(String, sagessd_emulator::HwConfig)> = Vec::new();
-    for config in configs {
-        let hw = load_hw(config)?;
-        anyhow::ensure!(
-            out.iter().all(|(_, h)| h.device.name != hw.device.name),
-            "two hardware descriptions name their device {:?}: their rows and plots could not be told apart",
-            hw.device.name
-        );
-        out.push((hw_source(config), hw));
-    }
-    Ok(out)
+    ))
 }
 
 /// A device's name kept to characters every file system takes.
-pub(crate) fn file_safe(name: &str) -> String {
+pub fn file_safe(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -346,7 +333,7 @@ pub(crate) fn file_safe(name: &str) -> String {
         .collect()
 }
 
-fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
+fn run_agnes(args: &Options, progress: &mut dyn FnMut(&str)) -> anyhow::Result<String> {
     let sweep = if args.quick {
         agnes::Sweep::quick()
     } else {
@@ -355,22 +342,25 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     let dir = args.out.join("agnes");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let wall = std::time::Instant::now();
-    eprintln!("experiment agnes: tabulating {}", sweep.graph.describe());
+    progress(&format!(
+        "experiment agnes: tabulating {}",
+        sweep.graph.describe()
+    ));
     let graph = sweep.build_graph()?;
     let reference = agnes::reference(&graph, &sweep)?;
     let mut devices = Vec::new();
-    for (source, hw) in hardware(args)? {
-        eprintln!("experiment agnes: {} ({source})", hw.device.name);
+    for (source, hw) in args.hardware.iter().cloned() {
+        progress(&format!("experiment agnes: {} ({source})", hw.device.name));
         let name = hw.device.name.clone();
-        let mut progress = |what: &str| {
-            eprintln!(
+        let mut step = |what: &str| {
+            progress(&format!(
                 "experiment agnes: {name} · {what} ({:.0} s)",
                 wall.elapsed().as_secs_f64()
-            );
+            ));
         };
         devices.push((
             source,
-            agnes::run(&hw, &graph, &sweep, &reference, &mut progress)?,
+            agnes::run(&hw, &graph, &sweep, &reference, &mut step)?,
         ));
     }
     let of = |sweeps: &[&str]| -> Vec<Record> {
@@ -407,7 +397,7 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
     }
     // The feature cache's threshold, on the same graph with its training nodes and a computed
     // feature table.
-    eprintln!("experiment agnes: the feature cache's threshold");
+    progress("experiment agnes: the feature cache's threshold");
     let featured = bgl::Workload::over(
         sagessd_runtime::graph_spec::WorkloadGraph::Synthetic(graph),
         sweep.train_share,
@@ -431,14 +421,13 @@ fn run_agnes(args: &ExperimentArgs) -> anyhow::Result<ExitCode> {
         "report.md",
         agnes_report(&sweep, &devices, &featured, &thresholds, args.quick, &plots).as_bytes(),
     )?;
-    println!(
+    Ok(format!(
         "experiment agnes: {} points on {} device(s) → {} (fig9_blocks_and_hyperbatches.csv, fig8_ratios.csv, small_reads.csv, feature_threshold.csv, report.md); {:.1} s wall clock",
         devices.iter().map(|(_, p)| p.len()).sum::<usize>(),
         devices.len(),
         dir.display(),
         wall.elapsed().as_secs_f64()
-    );
-    Ok(ExitCode::SUCCESS)
+    ))
 }
 
 fn agnes_report(

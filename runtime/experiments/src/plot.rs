@@ -16,7 +16,7 @@ const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// A line of points.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Series {
+pub struct Series {
     /// Its legend entry.
     pub label: String,
     /// (x, y) points, in x order; a paper value has one point, whose y is drawn across the x
@@ -28,7 +28,7 @@ pub(crate) struct Series {
 
 /// One figure.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Figure {
+pub struct Figure {
     /// The caption.
     pub title: String,
     /// The x axis, with its unit.
@@ -135,7 +135,7 @@ where
 }
 
 /// Writes `fig` as `dir/stem.svg` and `dir/stem.png` (1000 × 600).
-pub(crate) fn write(fig: &Figure, dir: &Path, stem: &str) -> anyhow::Result<()> {
+pub fn write(fig: &Figure, dir: &Path, stem: &str) -> anyhow::Result<()> {
     font()?;
     let size = (1000, 600);
     let svg = dir.join(format!("{stem}.svg"));

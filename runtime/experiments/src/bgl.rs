@@ -22,7 +22,7 @@ use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
 use sagessd_runtime::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, fnv1a};
 
 use super::plot::{Figure, Series};
-use crate::records::Record;
+use crate::record::Record;
 
 /// The sweep.
 #[derive(Clone, Debug, PartialEq)]
@@ -208,12 +208,16 @@ pub(crate) fn policy(cache: FeatureCache) -> &'static str {
 /// `sweep.minibatches` minibatches of the next epoch (the counted ones), in each order, through
 /// each cache at each size. Every policy and size must return the same
 /// rows (checked): they differ only in what they read.
-pub(crate) fn run(w: &Workload, sweep: &Sweep) -> anyhow::Result<Vec<Point>> {
+pub(crate) fn run(
+    w: &Workload,
+    sweep: &Sweep,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<Point>> {
     let table_bytes = usize::try_from(w.table_bytes()).context("the feature table's size")?;
     let mut sampler = ReferenceSampler::over(w.graph.host());
     let mut points = Vec::new();
     for order in [Order::Random, Order::Bgl] {
-        eprintln!("  {} order", order.name());
+        progress(&format!("  {} order", order.name()));
         // The warm-up epochs whole, then the counted minibatches of the next epoch.
         let mut warmup = Vec::new();
         let mut first_index = 0u32;
@@ -527,13 +531,14 @@ pub(crate) fn profile(
     dataset_dir: &Path,
     sweep: &Sweep,
     cache_bytes: usize,
+    progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<(String, Option<Record>)> {
     #[cfg(not(feature = "train"))]
     {
         let _ = (dataset_dir, sweep, cache_bytes);
-        eprintln!(
+        progress(&format!(
             "experiment bgl: the stage profile SKIPPED: this sagessd was built without the `train` feature (libtorch)"
-        );
+        ));
         Ok((
             "## Stage profile (§3.4)\n\n**Not run**: this sagessd was built without the `train` feature (libtorch).\n".into(),
             None,
@@ -541,24 +546,16 @@ pub(crate) fn profile(
     }
     #[cfg(feature = "train")]
     {
-        let argv: Vec<String> = [
-            "--dataset",
-            &dataset_dir.display().to_string(),
-            "--sampler",
-            "direct",
-            "--order",
-            "bgl",
-            "--features",
-            "bgl",
-            "--feature-cache",
-            &(cache_bytes.div_ceil(1 << 20)).max(1).to_string(),
-            "--workers",
-            "auto",
-        ]
-        .map(String::from)
-        .to_vec();
+        progress("experiment bgl: the stage profile (one training epoch, workers profiled)");
+        let mut spec = sagessd::training::TrainSpec::new(dataset_dir);
+        spec.sampler = sagessd::SamplerKind::Direct;
+        spec.order = Order::Bgl;
+        spec.features = FeatureCache::Bgl;
+        // The cache in whole MiB, as `--feature-cache` takes it (the report quotes the command).
+        spec.cache.cache_bytes = cache_bytes.div_ceil(1 << 20).max(1) << 20;
+        spec.workers = sagessd::training::Workers::Auto;
         let batch = u32::try_from(sweep.batch_size).context("the batch size")?;
-        let (command, run) = super::train_quietly(argv, 1, batch, &sweep.fanouts)?;
+        let (command, run) = super::train_quietly(spec, None, 1, batch, &sweep.fanouts)?;
         let e = run.outcome.epochs.first().context("the profile's epoch")?;
         let t = &e.throughput;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
