@@ -7,6 +7,10 @@
 //! their sections say they were not run.
 
 mod agnes;
+#[cfg(feature = "train")]
+pub mod bench_step;
+#[cfg(feature = "train")]
+pub mod bench_train;
 mod bgl;
 pub mod compare_rows;
 pub mod end_to_end;
