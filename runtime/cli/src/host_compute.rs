@@ -31,7 +31,9 @@ use sagessd_runtime::sampler::{
     EdgeRange, NeighbourSource, SampledSubgraph, SamplerError, build_subgraph,
 };
 
-use crate::calibrate_fit::{Equation, check_verdict, relative_least_squares};
+use sagessd_experiments::calibrate_fit::{Equation, relative_least_squares};
+
+use crate::calibrate::check_verdict;
 use crate::{hw_source, load_hw};
 
 /// Flags of `validate host-compute`.

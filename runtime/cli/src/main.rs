@@ -25,7 +25,6 @@ mod bench_step;
 #[cfg(feature = "train")]
 mod bench_train;
 mod calibrate;
-mod calibrate_fit;
 mod dataset;
 mod demo;
 mod device;

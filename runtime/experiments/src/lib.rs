@@ -12,6 +12,8 @@ pub mod bench_step;
 #[cfg(feature = "train")]
 pub mod bench_train;
 mod bgl;
+pub mod calibrate;
+pub mod calibrate_fit;
 pub mod compare_rows;
 pub mod end_to_end;
 pub mod end_to_end_at_scale;

@@ -1,4 +1,5 @@
-//! The arithmetic of `sagessd firmware calibrate`: a workload's cycles from its instruction
+//! The arithmetic of the firmware's calibration (`sagessd firmware calibrate`) and of the host
+//! sampling compute's (`sagessd validate host-compute`): a workload's cycles from its instruction
 //! count and modelled cache misses, and the cycle cost per unit of counted work fitted over the
 //! workloads.
 
@@ -9,7 +10,7 @@ use sagessd_qemu_a9_profile::profile::Segment;
 /// Cycles of a profiled segment on a core of `model` at `clock_mhz`: base CPI × instructions, plus each L1 miss
 /// that hit L2 and each L2 miss at its penalty (an upper bound: an out-of-order core like
 /// the A9 overlaps some misses).
-pub(crate) fn cycles(segment: &Segment, model: &CoreTimingConfig, clock_mhz: u32) -> f64 {
+pub fn cycles(segment: &Segment, model: &CoreTimingConfig, clock_mhz: u32) -> f64 {
     let m = &segment.misses;
     let l2_hits = (m.l1d_misses - m.l2_data_misses) + (m.l1i_misses - m.l2_instruction_misses);
     let l2_misses = m.l2_data_misses + m.l2_instruction_misses;
@@ -22,7 +23,7 @@ pub(crate) fn cycles(segment: &Segment, model: &CoreTimingConfig, clock_mhz: u32
 /// One counted unit: its name in [`WorkCounters::NAMES`], its cost field in `[cores]`, and
 /// how many of the counter make one priced unit (1024 for bytes, priced per KiB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Unit {
+pub struct Unit {
     /// The counter.
     pub counter: &'static str,
     /// The `[cores]` field that prices it.
@@ -32,7 +33,7 @@ pub(crate) struct Unit {
 }
 
 /// Every unit, in [`WorkCounters::NAMES`] order.
-pub(crate) const UNITS: [Unit; WorkCounters::COUNT] = [
+pub const UNITS: [Unit; WorkCounters::COUNT] = [
     Unit {
         counter: "commands",
         field: "cycles_per_command",
@@ -111,7 +112,7 @@ pub(crate) const UNITS: [Unit; WorkCounters::COUNT] = [
 ];
 
 /// The cost `cores` gives each unit, in [`UNITS`] order.
-pub(crate) fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
+pub fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
     [
         cores.cycles_per_command,
         cores.cycles_per_flash_op,
@@ -133,7 +134,7 @@ pub(crate) fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
 
 /// `work` priced at `costs` (in [`UNITS`] order), as the emulator's core model prices it
 /// (without its rounding).
-pub(crate) fn priced(work: &WorkCounters, costs: &[f64; WorkCounters::COUNT]) -> f64 {
+pub fn priced(work: &WorkCounters, costs: &[f64; WorkCounters::COUNT]) -> f64 {
     work.values()
         .iter()
         .zip(UNITS.iter().zip(costs))
@@ -145,7 +146,7 @@ pub(crate) fn priced(work: &WorkCounters, costs: &[f64; WorkCounters::COUNT]) ->
 /// (work counted, cycles measured), the other units priced at `fixed`: least squares on the
 /// relative error of each row (every workload weighs the same, whatever its size). Returns
 /// the costs in [`UNITS`] order (the fixed ones as given).
-pub(crate) fn fit(
+pub fn fit(
     rows: &[(WorkCounters, f64)],
     fitted: &[usize],
     fixed: &[f64; WorkCounters::COUNT],
@@ -179,7 +180,7 @@ pub(crate) fn fit(
 /// One measured workload for [`relative_least_squares`]: `counts · costs ≈ value`, its error
 /// weighed relative to `scale` (the workload's measured total).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Equation {
+pub struct Equation {
     /// How many of each unknown's unit the workload did.
     pub counts: Vec<f64>,
     /// What those units cost in all (the measurement, less any part priced already).
@@ -191,7 +192,7 @@ pub(crate) struct Equation {
 /// The costs that minimise the sum of `((counts · costs − value) / scale)²` over `rows`: a
 /// least-squares fit in which every workload weighs the same, whatever its size. Fails when
 /// the rows cannot determine every cost (fewer rows than costs, or dependent counts).
-pub(crate) fn relative_least_squares(rows: &[Equation]) -> anyhow::Result<Vec<f64>> {
+pub fn relative_least_squares(rows: &[Equation]) -> anyhow::Result<Vec<f64>> {
     let k = rows.first().map_or(0, |r| r.counts.len());
     anyhow::ensure!(
         rows.len() >= k,
@@ -219,24 +220,6 @@ pub(crate) fn relative_least_squares(rows: &[Equation]) -> anyhow::Result<Vec<f6
     solve(ata, atb).ok_or_else(|| {
         anyhow::anyhow!("the workloads do not determine every cost (their counts are dependent)")
     })
-}
-
-/// The end of a calibration's report: with `check`, `FAIL: {fail}` and exit status 1 if any
-/// cost in `stale` is off, `OK: {ok}` otherwise.
-pub(crate) fn check_verdict(
-    check: bool,
-    stale: &[String],
-    fail: &str,
-    ok: &str,
-) -> std::process::ExitCode {
-    if check && !stale.is_empty() {
-        println!("FAIL: {fail}: {}", stale.join(", "));
-        return std::process::ExitCode::FAILURE;
-    }
-    if check {
-        println!("OK: {ok}");
-    }
-    std::process::ExitCode::SUCCESS
 }
 
 /// Solves `m x = v` by Gaussian elimination with partial pivoting; `None` if `m` is singular.

@@ -1,0 +1,507 @@
+//! The `[cores]` cycle costs measured from the firmware itself on an emulated Cortex-A9 (what
+//! `sagessd firmware calibrate` prints and writes).
+//!
+//! It builds the calibration image (`firmware/calibrate/board`: the firmware crate plus the
+//! workloads of `sagessd-calibrate`, linked with `tests/board`'s start-up code) and the QEMU
+//! profiling plugin (`firmware/calibrate/qemu-plugin`), boots the image on `qemu-system-arm
+//! -M vexpress-a9 -cpu cortex-a9` with the description's device as its plan, and reads back
+//! two things per workload: the work the firmware counted (from the UART) and the instructions
+//! it executed with their modelled cache misses (from the plugin). Cycles per workload come
+//! from `[core_timing]`; the cost per unit is the least-squares fit over the unit workloads,
+//! and the check workload (a realistic minibatch mix, not fitted) says how well the fitted
+//! costs predict what they did not see.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::Context as _;
+use sagessd_calibrate::workloads::{Aim, WORKLOADS, parse_report};
+use sagessd_calibrate::{HOST_BUFFER_BYTES, MARKS_ADDRESS, PLAN_ADDRESS, Plan, RAM_MIB};
+use sagessd_emulator::HwConfig;
+use sagessd_emulator::config::CoreTimingConfig;
+use sagessd_firmware::work::WorkCounters;
+use sagessd_firmware::{Firmware, FirmwareConfig, hal::Geometry};
+use sagessd_qemu_a9_profile::profile::Segment;
+use zerocopy::IntoBytes;
+
+use crate::calibrate_fit::{UNITS, configured, cycles, fit, priced};
+
+/// What a calibration measured and fitted.
+#[derive(Clone, Debug)]
+pub struct Calibration {
+    /// The core's timing model (`[core_timing]`).
+    pub timing: CoreTimingConfig,
+    /// Why the image ran with fewer ISP slots than described, if it did.
+    pub note: Option<String>,
+    /// QEMU's run, seconds of wall clock.
+    pub qemu_s: f64,
+    /// Each workload.
+    pub measured: Vec<Measured>,
+    /// The fitted cost per unit (cycles), in [`UNITS`] order.
+    pub costs: [f64; WorkCounters::COUNT],
+    /// The units the workloads fitted.
+    pub fitted: Vec<usize>,
+    /// The costs as a description holds them: fitted ones in whole cycles, the others as
+    /// configured.
+    pub held: [f64; WorkCounters::COUNT],
+    /// Cycles the board's glue adds to each unit.
+    pub board: [u64; WorkCounters::COUNT],
+    /// What a description should hold: the firmware's whole cycles plus the board's.
+    pub described: [u64; WorkCounters::COUNT],
+    /// What the description holds now.
+    pub configured: [u64; WorkCounters::COUNT],
+    /// The fitted units the description prices more than 3 % (and 1 cycle) off.
+    pub stale: Vec<String>,
+}
+
+impl Calibration {
+    /// The check workloads' (not fitted) cycles against what the fitted and the configured
+    /// costs predict: (workload, measured, fitted prediction, configured prediction).
+    pub fn checks(&self) -> Vec<(&'static str, f64, f64, f64)> {
+        self.measured
+            .iter()
+            .filter(|m| m.aim == Aim::Check)
+            .map(|m| {
+                (
+                    m.name,
+                    m.cycles,
+                    priced(&m.work, &self.held),
+                    priced(&m.work, &self.configured.map(|c| c as f64)),
+                )
+            })
+            .collect()
+    }
+
+    /// A fitted unit the workloads did not isolate (priced at zero cycles or fewer), if any.
+    pub fn unisolated(&self) -> Option<usize> {
+        self.fitted.iter().copied().find(|u| self.costs[*u] <= 0.0)
+    }
+}
+
+/// Builds the calibration image and plugin, runs them under QEMU (at most `timeout_s`) on
+/// `hw`'s device (`source` names where its description came from) and fits the costs.
+pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<Calibration> {
+    let timing = hw.core_timing.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{source} has no [core_timing] table: calibration needs the core's caches and latencies"
+        )
+    })?;
+    let (plan, note) = plan_for(hw)?;
+    let (elf, plugin) = build()?;
+    let started = std::time::Instant::now();
+    let (uart, profile) = run_qemu(&elf, &plugin, &plan, &timing, timeout_s)?;
+    let qemu_s = started.elapsed().as_secs_f64();
+    let measured = measure(&uart, &profile, &timing, hw.cores.clock_mhz)?;
+    let (costs, fitted) = fit_costs(&measured, hw)?;
+    let old = configured(&hw.cores);
+    let held: [f64; WorkCounters::COUNT] = std::array::from_fn(|u| {
+        if fitted.contains(&u) {
+            whole(costs[u]) as f64
+        } else {
+            costs[u]
+        }
+    });
+    let board = board_cycles(&timing);
+    let described: [u64; WorkCounters::COUNT] = std::array::from_fn(|u| whole(costs[u]) + board[u]);
+    let stale = fitted
+        .iter()
+        .filter(|&&u| {
+            let m = described[u];
+            m.abs_diff(old[u]) > 1 && m.abs_diff(old[u]) * 100 > 3 * m
+        })
+        .map(|&u| {
+            format!(
+                "{} = {} (measured {})",
+                UNITS[u].field, old[u], described[u]
+            )
+        })
+        .collect();
+    Ok(Calibration {
+        timing,
+        note,
+        qemu_s,
+        measured,
+        costs,
+        fitted,
+        held,
+        board,
+        described,
+        configured: old,
+        stale,
+    })
+}
+
+/// What one workload measured.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// The workload.
+    pub name: &'static str,
+    /// The unit it isolates, or the check.
+    pub aim: Aim,
+    /// The work the firmware counted.
+    pub work: WorkCounters,
+    /// Its instructions and modelled cache misses.
+    pub profile: Segment,
+    /// Its cycles on the description's core.
+    pub cycles: f64,
+}
+
+/// Guest RAM the image cannot hand to the workloads: the 1 MiB image, the marker page and the
+/// 1 MiB plan region, and slack.
+const RESERVED_BYTES: u64 = 4 << 20;
+/// Flash pages the workloads write (two graphs of 8 MiB at most, an 8 MiB read region, the
+/// firmware's checkpoints), rounded up.
+const FLASH_PAGES: u64 = 8192;
+
+/// The plan for `hw`'s device; fewer ISP slots than described if the arena would not fit the
+/// guest's RAM (a slot's buffers change no per-unit cost). Returns the plan and, if slots were
+/// cut, a note saying so.
+fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> {
+    let geometry: Geometry = hw.nand.geometry();
+    // What the image boots (`Plan::decode`): one lane, the board's window.
+    let mut config = FirmwareConfig {
+        isp_lanes: 1,
+        isp_window_pages: FirmwareConfig::quarter_buffer_window(hw.firmware.page_buffer_pages),
+        tunnel: false,
+        max_feature_bytes: 0,
+        ..hw.firmware_config()
+    };
+    let ram = u64::from(RAM_MIB) << 20;
+    let flash = 4 * geometry.page_count()
+        + 4 * u64::from(geometry.block_count())
+        + FLASH_PAGES.min(geometry.page_count()) * geometry.window_bytes() as u64;
+    let described = config.isp_slots;
+    loop {
+        type Fw = Firmware<sagessd_emulator::NandArray, Vec<u8>>;
+        let arena = Fw::dram_size_bytes(&config, &geometry)
+            .map_err(|e| anyhow::anyhow!("the firmware cannot run this description: {e:?}"))?
+            as u64;
+        if arena + HOST_BUFFER_BYTES as u64 + flash + RESERVED_BYTES <= ram {
+            break;
+        }
+        anyhow::ensure!(
+            config.isp_slots > 1,
+            "the firmware's arena ({} MiB) does not fit the calibration guest's {RAM_MIB} MiB",
+            arena >> 20
+        );
+        config.isp_slots -= 1;
+    }
+    let note = (config.isp_slots != described).then(|| {
+        format!(
+            "isp_slots {} instead of {described}: the arena must fit the guest's {RAM_MIB} MiB \
+             (a job's buffers change no per-unit cost)",
+            config.isp_slots
+        )
+    });
+    Ok((Plan { geometry, config }, note))
+}
+
+/// The repository the binary was built from (the image and plugin build from its sources).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds the image and the plugin; returns their paths.
+fn build() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let script = repo_root().join("firmware/calibrate/board/build.sh");
+    anyhow::ensure!(
+        script.exists(),
+        "{} not found: `firmware calibrate` builds its image from the sagessd sources it was \
+         built from",
+        script.display()
+    );
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed ({})",
+        script.display(),
+        out.status
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let mut lines = text.lines().map(PathBuf::from);
+    match (lines.next(), lines.next()) {
+        (Some(elf), Some(plugin)) => Ok((elf, plugin)),
+        _ => anyhow::bail!("{} printed {text:?}, not two paths", script.display()),
+    }
+}
+
+/// `SIZE:WAYS:LINE` of one cache, as the plugin takes it.
+fn geometry_arg(bytes: u32, ways: u32, line: u32) -> String {
+    format!("{bytes}:{ways}:{line}")
+}
+
+/// Boots the image under QEMU with the plugin; returns the UART output and the profile.
+fn run_qemu(
+    elf: &Path,
+    plugin: &Path,
+    plan: &Plan,
+    timing: &CoreTimingConfig,
+    timeout_s: u64,
+) -> anyhow::Result<(String, String)> {
+    let dir = elf
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{} has no folder", elf.display()))?;
+    let plan_path = dir.join("plan.bin");
+    std::fs::write(&plan_path, plan.encode().as_bytes())
+        .with_context(|| format!("writing {}", plan_path.display()))?;
+    let profile_path = dir.join("profile.txt");
+    let _ = std::fs::remove_file(&profile_path);
+    let plugin_arg = format!(
+        "{},marks={MARKS_ADDRESS:#x},out={},l1i={},l1d={},l2={}",
+        plugin.display(),
+        profile_path.display(),
+        geometry_arg(timing.l1i_bytes, timing.l1_ways, timing.line_bytes),
+        geometry_arg(timing.l1d_bytes, timing.l1_ways, timing.line_bytes),
+        geometry_arg(timing.l2_bytes, timing.l2_ways, timing.line_bytes),
+    );
+    let loader = format!(
+        "loader,file={},addr={PLAN_ADDRESS:#x},force-raw=on",
+        plan_path.display()
+    );
+    let out = Command::new("timeout")
+        .arg(timeout_s.to_string())
+        .args(["qemu-system-arm", "-M", "vexpress-a9", "-cpu", "cortex-a9"])
+        .args(["-m", &format!("{RAM_MIB}M")])
+        .args([
+            "-nographic",
+            "-monitor",
+            "none",
+            "-serial",
+            "stdio",
+            "-nic",
+            "none",
+        ])
+        .args(["-audiodev", "none,id=snd", "-global", "pl041.audiodev=snd"])
+        .args(["-semihosting-config", "enable=on,target=native"])
+        .args(["-device", &loader, "-plugin", &plugin_arg, "-d", "plugin"])
+        .arg("-kernel")
+        .arg(elf)
+        .stdin(Stdio::null())
+        .output()
+        .context("running qemu-system-arm (apt-get install qemu-system-arm)")?;
+    let uart = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let failed = uart.lines().find(|l| l.starts_with("calibrate FAIL"));
+    anyhow::ensure!(
+        out.status.success() && failed.is_none(),
+        "the calibration image failed ({}): {}\n{}",
+        out.status,
+        failed.unwrap_or("no report"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile = std::fs::read_to_string(&profile_path)
+        .with_context(|| format!("reading the plugin's profile {}", profile_path.display()))?;
+    Ok((uart, profile))
+}
+
+/// Pairs each workload's UART line with its profile segment.
+fn measure(
+    uart: &str,
+    profile: &str,
+    timing: &CoreTimingConfig,
+    clock_mhz: u32,
+) -> anyhow::Result<Vec<Measured>> {
+    let segments: Vec<Segment> = profile
+        .lines()
+        .enumerate()
+        .map(|(i, line)| match Segment::parse(line) {
+            Some((k, segment)) if k == i => Ok(segment),
+            _ => anyhow::bail!("profile line {} is not segment {i}: {line:?}", i + 1),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let reports: Vec<_> = uart.lines().filter_map(parse_report).collect();
+    let mut out = Vec::new();
+    for w in WORKLOADS {
+        let (_, segment, work) = reports
+            .iter()
+            .find(|r| r.0 == w.name)
+            .ok_or_else(|| anyhow::anyhow!("the image reported nothing for {}", w.name))?;
+        let profile = *segments.get(*segment).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} names segment {segment}; the profile has {}",
+                w.name,
+                segments.len()
+            )
+        })?;
+        out.push(Measured {
+            name: w.name,
+            aim: w.aim,
+            work: *work,
+            profile,
+            cycles: cycles(&profile, timing, clock_mhz),
+        });
+    }
+    Ok(out)
+}
+
+/// The fitted costs, in [`UNITS`] order, and which units were fitted.
+fn fit_costs(
+    measured: &[Measured],
+    hw: &HwConfig,
+) -> anyhow::Result<([f64; WorkCounters::COUNT], Vec<usize>)> {
+    let mut fitted: Vec<usize> = measured
+        .iter()
+        .filter_map(|m| match m.aim {
+            Aim::Unit(name) => UNITS.iter().position(|u| u.counter == name),
+            Aim::Check => None,
+        })
+        .collect();
+    fitted.sort_unstable();
+    fitted.dedup();
+    let fixed = configured(&hw.cores).map(|c| c as f64);
+    let rows: Vec<(WorkCounters, f64)> = measured
+        .iter()
+        .filter(|m| m.aim != Aim::Check)
+        .map(|m| (m.work, m.cycles))
+        .collect();
+    let costs = fit(&rows, &fitted, &fixed)?;
+    Ok((costs, fitted))
+}
+
+/// Rounds a fitted cost to the whole cycles a description holds (at least 1).
+pub fn whole(cost: f64) -> u64 {
+    (cost.round() as u64).max(1)
+}
+
+/// Cycles the board's glue adds to each unit (`[core_timing]`'s `board_cycles_per_*`), in
+/// [`UNITS`] order.
+fn board_cycles(timing: &CoreTimingConfig) -> [u64; WorkCounters::COUNT] {
+    std::array::from_fn(|u| match UNITS[u].field {
+        "cycles_per_command" => timing.board_cycles_per_command,
+        "cycles_per_flash_op" => timing.board_cycles_per_flash_op,
+        "cycles_per_poll" => timing.board_cycles_per_poll,
+        _ => 0,
+    })
+}
+
+/// Replaces the values of `fields` in the `[cores]` table of `text`.
+pub fn rewrite(text: &str, values: &[(&str, u64)]) -> String {
+    let mut table = "";
+    let mut out = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            table = trimmed;
+        }
+        let replaced = (table == "[cores]")
+            .then(|| {
+                values.iter().find_map(|(field, v)| {
+                    let rest = trimmed.strip_prefix(field)?.trim_start();
+                    rest.starts_with('=').then(|| format!("{field} = {v}"))
+                })
+            })
+            .flatten();
+        out.push_str(replaced.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewrite_touches_only_cores_values() {
+        let text = "[nand]\ncycles_per_command = 5\n[cores]\n# cost\ncycles_per_command = 2_000\n\
+                    cycles_per_command_x = 3\n[dram]\n";
+        let out = rewrite(text, &[("cycles_per_command", 4321)]);
+        assert_eq!(
+            out,
+            "[nand]\ncycles_per_command = 5\n[cores]\n# cost\ncycles_per_command = 4321\n\
+             cycles_per_command_x = 3\n[dram]\n"
+        );
+    }
+
+    #[test]
+    fn the_shipped_descriptions_fit_the_guest() {
+        for hw in [HwConfig::cosmos_plus(), HwConfig::newport()] {
+            let (plan, _) = plan_for(&hw).unwrap();
+            assert_eq!(plan.geometry, hw.nand.geometry());
+        }
+    }
+}
+#[cfg(test)]
+mod isolation {
+    use super::*;
+    use sagessd_calibrate::workloads::run;
+    use sagessd_calibrate::{HOST_BUFFER_BYTES, NoMarks};
+
+    /// Each unit workload isolates its unit: it is where the fit learns that unit's cost. Run
+    /// natively, the workloads count the same work as on the A9; cycles priced at the shipped
+    /// Cosmos+ costs stand in for a measurement. When one workload's cycles rise by 10 %, the
+    /// refit must put most of that rise on the unit it aims at (the change of each unit's cost
+    /// times its count in that workload).
+    #[test]
+    fn each_unit_workload_is_where_its_unit_is_priced() {
+        let hw = HwConfig::cosmos_plus();
+        let (plan, _) = plan_for(&hw).unwrap();
+        let mut memory = vec![0u8; 600 << 20];
+        let mut out = String::new();
+        run(&plan, &mut memory, HOST_BUFFER_BYTES, NoMarks, &mut out).unwrap();
+        let shipped = configured(&hw.cores).map(|c| c as f64);
+        let rows: Vec<(Aim, WorkCounters, f64)> = out
+            .lines()
+            .filter_map(parse_report)
+            .map(|(name, _, work)| {
+                let w = WORKLOADS.iter().find(|w| w.name == name).unwrap();
+                (w.aim, work, priced(&work, &shipped))
+            })
+            .filter(|r| r.0 != Aim::Check)
+            .collect();
+        assert_eq!(rows.len(), 12, "one workload per fitted unit");
+        let unit_of = |aim: Aim| match aim {
+            Aim::Unit(name) => UNITS.iter().position(|u| u.counter == name).unwrap(),
+            Aim::Check => unreachable!(),
+        };
+        let mut fitted: Vec<usize> = rows.iter().map(|r| unit_of(r.0)).collect();
+        fitted.sort_unstable();
+        fitted.dedup();
+        let fit_with = |bumped: Option<usize>| {
+            let rows: Vec<(WorkCounters, f64)> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.1, if Some(i) == bumped { r.2 * 1.1 } else { r.2 }))
+                .collect();
+            fit(&rows, &fitted, &shipped).unwrap()
+        };
+        let base = fit_with(None);
+        for u in &fitted {
+            assert!(
+                (base[*u] / shipped[*u] - 1.0).abs() < 1e-6,
+                "{}",
+                UNITS[*u].field
+            );
+        }
+        let names: Vec<&str> = WORKLOADS
+            .iter()
+            .filter(|w| w.aim != Aim::Check)
+            .map(|w| w.name)
+            .collect();
+        let mut wrong = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let moved = fit_with(Some(i));
+            let counts = row.1.values();
+            let change = |u: usize| {
+                (moved[u] - base[u]).abs() * counts[u] as f64 / UNITS[u].per as f64 / row.2
+            };
+            let aim = unit_of(row.0);
+            let most = *fitted
+                .iter()
+                .max_by(|a, b| change(**a).total_cmp(&change(**b)))
+                .unwrap();
+            if most != aim {
+                wrong.push(format!(
+                    "{}: of its +10 % cycles the refit put {:.1} % on {}, {:.1} % on its own unit",
+                    names[i],
+                    100.0 * change(most),
+                    UNITS[most].field,
+                    100.0 * change(aim)
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+}
