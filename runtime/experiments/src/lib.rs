@@ -17,6 +17,7 @@ pub mod calibrate_fit;
 pub mod compare_rows;
 pub mod end_to_end;
 pub mod end_to_end_at_scale;
+pub mod host_compute;
 mod paper;
 pub mod plot;
 pub mod record;
