@@ -269,7 +269,7 @@ fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
     use sagessd_runtime::graph_spec::GraphSpec;
     println!(
         "{}; pages of 4 KiB of the on-device CSR (8-byte indptr, 4-byte indices)",
-        a.workload.describe()
+        a.workload.workload().describe()
     );
     println!(
         "{:<60} {:>11} {:>13} {:>10} {:>10} {:>12} {:>11} {:>10} {:>10}",
@@ -287,7 +287,7 @@ fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
         let spec = GraphSpec::parse(word).map_err(anyhow::Error::msg)?;
         let graph = spec.build().map_err(|e| anyhow::anyhow!("{word}: {e}"))?;
         let host = graph.host();
-        let requests = a.workload.requests(host.node_count());
+        let requests = a.workload.workload().requests(host.node_count());
         let f = footprint::measure(host, &requests, &a.workload.fanouts)?;
         println!(
             "{:>11} {:>13} {:>10} {:>8.0} {:>9.0} {:>7.2} {:>9.3} {:>7.3}  {}",

@@ -3,8 +3,7 @@
 //! they measure the same minibatches.
 
 use clap::Args;
-use sagessd_runtime::compare::minibatch_requests;
-use sagessd_runtime::host_io::Request;
+use sagessd_experiments::validate_host::Workload;
 
 /// Minibatches, their size, fanouts and seed.
 #[derive(Clone, Debug, Args)]
@@ -24,16 +23,13 @@ pub(crate) struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
-    /// The run's minibatches over a graph of `node_count` nodes (as `compare` draws them).
-    pub(crate) fn requests(&self, node_count: u64) -> Vec<Request> {
-        minibatch_requests(self.seed, self.batches, self.batch_size, node_count)
-    }
-
-    /// "16 minibatches of 1024 targets, fanouts [25, 10], seed 1".
-    pub(crate) fn describe(&self) -> String {
-        format!(
-            "{} minibatches of {} targets, fanouts {:?}, seed {}",
-            self.batches, self.batch_size, self.fanouts, self.seed
-        )
+    /// The workload these flags describe.
+    pub(crate) fn workload(&self) -> Workload {
+        Workload {
+            batches: self.batches,
+            batch_size: self.batch_size,
+            fanouts: self.fanouts.clone(),
+            seed: self.seed,
+        }
     }
 }

@@ -22,6 +22,7 @@ mod paper;
 pub mod plot;
 pub mod record;
 pub mod smartsage;
+pub mod validate_host;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
