@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 
 /// The `bench` subcommands.
@@ -75,11 +74,11 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
 
 /// `bench sampler`.
 fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_experiments::bench_sampler;
     use sagessd_runtime::bench::{self, BenchConfig};
-    use sagessd_runtime::npy::{self, Dtype};
     let setup = std::time::Instant::now();
     let graph = match &a.graph_dir {
-        Some(dir) => load_npy_graph(dir)?,
+        Some(dir) => bench_sampler::load_graph(dir)?,
         None => sagessd_runtime::rmat::generate(&sagessd_runtime::rmat::RmatParams::graph500(
             a.scale,
             a.edge_factor,
@@ -88,17 +87,7 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
     };
     let rows = a.warmup + a.batches;
     let seeds: Vec<Vec<u64>> = match &a.seeds {
-        Some(path) => {
-            let (shape, raw) = npy::read_raw(path, Dtype::I64, 2)?;
-            let width = shape[1] as usize;
-            raw.chunks_exact(8 * width.max(1))
-                .map(|row| {
-                    row.chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                        .collect()
-                })
-                .collect()
-        }
+        Some(path) => bench_sampler::read_seeds(path)?,
         None => bench::harness_seeds(&graph, rows, a.batch_size, 0),
     };
     let setup_s = setup.elapsed().as_secs_f64();
@@ -150,27 +139,4 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
         a.threads
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// A CSR graph from `indptr.npy` (int64) and `indices.npy` (int32 or int64) in `dir`.
-fn load_npy_graph(dir: &std::path::Path) -> anyhow::Result<sagessd_runtime::graph::CsrGraph> {
-    use sagessd_runtime::npy::{self, Dtype};
-    let indptr: Vec<u64> = npy::read_i64(&dir.join("indptr.npy"))?
-        .into_iter()
-        .map(|v| v as u64)
-        .collect();
-    let file = dir.join("indices.npy");
-    let indices: Vec<u32> = match npy::read_header(&file)?.dtype {
-        Dtype::I32 => npy::read_raw(&file, Dtype::I32, 1)?
-            .1
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
-            .collect(),
-        _ => npy::read_i64(&file)?
-            .into_iter()
-            .map(|v| u32::try_from(v).with_context(|| format!("{}: id {v}", file.display())))
-            .collect::<anyhow::Result<_>>()?,
-    };
-    sagessd_runtime::graph::CsrGraph::new(indptr, indices)
-        .with_context(|| format!("{}: not a valid CSR graph", dir.display()))
 }

@@ -7,6 +7,7 @@
 //! their sections say they were not run.
 
 mod agnes;
+pub mod bench_sampler;
 #[cfg(feature = "train")]
 pub mod bench_step;
 #[cfg(feature = "train")]
