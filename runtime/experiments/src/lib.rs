@@ -16,6 +16,7 @@ mod bgl;
 pub mod calibrate;
 pub mod calibrate_fit;
 pub mod compare_rows;
+pub mod demo;
 pub mod device_bench;
 pub mod end_to_end;
 pub mod end_to_end_at_scale;
