@@ -9,6 +9,26 @@
 //! layer, per-layer CSC blocks, feature rows and labels) with what the storage did
 //! ([`LoaderStats`]). [`pyg`] turns a batch into the arrays of PyG's `SamplerOutput`.
 //!
+//! ```no_run
+//! use sagessd::{FeatureCache, Loader, LoaderSpec, SamplerKind, Storage};
+//!
+//! # fn main() -> Result<(), sagessd::Error> {
+//! let mut spec = LoaderSpec::new(SamplerKind::Isp, &[25, 10]);
+//! spec.storage = Storage::parse("emulator")?; // or files, emulator:HW.toml, tcp://…, passthru:…
+//! spec.features = FeatureCache::Agnes;
+//! let dir = std::path::Path::new("target/examples/cora");
+//! let mut loader = Loader::open(dir, spec)?;
+//! let node_count = loader.info().node_count;
+//! loader.submit(sagessd::requests::random(1, 8, 32, node_count))?;
+//! for batch in loader.by_ref() {
+//!     let batch = batch?;
+//!     let _ = (batch.nodes(), batch.subgraph.view(), batch.features);
+//! }
+//! let _ = loader.stats(); // reads, flash pages, modelled device and host time
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! With feature `train`, [`training`] trains GraphSAGE, GCN or GAT (libtorch) on the same
 //! samplers and storage through the producer/consumer pipeline; nothing else here links
 //! libtorch, so the data plane builds without it.

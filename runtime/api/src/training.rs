@@ -6,6 +6,21 @@
 //! A [`TrainSpec`] says what to train and on what; [`train`] opens the dataset and the storage,
 //! builds the pipeline's producers for the sampler, trains, and tells a [`TrainObserver`] what
 //! it set up, each step and each epoch.
+//!
+//! ```no_run
+//! use sagessd::training::{TrainSpec, train};
+//! use sagessd::{SamplerKind, Storage};
+//!
+//! # fn main() -> Result<(), sagessd::Error> {
+//! let mut spec = TrainSpec::new("target/examples/cora"); // GraphSAGE, fanouts 10,10
+//! spec.sampler = SamplerKind::Isp; // in-storage sampling…
+//! spec.storage = Storage::parse("emulator")?; // …on the in-process emulated Cosmos+
+//! let run = train(&spec, &mut ())?; // `()` hears nothing; a TrainObserver hears each epoch
+//! println!("test accuracy {:?}", run.outcome.test_accuracy);
+//! println!("the same from the shell: {}", spec.command_line(None));
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
