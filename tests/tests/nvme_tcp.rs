@@ -491,3 +491,45 @@ fn reads_held_back_for_hosts_that_stopped_reading_all_complete_once_they_read() 
     assert_eq!(target.held_bytes(), 0);
     target.stop();
 }
+
+/// Idle I/O queues stay open: only the keep-alive timeout the host asked for may end an idle
+/// connection. The set-up timeout (here 1 s instead of 30, so that the test idles seconds, not
+/// a minute) once stayed in force for the read the connection's reader had already begun, and
+/// closed I/O queues that sat idle past it after their Connect.
+#[test]
+fn idle_io_queues_outlive_the_set_up_timeout_and_each_still_serves() {
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+    let options = TargetOptions {
+        setup_timeout: std::time::Duration::from_secs(1),
+        ..TargetOptions::default()
+    };
+    let target = Target::start(ssd, "127.0.0.1:0", options).expect("target listens");
+    // KATO 0 on the admin queue: no keep-alive timeout at all.
+    let (mut admin, framing, cntlid) = controller(&target, 0, 0);
+    let mut queues: Vec<TcpStream> = (1..=16).map(|qid| io_queue(&target, cntlid, qid)).collect();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    for (i, q) in queues.iter_mut().enumerate() {
+        let flush = SubmissionEntry::new(0x00, 40 + i as u16, 1);
+        assert!(
+            send(q, &framing, flush, &[]).status().is_success(),
+            "I/O queue {} after 4 s idle",
+            i + 1
+        );
+    }
+    let keep_alive = SubmissionEntry::new(0x18, 99, 0);
+    assert!(
+        send(&mut admin, &framing, keep_alive, &[])
+            .status()
+            .is_success()
+    );
+    // A connection that never sends Connect is still closed after the set-up timeout.
+    let (mut silent, _) = handshake(&target, 0, 0);
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let _ = silent.read_to_end(&mut rest);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "closed by the target after its set-up timeout"
+    );
+    target.stop();
+}

@@ -9,7 +9,7 @@
 //! a status.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -35,10 +35,9 @@ use super::TargetOptions;
 use super::budget::{self, Budget, Grant};
 use super::device::{DeviceHandle, Reply, ReplyTo, Request};
 use super::outbound::{Flow, Outbound, Outbox, write_loop, write_term};
+use super::silence::{PatientReader, Silence};
 use super::subsystem::{ControllerRef, Subsystem, VERSION};
 
-/// How long a connection may take to send ICReq and Connect, in all.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Slack on top of the host's keep-alive timeout before the target gives up on it: the keep
 /// alive granularity the controller reports (KAS = 10, in 100 ms units).
 const KEEP_ALIVE_SLACK: Duration = Duration::from_secs(1);
@@ -130,6 +129,8 @@ struct Connection {
     queue: Option<Queue>,
     /// Until Connect succeeds, the connection must make it by this time.
     setup_deadline: Instant,
+    /// How long the host may be silent (the set-up timeout, then its keep-alive timeout).
+    silence: Arc<Silence>,
     /// The submission queue head the completions report.
     sq_head: Arc<AtomicU16>,
     /// Command ids accepted and not yet answered on the wire (in the device, held, or with
@@ -158,12 +159,16 @@ pub(super) fn serve(
     options: TargetOptions,
 ) -> io::Result<()> {
     socket.set_nodelay(true)?;
-    socket.set_read_timeout(Some(SETUP_TIMEOUT))?;
     socket.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let setup_deadline = Instant::now() + SETUP_TIMEOUT;
+    let setup_deadline = Instant::now() + options.setup_timeout;
+    let silence = Silence::new(Some(options.setup_timeout));
     // Unbuffered: `read_pdu` reads each part of a PDU with reads of its own length, which keeps
     // a guest kernel's usercopy check from stopping it (`sagessd_abi::tcp::stream::DATA_READ_BYTES`).
-    let mut reader = socket.try_clone()?;
+    let mut reader = PatientReader::new(
+        socket.try_clone()?,
+        Arc::clone(&silence),
+        options.setup_timeout,
+    )?;
     let mut raw = socket.try_clone()?;
     let framing = match handshake(&mut reader, &mut raw, &options)? {
         Some(f) => f,
@@ -203,6 +208,7 @@ pub(super) fn serve(
         options,
         queue: None,
         setup_deadline,
+        silence,
         sq_head: Arc::new(AtomicU16::new(0)),
         in_flight,
         incoming: HashMap::new(),
@@ -235,7 +241,7 @@ pub(super) fn serve(
 
 /// The socket reader thread: hands each PDU (or why none came) to the connection, reading the
 /// next one only when the [`Flow`] has room; ends at the first failure.
-fn read_pdus(mut reader: TcpStream, framing: Framing, events: &Sender<Event>, flow: &Flow) {
+fn read_pdus(mut reader: PatientReader, framing: Framing, events: &Sender<Event>, flow: &Flow) {
     let allowed = [
         pdu_type::CAPSULE_CMD,
         pdu_type::H2C_DATA,
@@ -252,7 +258,7 @@ fn read_pdus(mut reader: TcpStream, framing: Framing, events: &Sender<Event>, fl
 
 /// ICReq → ICResp. `None`: the host broke the protocol (a TermReq was sent).
 fn handshake(
-    reader: &mut TcpStream,
+    reader: &mut impl Read,
     raw: &mut TcpStream,
     options: &TargetOptions,
 ) -> io::Result<Option<Framing>> {
@@ -345,7 +351,10 @@ impl Connection {
                 return Ok(());
             }
             if self.queue.is_none() && Instant::now() > self.setup_deadline {
-                tracing::warn!("no Connect within {SETUP_TIMEOUT:?}; closing");
+                tracing::warn!(
+                    "no Connect within {:?}; closing",
+                    self.options.setup_timeout
+                );
                 return Ok(());
             }
         }
@@ -761,11 +770,12 @@ impl Connection {
                         });
                         // The Connect itself was entry 0.
                         self.sq_head.store(1, Ordering::Relaxed);
-                        let timeout = (qid == 0 && kato_ms > 0)
-                            .then(|| Duration::from_millis(kato_ms.into()) + KEEP_ALIVE_SLACK);
-                        if self.socket.set_read_timeout(timeout).is_err() {
-                            self.closing = true;
-                        }
+                        // Only the keep-alive timeout the host asked for may end an idle
+                        // connection from now on: none on an I/O queue or with KATO 0.
+                        self.silence.set(
+                            (qid == 0 && kato_ms > 0)
+                                .then(|| Duration::from_millis(kato_ms.into()) + KEEP_ALIVE_SLACK),
+                        );
                         self.respond(cid, Status::SUCCESS, ctrl.cntlid.into());
                     }
                     // The completion names the queue the Connect was for.

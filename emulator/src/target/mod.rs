@@ -22,6 +22,7 @@ mod budget;
 mod connection;
 pub mod device;
 mod outbound;
+mod silence;
 pub mod subsystem;
 
 use std::collections::HashMap;
@@ -70,6 +71,9 @@ pub struct TargetOptions {
     pub max_outstanding_bytes: usize,
     /// Complete commands no earlier than their modelled time on the wall clock.
     pub paced: bool,
+    /// How long a connection may take to send ICReq and Connect, in all (and stay silent
+    /// before its Connect); after Connect only the host's keep-alive timeout applies.
+    pub setup_timeout: Duration,
 }
 
 impl Default for TargetOptions {
@@ -84,6 +88,7 @@ impl Default for TargetOptions {
             max_connections: 260,
             max_outstanding_bytes: 64 << 20,
             paced: false,
+            setup_timeout: Duration::from_secs(30),
         }
     }
 }
