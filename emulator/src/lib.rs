@@ -66,4 +66,5 @@ pub use error::EmulatorError;
 pub use nand::{NandArray, NandStats, NandTiming};
 pub use pcie::{Direction, PcieLink};
 pub use ssd::{Completed, DeviceStats, Ssd};
+pub use target::subsystem::AllowedHosts;
 pub use target::{Target, TargetOptions};

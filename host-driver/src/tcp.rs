@@ -37,14 +37,16 @@ const ADMIN_INLINE_BYTES: usize = 8192;
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiting `reap` checks whether the connection has died.
 const DEAD_CHECK: Duration = Duration::from_millis(100);
-/// The host NQN this initiator presents.
-const HOST_NQN: &str = "nqn.2026-11.io.sagessd:host";
+/// The host NQN this initiator presents unless told another ([`TcpOptions::host_nqn`]).
+pub const HOST_NQN: &str = "nqn.2026-11.io.sagessd:host";
 
 /// Options of an NVMe/TCP connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpOptions {
     /// Subsystem NQN to connect to.
     pub nqn: String,
+    /// The host NQN presented in Connect (a target may allow only some hosts).
+    pub host_nqn: String,
     /// Ask for header and data digests.
     pub digests: bool,
     /// I/O queue entries wanted (capped by the controller's MQES).
@@ -61,6 +63,7 @@ impl TcpOptions {
     pub fn new(nqn: &str) -> Self {
         Self {
             nqn: nqn.to_owned(),
+            host_nqn: HOST_NQN.to_owned(),
             digests: false,
             queue_entries: 128,
             io_queues: 1,
@@ -140,7 +143,7 @@ impl TcpTransport {
             cntlid: 0,
             dead: Arc::clone(&dead),
         };
-        let data = ConnectData::new(host_id, CNTLID_DYNAMIC, &options.nqn, HOST_NQN);
+        let data = ConnectData::new(host_id, CNTLID_DYNAMIC, &options.nqn, &options.host_nqn);
         let c = t.setup(
             0,
             FabricsCommand::connect(0, 0, ADMIN_SQSIZE, 0),
@@ -169,7 +172,7 @@ impl TcpTransport {
         let ioccsz = u32::from_le_bytes(id[1792..1796].try_into().unwrap_or([0; 4]));
         let inline_bytes = (ioccsz as usize * 16).saturating_sub(64);
         let sqsize = options.queue_entries.min(mqes.saturating_add(1)).max(2) - 1;
-        let data = ConnectData::new(host_id, t.cntlid, &options.nqn, HOST_NQN);
+        let data = ConnectData::new(host_id, t.cntlid, &options.nqn, &options.host_nqn);
         for qid in 1..=options.io_queues.max(1) {
             let io = QueueLink::open(
                 addr,

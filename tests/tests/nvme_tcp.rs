@@ -533,3 +533,93 @@ fn idle_io_queues_outlive_the_set_up_timeout_and_each_still_serves() {
     );
     target.stop();
 }
+
+/// Only the allowed hosts connect: another host NQN gets Connect Invalid Host (as Linux's
+/// target answers), its connection can read and write nothing, and the host driver reports
+/// the refusal; the allowed host works. Without a host list the target does not listen beyond
+/// loopback.
+#[test]
+fn hosts_not_allowed_are_refused_and_a_wide_listen_needs_a_host_policy() {
+    use sagessd_emulator::AllowedHosts;
+    let allowed = sagessd_tests::raw_host::HOST_NQN;
+    let options = TargetOptions {
+        hosts: AllowedHosts::Only(vec![allowed.to_string()]),
+        ..TargetOptions::default()
+    };
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+    let target = Target::start(ssd, "127.0.0.1:0", options.clone()).expect("target listens");
+    // The allowed host: a controller, an I/O queue, a Flush.
+    let (_admin, framing, cntlid) = controller(&target, 0, 0);
+    let mut q = io_queue(&target, cntlid, 1);
+    assert!(
+        send(&mut q, &framing, SubmissionEntry::new(0x00, 5, 1), &[])
+            .status()
+            .is_success()
+    );
+    // Another host, on the admin queue and on an I/O queue of the allowed host's controller.
+    for (qid, cntlid) in [(0, CNTLID_DYNAMIC), (2, cntlid)] {
+        let (mut s, framing) = handshake(&target, 0, 0);
+        let data = ConnectData::new(
+            [9; 16],
+            cntlid,
+            &options.nqn,
+            "nqn.2026-12.io.example:intruder",
+        );
+        let refused = send(
+            &mut s,
+            &framing,
+            FabricsCommand::connect(1, qid, 31, 0),
+            data.as_bytes(),
+        );
+        assert_eq!(
+            refused.status(),
+            connect_status::INVALID_HOST,
+            "queue {qid}"
+        );
+        // Nothing through the refused connection: a read is refused without data.
+        let read = SubmissionEntry::read_write(false, 2, 1, 0, 8);
+        write_capsule(&mut s, &framing, read, &[]);
+        let pdu = read_pdu(
+            &mut s,
+            &framing,
+            &[pdu_type::CAPSULE_RESP, pdu_type::C2H_DATA],
+        )
+        .expect("a response");
+        assert_eq!(
+            pdu.pdu_type(),
+            pdu_type::CAPSULE_RESP,
+            "no data for queue {qid}"
+        );
+        let cqe = pdu.header_as::<CapsuleResp>().expect("a capsule").cqe;
+        assert_eq!(cqe.status(), Status::COMMAND_SEQUENCE_ERROR, "queue {qid}");
+    }
+    // The host driver, presenting another host NQN, is refused at Connect.
+    let intruder = TcpOptions {
+        host_nqn: "nqn.2026-12.io.example:intruder".into(),
+        ..TcpOptions::new(&options.nqn)
+    };
+    let err = match TcpTransport::connect(target.local_addr(), &intruder) {
+        Ok(_) => panic!("a host not allowed connected"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("sc 0x84"), "Connect Invalid Host: {err}");
+    target.stop();
+
+    // Beyond loopback, the default policy refuses to start; an explicit one starts.
+    let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+    let err = match Target::start(ssd, "0.0.0.0:0", TargetOptions::default()) {
+        Ok(_) => panic!("listening beyond loopback without a host policy"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("beyond loopback"), "{err}");
+    for hosts in [AllowedHosts::Any, AllowedHosts::Only(vec![allowed.into()])] {
+        let ssd = Ssd::new(&tunnel_config()).expect("emulator starts");
+        let options = TargetOptions {
+            hosts,
+            ..TargetOptions::default()
+        };
+        Target::start(ssd, "0.0.0.0:0", options)
+            .expect("listens")
+            .stop();
+    }
+}

@@ -36,7 +36,7 @@ use std::time::Duration;
 use crate::Ssd;
 use budget::Budget;
 use device::DeviceThread;
-use subsystem::Subsystem;
+use subsystem::{AllowedHosts, Subsystem};
 
 /// The subsystem NQN served when none is given.
 pub const DEFAULT_NQN: &str = "nqn.2026-11.io.sagessd:emulator";
@@ -74,6 +74,8 @@ pub struct TargetOptions {
     /// How long a connection may take to send ICReq and Connect, in all (and stay silent
     /// before its Connect); after Connect only the host's keep-alive timeout applies.
     pub setup_timeout: Duration,
+    /// The hosts that may connect.
+    pub hosts: AllowedHosts,
 }
 
 impl Default for TargetOptions {
@@ -89,6 +91,7 @@ impl Default for TargetOptions {
             max_outstanding_bytes: 64 << 20,
             paced: false,
             setup_timeout: Duration::from_secs(30),
+            hosts: AllowedHosts::AnyOnLoopback,
         }
     }
 }
@@ -146,8 +149,19 @@ impl Target {
         }
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
+        if options.hosts == AllowedHosts::AnyOnLoopback && !addr.ip().is_loopback() {
+            return Err(invalid(
+                "listening beyond loopback lets anyone who reaches the port read and write the \
+                 namespace: name the hosts that may connect (AllowedHosts::Only) or allow any \
+                 host explicitly (AllowedHosts::Any)",
+            ));
+        }
         let device = DeviceThread::start(ssd, options.paced)?;
-        let subsystem = Arc::new(Subsystem::new(&options.nqn, options.queue_entries));
+        let subsystem = Arc::new(Subsystem::new(
+            &options.nqn,
+            options.queue_entries,
+            options.hosts.clone(),
+        ));
         let budget = Budget::new(options.max_outstanding_bytes);
         let stop = Arc::new(AtomicBool::new(false));
         let sockets: Sockets = Arc::new(Mutex::new(HashMap::new()));

@@ -58,21 +58,49 @@ pub struct ControllerRef {
     pub generation: u64,
 }
 
+/// Which hosts may connect, by host NQN.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AllowedHosts {
+    /// Any host, and the target listens on loopback only (the default): a target that would
+    /// listen beyond this machine refuses to start with it, so that exposing the namespace is
+    /// always a choice made explicitly.
+    #[default]
+    AnyOnLoopback,
+    /// Any host that reaches the port, wherever the target listens.
+    Any,
+    /// Only these host NQNs; a Connect from another gets Connect Invalid Host, as Linux's
+    /// target answers it.
+    Only(Vec<String>),
+}
+
+impl AllowedHosts {
+    /// Whether `hostnqn` may connect.
+    pub fn allows(&self, hostnqn: &str) -> bool {
+        match self {
+            Self::AnyOnLoopback | Self::Any => true,
+            Self::Only(hosts) => hosts.iter().any(|h| h == hostnqn),
+        }
+    }
+}
+
 /// The subsystem: shared by every connection.
 #[derive(Debug)]
 pub struct Subsystem {
     nqn: String,
     queue_entries: u16,
+    hosts: AllowedHosts,
     controllers: Mutex<HashMap<u16, Controller>>,
     generations: std::sync::atomic::AtomicU64,
 }
 
 impl Subsystem {
-    /// A subsystem named `nqn` whose queues hold at most `queue_entries` commands.
-    pub fn new(nqn: &str, queue_entries: u16) -> Self {
+    /// A subsystem named `nqn` whose queues hold at most `queue_entries` commands, open to
+    /// `hosts`.
+    pub fn new(nqn: &str, queue_entries: u16, hosts: AllowedHosts) -> Self {
         Self {
             nqn: nqn.to_owned(),
             queue_entries,
+            hosts,
             controllers: Mutex::new(HashMap::new()),
             generations: std::sync::atomic::AtomicU64::new(1),
         }
@@ -111,6 +139,13 @@ impl Subsystem {
         }
         let hostnqn = data.hostnqn().filter(|n| !n.is_empty());
         let hostnqn = hostnqn.ok_or(Refused::parameter(true, 512))?;
+        if !self.hosts.allows(hostnqn) {
+            tracing::warn!("refused a Connect from host {hostnqn:?}: not an allowed host");
+            return Err(Refused {
+                status: connect_status::INVALID_HOST,
+                dw0: 0,
+            });
+        }
         if sqsize == 0 || sqsize >= self.queue_entries {
             return Err(Refused::parameter(false, 44));
         }
@@ -251,7 +286,7 @@ mod tests {
 
     #[test]
     fn admin_then_io_connect_follows_enable() {
-        let s = Subsystem::new("nqn.t", 128);
+        let s = Subsystem::new("nqn.t", 128, AllowedHosts::AnyOnLoopback);
         let c = s
             .connect(0, 31, &data(CNTLID_DYNAMIC, "nqn.t"), None)
             .unwrap();

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
+use sagessd_emulator::AllowedHosts;
 
 use crate::{hw_source, load_hw};
 
@@ -68,9 +70,18 @@ pub(crate) struct ServeArgs {
     /// Hardware description (TOML); default: the built-in Cosmos+ OpenSSD.
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
-    /// Address to listen on (loopback unless told otherwise).
+    /// Address to listen on (loopback unless told otherwise; beyond loopback, --allow-host or
+    /// --allow-any-host is needed).
     #[arg(long, default_value = "127.0.0.1:4420")]
     listen: String,
+    /// A host NQN that may connect (repeatable); a Connect from any other gets Connect Invalid
+    /// Host. Without it (and without --allow-any-host) any host may, on loopback only.
+    #[arg(long = "allow-host", value_name = "NQN")]
+    allow_host: Vec<String>,
+    /// Any host that reaches the port may connect, and read and write the namespace, wherever
+    /// the target listens.
+    #[arg(long, conflicts_with = "allow_host")]
+    allow_any_host: bool,
     /// Subsystem NQN.
     #[arg(long, default_value = sagessd_emulator::target::DEFAULT_NQN)]
     nqn: String,
@@ -286,14 +297,32 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => sagessd_emulator::Ssd::new(&hw)?,
     };
+    let hosts = match (&args.allow_host[..], args.allow_any_host) {
+        ([], false) => AllowedHosts::AnyOnLoopback,
+        ([], true) => AllowedHosts::Any,
+        (hosts, _) => AllowedHosts::Only(hosts.to_vec()),
+    };
     let options = sagessd_emulator::TargetOptions {
         nqn: args.nqn.clone(),
         paced: args.pace,
+        hosts: hosts.clone(),
         ..sagessd_emulator::TargetOptions::default()
     };
-    let target = sagessd_emulator::Target::start(ssd, args.listen.as_str(), options)?;
+    let target =
+        sagessd_emulator::Target::start(ssd, args.listen.as_str(), options).with_context(|| {
+            format!(
+                "serving on {}{}",
+                args.listen,
+                if hosts == AllowedHosts::AnyOnLoopback {
+                    " (add --allow-host NQN, repeatable, or --allow-any-host)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+    // One line, which hosts read for the address: "… on ADDR, …".
     println!(
-        "serving {} ({}) as NVMe/TCP subsystem {} on {}{}",
+        "serving {} ({}) as NVMe/TCP subsystem {} on {}{}; hosts: {}",
         hw.device.name,
         hw_source(args.config.as_ref()),
         args.nqn,
@@ -302,6 +331,11 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ", paced to modelled time"
         } else {
             ", virtual time"
+        },
+        match &hosts {
+            AllowedHosts::AnyOnLoopback => "any (loopback only)".to_string(),
+            AllowedHosts::Any => "any that reaches the port (--allow-any-host)".to_string(),
+            AllowedHosts::Only(hosts) => format!("only {}", hosts.join(" ")),
         }
     );
     std::io::stdout().flush()?;

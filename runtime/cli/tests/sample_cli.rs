@@ -199,6 +199,17 @@ fn samplers_agree_on_files_and_on_the_device() {
         "in-storage hyperbatches read no more NAND pages: {device}"
     );
 
+    // Beyond loopback, the emulator serves only with a host policy, and says how to give one.
+    let wide = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["emulator", "serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("running the emulator");
+    let said = String::from_utf8_lossy(&wide.stderr);
+    assert!(
+        !wide.status.success() && said.contains("--allow-host") && said.contains("beyond loopback"),
+        "{said}"
+    );
+
     // The same through NVMe/TCP to an emulator in another process: wall-clock time.
     let mut server = Server(
         Command::new(env!("CARGO_BIN_EXE_sagessd"))
