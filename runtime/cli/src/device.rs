@@ -29,6 +29,38 @@ pub(crate) enum DeviceCommand {
     /// Prints the totals; exit status 1 if any seed failed, each failure with the command that
     /// replays it.
     CrashTest(CrashTestArgs),
+    /// Real SIGKILLs: `emulator serve --image` (a child) under a write load, killed at random
+    /// moments, restarted on its image; every acknowledged write must read back.
+    KillTest(KillTestArgs),
+}
+
+/// Flags of `device kill-test`.
+#[derive(Debug, Args)]
+pub(crate) struct KillTestArgs {
+    /// Kills (each followed by a restart and a check of every LBA written).
+    #[arg(long, default_value_t = 20)]
+    kills: u32,
+    /// Seed of the writes and of the moments of the kills.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// LBAs the writes fall in, from LBA 0.
+    #[arg(long, default_value_t = 4096)]
+    lbas: u64,
+    /// Each run's load lasts between this and --max-run-ms before its kill.
+    #[arg(long, default_value_t = 20)]
+    min_run_ms: u64,
+    /// See --min-run-ms.
+    #[arg(long, default_value_t = 300)]
+    max_run_ms: u64,
+    /// Hardware description of the target (default: the built-in Cosmos+).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Folder of the device image (default: a new one under the temporary folder, removed
+    /// after a run without losses).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    output: FormatArgs,
 }
 
 /// Flags of `device crash-test`.
@@ -104,6 +136,110 @@ pub(crate) fn run(command: DeviceCommand) -> anyhow::Result<ExitCode> {
         DeviceCommand::Check(args) => run_device_check(args),
         DeviceCommand::Bench(args) => run_device_bench(args),
         DeviceCommand::CrashTest(args) => run_crash_test(args),
+        DeviceCommand::KillTest(args) => run_kill_test(args),
+    }
+}
+
+/// The target of `device kill-test`: a child `emulator serve` on the image.
+struct KilledChild {
+    config: Option<PathBuf>,
+    image: PathBuf,
+    child: Option<crate::child_target::ChildTarget>,
+}
+
+impl sagessd_experiments::kill_campaign::KillableTarget for KilledChild {
+    fn start(&mut self) -> anyhow::Result<String> {
+        let child =
+            crate::child_target::ChildTarget::start(self.config.as_ref(), Some(&self.image))?;
+        let addr = child.addr.clone();
+        self.child = Some(child);
+        Ok(addr)
+    }
+
+    fn kill(&mut self) -> anyhow::Result<()> {
+        match self.child.take() {
+            Some(child) => child.kill(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `device kill-test`: the SIGKILL campaign (`sagessd_experiments::kill_campaign`).
+fn run_kill_test(args: KillTestArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_experiments::kill_campaign::{Settings, run};
+    let (dir, made) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => {
+            let d = std::env::temp_dir().join(format!("sagessd-kill-test-{}", std::process::id()));
+            std::fs::create_dir_all(&d)?;
+            (d, true)
+        }
+    };
+    let image = dir.join("flash.img");
+    let mut target = KilledChild {
+        config: args.config.clone(),
+        image: image.clone(),
+        child: None,
+    };
+    let started = std::time::Instant::now();
+    let report = run(
+        &mut target,
+        &Settings {
+            kills: args.kills,
+            seed: args.seed,
+            lbas: args.lbas,
+            run_between: (
+                std::time::Duration::from_millis(args.min_run_ms),
+                std::time::Duration::from_millis(args.max_run_ms),
+            ),
+            nqn: sagessd_emulator::target::DEFAULT_NQN.into(),
+        },
+        &mut |line| eprintln!("{line}"),
+    )?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let mut out = Output::new(args.output.format());
+    out.text(format!(
+        "SIGKILLs: {} kills of `emulator serve --image {}` under writes to {} LBAs (seed {}), {:.1} s\n\
+         writes acknowledged       {:>10}\n\
+         flushes acknowledged      {:>10}\n\
+         kills with a write flying {:>10}\n\
+         LBAs checked after boots  {:>10}\n\
+         acknowledged writes lost  {:>10}\n",
+        report.kills,
+        image.display(),
+        args.lbas,
+        args.seed,
+        wall_s,
+        report.writes_acknowledged,
+        report.flushes,
+        report.in_flight_at_kill,
+        report.lbas_checked,
+        report.lost.len(),
+    ));
+    out.record(
+        Record::new("device.kill_test")
+            .with("kills", report.kills)
+            .with("seed", args.seed)
+            .with("lbas", args.lbas)
+            .with("writes_acknowledged", report.writes_acknowledged)
+            .with("flushes", report.flushes)
+            .with("in_flight_at_kill", report.in_flight_at_kill)
+            .with("lbas_checked", report.lbas_checked)
+            .with("lost", report.lost.len() as u64)
+            .with("wall_s", wall_s),
+    )?;
+    for lost in &report.lost {
+        out.note(format!("LOST {lost}"));
+    }
+    out.finish()?;
+    if report.lost.is_empty() {
+        if made {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("the image is kept in {}", dir.display());
+        Ok(ExitCode::from(1))
     }
 }
 

@@ -25,6 +25,7 @@ mod bench_step;
 #[cfg(feature = "train")]
 mod bench_train;
 mod calibrate;
+mod child_target;
 mod dataset;
 mod demo;
 mod device;

@@ -21,6 +21,7 @@ pub mod device_bench;
 pub mod end_to_end;
 pub mod end_to_end_at_scale;
 pub mod host_compute;
+pub mod kill_campaign;
 mod paper;
 pub mod plot;
 pub mod record;
