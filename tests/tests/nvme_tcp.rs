@@ -623,3 +623,53 @@ fn hosts_not_allowed_are_refused_and_a_wide_listen_needs_a_host_policy() {
             .stop();
     }
 }
+
+/// No host starves the others: one host queues reads on 8 I/O queues (1,016 × 512 KiB, past
+/// the target's whole 64 MiB budget) and stops reading its sockets; another host connects and
+/// its 4 KiB read completes within 1 s. Each controller holds at most half the budget, so the
+/// stalled one leaves the other half (before, it held all of it, and the other host's reads,
+/// and a Linux host's Identify at Connect, waited until the stalled host left).
+#[test]
+fn a_host_that_stops_reading_does_not_starve_another() {
+    let ssd = Ssd::new(&sagessd_emulator::HwConfig::cosmos_plus()).expect("emulator starts");
+    let target =
+        Target::start(ssd, "127.0.0.1:0", TargetOptions::default()).expect("target listens");
+    let (_admin, framing, cntlid) = controller(&target, 0, 0);
+    let mut stalled: Vec<TcpStream> = (1..=8).map(|q| io_queue(&target, cntlid, q)).collect();
+    for s in &mut stalled {
+        for cid in 0..127u16 {
+            let lba = u64::from(cid) * 1024;
+            let mut sqe = SubmissionEntry::read_write(false, cid, 1, lba, 128);
+            DataPointer::Transport { len: 512 * 1024 }.encode(&mut sqe);
+            write_capsule(s, &framing, sqe, &[]);
+        }
+    }
+    // Until the stalled host holds all it can.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let half = TargetOptions::default().max_outstanding_bytes / 2;
+    while target.held_bytes() < half && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        target.held_bytes(),
+        half,
+        "the stalled host holds half the budget"
+    );
+    let started = std::time::Instant::now();
+    let (_admin2, framing2, cntlid2) = controller(&target, 0, 0);
+    let mut q = io_queue(&target, cntlid2, 1);
+    let mut sqe = SubmissionEntry::read_write(false, 1, 1, 0, 1);
+    DataPointer::Transport { len: 4096 }.encode(&mut sqe);
+    write_capsule(&mut q, &framing2, sqe, &[]);
+    q.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let data = read_pdu(&mut q, &framing2, &[pdu_type::C2H_DATA]).expect("the read's data");
+    assert_eq!(data.data.len(), 4096);
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < std::time::Duration::from_secs(1),
+        "another host's Connect and 4 KiB read took {elapsed:?}"
+    );
+    drop(stalled);
+    target.stop();
+}

@@ -68,16 +68,15 @@ const AER_LIMIT: usize = 1;
 enum Event {
     /// The next PDU from the host, or why none came.
     Received(Result<Pdu, RecvError>),
-    /// Budget for the command at the front of [`Connection::waiting`]: the connection's share,
-    /// or then the target's.
+    /// Budget for the command at the front of [`Connection::waiting`]: from the next of its
+    /// levels ([`Connection::levels`]).
     Granted(Grant),
 }
 
 /// The budget one command's buffer holds, given back when the buffer goes: the connection's
-/// share and the target's.
+/// share, its controller's, and the target's.
 pub(super) struct Held {
-    _share: Grant,
-    _target: Grant,
+    _grants: Vec<Grant>,
 }
 
 /// The queue this connection carries, once connected.
@@ -125,6 +124,8 @@ struct Connection {
     budget: Arc<Budget>,
     /// This connection's share of it.
     share: Arc<Budget>,
+    /// Once connected, the controller's share of it (every queue of one host together).
+    controller_share: Option<Arc<Budget>>,
     options: TargetOptions,
     queue: Option<Queue>,
     /// Until Connect succeeds, the connection must make it by this time.
@@ -139,8 +140,9 @@ struct Connection {
     incoming: HashMap<u16, Incoming>,
     /// Commands waiting for budget, in arrival order.
     waiting: VecDeque<Waiting>,
-    /// The share the front of `waiting` already has while it waits for the target's budget.
-    front_share: Option<Grant>,
+    /// What the front of `waiting` already has of its levels (the connection's share, the
+    /// controller's, the target's) while it waits for the next.
+    front_grants: Vec<Grant>,
     /// A budget owes the front of `waiting` a grant ([`Event::Granted`]).
     granting: bool,
     held_aers: Vec<u16>,
@@ -205,6 +207,7 @@ pub(super) fn serve(
         device,
         budget,
         share: Budget::new(CONNECTION_SHARE_BYTES.max(options.max_transfer_bytes as usize)),
+        controller_share: None,
         options,
         queue: None,
         setup_deadline,
@@ -213,7 +216,7 @@ pub(super) fn serve(
         in_flight,
         incoming: HashMap::new(),
         waiting: VecDeque::new(),
-        front_share: None,
+        front_grants: Vec::new(),
         granting: false,
         held_aers: Vec::new(),
         jobs: Arc::new(Mutex::new(HashMap::new())),
@@ -458,38 +461,37 @@ impl Connection {
         self.lock_in_flight().len()
     }
 
-    /// Starts the waiting commands, in order, while this connection's share and then the
-    /// target's budget grant them their bytes. The first that must wait gets its grant as an
-    /// event ([`Self::granted`]).
+    /// The budgets a command takes its bytes from, in order: the connection's share, its
+    /// controller's (once connected), the target's.
+    fn levels(&self) -> Vec<Arc<Budget>> {
+        let mut levels = vec![Arc::clone(&self.share)];
+        levels.extend(self.controller_share.iter().cloned());
+        levels.push(Arc::clone(&self.budget));
+        levels
+    }
+
+    /// Starts the waiting commands, in order, while each level ([`Self::levels`]) grants them
+    /// their bytes. The first that must wait gets its grant as an event ([`Self::granted`]).
     fn admit(&mut self) {
+        let levels = self.levels();
         while !self.granting {
             let Some(&w) = self.waiting.front() else {
                 return;
             };
-            let share = match self.front_share.take() {
-                Some(share) => share,
-                None => match self.share.take(w.len, || self.deliver()) {
-                    Some(share) => share,
+            while self.front_grants.len() < levels.len() {
+                match levels[self.front_grants.len()].take(w.len, || self.deliver()) {
+                    Some(grant) => self.front_grants.push(grant),
                     None => {
                         self.granting = true;
                         return;
                     }
-                },
-            };
-            match self.budget.take(w.len, || self.deliver()) {
-                Some(target) => {
-                    self.waiting.pop_front();
-                    let held = Held {
-                        _share: share,
-                        _target: target,
-                    };
-                    self.start(w, held);
-                }
-                None => {
-                    self.front_share = Some(share);
-                    self.granting = true;
                 }
             }
+            self.waiting.pop_front();
+            let held = Held {
+                _grants: std::mem::take(&mut self.front_grants),
+            };
+            self.start(w, held);
         }
     }
 
@@ -501,23 +503,16 @@ impl Connection {
         })
     }
 
-    /// A budget granted the command at the front of the line what it waited for: its share
-    /// (it then asks the target's budget), or the target's budget (it starts).
+    /// A budget granted the command at the front of the line what it waited for from its next
+    /// level; it asks the levels after it ([`Self::admit`]) and starts once it has them all.
     fn granted(&mut self, grant: Grant) {
         self.granting = false;
         debug_assert_eq!(Some(grant.bytes()), self.waiting.front().map(|w| w.len));
-        match (self.front_share.take(), self.waiting.front().copied()) {
-            (None, Some(_)) => self.front_share = Some(grant),
-            (Some(share), Some(w)) => {
-                self.waiting.pop_front();
-                let held = Held {
-                    _share: share,
-                    _target: grant,
-                };
-                self.start(w, held);
-            }
-            (_, None) => debug_assert!(false, "a grant with nobody waiting"),
+        if self.waiting.is_empty() {
+            debug_assert!(false, "a grant with nobody waiting");
+            return;
         }
+        self.front_grants.push(grant);
         self.admit();
     }
 
@@ -763,6 +758,7 @@ impl Connection {
                 let io_socket = (qid != 0).then(|| self.socket.try_clone().ok()).flatten();
                 match self.subsystem.connect(qid, sqsize, &connect, io_socket) {
                     Ok(ctrl) => {
+                        self.controller_share = self.subsystem.share_of(ctrl);
                         self.queue = Some(Queue {
                             qid,
                             ctrl,

@@ -157,10 +157,15 @@ impl Target {
             ));
         }
         let device = DeviceThread::start(ssd, options.paced)?;
+        // A controller may hold half the budget (at least one largest transfer): a host that
+        // stops reading keeps the other half for the others.
+        let controller_share =
+            (options.max_outstanding_bytes / 2).max(options.max_transfer_bytes as usize);
         let subsystem = Arc::new(Subsystem::new(
             &options.nqn,
             options.queue_entries,
             options.hosts.clone(),
+            controller_share,
         ));
         let budget = Budget::new(options.max_outstanding_bytes);
         let stop = Arc::new(AtomicBool::new(false));

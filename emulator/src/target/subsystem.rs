@@ -3,12 +3,14 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use sagessd_abi::fabrics::{
     CNTLID_DYNAMIC, Capabilities, ConnectData, cc, connect_status, csts, property,
 };
 use sagessd_abi::nvme::Status;
+
+use super::budget::Budget;
 
 /// NVMe version the controllers report (VS property and Identify VER): 1.3.
 pub const VERSION: u32 = 0x0001_0300;
@@ -45,6 +47,8 @@ struct Controller {
     hostnqn: String,
     cc: u32,
     csts: u32,
+    /// Its share of the target's budget, taken by every queue of it.
+    share: Arc<Budget>,
     /// Its I/O queues, and their connections (shut down when the controller goes).
     io_queues: Vec<(u16, Option<TcpStream>)>,
 }
@@ -89,18 +93,28 @@ pub struct Subsystem {
     nqn: String,
     queue_entries: u16,
     hosts: AllowedHosts,
+    /// Bytes of command data one controller (one host's admin and I/O queues together) may
+    /// hold of the target's budget: half of it, so that a host that stops reading cannot take
+    /// what another host's commands need.
+    controller_share_bytes: usize,
     controllers: Mutex<HashMap<u16, Controller>>,
     generations: std::sync::atomic::AtomicU64,
 }
 
 impl Subsystem {
     /// A subsystem named `nqn` whose queues hold at most `queue_entries` commands, open to
-    /// `hosts`.
-    pub fn new(nqn: &str, queue_entries: u16, hosts: AllowedHosts) -> Self {
+    /// `hosts`, each controller holding at most `controller_share_bytes` of command data.
+    pub fn new(
+        nqn: &str,
+        queue_entries: u16,
+        hosts: AllowedHosts,
+        controller_share_bytes: usize,
+    ) -> Self {
         Self {
             nqn: nqn.to_owned(),
             queue_entries,
             hosts,
+            controller_share_bytes,
             controllers: Mutex::new(HashMap::new()),
             generations: std::sync::atomic::AtomicU64::new(1),
         }
@@ -173,6 +187,7 @@ impl Subsystem {
                     cc: 0,
                     csts: 0,
                     io_queues: Vec::new(),
+                    share: Budget::new(self.controller_share_bytes),
                 },
             );
             return Ok(ControllerRef {
@@ -219,6 +234,14 @@ impl Subsystem {
                 let _ = socket.shutdown(Shutdown::Both);
             }
         }
+    }
+
+    /// Controller `ctrl`'s share of the target's budget, while it exists.
+    pub(super) fn share_of(&self, ctrl: ControllerRef) -> Option<Arc<Budget>> {
+        self.controllers()
+            .get(&ctrl.cntlid)
+            .filter(|c| c.generation == ctrl.generation)
+            .map(|c| Arc::clone(&c.share))
     }
 
     /// Whether controller `ctrl` still exists, enabled and ready (commands other than Fabrics
@@ -286,7 +309,7 @@ mod tests {
 
     #[test]
     fn admin_then_io_connect_follows_enable() {
-        let s = Subsystem::new("nqn.t", 128, AllowedHosts::AnyOnLoopback);
+        let s = Subsystem::new("nqn.t", 128, AllowedHosts::AnyOnLoopback, 1 << 20);
         let c = s
             .connect(0, 31, &data(CNTLID_DYNAMIC, "nqn.t"), None)
             .unwrap();
