@@ -666,6 +666,7 @@ fn a_host_that_stops_reading_does_not_starve_another() {
     let data = read_pdu(&mut q, &framing2, &[pdu_type::C2H_DATA]).expect("the read's data");
     assert_eq!(data.data.len(), 4096);
     let elapsed = started.elapsed();
+    eprintln!("another host's Connect and 4 KiB read: {elapsed:?}");
     assert!(
         elapsed < std::time::Duration::from_secs(1),
         "another host's Connect and 4 KiB read took {elapsed:?}"
