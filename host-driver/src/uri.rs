@@ -4,7 +4,8 @@
 //! * `local:` — an emulated SSD in this process (the built-in hardware description, or the one
 //!   the caller passes);
 //! * `tcp://HOST:PORT/NQN` — an NVMe/TCP subsystem (the emulator's target, or any NVMe-oF
-//!   target); `digest=1` turns header and data digests on;
+//!   target); `digest=1` turns header and data digests on, `hostnqn=NQN` presents that host
+//!   NQN (a target may allow only some hosts);
 //! * `passthru:/dev/nvme0n1` or `passthru:/dev/ng0n1` — a namespace through Linux NVMe
 //!   passthrough; on the character device I/O goes through io_uring (`uring=0`: ioctls).
 //!
@@ -34,6 +35,8 @@ pub enum Endpoint {
         nqn: String,
         /// Header and data digests on.
         digests: bool,
+        /// The host NQN to present (`None`: the initiator's own).
+        host_nqn: Option<String>,
     },
     /// A Linux NVMe namespace device node.
     Passthru {
@@ -58,21 +61,29 @@ impl std::fmt::Display for DeviceUri {
         let mut options = Vec::new();
         match &self.endpoint {
             Endpoint::Local => write!(f, "local:")?,
-            Endpoint::Tcp { addr, nqn, digests } => {
+            Endpoint::Tcp {
+                addr,
+                nqn,
+                digests,
+                host_nqn,
+            } => {
                 write!(f, "tcp://{addr}/{nqn}")?;
                 if *digests {
-                    options.push("digest=1");
+                    options.push("digest=1".to_string());
+                }
+                if let Some(host) = host_nqn {
+                    options.push(format!("hostnqn={host}"));
                 }
             }
             Endpoint::Passthru { path, uring } => {
                 write!(f, "passthru:{}", path.display())?;
                 if !uring {
-                    options.push("uring=0");
+                    options.push("uring=0".to_string());
                 }
             }
         }
         if self.tunnel {
-            options.push("tunnel=1");
+            options.push("tunnel=1".to_string());
         }
         if !options.is_empty() {
             write!(f, "?{}", options.join("&"))?;
@@ -89,14 +100,22 @@ impl std::str::FromStr for DeviceUri {
         let mut digests = false;
         let mut tunnel = false;
         let mut uring = None;
+        let mut host_nqn = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair {
+                _ if pair.starts_with("hostnqn=") => {
+                    let host = &pair["hostnqn=".len()..];
+                    if host.is_empty() || host.len() > 223 {
+                        return Err(format!("{s:?}: hostnqn= takes an NQN of 1 to 223 bytes"));
+                    }
+                    host_nqn = Some(host.to_owned());
+                }
                 "digest=1" | "digest=0" => digests = pair.ends_with('1'),
                 "tunnel=1" | "tunnel=0" => tunnel = pair.ends_with('1'),
                 "uring=1" | "uring=0" => uring = Some(pair.ends_with('1')),
                 other => {
                     return Err(format!(
-                        "{s:?}: unknown option {other:?} (digest=0|1, tunnel=0|1, uring=0|1)"
+                        "{s:?}: unknown option {other:?} (digest=0|1, hostnqn=NQN, tunnel=0|1, uring=0|1)"
                     ));
                 }
             }
@@ -120,14 +139,15 @@ impl std::str::FromStr for DeviceUri {
                 addr: addr.to_owned(),
                 nqn: nqn.to_owned(),
                 digests,
+                host_nqn: host_nqn.clone(),
             }
         } else {
             return Err(format!(
                 "{s:?}: unknown device URI (local:, tcp://HOST:PORT/NQN, passthru:/dev/...)"
             ));
         };
-        if digests && !matches!(endpoint, Endpoint::Tcp { .. }) {
-            return Err(format!("{s:?}: digest= is an NVMe/TCP option"));
+        if (digests || host_nqn.is_some()) && !matches!(endpoint, Endpoint::Tcp { .. }) {
+            return Err(format!("{s:?}: digest= and hostnqn= are NVMe/TCP options"));
         }
         if uring.is_some() && !matches!(endpoint, Endpoint::Passthru { .. }) {
             return Err(format!("{s:?}: uring= is a passthru: option"));
@@ -160,10 +180,17 @@ pub fn open_remote_device(
                 "local: is the in-process emulator, which this open does not build (open_device, feature local)".into(),
             ));
         }
-        Endpoint::Tcp { addr, nqn, digests } => {
+        Endpoint::Tcp {
+            addr,
+            nqn,
+            digests,
+            host_nqn,
+        } => {
+            let defaults = TcpOptions::new(nqn);
             let options = TcpOptions {
                 digests: *digests,
-                ..TcpOptions::new(nqn)
+                host_nqn: host_nqn.clone().unwrap_or(defaults.host_nqn.clone()),
+                ..defaults
             };
             Box::new(TcpTransport::connect(addr.as_str(), &options)?)
         }
@@ -195,6 +222,7 @@ mod tests {
             "passthru:/dev/ng0n1",
             "passthru:/dev/ng0n1?tunnel=1",
             "passthru:/dev/ng0n1?uring=0",
+            "tcp://h:1/n?digest=1&hostnqn=nqn.2014-08.org.nvmexpress:uuid:1234&tunnel=1",
         ] {
             let uri: DeviceUri = good.parse().expect(good);
             assert_eq!(uri.to_string(), good);
@@ -207,7 +235,8 @@ mod tests {
             Endpoint::Tcp {
                 addr: "h:1".into(),
                 nqn: "n".into(),
-                digests: true
+                digests: true,
+                host_nqn: None,
             }
         );
         for bad in [
@@ -216,6 +245,8 @@ mod tests {
             "tcp://h:1/n?x=2",
             "passthru:",
             "passthru:/dev/x?digest=1",
+            "passthru:/dev/x?hostnqn=a",
+            "tcp://h:1/n?hostnqn=",
             "local:?uring=1",
             "nvme0",
         ] {

@@ -603,6 +603,16 @@ fn hosts_not_allowed_are_refused_and_a_wide_listen_needs_a_host_policy() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("sc 0x84"), "Connect Invalid Host: {err}");
+    // A device URI names the host NQN to present: the allowed one opens the device.
+    let uri = format!(
+        "tcp://{}/{}?hostnqn={allowed}",
+        target.local_addr(),
+        options.nqn
+    );
+    let mut device = sagessd_host_driver::open_remote_device(&uri.parse().expect("a URI"))
+        .expect("the allowed host opens the device");
+    device.flush().expect("and uses it");
+    drop(device);
     target.stop();
 
     // Beyond loopback, the default policy refuses to start; an explicit one starts.
