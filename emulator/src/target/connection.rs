@@ -68,8 +68,8 @@ const AER_LIMIT: usize = 1;
 enum Event {
     /// The next PDU from the host, or why none came.
     Received(Result<Pdu, RecvError>),
-    /// Budget for the command at the front of [`Connection::waiting`]: from the next of its
-    /// levels ([`Connection::levels`]).
+    /// Budget for the command at the front of [`Connection::waiting`]: from the next of
+    /// [`Connection::levels`].
     Granted(Grant),
 }
 
@@ -120,12 +120,9 @@ struct Connection {
     flow: Arc<Flow>,
     subsystem: Arc<Subsystem>,
     device: DeviceHandle,
-    /// The target's budget.
-    budget: Arc<Budget>,
-    /// This connection's share of it.
-    share: Arc<Budget>,
-    /// Once connected, the controller's share of it (every queue of one host together).
-    controller_share: Option<Arc<Budget>>,
+    /// The budgets a command takes its bytes from, in order: this connection's share, its
+    /// controller's (every queue of one host together; added at Connect), the target's.
+    levels: Vec<Arc<Budget>>,
     options: TargetOptions,
     queue: Option<Queue>,
     /// Until Connect succeeds, the connection must make it by this time.
@@ -205,9 +202,10 @@ pub(super) fn serve(
         flow: Arc::clone(&flow),
         subsystem,
         device,
-        budget,
-        share: Budget::new(CONNECTION_SHARE_BYTES.max(options.max_transfer_bytes as usize)),
-        controller_share: None,
+        levels: vec![
+            Budget::new(CONNECTION_SHARE_BYTES.max(options.max_transfer_bytes as usize)),
+            budget,
+        ],
         options,
         queue: None,
         setup_deadline,
@@ -461,25 +459,15 @@ impl Connection {
         self.lock_in_flight().len()
     }
 
-    /// The budgets a command takes its bytes from, in order: the connection's share, its
-    /// controller's (once connected), the target's.
-    fn levels(&self) -> Vec<Arc<Budget>> {
-        let mut levels = vec![Arc::clone(&self.share)];
-        levels.extend(self.controller_share.iter().cloned());
-        levels.push(Arc::clone(&self.budget));
-        levels
-    }
-
-    /// Starts the waiting commands, in order, while each level ([`Self::levels`]) grants them
-    /// their bytes. The first that must wait gets its grant as an event ([`Self::granted`]).
+    /// Starts the waiting commands, in order, while each of [`Self::levels`] grants them their
+    /// bytes. The first that must wait gets its grant as an event ([`Self::granted`]).
     fn admit(&mut self) {
-        let levels = self.levels();
         while !self.granting {
             let Some(&w) = self.waiting.front() else {
                 return;
             };
-            while self.front_grants.len() < levels.len() {
-                match levels[self.front_grants.len()].take(w.len, || self.deliver()) {
+            while self.front_grants.len() < self.levels.len() {
+                match self.levels[self.front_grants.len()].take(w.len, || self.deliver()) {
                     Some(grant) => self.front_grants.push(grant),
                     None => {
                         self.granting = true;
@@ -758,7 +746,11 @@ impl Connection {
                 let io_socket = (qid != 0).then(|| self.socket.try_clone().ok()).flatten();
                 match self.subsystem.connect(qid, sqsize, &connect, io_socket) {
                     Ok(ctrl) => {
-                        self.controller_share = self.subsystem.share_of(ctrl);
+                        // Commands are admitted only once connected, so no grant is held
+                        // against the levels as they were before.
+                        if let Some(share) = self.subsystem.share_of(ctrl) {
+                            self.levels.insert(1, share);
+                        }
                         self.queue = Some(Queue {
                             qid,
                             ctrl,
