@@ -36,7 +36,7 @@ impl ChildTarget {
                 break;
             }
         }
-        // "serving NAME (SOURCE) as NVMe/TCP subsystem NQN on ADDR, virtual time"
+        // "serving NAME (SOURCE) as NVMe/TCP subsystem NQN on ADDR, virtual time; hosts: …"
         let addr = line
             .rsplit_once(" on ")
             .and_then(|(_, rest)| rest.split(',').next())
@@ -65,9 +65,7 @@ impl ChildTarget {
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
     }
-}
 
-impl ChildTarget {
     /// Kills it with SIGKILL (no clean stop) and waits for it to exit.
     pub(crate) fn kill(mut self) -> anyhow::Result<()> {
         self.child.kill()?;

@@ -30,7 +30,7 @@ use sagessd_pipeline::{
     DeviceSampler, DeviceStage, FileStages, Minibatch, ModelledHostStage, Pipeline, PipelineConfig,
     PipelineError, RunReport, SampleStage, modelled_clock_ns,
 };
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::npy::Dtype;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
@@ -235,18 +235,6 @@ pub fn train(spec: &TrainSpec, observer: &mut dyn TrainObserver) -> Result<Train
         };
         let note = |text: String| observer.borrow_mut().note(&text);
         if let (Some(mode), Some(hw)) = (modelled_host, hardware) {
-            if mode == HostIoMode::Isp && !hw.firmware.isp {
-                return Err(Error::Invalid(format!(
-                    "sampler isp: {} has no in-storage processing (firmware.isp = false)",
-                    hw.device.name
-                )));
-            }
-            if mode == HostIoMode::Isp && host_workers > usize::from(hw.firmware.isp_slots) {
-                return Err(Error::Invalid(format!(
-                    "{host_workers} workers with in-storage sampling: {} has {} sampling slots (one job in flight per worker)",
-                    hw.device.name, hw.firmware.isp_slots
-                )));
-            }
             let graph = graph.as_ref().ok_or_else(|| missing("graph"))?;
             let rows = rows.as_ref().ok_or_else(|| missing("feature rows"))?;
             let mut device = sagessd_host_driver::Device::open(

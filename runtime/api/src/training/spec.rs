@@ -307,6 +307,26 @@ impl TrainSpec {
         } else if !kind.on_files() {
             return fail(format!("sampler {kind} needs a device"));
         }
+        if let (Some(HostIoMode::Isp), Storage::Device { hardware: hw, .. }) =
+            (modelled_host, &self.storage)
+        {
+            if !hw.firmware.isp {
+                return fail(format!(
+                    "sampler isp: {} has no in-storage processing (firmware.isp = false)",
+                    hw.device.name
+                ));
+            }
+            let workers = match self.workers {
+                Workers::Fixed { sample, .. } => sample,
+                Workers::Auto => 1,
+            };
+            if workers > usize::from(hw.firmware.isp_slots) {
+                return fail(format!(
+                    "{workers} workers with in-storage sampling: {} has {} sampling slots (one job in flight per worker)",
+                    hw.device.name, hw.firmware.isp_slots
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -414,6 +434,18 @@ mod tests {
                 };
             },
             "one producer drives it",
+        );
+        refused(
+            &|s| {
+                s.sampler = SamplerKind::Isp;
+                s.host_features = true;
+                s.storage = Storage::emulator(crate::HwConfig::cosmos_plus());
+                s.workers = Workers::Fixed {
+                    sample: 9,
+                    gather: 9,
+                };
+            },
+            "sampling slots",
         );
         let mut good = TrainSpec::new("/nonexistent");
         good.validate().unwrap();
