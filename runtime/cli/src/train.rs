@@ -10,8 +10,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use sagessd::training::{
-    DeviceChoice, EpochRecord, EvalChoice, Evaluation, ModelKind, Order, TrainObserver, TrainRun,
-    TrainSpec, Workers,
+    DeviceChoice, EpochRecord, EvalChoice, Evaluation, ModelKind, Order, TrainObserver, TrainSpec,
+    Workers,
 };
 use sagessd::{SamplerKind, Storage};
 
@@ -158,38 +158,6 @@ impl Model {
     }
 }
 
-/// `train`.
-pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
-    let out = std::cell::RefCell::new(crate::records::Output::new(a.output.format()));
-    let run = fit_run(&a, &out)?;
-    let (outcome, evaluation) = (&run.outcome, run.evaluation);
-    let mut out = out.into_inner();
-    match outcome.test_accuracy {
-        Some(acc) => out.text(format!(
-            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)\n",
-            outcome.selected_epoch + 1,
-            eval_name(evaluation)
-        )),
-        None => out.text("test accuracy: the dataset has no test split\n"),
-    }
-    out.record(
-        crate::records::Record::new("train.result")
-            .with("test_accuracy", outcome.test_accuracy)
-            .with("selected_epoch", outcome.selected_epoch)
-            .with("evaluation", eval_name(evaluation)),
-    )?;
-    out.note(format!(
-        "times: wall clock, except 'modelled' (the producers' device-model time and {} on one timeline); idle = the trainer waiting for input",
-        if a.modelled_steps {
-            "the [trainer] accelerator's modelled steps"
-        } else {
-            "the trainer's measured steps"
-        }
-    ));
-    out.finish()?;
-    Ok(ExitCode::SUCCESS)
-}
-
 /// The library's training spec for these flags (`--layers` and `--fanouts` reconciled, the
 /// storage opened from `--on-device`, `--device` and `--config`).
 fn spec(a: &TrainArgs) -> anyhow::Result<TrainSpec> {
@@ -247,8 +215,8 @@ fn spec(a: &TrainArgs) -> anyhow::Result<TrainSpec> {
 
 /// What `train` prints as it goes: the notes, a progress bar over each epoch's minibatches,
 /// each epoch (a line, or a record), and each epoch as a JSON line to `--metrics-out`.
-struct Printer<'a> {
-    out: &'a std::cell::RefCell<crate::records::Output>,
+struct Printer {
+    out: crate::records::Output,
     bar: ProgressBar,
     metrics: Option<std::io::BufWriter<std::fs::File>>,
     epochs: u32,
@@ -256,13 +224,13 @@ struct Printer<'a> {
     failed: Option<anyhow::Error>,
 }
 
-impl TrainObserver for Printer<'_> {
+impl TrainObserver for Printer {
     fn planned(&mut self, epochs: u32, _batch_size: usize) {
         self.epochs = epochs;
     }
 
     fn note(&mut self, text: &str) {
-        self.out.borrow().note(text);
+        self.out.note(text);
     }
 
     fn step(&mut self, done: usize, total: usize) {
@@ -272,7 +240,7 @@ impl TrainObserver for Printer<'_> {
 
     fn epoch(&mut self, r: &EpochRecord) {
         self.bar.reset();
-        let mut out = self.out.borrow_mut();
+        let out = &mut self.out;
         if out.human() {
             let line = epoch_line(r, self.epochs);
             self.bar.suspend(|| println!("{line}"));
@@ -296,13 +264,10 @@ impl TrainObserver for Printer<'_> {
     }
 }
 
-/// Trains as `a` says (through [`sagessd::training::train`]), printing its notes and epochs to
-/// `out` (and `--metrics-out`).
-pub(crate) fn fit_run(
-    a: &TrainArgs,
-    out: &std::cell::RefCell<crate::records::Output>,
-) -> anyhow::Result<TrainRun> {
-    let spec = spec(a)?;
+/// `train`: trains through [`sagessd::training::train`], printing its notes and epochs (and
+/// writing them to `--metrics-out`), then the test accuracy.
+pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<ExitCode> {
+    let spec = spec(&a)?;
     spec.validate()?;
     let metrics = a
         .metrics_out
@@ -311,7 +276,7 @@ pub(crate) fn fit_run(
         .transpose()?
         .map(std::io::BufWriter::new);
     let mut printer = Printer {
-        out,
+        out: crate::records::Output::new(a.output.format()),
         bar: progress(a.quiet),
         metrics,
         epochs: 0,
@@ -322,15 +287,40 @@ pub(crate) fn fit_run(
     if let Some(e) = printer.failed {
         return Err(e);
     }
+    let (outcome, evaluation) = (&run.outcome, run.evaluation);
     if let Some(w) = printer.metrics.as_mut() {
         let last = serde_json::json!({
-            "test_accuracy": run.outcome.test_accuracy,
-            "selected_epoch": run.outcome.selected_epoch,
+            "test_accuracy": outcome.test_accuracy,
+            "selected_epoch": outcome.selected_epoch,
         });
         writeln!(w, "{last}")?;
         w.flush()?;
     }
-    Ok(run)
+    let mut out = printer.out;
+    match outcome.test_accuracy {
+        Some(acc) => out.text(format!(
+            "test accuracy {acc:.4} (the model of epoch {}, best validation accuracy; {} evaluation)\n",
+            outcome.selected_epoch + 1,
+            eval_name(evaluation)
+        )),
+        None => out.text("test accuracy: the dataset has no test split\n"),
+    }
+    out.record(
+        crate::records::Record::new("train.result")
+            .with("test_accuracy", outcome.test_accuracy)
+            .with("selected_epoch", outcome.selected_epoch)
+            .with("evaluation", eval_name(evaluation)),
+    )?;
+    out.note(format!(
+        "times: wall clock, except 'modelled' (the producers' device-model time and {} on one timeline); idle = the trainer waiting for input",
+        if a.modelled_steps {
+            "the [trainer] accelerator's modelled steps"
+        } else {
+            "the trainer's measured steps"
+        }
+    ));
+    out.finish()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn eval_name(e: Evaluation) -> &'static str {
