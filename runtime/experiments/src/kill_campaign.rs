@@ -139,13 +139,18 @@ pub fn run(
         addr = target.start()?;
         let mut device = connect(&addr, &s.nqn)?;
         let acked = lock(&written).acked.clone();
-        for (lba, &version) in acked.iter().enumerate() {
+        // The region read back in transfers of the largest size, then checked block by block.
+        let chunk = u64::from(device.info().max_transfer_blocks());
+        let mut region = Vec::with_capacity(acked.len() * block_bytes);
+        for start in (0..s.lbas).step_by(chunk as usize) {
+            region.extend(device.read(start, chunk.min(s.lbas - start))?);
+        }
+        for (lba, (&version, got)) in acked.iter().zip(region.chunks(block_bytes)).enumerate() {
             let lba = lba as u64;
             let flying = in_flight.filter(|f| f.0 == lba).map(|f| f.1);
             if version == 0 && flying.is_none() {
                 continue;
             }
-            let got = device.read(lba, 1)?;
             report.lbas_checked += 1;
             let matches = |v: u32| got == pattern(s.seed, lba, v, block_bytes);
             let unwritten = version == 0 && got.iter().all(|b| *b == 0);
