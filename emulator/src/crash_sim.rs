@@ -5,7 +5,8 @@
 //!
 //! ```plain
 //!   seed ─► workload (writes, trims, Write Zeroes, flushes, reads, GRAPH_ATTACH, sampling jobs;
-//!           queue depth 1..8, disjoint in flight) ─► firmware ─► NandArray (program/erase failures, spikes)
+//!           queue depth 1..8, disjoint in flight) ─► firmware ─► NandArray (program/erase
+//!           failures, transient read faults, uncorrectable pages, spikes)
 //!                 cut at a random step: mid-program, mid-erase, mid-GC, mid-checkpoint
 //!        ─► Firmware::recover over the same NAND ─► every LBA read back and judged:
 //!           the last completed write, trim or Write Zeroes, or one of the commands in flight at the cut
@@ -101,6 +102,18 @@ pub struct SeedOutcome {
     pub boot: BootReport,
     /// LBAs checked after the boot.
     pub lbas_checked: u64,
+    /// Flash reads the firmware issued again after a failed attempt (before the cut, at the
+    /// boot and after it).
+    pub read_retries: u64,
+    /// Reads the media failed (transient faults, and reads of uncorrectable pages).
+    pub media_read_failures: u64,
+    /// Pages the media left uncorrectable.
+    pub uncorrectable_pages: u64,
+    /// Commands that still failed with Unrecovered Read Error after the retries (reads, and
+    /// writes whose read-modify-write could not read the old page), and LBAs the check after
+    /// the boot could not read: allowed only once the media has made a page uncorrectable
+    /// (a transient fault must never reach the host).
+    pub unrecovered: u64,
 }
 
 /// A seed whose boot did not give back what the host was promised.
@@ -273,6 +286,8 @@ impl Rng {
 /// One simulated run: the device, its host, the model, and the workload's state.
 struct Run {
     seed: u64,
+    /// The media faults injected.
+    faults: Option<NandFaults>,
     fw: Fw,
     host: SimHost,
     model: Model,
@@ -293,7 +308,8 @@ pub fn run_seed(seed: u64) -> Result<SeedOutcome, SeedFailure> {
     let mut rng = Rng(mix(seed ^ 0x5EED_C0DE));
     let faults = NandFaults {
         seed: rng.next(),
-        read_fail_ppm: 0,
+        read_fail_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
+        uncorrectable_ppm: [0, 0, 0, 2_000][rng.below(4) as usize],
         program_fail_ppm: [0, 500, 5_000][rng.below(3) as usize],
         erase_fail_ppm: [0, 1_000, 20_000][rng.below(3) as usize],
         spike_ppm: 20_000,
@@ -306,6 +322,7 @@ pub fn run_seed(seed: u64) -> Result<SeedOutcome, SeedFailure> {
     let lbas = fw.namespace_block_count();
     let mut run = Run {
         seed,
+        faults: Some(faults),
         fw,
         host: SimHost::default(),
         model: Model::new(lbas),
@@ -576,6 +593,7 @@ impl Run {
                     blocks,
                     version,
                 } => {
+                    self.unrecoverable(status)?;
                     self.outcome.writes_completed += u64::from(status.is_success());
                     self.outcome.commands_failed += u64::from(!status.is_success());
                     for lba in slba..slba + u64::from(blocks) {
@@ -604,6 +622,9 @@ impl Run {
                     }
                 }
                 Command::Read { slba, blocks } => {
+                    if self.unrecoverable(status)? {
+                        continue;
+                    }
                     if !status.is_success() {
                         return Err(format!("read of lba {slba}+{blocks} failed: {status:?}"));
                     }
@@ -645,12 +666,18 @@ impl Run {
     /// Cuts the power and boots a new firmware from the NAND; the host loses its queues.
     fn cut_and_boot(self) -> Result<Self, String> {
         let config = *self.fw.config();
-        let (mut nand, _dram) = self.fw.into_parts();
         let mut outcome = self.outcome;
+        outcome.read_retries = self.fw.read_retry_stats().retries;
+        let (mut nand, _dram) = self.fw.into_parts();
         outcome.cut = nand.power_cut(self.seed);
-        // The boot itself runs without injected faults, so that what it reads is what the cut
-        // left (a failed boot erase is covered by the firmware's own tests).
-        nand.set_faults(None);
+        // The boot and the check keep the read faults (the firmware must read past transient
+        // ones) but no program or erase fails: what the boot builds on is what the cut left (a
+        // failed boot erase is covered by the firmware's own tests).
+        nand.set_faults(self.faults.map(|f| NandFaults {
+            program_fail_ppm: 0,
+            erase_fail_ppm: 0,
+            ..f
+        }));
         let size = Fw::dram_size_bytes(&config, &geometry()).map_err(|e| format!("{e:?}"))?;
         let (fw, boot) = Fw::recover(
             config,
@@ -659,6 +686,7 @@ impl Run {
             &mut NandArray::wait_for_completion,
         )
         .map_err(|e| format!("boot failed: {e:?}"))?;
+        outcome.read_retries += boot.read_retries;
         outcome.boot = boot;
         Ok(Self {
             fw,
@@ -680,18 +708,35 @@ impl Run {
                 SubmissionEntry::read_write(false, 0, 1, lba, blocks),
                 vec![0xEE; blocks as usize * BLOCK],
             )?;
-            if !got.0.is_success() {
+            if got.0 == Status::UNRECOVERED_READ_ERROR {
+                // Block by block: those that read are judged, the others counted (and allowed
+                // only after the media made a page uncorrectable).
+                for one in lba..lba + u64::from(blocks) {
+                    let (status, data) = self.exec(
+                        SubmissionEntry::read_write(false, 0, 1, one, 1),
+                        vec![0xEE; BLOCK],
+                    )?;
+                    if !self.unrecoverable(status)? {
+                        self.model.judge(one, &data)?;
+                    }
+                }
+            } else if !got.0.is_success() {
                 return Err(format!(
                     "after the boot, a read of lba {lba}+{blocks} failed: {:?}",
                     got.0
                 ));
-            }
-            for (i, block) in got.1.chunks(BLOCK).enumerate() {
-                self.model.judge(lba + i as u64, block)?;
+            } else {
+                for (i, block) in got.1.chunks(BLOCK).enumerate() {
+                    self.model.judge(lba + i as u64, block)?;
+                }
             }
             lba += u64::from(blocks);
         }
         self.outcome.lbas_checked = self.lbas;
+        self.outcome.read_retries += self.fw.read_retry_stats().retries;
+        let nand = self.fw.flash().stats();
+        self.outcome.media_read_failures = nand.read_failures;
+        self.outcome.uncorrectable_pages = nand.uncorrectable_pages;
         if self.model.attached {
             let mut config = vec![0u8; ns_config_size_bytes(1)];
             encode_ns_config(1, &[2], &[1], &mut config)
@@ -703,6 +748,23 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Whether `status` is Unrecovered Read Error, counted; an error if no page has been made
+    /// uncorrectable (then every read fault was transient, and the retries must have hidden it).
+    fn unrecoverable(&mut self, status: Status) -> Result<bool, String> {
+        if status != Status::UNRECOVERED_READ_ERROR {
+            return Ok(false);
+        }
+        if self.fw.flash().stats().uncorrectable_pages == 0 {
+            return Err(format!(
+                "Unrecovered Read Error with no uncorrectable page: a transient read fault \
+                 reached the host ({} media read failures so far)",
+                self.fw.flash().stats().read_failures
+            ));
+        }
+        self.outcome.unrecovered += 1;
+        Ok(true)
     }
 
     /// Runs one command on the booted firmware to completion.
@@ -753,6 +815,15 @@ pub struct Campaign {
     pub seeds_with_checkpoints: u64,
     /// LBAs read back and judged after the boots.
     pub lbas_checked: u64,
+    /// Reads the media failed, transiently or of an uncorrectable page.
+    pub media_read_failures: u64,
+    /// Flash reads the firmware issued again after a failed attempt.
+    pub read_retries: u64,
+    /// Pages the media left uncorrectable.
+    pub uncorrectable_pages: u64,
+    /// Commands and LBAs that still failed with Unrecovered Read Error (each in a seed with an
+    /// uncorrectable page).
+    pub unrecovered: u64,
 }
 
 /// Runs seeds `first..first + count` and sums what they did.
@@ -773,6 +844,10 @@ pub fn run_campaign(first: u64, count: u64) -> Campaign {
                 c.seeds_with_gc += u64::from(o.blocks_erased > 0);
                 c.seeds_with_checkpoints += u64::from(o.checkpoints > 0);
                 c.lbas_checked += o.lbas_checked;
+                c.media_read_failures += o.media_read_failures;
+                c.read_retries += o.read_retries;
+                c.uncorrectable_pages += o.uncorrectable_pages;
+                c.unrecovered += o.unrecovered;
             }
             Err(f) => c.failures.push(f),
         }

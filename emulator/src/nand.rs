@@ -99,6 +99,7 @@ pub mod page_compute;
 mod store;
 pub mod synthetic;
 
+use faults::UncorrectablePages;
 pub use faults::{CutReport, NandFaults};
 use page_compute::{PageJob, PagePool};
 use store::{FileStore, PageState, PageStore};
@@ -169,6 +170,10 @@ pub struct NandStats {
     pub die_busy_ns: u64,
     /// Programs, erases or reads a flash file could not do (each failed as a media error).
     pub store_errors: u64,
+    /// Reads the media failed (injected faults: transient, or of an uncorrectable page).
+    pub read_failures: u64,
+    /// Programs the faults left uncorrectable ([`NandFaults::uncorrectable_ppm`]).
+    pub uncorrectable_pages: u64,
 }
 
 impl NandStats {
@@ -326,6 +331,8 @@ pub struct NandArray {
     dram: Option<Dram>,
     /// Injected faults, if any.
     faults: Option<NandFaults>,
+    /// Pages the faults left uncorrectable until their block is erased.
+    uncorrectable: UncorrectablePages,
     /// Pages the array computes instead of storing (a synthetic image), if any.
     synthetic: Option<SyntheticPages>,
     /// The threads that compute those pages ahead of their polls (with `synthetic`).
@@ -375,6 +382,7 @@ impl NandArray {
             },
             dram: None,
             faults: None,
+            uncorrectable: UncorrectablePages::default(),
             synthetic: None,
             page_pool: None,
             computing: FastMap::default(),
@@ -762,7 +770,10 @@ impl NandArray {
                 // A flash file that cannot take the page (a full disk) fails the program, as
                 // media would: the firmware writes it elsewhere or fails the command.
                 match self.store.program(ppn, data) {
-                    Ok(()) => self.stats.pages_programmed += 1,
+                    Ok(()) => {
+                        self.stats.pages_programmed += 1;
+                        self.maybe_uncorrectable(op_id, ppn);
+                    }
                     Err(_) => {
                         self.stats.store_errors += 1;
                         let _ = self.store.tear(ppn);
@@ -794,6 +805,7 @@ impl NandArray {
                 if let Some(s) = &mut self.synthetic {
                     s.erase(block);
                 }
+                self.uncorrectable.erased(first, pages_per_block);
                 if self.store.erase(first, pages_per_block).is_err() {
                     self.stats.store_errors += 1;
                     failed = true;

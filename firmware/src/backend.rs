@@ -30,6 +30,8 @@ pub(crate) struct Backend {
     pub queue: FlashQueue,
     pub checkpoint: Checkpointer,
     pub work: WorkCounters,
+    /// Page-buffer slots whose read waits to be retried (`crate::read_retry`).
+    pub retries_due: u32,
 }
 
 impl Backend {

@@ -17,7 +17,10 @@
 //! Writing one: once requested, new programs wait (writes park, garbage collection pauses) until
 //! those in flight have finished; then the tables are frozen — nothing changes them until the
 //! last page is programmed — the slot's blocks are erased, and the pages are programmed through
-//! a few DRAM windows. Reads go on meanwhile.
+//! a few DRAM windows. Then every page is read back (retried like any read, `crate::read_retry`):
+//! a page the media left uncorrectable fails the attempt, and another is written, before any
+//! waiter is told the checkpoint is on flash — a checkpoint that a boot could not read would
+//! silently undo the trims it holds. Reads go on meanwhile.
 //!
 //! Header, little-endian: magic `SGCKPT01`, version, the geometry (6 × u32), logical pages,
 //! payload bytes, graph flag, checkpoint id (u64), snapshot sequence (u64: every page programmed
@@ -29,8 +32,9 @@ use sagessd_abi::graph::GraphDescriptor;
 use crate::dram::Region;
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats};
-use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage};
-use crate::oob::{PageKind, Spare};
+use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage, Sectors};
+use crate::oob::{PageKind, ReadSpare, Spare};
+use crate::read_retry::READ_RETRIES;
 
 /// Magic of a checkpoint header.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"SGCKPT01";
@@ -294,6 +298,13 @@ enum Stage {
         done: u32,
         busy: u32,
     },
+    /// Reading the pages back, `next` onwards; `done` pages checked; `busy` marks the windows
+    /// in use.
+    Verifying {
+        next: u32,
+        done: u32,
+        busy: u32,
+    },
 }
 
 /// Checkpoint counters, for the footprint and `device info` reports.
@@ -336,6 +347,10 @@ pub(crate) struct Checkpointer {
     give_ups: u32,
     /// Whether a request came after the snapshot being written: another checkpoint follows.
     again: bool,
+    /// While verifying: the page each window reads back, and its failed attempts.
+    verifying: [(u32, u8); CHECKPOINT_WINDOWS],
+    /// Windows whose read-back failed and must be read again.
+    reread: u32,
     pub stats: CheckpointStats,
 }
 
@@ -359,6 +374,8 @@ impl Checkpointer {
             attempts: 0,
             give_ups: 0,
             again: false,
+            verifying: [(0, 0); CHECKPOINT_WINDOWS],
+            reread: 0,
             stats: CheckpointStats {
                 pages_per_checkpoint: layout.pages,
                 reserved_blocks: layout.reserved_blocks(),
@@ -392,7 +409,7 @@ impl Checkpointer {
             Stage::Draining => self.next_id,
             // The snapshot is taken: the changes since go into the one after it, which starts
             // as soon as this one ends.
-            Stage::Erasing { .. } | Stage::Programming { .. } => {
+            Stage::Erasing { .. } | Stage::Programming { .. } | Stage::Verifying { .. } => {
                 self.again = true;
                 self.next_id + 1
             }
@@ -470,7 +487,7 @@ impl Checkpointer {
                 }
                 if done == total {
                     if self.failing {
-                        self.abandon();
+                        self.abandon(ftl);
                     } else {
                         self.stage = Stage::Programming {
                             next: 0,
@@ -490,9 +507,14 @@ impl Checkpointer {
             } => {
                 if done == self.layout.pages {
                     if self.failing {
-                        self.abandon();
+                        self.abandon(ftl);
                     } else {
-                        self.finish();
+                        self.reread = 0;
+                        self.stage = Stage::Verifying {
+                            next: 0,
+                            done: 0,
+                            busy: 0,
+                        };
                     }
                     return true;
                 }
@@ -515,7 +537,51 @@ impl Checkpointer {
                 self.stage = Stage::Programming { next, done, busy };
                 progress
             }
+            Stage::Verifying {
+                mut next,
+                done,
+                mut busy,
+            } => {
+                if done == self.layout.pages {
+                    if self.failing {
+                        self.abandon(ftl);
+                    } else {
+                        self.finish(ftl);
+                    }
+                    return true;
+                }
+                let mut progress = false;
+                // Windows whose read failed read their page again, first.
+                while self.reread != 0 && queue.has_room(1) {
+                    let k = self.reread.trailing_zeros() as usize;
+                    self.reread &= self.reread - 1;
+                    self.push_verify(queue, k);
+                    progress = true;
+                }
+                while next < self.layout.pages && queue.has_room(1) {
+                    let Some(k) = (0..CHECKPOINT_WINDOWS).find(|k| busy & (1 << k) == 0) else {
+                        break;
+                    };
+                    self.verifying[k] = (next, 0);
+                    self.push_verify(queue, k);
+                    busy |= 1 << k;
+                    next += 1;
+                    progress = true;
+                }
+                self.stage = Stage::Verifying { next, done, busy };
+                progress
+            }
         }
+    }
+
+    /// Queues the read-back of the page window `k` verifies.
+    fn push_verify(&self, queue: &mut FlashQueue, k: usize) {
+        let op = FlashOp::Read {
+            ppn: self.layout.page(self.slot, self.verifying[k].0),
+            dram_offset_bytes: self.window(k).start,
+            sectors: Sectors::ALL,
+        };
+        queue.push(Tag::new(TagKind::CheckpointVerify, 0, k as u16), op);
     }
 
     /// Copies checkpoint page `i` and its spare record into `window`.
@@ -540,7 +606,16 @@ impl Checkpointer {
     }
 
     /// Handles the completion of one of the writer's flash operations.
-    pub fn complete(&mut self, kind: TagKind, window: u16, result: Result<(), FlashError>) {
+    pub fn complete(
+        &mut self,
+        dram: &[u8],
+        kind: TagKind,
+        window: u16,
+        result: Result<(), FlashError>,
+    ) {
+        if kind == TagKind::CheckpointVerify {
+            return self.verified(dram, usize::from(window), result);
+        }
         if result.is_err() {
             self.failing = true;
         }
@@ -563,7 +638,40 @@ impl Checkpointer {
         }
     }
 
-    fn finish(&mut self) {
+    /// A read-back into window `k` finished: the page is intact (it reads, and its spare
+    /// record is this checkpoint's), read again, or — out of attempts — fails the attempt.
+    fn verified(&mut self, dram: &[u8], k: usize, result: Result<(), FlashError>) {
+        let Stage::Verifying { next, done, busy } = self.stage else {
+            return;
+        };
+        let Some(&(page, failures)) = self.verifying.get(k) else {
+            return;
+        };
+        let page_bytes = self.layout.geometry.page_size_bytes as usize;
+        let expected = Spare {
+            kind: PageKind::Checkpoint,
+            index: page,
+            data_seq: self.next_id,
+            program_seq: self.snapshot_seq,
+        };
+        let intact = result.is_ok()
+            && Spare::decode(&self.window(k).bytes(dram)[page_bytes..])
+                == ReadSpare::Valid(expected);
+        if !intact && failures < READ_RETRIES {
+            self.verifying[k].1 += 1;
+            self.reread |= 1 << k;
+            return;
+        }
+        self.failing |= !intact;
+        self.stage = Stage::Verifying {
+            next,
+            done: done + 1,
+            busy: busy & !(1u32 << k),
+        };
+    }
+
+    fn finish(&mut self, ftl: &mut Ftl) {
+        ftl.checkpoint_durable();
         self.durable_id = self.next_id;
         self.next_id += 1;
         self.slot = 1 - self.slot;
@@ -579,7 +687,8 @@ impl Checkpointer {
 
     /// Gives the attempt up (a program or erase failed): the previous checkpoint stays the
     /// newest. A new attempt starts at once; after [`MAX_ATTEMPTS`] the waiters are failed.
-    fn abandon(&mut self) {
+    fn abandon(&mut self, ftl: &mut Ftl) {
+        ftl.checkpoint_abandoned();
         self.stats.failed += 1;
         self.next_id += 1;
         self.attempts += 1;

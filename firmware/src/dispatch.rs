@@ -187,9 +187,9 @@ struct Parked {
 pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
     config: FirmwareConfig,
     flash: F,
-    dram: M,
-    backend: Backend,
-    isp: Isp,
+    pub(crate) dram: M,
+    pub(crate) backend: Backend,
+    pub(crate) isp: Isp,
     graph: Option<GraphDescriptor>,
     admin: Admin,
     /// The tunnel window, if the configuration asks for one and it fits.
@@ -300,6 +300,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 queue: FlashQueue::default(),
                 checkpoint,
                 work: WorkCounters::default(),
+                retries_due: 0,
             },
             isp,
             graph: None,
@@ -345,6 +346,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         self.backend.ftl.stats
     }
 
+    /// Reads retried and reads unrecoverable since boot (`crate::read_retry`).
+    pub fn read_retry_stats(&self) -> crate::ReadRetryStats {
+        self.backend.ftl.reads
+    }
+
     /// The flash HAL.
     pub fn flash(&self) -> &F {
         &self.flash
@@ -375,6 +381,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         self.commands.iter().all(Option::is_none)
             && self.backend.queue.is_empty()
             && self.flash_in_flight == 0
+            && self.backend.retries_due == 0
             && !self.backend.ftl.gc_running()
             && self.backend.checkpoint.is_idle()
     }
@@ -916,7 +923,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             self.flash_completed(c);
             progress = true;
         }
+        progress |= self.step_read_retries();
         progress |= self.step_checkpoint();
+        progress |= self
+            .backend
+            .ftl
+            .erase_step(self.dram.as_mut(), &mut self.backend.queue);
         progress |= self.backend.ftl.gc_step(
             self.dram.as_mut(),
             &mut self.backend.queue,
@@ -966,7 +978,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
     fn step_checkpoint(&mut self) -> bool {
         let interval = self.checkpoint_interval_pages();
         let b = &mut self.backend;
-        if b.checkpoint.is_idle() && b.ftl.programs_since_snapshot() >= interval {
+        if b.checkpoint.is_idle()
+            && (b.ftl.programs_since_snapshot() >= interval || b.ftl.wants_checkpoint())
+        {
             b.checkpoint.request();
         }
         let progress = b
@@ -1074,24 +1088,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         };
         let dram = self.dram.as_mut();
         match tag.kind {
-            TagKind::Fill | TagKind::Prefetch => {
-                // The page read must be the one asked for: its spare record names it.
-                let slot = u32::from(tag.index);
-                let buffer = &self.backend.buffer;
-                let named = buffer.lpn_of(dram, slot).is_none_or(|lpn| {
-                    Ftl::data_version(buffer.spare_region(slot).bytes(dram), lpn).is_some()
-                });
-                buffer.load_done(dram, slot, c.result.is_ok() && named);
-                if tag.kind == TagKind::Prefetch {
-                    // Nobody held the page for it: the read's pin goes, the page stays cached.
-                    buffer.unpin(dram, slot);
-                    self.isp.prefetch_landed(usize::from(tag.owner));
-                }
+            TagKind::Fill | TagKind::Prefetch => self.buffer_read_finished(tag, c.result),
+            TagKind::CheckpointErase | TagKind::CheckpointProgram | TagKind::CheckpointVerify => {
+                self.backend
+                    .checkpoint
+                    .complete(dram, tag.kind, tag.index, c.result)
             }
-            TagKind::CheckpointErase | TagKind::CheckpointProgram => self
-                .backend
-                .checkpoint
-                .complete(tag.kind, tag.index, c.result),
             TagKind::Program => {
                 let Some(cmd) = self
                     .commands
@@ -1130,6 +1132,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
                 self.backend.buffer.unpin(dram, slot);
                 self.pages.set(dram, owner, index, PageIo::Done);
+            }
+            TagKind::FreeErase => {
+                self.backend
+                    .ftl
+                    .free_erase_done(dram, tag.owner, tag.index, c.result.is_ok())
             }
             TagKind::GcRead | TagKind::GcProgram | TagKind::GcErase => self
                 .backend

@@ -10,7 +10,7 @@
 
 extern crate alloc;
 
-use alloc::collections::BTreeSet;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -50,7 +50,8 @@ pub struct MemFlash {
     pending: Vec<(u32, FlashOp)>,
     queue_depth: usize,
     rng: u64,
-    failing_reads: BTreeSet<u32>,
+    /// Pages whose reads fail, with how many more of them fail (`u32::MAX`: every one).
+    failing_reads: BTreeMap<u32, u32>,
     failing_programs: BTreeSet<u32>,
     failing_erases: BTreeSet<u32>,
     /// Pages that fail every read until their block is erased (torn by a power cut).
@@ -75,7 +76,7 @@ impl MemFlash {
             pending: Vec::new(),
             queue_depth,
             rng: seed | 1,
-            failing_reads: BTreeSet::new(),
+            failing_reads: BTreeMap::new(),
             failing_programs: BTreeSet::new(),
             failing_erases: BTreeSet::new(),
             torn: BTreeSet::new(),
@@ -98,9 +99,15 @@ impl MemFlash {
             .unwrap_or_default()
     }
 
-    /// Makes every later read of `ppn` fail with [`FlashError::Media`].
+    /// Makes every later read of `ppn` fail with [`FlashError::Media`] (an uncorrectable page).
     pub fn fail_reads_of(&mut self, ppn: PhysPage) {
-        self.failing_reads.insert(ppn.0);
+        self.failing_reads.insert(ppn.0, u32::MAX);
+    }
+
+    /// Makes the next `count` reads of `ppn` fail with [`FlashError::Media`], and the ones after
+    /// succeed (a transient fault that a read-retry gets past).
+    pub fn fail_next_reads_of(&mut self, ppn: PhysPage, count: u32) {
+        self.failing_reads.insert(ppn.0, count);
     }
 
     /// Makes the next program of `ppn` fail with [`FlashError::Media`] (the page is consumed).
@@ -199,7 +206,13 @@ impl MemFlash {
                 if let Some(log) = &mut self.read_log {
                     log.push(ppn.0);
                 }
-                if self.failing_reads.contains(&ppn.0) || self.torn.contains(&ppn.0) {
+                if let Some(left) = self.failing_reads.get_mut(&ppn.0)
+                    && *left > 0
+                {
+                    *left = left.saturating_sub(u32::from(*left != u32::MAX));
+                    return Err(FlashError::Media);
+                }
+                if self.torn.contains(&ppn.0) {
                     return Err(FlashError::Media);
                 }
                 // Only what was asked for: a firmware that reads a sector it did not ask for

@@ -33,6 +33,11 @@ pub(crate) enum TagKind {
     /// Read-ahead of page-buffer slot `index` for sampling lane `owner`, which holds no pin:
     /// the completion drops the read's own.
     Prefetch = 8,
+    /// Erase of a free block before it is opened (`ftl` `lazy_erase`): the block is
+    /// `owner << 16 | index`.
+    FreeErase = 9,
+    /// Read-back of a checkpoint page into window `index`.
+    CheckpointVerify = 10,
 }
 
 /// A decoded flash tag.
@@ -64,6 +69,8 @@ impl Tag {
             6 => TagKind::CheckpointErase,
             7 => TagKind::CheckpointProgram,
             8 => TagKind::Prefetch,
+            9 => TagKind::FreeErase,
+            10 => TagKind::CheckpointVerify,
             _ => return None,
         };
         Some(Self {
@@ -168,6 +175,8 @@ mod tests {
             TagKind::CheckpointErase,
             TagKind::CheckpointProgram,
             TagKind::Prefetch,
+            TagKind::FreeErase,
+            TagKind::CheckpointVerify,
         ] {
             let t = Tag::new(kind, 0x0ABC, 0xFFFF);
             assert_eq!(Tag::decode(t.encode()), Some(t));

@@ -16,6 +16,7 @@
 //! The mapping unit is one flash page; partial-page writes are read-modify-write (the dispatcher
 //! does that through the page buffer).
 
+mod lazy_erase;
 mod rebuild;
 
 pub(crate) use rebuild::{BlockScan, Replayed};
@@ -25,6 +26,7 @@ use crate::dram::{DramLayout, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage, SPARE_BYTES, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
+use crate::read_retry::{READ_RETRIES, ReadRetryStats};
 use crate::work::WorkCounters;
 
 const BLOCK_USED: u8 = 0;
@@ -34,6 +36,11 @@ const BLOCK_BAD: u8 = 3;
 const BLOCK_GC: u8 = 4;
 /// A block of a checkpoint slot: never in a free list, never a GC victim.
 const BLOCK_RESERVED: u8 = 5;
+/// Free, but not known to be erased (free at a boot): erased before it is opened
+/// (`lazy_erase`).
+const BLOCK_DIRTY: u8 = 6;
+/// Free, its erase in flight (`lazy_erase`).
+const BLOCK_ERASING: u8 = 7;
 /// Blocks at most waiting for retirement at once.
 const MAX_RETIRING: usize = 64;
 
@@ -62,6 +69,17 @@ pub struct FtlStats {
     pub blocks_erased: u64,
     /// Programs or erases the media failed.
     pub media_failures: u64,
+}
+
+/// Whether the checkpoints hold every page GC has marked lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LossRecord {
+    /// Every loss is in the newest durable checkpoint.
+    Saved,
+    /// A loss is in the snapshot a checkpoint is writing now.
+    Writing,
+    /// A loss is in no snapshot yet.
+    Unsaved,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +146,18 @@ pub(crate) struct Ftl {
     /// Blocks a program failed in, to be marked bad at their next erase.
     retiring: heapless::Vec<u32, MAX_RETIRING>,
     pub stats: FtlStats,
+    /// Retried and unrecoverable reads, of the page buffer and of GC (`crate::read_retry`).
+    pub reads: ReadRetryStats,
+    /// The page GC's last read failed on, and how many of its attempts failed.
+    gc_read_failures: (PhysPage, u8),
+    /// Where the news of pages GC could not copy (mapped lost) stands: garbage collection
+    /// erases a block that held one only once a checkpoint holds the loss, or a boot would
+    /// find neither the page nor the mark and read zeros where the host must get an error.
+    loss: LossRecord,
+    /// Whether a free list's head may have changed since the lazy eraser last looked.
+    erase_check: bool,
+    /// Erases of free blocks in flight (`lazy_erase`).
+    erases_in_flight: u32,
 }
 
 /// Logical pages a geometry offers: everything but the checkpoint slots, one active and one
@@ -183,6 +213,11 @@ impl Ftl {
             checkpoint_layout,
             retiring: heapless::Vec::new(),
             stats: FtlStats::default(),
+            reads: ReadRetryStats::default(),
+            gc_read_failures: (PhysPage(0), 0),
+            loss: LossRecord::Saved,
+            erase_check: false,
+            erases_in_flight: 0,
         };
         layout.block_valid.bytes_mut(dram).fill(0);
         layout.dies.bytes_mut(dram).fill(0);
@@ -233,15 +268,39 @@ impl Ftl {
     /// Whether a checkpoint snapshot may be taken now: no program in flight and garbage
     /// collection between pages (it re-reads the tables when it goes on).
     pub fn can_snapshot(&self) -> bool {
-        self.programs_in_flight == 0 && matches!(self.gc, Gc::Idle | Gc::Scan { .. })
+        self.programs_in_flight == 0
+            && self.erases_in_flight == 0
+            && matches!(self.gc, Gc::Idle | Gc::Scan { .. })
     }
 
     /// Starts a checkpoint's snapshot: returns its sequence (every page programmed from now on
     /// has a program sequence at least this) and restarts the counts of changes since.
     pub fn take_snapshot_seq(&mut self) -> u64 {
+        if self.loss == LossRecord::Unsaved {
+            self.loss = LossRecord::Writing;
+        }
         self.programs_since_snapshot = 0;
         self.trimmed_since_snapshot = false;
         self.program_seq
+    }
+
+    /// The checkpoint of the last snapshot is on flash.
+    pub fn checkpoint_durable(&mut self) {
+        if self.loss == LossRecord::Writing {
+            self.loss = LossRecord::Saved;
+        }
+    }
+
+    /// The checkpoint of the last snapshot was given up: what it held is in no checkpoint.
+    pub fn checkpoint_abandoned(&mut self) {
+        if self.loss == LossRecord::Writing {
+            self.loss = LossRecord::Unsaved;
+        }
+    }
+
+    /// Whether garbage collection waits for a checkpoint to hold a loss before it erases.
+    pub fn wants_checkpoint(&self) -> bool {
+        self.loss == LossRecord::Unsaved
     }
 
     /// Pages programmed since the last snapshot.
@@ -322,9 +381,11 @@ impl Ftl {
         self.free_blocks += 1;
     }
 
+    /// Takes the block at the head of `die`'s free list, if it is erased (see `lazy_erase`: a
+    /// block not known to be erased is never opened).
     fn pop_free(&mut self, dram: &mut [u8], die: u32) -> Option<PhysBlock> {
-        let head = self.die_word(dram, die, DIE_FREE_HEAD);
-        let b = PhysBlock(head.checked_sub(1)?);
+        let b = self.clean_free_head(dram, die)?;
+        self.erase_check = true;
         let next = self.block_next_free.u32(dram, b.0 as usize);
         self.set_die_word(dram, die, DIE_FREE_HEAD, next);
         let count = self.die_word(dram, die, DIE_FREE_COUNT).checked_sub(1)?;
@@ -382,6 +443,7 @@ impl Ftl {
             _ => {
                 // Open a block on the die with the most free blocks, to keep dies balanced.
                 let die = (0..self.geometry.die_count())
+                    .filter(|d| self.clean_free_head(dram, *d).is_some())
                     .max_by_key(|d| (self.die_word(dram, *d, DIE_FREE_COUNT), u32::MAX - d))?;
                 let b = self.pop_free(dram, die)?;
                 self.block_state.bytes_mut(dram)[b.0 as usize] = BLOCK_ACTIVE;
@@ -487,9 +549,9 @@ impl Ftl {
         )
     }
 
-    /// Whether garbage collection is copying or erasing.
+    /// Whether garbage collection is copying or erasing, or the lazy eraser has work.
     pub fn gc_running(&self) -> bool {
-        self.gc != Gc::Idle
+        self.gc != Gc::Idle || self.eraser_busy()
     }
 
     /// Advances garbage collection by queueing its next flash operation, if one is due.
@@ -529,6 +591,12 @@ impl Ftl {
                     page += 1;
                 }
                 if !queue.has_room(1) {
+                    self.gc = Gc::Scan { victim, page };
+                    return false;
+                }
+                if page == ppb && self.loss != LossRecord::Saved {
+                    // The victim held a page GC marked lost: its erase waits for a checkpoint
+                    // that holds the mark (`LossRecord`).
                     self.gc = Gc::Scan { victim, page };
                     return false;
                 }
@@ -585,12 +653,27 @@ impl Ftl {
                 let version = lpn
                     .checked_sub(1)
                     .and_then(|lpn| Self::data_version(spare, lpn));
-                if result.is_err() || (lpn != 0 && version.is_none()) {
+                let failed = result.is_err() || (lpn != 0 && version.is_none());
+                let failures = match self.gc_read_failures {
+                    (at, n) if at == from => n,
+                    _ => 0,
+                };
+                if failed && lpn != 0 && failures < READ_RETRIES {
+                    // Read it again (`crate::read_retry`): the scan resumes at this page.
+                    self.gc_read_failures = (from, failures + 1);
+                    self.reads.retries += 1;
+                    self.gc = Gc::Scan { victim, page };
+                    return;
+                }
+                self.gc_read_failures.1 = 0;
+                if failed {
                     // The data is lost: reads must say so, not return zeros or a stale page.
                     self.stats.media_failures += 1;
+                    self.reads.unrecovered += u64::from(lpn != 0);
                     if lpn != 0 {
                         self.trim(dram, lpn - 1);
                         self.l2p.set_u32(dram, lpn as usize - 1, L2P_LOST);
+                        self.loss = LossRecord::Unsaved;
                     }
                     self.gc = Gc::Scan {
                         victim,

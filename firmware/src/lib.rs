@@ -39,6 +39,7 @@ pub mod host;
 mod isp;
 mod oob;
 mod page_buffer;
+mod read_retry;
 mod recovery;
 pub mod work;
 
@@ -53,4 +54,5 @@ pub use dispatch::{Busy, Firmware};
 pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};
 pub use ftl::FtlStats;
 pub use oob::data_page_spare;
+pub use read_retry::ReadRetryStats;
 pub use recovery::{BootReport, RestoreError};

@@ -55,6 +55,8 @@ struct Meta {
     state: u8,
     valid: Sectors,
     loading: Sectors,
+    /// The read in flight's retry record ([`ReadRetry`], encoded).
+    retry: u8,
 }
 
 impl Meta {
@@ -67,9 +69,44 @@ impl Meta {
             state: EMPTY,
             valid: Sectors::NONE,
             loading: Sectors::NONE,
+            retry: 0,
         }
     }
 }
+
+/// A slot's record of the flash read loading into it, kept while the read is retried
+/// (`crate::read_retry`): how many attempts failed, whether the next one waits for flash-queue
+/// room, and whose read it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReadRetry {
+    /// Attempts that failed so far (at most 15).
+    pub failures: u8,
+    /// The next attempt is due but not queued yet.
+    pub due: bool,
+    /// `Some(lane)`: a read-ahead of that sampling lane (it holds the slot's read pin), not a
+    /// fill its reader waits for.
+    pub prefetch_lane: Option<u8>,
+}
+
+impl ReadRetry {
+    /// Bits 0..4 failures, bit 4 due, bit 5 read-ahead, bits 6..8 its lane.
+    fn encode(self) -> u8 {
+        (self.failures & 0x0F)
+            | (u8::from(self.due) << 4)
+            | self.prefetch_lane.map_or(0, |l| 0x20 | ((l & 3) << 6))
+    }
+
+    fn decode(b: u8) -> Self {
+        Self {
+            failures: b & 0x0F,
+            due: b & 0x10 != 0,
+            prefetch_lane: (b & 0x20 != 0).then_some(b >> 6),
+        }
+    }
+}
+
+// A read-ahead's lane must fit the record's two bits.
+const _: () = assert!(crate::config::MAX_ISP_LANES <= 4);
 
 impl PageBuffer {
     /// A buffer of `slots` pages over the given arena regions; clears the metadata.
@@ -123,6 +160,7 @@ impl PageBuffer {
             stamp: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
             pins: u16::from_le_bytes([b[8], b[9]]),
             state: b[10],
+            retry: b[11],
             valid: Sectors(u16::from_le_bytes([b[12], b[13]])),
             loading: Sectors(u16::from_le_bytes([b[14], b[15]])),
         }
@@ -141,6 +179,7 @@ impl PageBuffer {
         b[4..8].copy_from_slice(&m.stamp.to_le_bytes());
         b[8..10].copy_from_slice(&m.pins.to_le_bytes());
         b[10] = m.state;
+        b[11] = m.retry;
         b[12..14].copy_from_slice(&m.valid.0.to_le_bytes());
         b[14..16].copy_from_slice(&m.loading.0.to_le_bytes());
     }
@@ -179,6 +218,7 @@ impl PageBuffer {
                 state: PRESENT,
                 valid: Sectors::NONE,
                 loading,
+                retry: 0,
             },
         );
         Some(slot)
@@ -253,10 +293,33 @@ impl PageBuffer {
             m.state = FAILED;
         }
         m.loading = Sectors::NONE;
+        m.retry = 0;
         if m.key == 0 && m.pins == 0 {
             m.state = EMPTY;
         }
         self.put(dram, slot, m);
+    }
+
+    /// The retry record of the read loading into `slot`.
+    pub fn retry(&self, dram: &[u8], slot: u32) -> ReadRetry {
+        ReadRetry::decode(self.get(dram, slot).retry)
+    }
+
+    /// Replaces the retry record of the read loading into `slot`.
+    pub fn set_retry(&self, dram: &mut [u8], slot: u32, retry: ReadRetry) {
+        let mut m = self.get(dram, slot);
+        m.retry = retry.encode();
+        self.put(dram, slot, m);
+    }
+
+    /// The sectors a flash read is bringing into `slot`.
+    pub fn loading(&self, dram: &[u8], slot: u32) -> Sectors {
+        self.get(dram, slot).loading
+    }
+
+    /// Number of slots.
+    pub fn slot_count(&self) -> u32 {
+        self.slots
     }
 
     /// The caller has written `sectors` of the slot itself (zeros or host data): they are valid

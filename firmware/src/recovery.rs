@@ -7,8 +7,9 @@
 //!      snapshot
 //!   3. replay: scan the blocks written since, page by page until an erased one (an unreadable
 //!      page is skipped)
-//!   4. rebuild the derived tables, erase the blocks left free (one may hold a page whose
-//!      program was cut short yet reads as erased), continue the sequences
+//!   4. rebuild the derived tables and continue the sequences; the blocks left free are
+//!      erased only when they are about to be used (`crate::ftl` `lazy_erase`: one may hold a
+//!      page whose program was cut short yet reads as erased), so a boot erases nothing
 //! ```
 //!
 //! The rules of steps 2 and 3 live with the tables (`crate::ftl` `rebuild`). Boot runs to
@@ -22,6 +23,7 @@ use crate::dispatch::Firmware;
 use crate::ftl::{BlockScan, Replayed};
 use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
+use crate::read_retry::READ_RETRIES;
 
 /// Why the firmware cannot boot from the flash it was given. Each variant names what is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +49,9 @@ pub struct BootReport {
     pub pages_read: u64,
     /// Pages the replay took into the mapping.
     pub pages_replayed: u64,
-    /// Blocks erased before use.
-    pub blocks_erased: u64,
+    /// Reads issued again after a failed attempt (`crate::read_retry`; torn pages fail every
+    /// attempt).
+    pub read_retries: u64,
     /// The flash held nothing: a formatted device.
     pub blank: bool,
 }
@@ -110,9 +113,6 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         let next_seq = replay.highest_seq.saturating_add(1);
         let (ftl, dram) = fw.ftl_dram();
         ftl.finish_recovery(dram, next_seq, stats, report.pages_replayed, report.blank);
-        if !report.blank {
-            report.blocks_erased = fw.erase_free_blocks(wait)?;
-        }
         fw.finish_boot(checkpoint, highest_id, report);
         Ok((fw, report))
     }
@@ -223,27 +223,36 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         Spare::decode(&window.bytes(self.dram_bytes())[page..])
     }
 
-    /// Runs `scan`'s reads through the checkpoint windows until it has none left.
+    /// Runs `scan`'s reads through the checkpoint windows until it has none left. A read that
+    /// fails is retried in its window (`crate::read_retry`) before `scan` hears of it.
     fn run_scan(
         &mut self,
         scan: &mut dyn Scan<F, M>,
         wait: &mut dyn FnMut(&mut F),
         report: &mut BootReport,
     ) -> Result<(), RestoreError> {
-        let mut reading: [Option<PhysPage>; CHECKPOINT_WINDOWS] = [None; CHECKPOINT_WINDOWS];
+        const W: usize = CHECKPOINT_WINDOWS;
+        let mut reading: [Option<PhysPage>; W] = [None; W];
+        // A failed read to issue again in its window, and the failed attempts of each window's
+        // page.
+        let mut again: [Option<PhysPage>; W] = [None; W];
+        let mut failures = [0u8; W];
         let mut held: Option<PhysPage> = None;
         loop {
-            while let Some(k) = reading.iter().position(Option::is_none) {
+            for k in 0..W {
+                let Some(ppn) = again[k] else { continue };
+                match self.submit_boot_read(k, ppn, scan.sectors()) {
+                    Ok(()) => (reading[k], again[k]) = (Some(ppn), None),
+                    Err(FlashError::Busy) => break,
+                    Err(e) => return Err(RestoreError::Flash(e)),
+                }
+            }
+            while let Some(k) = (0..W).position(|k| reading[k].is_none() && again[k].is_none()) {
                 let Some(ppn) = held.take().or_else(|| scan.next(self)) else {
                     break;
                 };
-                let op = FlashOp::Read {
-                    ppn,
-                    dram_offset_bytes: self.checkpointer().window(k).start,
-                    sectors: scan.sectors(),
-                };
-                match self.submit_boot_op(k as u32, op) {
-                    Ok(()) => reading[k] = Some(ppn),
+                match self.submit_boot_read(k, ppn, scan.sectors()) {
+                    Ok(()) => (reading[k], failures[k]) = (Some(ppn), 0),
                     Err(FlashError::Busy) => {
                         held = Some(ppn);
                         break;
@@ -252,7 +261,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 }
             }
             if reading.iter().all(Option::is_none) {
-                if held.is_none() {
+                if held.is_none() && again.iter().all(Option::is_none) {
                     return Ok(());
                 }
                 continue;
@@ -262,7 +271,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     let k = c.tag as usize;
                     if let Some(ppn) = reading.get_mut(k).and_then(Option::take) {
                         report.pages_read += 1;
-                        scan.done(self, k, ppn, c.result.is_ok());
+                        if c.result.is_err() && failures[k] < READ_RETRIES {
+                            failures[k] += 1;
+                            report.read_retries += 1;
+                            again[k] = Some(ppn);
+                        } else {
+                            scan.done(self, k, ppn, c.result.is_ok());
+                        }
                     }
                 }
                 None => wait(self.flash_mut()),
@@ -270,43 +285,19 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
     }
 
-    /// Step 4's erases: every block recovery left free. A block whose erase fails is retired.
-    fn erase_free_blocks(&mut self, wait: &mut dyn FnMut(&mut F)) -> Result<u64, RestoreError> {
-        let blocks = self.ftl().geometry().block_count();
-        let mut next = 0u32;
-        let mut in_flight = 0u32;
-        let mut erased = 0u64;
-        loop {
-            while next < blocks {
-                let block = PhysBlock(next);
-                if !self.ftl().is_free_block(self.dram_bytes(), block) {
-                    next += 1;
-                    continue;
-                }
-                match self.submit_boot_op(next, FlashOp::Erase { block }) {
-                    Ok(()) => {
-                        in_flight += 1;
-                        next += 1;
-                    }
-                    Err(FlashError::Busy) => break,
-                    Err(e) => return Err(RestoreError::Flash(e)),
-                }
-            }
-            if in_flight == 0 && next >= blocks {
-                return Ok(erased);
-            }
-            match self.poll_boot_flash() {
-                Some(c) => {
-                    in_flight -= 1;
-                    erased += 1;
-                    if c.result.is_err() {
-                        let (ftl, dram) = self.ftl_dram();
-                        ftl.retire_free_block(dram, PhysBlock(c.tag));
-                    }
-                }
-                None => wait(self.flash_mut()),
-            }
-        }
+    /// Starts a boot read of `sectors` of `ppn` into checkpoint window `k`.
+    fn submit_boot_read(
+        &mut self,
+        k: usize,
+        ppn: PhysPage,
+        sectors: Sectors,
+    ) -> Result<(), FlashError> {
+        let op = FlashOp::Read {
+            ppn,
+            dram_offset_bytes: self.checkpointer().window(k).start,
+            sectors,
+        };
+        self.submit_boot_op(k as u32, op)
     }
 }
 

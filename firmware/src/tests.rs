@@ -157,11 +157,16 @@ impl Device {
     pub fn boot(config: FirmwareConfig, flash: MemFlash) -> Result<Device, crate::RestoreError> {
         let size = Fw::dram_size_bytes(&config, &flash.geometry()).unwrap();
         let (fw, _) = Fw::recover(config, flash, vec![0u8; size], &mut |_| {})?;
-        Ok(Self {
+        Ok(Self::from_firmware(fw))
+    }
+
+    /// A device around a firmware already booted.
+    pub fn from_firmware(fw: Fw) -> Self {
+        Self {
             fw,
             host: TestHost::default(),
             next_cid: 0,
-        })
+        }
     }
 
     pub fn write(&mut self, slba: u64, data: &[u8]) -> Status {
@@ -1279,4 +1284,5 @@ fn a_reset_abandons_commands_and_jobs_and_leaves_each_page_old_or_new() {
 
 mod hyperbatch;
 mod lanes;
+mod read_retry;
 mod recovery;

@@ -5,7 +5,11 @@
 //! in submission order), so the same calls give the same faults on every run. A failed program
 //! consumes its page, which then fails its reads until the block is erased; a failed erase
 //! leaves every page of its block failing; a failed read is transient (the next read of the
-//! page may succeed).
+//! page may succeed, as a controller's read-retry expects). A program may also succeed yet
+//! leave its page *uncorrectable*: every read of its data fails until the block is erased,
+//! while its spare area, protected by a codeword of its own, still reads (so a boot still
+//! learns which logical page it held, and reports it unreadable rather than mapping an older
+//! copy).
 //!
 //! [`NandArray::power_cut`] is what a power loss does to the array at the current instant: an
 //! operation already finished keeps its effect; on each die the operations whose array phase
@@ -16,7 +20,11 @@
 
 use std::collections::BTreeSet;
 
+use rustc_hash::FxHashSet;
+
 use sagessd_abi::sample::mix;
+
+use sagessd_firmware::hal::Sectors;
 
 use super::{NandArray, OpKind};
 
@@ -25,8 +33,11 @@ use super::{NandArray, OpKind};
 pub struct NandFaults {
     /// Seed of every draw.
     pub seed: u64,
-    /// Reads that fail (uncorrectable), per million.
+    /// Reads that fail transiently, per million.
     pub read_fail_ppm: u32,
+    /// Programs that leave their page's data uncorrectable (every read of it fails until the
+    /// block is erased), per million.
+    pub uncorrectable_ppm: u32,
     /// Programs that fail, per million.
     pub program_fail_ppm: u32,
     /// Erases that fail, per million.
@@ -50,6 +61,26 @@ pub struct CutReport {
     pub torn_erases: u32,
 }
 
+/// The pages left uncorrectable by [`NandFaults::uncorrectable_ppm`].
+#[derive(Debug, Default)]
+pub(super) struct UncorrectablePages(FxHashSet<u32>);
+
+impl UncorrectablePages {
+    /// Whether a read of `sectors` of `ppn` fails: any data of an uncorrectable page does.
+    fn fails(&self, ppn: u32, sectors: Sectors) -> bool {
+        !sectors.is_empty() && self.0.contains(&ppn)
+    }
+
+    /// The `count` pages from `first` were erased: they are sound again.
+    pub(super) fn erased(&mut self, first: u32, count: u32) {
+        if !self.0.is_empty() {
+            for p in first..first + count {
+                self.0.remove(&p);
+            }
+        }
+    }
+}
+
 impl NandFaults {
     /// Whether draw `salt` of operation `op_id` falls under `ppm`.
     fn hits(&self, op_id: u64, salt: u64, ppm: u32) -> bool {
@@ -70,15 +101,34 @@ impl NandArray {
         self.faults = faults;
     }
 
-    /// Whether operation `op_id` fails.
-    pub(super) fn fails(&self, op_id: u64, kind: &OpKind) -> bool {
+    /// Whether operation `op_id` fails (a failed read is counted).
+    pub(super) fn fails(&mut self, op_id: u64, kind: &OpKind) -> bool {
+        if let OpKind::Read { ppn, sectors, .. } = kind {
+            let failed = self.uncorrectable.fails(*ppn, *sectors)
+                || self
+                    .faults
+                    .is_some_and(|f| f.hits(op_id, 1, f.read_fail_ppm));
+            self.stats.read_failures += u64::from(failed);
+            return failed;
+        }
         let Some(f) = &self.faults else {
             return false;
         };
         match kind {
-            OpKind::Read { .. } => f.hits(op_id, 1, f.read_fail_ppm),
+            OpKind::Read { .. } => false,
             OpKind::Program { .. } => f.hits(op_id, 2, f.program_fail_ppm),
             OpKind::Erase { .. } => f.hits(op_id, 3, f.erase_fail_ppm),
+        }
+    }
+
+    /// After program `op_id` of `ppn` succeeded: whether the faults leave the page
+    /// uncorrectable.
+    pub(super) fn maybe_uncorrectable(&mut self, op_id: u64, ppn: u32) {
+        if let Some(f) = &self.faults
+            && f.hits(op_id, 5, f.uncorrectable_ppm)
+        {
+            self.uncorrectable.0.insert(ppn);
+            self.stats.uncorrectable_pages += 1;
         }
     }
 
@@ -141,6 +191,7 @@ impl NandArray {
                 }
                 OpKind::Erase { block } if running => {
                     let _ = self.store.erase(block * ppb, ppb);
+                    self.uncorrectable.erased(block * ppb, ppb);
                     // Completed or torn, the block no longer holds its computed pages.
                     if let Some(synthetic) = &mut self.synthetic {
                         synthetic.erase(block);

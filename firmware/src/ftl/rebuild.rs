@@ -23,8 +23,8 @@
 //! end every derived table (P2L, valid counts, free lists) is rebuilt from the L2P table.
 
 use super::{
-    BLOCK_ACTIVE, BLOCK_BAD, BLOCK_FREE, BLOCK_GC, BLOCK_RESERVED, BLOCK_USED, Ftl, FtlStats, Gc,
-    L2P_LOST,
+    BLOCK_ACTIVE, BLOCK_BAD, BLOCK_DIRTY, BLOCK_ERASING, BLOCK_FREE, BLOCK_GC, BLOCK_RESERVED,
+    BLOCK_USED, Ftl, FtlStats, Gc, L2P_LOST,
 };
 use crate::hal::{PhysBlock, PhysPage};
 
@@ -62,7 +62,7 @@ impl Ftl {
         for b in 0..self.geometry.block_count() {
             let state = self.block_state.bytes(dram)[b as usize];
             let reserved = layout.is_reserved(PhysBlock(b));
-            if state > BLOCK_RESERVED || reserved != (state == BLOCK_RESERVED) {
+            if state > BLOCK_ERASING || reserved != (state == BLOCK_RESERVED) {
                 return Err("checkpoint block states");
             }
         }
@@ -202,7 +202,7 @@ impl Ftl {
         self.free_blocks = 0;
         for b in (0..g.block_count()).rev() {
             match self.block_state.bytes(dram)[b as usize] {
-                BLOCK_FREE => self.push_free(dram, PhysBlock(b)),
+                BLOCK_FREE | BLOCK_DIRTY | BLOCK_ERASING => self.push_free(dram, PhysBlock(b)),
                 BLOCK_ACTIVE | BLOCK_GC => {
                     self.block_state.bytes_mut(dram)[b as usize] = BLOCK_USED
                 }
@@ -218,6 +218,10 @@ impl Ftl {
         self.programs_since_snapshot = replayed;
         self.trimmed_since_snapshot = !blank;
         self.stats = stats;
+        if !blank {
+            // A free block may hold a page a cut tore yet reads as erased: erase before use.
+            self.dirty_free_blocks(dram);
+        }
     }
 
     /// Notes where replay starts in `block` (scratch kept in the free-list links until
@@ -229,35 +233,5 @@ impl Ftl {
     /// Where replay starts in `block`, as noted.
     pub fn replay_start(&self, dram: &[u8], block: PhysBlock) -> u32 {
         self.block_next_free.u32(dram, block.0 as usize)
-    }
-
-    /// Whether `block` is free (after recovery: to be erased before use).
-    pub fn is_free_block(&self, dram: &[u8], block: PhysBlock) -> bool {
-        self.block_state.bytes(dram)[block.0 as usize] == BLOCK_FREE
-    }
-
-    /// Retires `block` (its boot erase failed): it leaves its free list.
-    pub fn retire_free_block(&mut self, dram: &mut [u8], block: PhysBlock) {
-        let die = self.die_of_block(block);
-        // Unlink it from its die's list.
-        let mut prev: Option<u32> = None;
-        let mut next = self.die_word(dram, die, super::DIE_FREE_HEAD);
-        while let Some(b) = next.checked_sub(1) {
-            let after = self.block_next_free.u32(dram, b as usize);
-            if b == block.0 {
-                match prev {
-                    None => self.set_die_word(dram, die, super::DIE_FREE_HEAD, after),
-                    Some(p) => self.block_next_free.set_u32(dram, p as usize, after),
-                }
-                let count = self.die_word(dram, die, super::DIE_FREE_COUNT);
-                self.set_die_word(dram, die, super::DIE_FREE_COUNT, count.saturating_sub(1));
-                self.free_blocks = self.free_blocks.saturating_sub(1);
-                break;
-            }
-            prev = Some(b);
-            next = after;
-        }
-        self.block_state.bytes_mut(dram)[block.0 as usize] = BLOCK_BAD;
-        self.stats.media_failures += 1;
     }
 }

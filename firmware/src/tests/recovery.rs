@@ -209,3 +209,46 @@ fn a_checkpoint_of_another_capacity_is_refused_with_the_field_named() {
         Some(crate::RestoreError::Invalid("checkpoint logical_pages"))
     );
 }
+
+#[test]
+fn a_boot_erases_nothing_and_a_free_block_is_erased_only_before_it_is_opened() {
+    let mut d = Device::new(small_geometry(), small_config(), 27);
+    let n = d.fw.namespace_block_count() / 16 * 8;
+    for lba in (0..n).step_by(8) {
+        assert!(d.write(lba, &pattern(lba, 1, 8)).is_success());
+    }
+    d.fw.request_checkpoint();
+    d.settle();
+    let mut flash = d.fw.flash().clone();
+    flash.power_cut(5, d.fw.dram_bytes());
+    let erased = flash.stats.erases;
+    let config = *d.fw.config();
+    let size = super::Fw::dram_size_bytes(&config, &small_geometry()).unwrap();
+    let (fw, _) = super::Fw::recover(config, flash, vec![0u8; size], &mut |_| {}).unwrap();
+    assert_eq!(fw.flash().stats.erases, erased, "the boot erased blocks");
+    let mut d = Device::from_firmware(fw);
+    d.settle();
+    // One block per die is erased to have one ready, though half the blocks are free.
+    let dies = u64::from(small_geometry().die_count());
+    let after_boot = d.fw.flash().stats.erases - erased;
+    assert!((1..=dies).contains(&after_boot), "{after_boot} erases");
+    // Every block the boot left free (the fake refuses a program into one not erased) takes
+    // data again, and what was there before the stop is still there.
+    for round in 2u8..4 {
+        for lba in (n..2 * n).step_by(8) {
+            assert!(d.write(lba, &pattern(lba, round, 8)).is_success());
+        }
+    }
+    for lba in (0..n).step_by(8) {
+        assert!(
+            d.read(lba, 8) == (Status::SUCCESS, pattern(lba, 1, 8)),
+            "lba {lba}"
+        );
+    }
+    for lba in (n..2 * n).step_by(8) {
+        assert!(
+            d.read(lba, 8) == (Status::SUCCESS, pattern(lba, 3, 8)),
+            "lba {lba}"
+        );
+    }
+}

@@ -212,8 +212,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let ssd = sagessd_emulator::Ssd::open_image(&hw, path)?;
             let (boot, ready_ns) = ssd.boot();
             println!(
-                "booted from {}: {}, {} pages read, {} replayed, {} torn checkpoints skipped, \
-                 {} blocks erased; {:.1} ms of flash time (modelled)",
+                "booted from {}: {}, {} pages read ({} read again), {} replayed, {} torn \
+                 checkpoints skipped; {:.1} ms of flash time (modelled)",
                 path.display(),
                 match (boot.blank, boot.checkpoint_id) {
                     (true, _) => "blank flash".to_string(),
@@ -221,9 +221,9 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     (false, None) => "no intact checkpoint (everything replayed)".to_string(),
                 },
                 boot.pages_read,
+                boot.read_retries,
                 boot.pages_replayed,
                 boot.torn_checkpoints,
-                boot.blocks_erased,
                 ready_ns as f64 / 1e6,
             );
             ssd
