@@ -7,6 +7,7 @@ use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::Ftl;
 use crate::hal::{FlashOp, Geometry, Sectors};
 use crate::page_buffer::{Acquire, PageBuffer};
+use crate::trim_log::{Admit, TrimLog};
 use crate::work::WorkCounters;
 
 /// What [`Backend::prefetch_page`] did.
@@ -32,15 +33,28 @@ pub(crate) struct Backend {
     pub work: WorkCounters,
     /// Page-buffer slots whose read waits to be retried (`crate::read_retry`).
     pub retries_due: u32,
+    /// The trim log (`crate::trim_log`).
+    pub trim_log: TrimLog,
 }
 
 impl Backend {
     /// Unmaps logical page `lpn` (a deallocate or a deallocating Write Zeroes): the FTL forgets
     /// it and the page buffer drops its cached copy, so it reads as zeros.
-    pub fn unmap(&mut self, dram: &mut [u8], lpn: u32) {
+    fn unmap(&mut self, dram: &mut [u8], lpn: u32) {
         self.ftl.trim(dram, lpn);
         self.buffer.detach(dram, lpn);
         self.work.page_lookups += 1;
+    }
+
+    /// Unmaps `lpn` durably: a mapped (or lost) page goes into the trim log's open record
+    /// first. Returns false when the log cannot take it now (nothing was changed; try again).
+    pub fn unmap_logged(&mut self, dram: &mut [u8], lpn: u32) -> bool {
+        let mapped = self.ftl.lookup(dram, lpn).is_some() || self.ftl.is_lost(dram, lpn);
+        if mapped && self.trim_log.admit(dram, &mut self.ftl, lpn) == Admit::Wait {
+            return false;
+        }
+        self.unmap(dram, lpn);
+        true
     }
 
     /// Pins logical page `lpn` in the page buffer with at least the sectors `want`. On a miss

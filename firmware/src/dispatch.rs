@@ -29,6 +29,7 @@ use crate::host::{CommandId, DmaError, HostInterface};
 use crate::isp::{Collect, Isp};
 use crate::page_buffer::{Acquire, PageBuffer};
 use crate::recovery::BootReport;
+use crate::trim_log::TrimLog;
 use crate::work::WorkCounters;
 
 /// Most logical pages one poll trims, bounding the time a poll can take.
@@ -132,8 +133,8 @@ enum Source {
     Host,
     /// Zeros: a Write Zeroes. With `deallocate` (its DEAC bit), the flash pages it covers whole
     /// are unmapped (they read as zeros) instead of programmed, and the command completes once
-    /// a checkpoint holds the unmapping; pages it covers in part are programmed with their
-    /// blocks zeroed either way.
+    /// a trim record holds the unmapping (`crate::trim_log`); pages it covers in part are
+    /// programmed with their blocks zeroed either way.
     Zeroes { deallocate: bool },
 }
 
@@ -153,11 +154,17 @@ enum Op {
     Read(Transfer),
     Write(Transfer),
     Deallocate(Trim),
-    /// A Flush, a finished Dataset Management or a GRAPH_ATTACH waiting for the checkpoint that
-    /// makes it durable; `give_ups`: the writer's give-up count when it started waiting.
+    /// A Flush or a GRAPH_ATTACH waiting for the checkpoint that makes it durable;
+    /// `give_ups`: the writer's give-up count when it started waiting.
     Durable {
         ticket: Ticket,
         give_ups: u32,
+    },
+    /// A finished Dataset Management or deallocating Write Zeroes waiting for the trim records
+    /// `from + 1 ..= to` that hold its unmaps (`crate::trim_log`).
+    Logged {
+        from: u64,
+        to: u64,
     },
     /// `window`: the byte offset of a windowed collect; `zero_fill`: a tunnel Read, whose
     /// buffer is zero past the subgraph's end (a window may start past it); `discard`: end the
@@ -301,6 +308,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 checkpoint,
                 work: WorkCounters::default(),
                 retries_due: 0,
+                trim_log: TrimLog::new(
+                    layout.trim_log,
+                    geometry.window_bytes(),
+                    geometry.page_size_bytes as usize,
+                ),
             },
             isp,
             graph: None,
@@ -346,6 +358,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         self.backend.ftl.stats
     }
 
+    /// Trim records programmed since boot (`crate::trim_log`).
+    pub fn trim_log_stats(&self) -> crate::TrimLogStats {
+        self.backend.trim_log.stats
+    }
+
     /// Reads retried and reads unrecoverable since boot (`crate::read_retry`).
     pub fn read_retry_stats(&self) -> crate::ReadRetryStats {
         self.backend.ftl.reads
@@ -382,6 +399,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             && self.backend.queue.is_empty()
             && self.flash_in_flight == 0
             && self.backend.retries_due == 0
+            && self.backend.trim_log.is_idle()
             && !self.backend.ftl.gc_running()
             && self.backend.checkpoint.is_idle()
     }
@@ -882,8 +900,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 Op::Write(w) => (w.first_lpn..w.first_lpn + w.page_count as u32).contains(&lpn),
                 _ => false,
             });
-            if !busy {
-                self.backend.unmap(self.dram.as_mut(), lpn);
+            if !busy && !self.backend.unmap_logged(self.dram.as_mut(), lpn) {
+                // The trim log is full: go on once a record is on flash.
+                return false;
             }
             t.next_lpn += 1;
             budget -= 1;
@@ -925,6 +944,12 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         }
         progress |= self.step_read_retries();
         progress |= self.step_checkpoint();
+        progress |= self.backend.trim_log.step(
+            self.dram.as_mut(),
+            &mut self.backend.ftl,
+            &mut self.backend.queue,
+            &mut self.backend.checkpoint,
+        );
         progress |= self
             .backend
             .ftl
@@ -1133,6 +1158,18 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 self.backend.buffer.unpin(dram, slot);
                 self.pages.set(dram, owner, index, PageIo::Done);
             }
+            TagKind::TrimRecord => self.backend.trim_log.programmed(
+                dram,
+                &mut self.backend.ftl,
+                &mut self.backend.queue,
+                usize::from(tag.index),
+                c.result,
+            ),
+            TagKind::TrimRecordVerify => {
+                self.backend
+                    .trim_log
+                    .read_back(dram, usize::from(tag.index), c.result)
+            }
             TagKind::FreeErase => {
                 self.backend
                     .ftl
@@ -1197,8 +1234,9 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                 let p = !blocked && io.step_write(host, cmd.id, i, t, &mut cmd.status);
                 let done = io.pages.all_done(io.dram, i, t);
                 if done && cmd.status.is_success() && io.unmaps_pages(t) {
-                    // Unmapped pages are not on flash until a checkpoint holds them.
-                    cmd.op = durable(&mut io.backend.checkpoint);
+                    // Unmapped pages are on flash once the trim records holding them are.
+                    let (from, to) = io.backend.trim_log.seal_all();
+                    cmd.op = Op::Logged { from, to };
                     (true, false, 0)
                 } else {
                     (p, done, 0)
@@ -1206,6 +1244,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
             // Handled above: trimming looks at the whole command table.
             Op::Deallocate(_) => (false, false, 0),
+            Op::Logged { from, to } => match io.backend.trim_log.outcome(*from, *to) {
+                Some(true) => (true, true, 0),
+                Some(false) => {
+                    cmd.status = Status::WRITE_FAULT;
+                    (true, true, 0)
+                }
+                None => (false, false, 0),
+            },
             Op::Durable { ticket, give_ups } => {
                 let writer = &io.backend.checkpoint;
                 if writer.is_durable(*ticket) {
@@ -1300,10 +1346,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
         if self.backend.checkpoint.tables_frozen() {
             return false;
         }
+        let before = (t.range, t.next_lpn, t.end_lpn);
         let done = self.step_trim(host, cmd.id, &mut t, &mut cmd.status);
+        // Nothing moved: the trim log has no room until a record is on flash.
+        let progress = done || before != (t.range, t.next_lpn, t.end_lpn);
         if done && cmd.status.is_success() {
-            // Trims are not on flash until a checkpoint holds them.
-            cmd.op = self.durable();
+            // Trims are on flash once the records holding them are.
+            let (from, to) = self.backend.trim_log.seal_all();
+            cmd.op = Op::Logged { from, to };
             self.commands[i] = Some(cmd);
         } else if done {
             host.note_work(&self.backend.work);
@@ -1316,7 +1366,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             cmd.op = Op::Deallocate(t);
             self.commands[i] = Some(cmd);
         }
-        true
+        progress
     }
 
     /// Whether an older write that overlaps `t` is still in progress (writes to one page must
@@ -1463,8 +1513,9 @@ impl Io<'_> {
                 // A deallocating Write Zeroes unmaps the pages it covers whole, unless a
                 // checkpoint is copying the mapping out (then it waits for the copy).
                 PageIo::Todo if len == ps && t.source == Source::Zeroes { deallocate: true } => {
-                    if !self.backend.checkpoint.tables_frozen() {
-                        self.backend.unmap(dram, lpn);
+                    if !self.backend.checkpoint.tables_frozen()
+                        && self.backend.unmap_logged(dram, lpn)
+                    {
                         pages.set(dram, me, i, PageIo::Done);
                         progress = true;
                     }

@@ -10,6 +10,7 @@ use crate::checkpoint::CHECKPOINT_WINDOWS;
 use crate::config::FirmwareConfig;
 use crate::hal::Geometry;
 use crate::isp::STATE_BYTES;
+use crate::trim_log::TRIM_LOG_REGION_WINDOWS;
 
 /// Alignment of every arena region, relative to the arena's start, in bytes: a cache line of
 /// the Cortex-A9 (32 B) and of x86 (64 B). An arena whose base is aligned this much has every
@@ -129,6 +130,8 @@ pub(crate) struct DramLayout {
     pub gc_page: Region,
     /// The checkpoint writer's page windows (also boot's read windows).
     pub checkpoint_windows: Region,
+    /// The trim log's record windows (`crate::trim_log`).
+    pub trim_log: Region,
     /// The sampling lanes' working regions, `isp_lanes` of them.
     pub lanes: [LaneRegions; crate::config::MAX_ISP_LANES],
     /// Sampling-slot regions, `isp_slots` of them.
@@ -177,6 +180,7 @@ impl DramLayout {
         let slot_data = take(slots.checked_mul(page)?)?;
         let gc_page = take(page)?;
         let checkpoint_windows = take(CHECKPOINT_WINDOWS.checked_mul(page)?)?;
+        let trim_log = take(TRIM_LOG_REGION_WINDOWS.checked_mul(page)?)?;
         let gather_items = nodes.checked_mul(2)?.max(edges);
         let mut lanes = [LaneRegions::default(); crate::config::MAX_ISP_LANES];
         for lane in lanes.iter_mut().take(usize::from(config.isp_lanes)) {
@@ -217,6 +221,7 @@ impl DramLayout {
             slot_data,
             gc_page,
             checkpoint_windows,
+            trim_log,
             lanes,
             slots: slot_regions,
             command_pages,
@@ -243,7 +248,7 @@ pub struct DramRegion {
 
 /// Most regions an arena has: the shared ones plus five per sampling lane and six per
 /// sampling slot.
-const MAX_REGIONS: usize = 11 + 5 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
+const MAX_REGIONS: usize = 12 + 5 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-lane regions (one row per sampling lane).
 const LANE_REGION_NAMES: [[&str; 5]; 4] = [
@@ -408,7 +413,7 @@ impl DramLayout {
         push(
             "page_buffer_meta",
             self.slot_meta,
-            "12 B x page_buffer_pages",
+            "16 B x page_buffer_pages",
         );
         push(
             "page_buffer_data",
@@ -420,6 +425,11 @@ impl DramLayout {
             "checkpoint_windows",
             self.checkpoint_windows,
             "(page_size_bytes + 64 B spare) x 16",
+        );
+        push(
+            "trim_log",
+            self.trim_log,
+            "(page_size_bytes + 64 B spare) x 3",
         );
         let gather = "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)";
         for (lane, names) in self.lanes.iter().zip(LANE_REGION_NAMES).take(isp_lanes) {
@@ -537,7 +547,7 @@ mod tests {
             let count = regions.iter().count();
             assert_eq!(
                 count,
-                11 + 5 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
+                12 + 5 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
             );
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(

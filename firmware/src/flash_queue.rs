@@ -38,6 +38,10 @@ pub(crate) enum TagKind {
     FreeErase = 9,
     /// Read-back of a checkpoint page into window `index`.
     CheckpointVerify = 10,
+    /// Program of the trim record in trim-log window `index` (`crate::trim_log`).
+    TrimRecord = 11,
+    /// Read-back of the trim record in trim-log window `index`.
+    TrimRecordVerify = 12,
 }
 
 /// A decoded flash tag.
@@ -71,6 +75,8 @@ impl Tag {
             8 => TagKind::Prefetch,
             9 => TagKind::FreeErase,
             10 => TagKind::CheckpointVerify,
+            11 => TagKind::TrimRecord,
+            12 => TagKind::TrimRecordVerify,
             _ => return None,
         };
         Some(Self {
@@ -177,6 +183,8 @@ mod tests {
             TagKind::Prefetch,
             TagKind::FreeErase,
             TagKind::CheckpointVerify,
+            TagKind::TrimRecord,
+            TagKind::TrimRecordVerify,
         ] {
             let t = Tag::new(kind, 0x0ABC, 0xFFFF);
             assert_eq!(Tag::decode(t.encode()), Some(t));

@@ -150,6 +150,14 @@ pub(crate) struct Ftl {
     pub reads: ReadRetryStats,
     /// The page GC's last read failed on, and how many of its attempts failed.
     gc_read_failures: (PhysPage, u8),
+    /// Blocks holding trim records no durable checkpoint covers, with each record's program
+    /// sequence (`crate::trim_log`): GC leaves them alone. Twice the log's bound: a boot may
+    /// find the records of two checkpoint intervals (the newest checkpoint torn).
+    unsaved_records: heapless::Vec<(u32, u64), { 2 * crate::trim_log::MAX_UNSAVED_RECORDS }>,
+    /// The snapshot sequence of the checkpoint being written (or last written).
+    snapshot_seq: u64,
+    /// GC found victims only among blocks trim records protect.
+    gc_waits_for_checkpoint: bool,
     /// Where the news of pages GC could not copy (mapped lost) stands: garbage collection
     /// erases a block that held one only once a checkpoint holds the loss, or a boot would
     /// find neither the page nor the mark and read zeros where the host must get an error.
@@ -215,6 +223,9 @@ impl Ftl {
             stats: FtlStats::default(),
             reads: ReadRetryStats::default(),
             gc_read_failures: (PhysPage(0), 0),
+            unsaved_records: heapless::Vec::new(),
+            snapshot_seq: 0,
+            gc_waits_for_checkpoint: false,
             loss: LossRecord::Saved,
             erase_check: false,
             erases_in_flight: 0,
@@ -252,17 +263,53 @@ impl Ftl {
     /// flight until [`Self::program_finished`]. `data_seq`: the version a GC copy keeps; a host
     /// write's version is its program sequence.
     pub fn stamp(&mut self, spare: &mut [u8], lpn: Option<u32>, data_seq: Option<u64>) {
+        self.stamp_as(spare, PageKind::Data, lpn.unwrap_or(NO_OWNER), data_seq);
+    }
+
+    /// [`Self::stamp`] for a trim record of `ranges` ranges made at sequence `ts`
+    /// (`crate::trim_log`); returns its program sequence.
+    pub fn stamp_trim_record(&mut self, spare: &mut [u8], ranges: u32, ts: u64) -> u64 {
+        self.stamp_as(spare, PageKind::Trim, ranges, Some(ts))
+    }
+
+    fn stamp_as(&mut self, spare: &mut [u8], kind: PageKind, index: u32, data: Option<u64>) -> u64 {
         let program_seq = self.program_seq;
         self.program_seq += 1;
         self.programs_in_flight += 1;
         self.programs_since_snapshot += 1;
         Spare {
-            kind: PageKind::Data,
-            index: lpn.unwrap_or(NO_OWNER),
-            data_seq: data_seq.unwrap_or(program_seq),
+            kind,
+            index,
+            data_seq: data.unwrap_or(program_seq),
             program_seq,
         }
         .encode(&mut spare[..SPARE_BYTES]);
+        program_seq
+    }
+
+    /// Takes a sequence number no page will have: the data sequence of a trim record.
+    pub fn reserve_seq(&mut self) -> u64 {
+        self.program_seq += 1;
+        self.program_seq - 1
+    }
+
+    /// Whether a page was stamped (or a snapshot taken) since sequence `seq` was reserved.
+    pub fn stamped_since(&self, seq: u64) -> bool {
+        self.program_seq != seq + 1
+    }
+
+    /// A trim record was programmed into `ppn` at `program_seq`: its block must not be erased
+    /// until a checkpoint covers it.
+    pub fn record_programmed(&mut self, ppn: PhysPage, program_seq: u64) {
+        // Room is kept: the trim log opens no record past the bound.
+        let _ = self
+            .unsaved_records
+            .push((self.block_of(ppn).0, program_seq));
+    }
+
+    /// Trim records on flash that no durable checkpoint covers yet.
+    pub fn unsaved_records(&self) -> usize {
+        self.unsaved_records.len()
     }
 
     /// Whether a checkpoint snapshot may be taken now: no program in flight and garbage
@@ -281,7 +328,10 @@ impl Ftl {
         }
         self.programs_since_snapshot = 0;
         self.trimmed_since_snapshot = false;
-        self.program_seq
+        // The sequence moves on, so that a trim record opened before the snapshot takes no
+        // unmap made after it (`crate::trim_log`).
+        self.snapshot_seq = self.reserve_seq();
+        self.snapshot_seq
     }
 
     /// The checkpoint of the last snapshot is on flash.
@@ -289,6 +339,10 @@ impl Ftl {
         if self.loss == LossRecord::Writing {
             self.loss = LossRecord::Saved;
         }
+        // Records programmed before the snapshot hold unmaps the checkpoint has.
+        let snapshot = self.snapshot_seq;
+        self.unsaved_records.retain(|(_, seq)| *seq >= snapshot);
+        self.gc_waits_for_checkpoint = false;
     }
 
     /// The checkpoint of the last snapshot was given up: what it held is in no checkpoint.
@@ -301,6 +355,8 @@ impl Ftl {
     /// Whether garbage collection waits for a checkpoint to hold a loss before it erases.
     pub fn wants_checkpoint(&self) -> bool {
         self.loss == LossRecord::Unsaved
+            || self.gc_waits_for_checkpoint
+            || self.unsaved_records.len() >= crate::trim_log::MAX_UNSAVED_RECORDS / 2
     }
 
     /// Pages programmed since the last snapshot.
@@ -576,6 +632,8 @@ impl Ftl {
                         self.block_state.bytes_mut(dram)[victim.0 as usize] = BLOCK_GC;
                         self.gc = Gc::Scan { victim, page: 0 };
                     }
+                    // Blocks only trim records protect are left: a checkpoint frees them.
+                    None if !self.unsaved_records.is_empty() => self.gc_waits_for_checkpoint = true,
                     None => self.full = true,
                 }
                 true
@@ -628,6 +686,7 @@ impl Ftl {
         let ppb = self.geometry.pages_per_block;
         (0..self.geometry.block_count())
             .filter(|b| states[*b as usize] == BLOCK_USED)
+            .filter(|b| !self.unsaved_records.iter().any(|(r, _)| r == b))
             .map(|b| (self.block_valid.u32(dram, b as usize), b))
             .filter(|(valid, _)| *valid < ppb)
             .min()

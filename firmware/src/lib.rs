@@ -41,6 +41,7 @@ mod oob;
 mod page_buffer;
 mod read_retry;
 mod recovery;
+mod trim_log;
 pub mod work;
 
 #[cfg(test)]
@@ -56,3 +57,4 @@ pub use ftl::FtlStats;
 pub use oob::data_page_spare;
 pub use read_retry::ReadRetryStats;
 pub use recovery::{BootReport, RestoreError};
+pub use trim_log::TrimLogStats;

@@ -6,11 +6,12 @@
 //! ```plain
 //! offset  size  field
 //!      0     4  magic "SGPG"
-//!      4     4  kind: 1 = data page of a logical page, 2 = checkpoint page
-//!      8     4  index: the logical page (data) or the page's place in its checkpoint
+//!      4     4  kind: 1 = data page of a logical page, 2 = checkpoint page, 3 = trim record
+//!      8     4  index: the logical page (data), the page's place in its checkpoint, or the
+//!               number of ranges a trim record holds (`crate::trim_log`)
 //!     12     4  reserved, 0
 //!     16     8  data sequence: when the data was written by the host (a GC copy keeps the
-//!               source's), or the checkpoint's id
+//!               source's), the checkpoint's id, or when the trims a record holds were made
 //!     24     8  program sequence: when this page was programmed (unique, increasing)
 //!     32     4  CRC32C of bytes 0..32
 //!     36    28  0
@@ -27,6 +28,7 @@ use crate::hal::SPARE_BYTES;
 const MAGIC: [u8; 4] = *b"SGPG";
 const KIND_DATA: u32 = 1;
 const KIND_CHECKPOINT: u32 = 2;
+const KIND_TRIM: u32 = 3;
 /// Bytes the CRC covers.
 const COVERED_BYTES: usize = 32;
 
@@ -37,6 +39,8 @@ pub(crate) enum PageKind {
     Data,
     /// Page `index` of a checkpoint.
     Checkpoint,
+    /// A trim record of `index` ranges (`crate::trim_log`).
+    Trim,
 }
 
 /// One page's out-of-band record.
@@ -72,6 +76,7 @@ impl Spare {
         let kind = match self.kind {
             PageKind::Data => KIND_DATA,
             PageKind::Checkpoint => KIND_CHECKPOINT,
+            PageKind::Trim => KIND_TRIM,
         };
         out[4..8].copy_from_slice(&kind.to_le_bytes());
         out[8..12].copy_from_slice(&self.index.to_le_bytes());
@@ -98,6 +103,7 @@ impl Spare {
         let kind = match u32_at(4) {
             KIND_DATA => PageKind::Data,
             KIND_CHECKPOINT => PageKind::Checkpoint,
+            KIND_TRIM => PageKind::Trim,
             _ => return ReadSpare::Garbled,
         };
         if !intact {

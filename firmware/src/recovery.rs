@@ -6,7 +6,7 @@
 //!   2. read the first readable page of every block: erased, rewritten or untouched since the
 //!      snapshot
 //!   3. replay: scan the blocks written since, page by page until an erased one (an unreadable
-//!      page is skipped)
+//!      page is skipped); then read the trim records found (`crate::trim_log`) and apply them
 //!   4. rebuild the derived tables and continue the sequences; the blocks left free are
 //!      erased only when they are about to be used (`crate::ftl` `lazy_erase`: one may hold a
 //!      page whose program was cut short yet reads as erased), so a boot erases nothing
@@ -24,6 +24,7 @@ use crate::ftl::{BlockScan, Replayed};
 use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
 use crate::read_retry::READ_RETRIES;
+use crate::trim_log::{MAX_UNSAVED_RECORDS, decode_record};
 
 /// Why the firmware cannot boot from the flash it was given. Each variant names what is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +50,9 @@ pub struct BootReport {
     pub pages_read: u64,
     /// Pages the replay took into the mapping.
     pub pages_replayed: u64,
+    /// Trim records the replay found made since the checkpoint, and applied
+    /// (`crate::trim_log`).
+    pub trim_records: u64,
     /// Reads issued again after a failed attempt (`crate::read_retry`; torn pages fail every
     /// attempt).
     pub read_retries: u64,
@@ -105,8 +109,21 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             snapshot_seq,
             highest_seq: snapshot_seq,
             replayed: 0,
+            records: heapless::Vec::new(),
+            too_many_records: false,
         };
         fw.run_scan(&mut replay, wait, &mut report)?;
+        if replay.too_many_records {
+            return Err(RestoreError::Invalid("trim records since the checkpoint"));
+        }
+        let mut trims = TrimRecords {
+            records: replay.records.clone(),
+            next: 0,
+            snapshot_seq,
+            applied: 0,
+        };
+        fw.run_scan(&mut trims, wait, &mut report)?;
+        report.trim_records = trims.applied;
         report.pages_replayed = replay.replayed;
         report.blank = checkpoint.is_none() && first.programmed == 0;
         let stats = checkpoint.map(|(h, _)| h.stats).unwrap_or_default();
@@ -440,7 +457,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for FirstPages {
             // readable.
             (true, ReadSpare::Erased) if page == 0 => BlockScan::Erased,
             (true, ReadSpare::Erased) => BlockScan::Garbled,
-            (true, ReadSpare::Valid(s)) if s.kind == PageKind::Data => BlockScan::Data {
+            (true, ReadSpare::Valid(s)) if s.kind != PageKind::Checkpoint => BlockScan::Data {
                 program_seq: s.program_seq,
             },
             _ if self.walk.go_on(&g, ppn) => return,
@@ -462,6 +479,20 @@ struct ReplayScan {
     snapshot_seq: u64,
     highest_seq: u64,
     replayed: u64,
+    /// The trim records found, made since the snapshot, for step 3's second part.
+    records: heapless::Vec<FoundRecord, { 2 * MAX_UNSAVED_RECORDS }>,
+    /// More records than the log ever leaves unsaved: the flash is not what this firmware
+    /// wrote.
+    too_many_records: bool,
+}
+
+/// A trim record the replay found.
+#[derive(Clone, Copy, Debug)]
+struct FoundRecord {
+    ppn: PhysPage,
+    ranges: u32,
+    ts: u64,
+    program_seq: u64,
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
@@ -493,7 +524,86 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
             let (ftl, dram) = fw.ftl_dram();
             self.replayed += u64::from(ftl.replay(dram, page_seen, self.snapshot_seq));
         }
+        if let (true, ReadSpare::Valid(s)) = (ok, spare)
+            && s.kind == PageKind::Trim
+            && s.program_seq >= self.snapshot_seq
+        {
+            self.highest_seq = self.highest_seq.max(s.program_seq);
+            // A record made before the snapshot holds unmaps the checkpoint has.
+            if s.data_seq >= self.snapshot_seq {
+                let found = FoundRecord {
+                    ppn,
+                    ranges: s.index,
+                    ts: s.data_seq,
+                    program_seq: s.program_seq,
+                };
+                self.too_many_records |= self.records.push(found).is_err();
+            }
+        }
         let g = fw.ftl().geometry();
         self.walk.go_on(&g, ppn);
+    }
+}
+
+/// Step 3's second part: each trim record the replay found, read whole and applied after every
+/// page is replayed (`crate::trim_log`; a record whose data does not check is one a cut tore).
+struct TrimRecords {
+    records: heapless::Vec<FoundRecord, { 2 * MAX_UNSAVED_RECORDS }>,
+    next: usize,
+    snapshot_seq: u64,
+    /// Records read back intact and applied.
+    applied: u64,
+}
+
+impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for TrimRecords {
+    fn sectors(&self) -> Sectors {
+        Sectors::ALL
+    }
+
+    fn next(&mut self, _: &mut Firmware<F, M>) -> Option<PhysPage> {
+        let r = self.records.get(self.next)?;
+        self.next += 1;
+        Some(r.ppn)
+    }
+
+    fn done(&mut self, fw: &mut Firmware<F, M>, k: usize, ppn: PhysPage, ok: bool) {
+        let Some(r) = self.records.iter().find(|r| r.ppn == ppn).copied() else {
+            return;
+        };
+        let window = fw.checkpointer().window(k);
+        let page = fw.ftl().geometry().page_size_bytes as usize;
+        let (ftl, dram) = fw.ftl_dram();
+        let mut ranges = [(0u32, 0u32); 64];
+        let mut applied = false;
+        // Ranges are copied out in batches: the window is part of the arena the tables are.
+        let mut at = 0;
+        loop {
+            let n = match ok
+                .then(|| decode_record(&window.bytes(dram)[..page], r.ranges))
+                .flatten()
+            {
+                Some(it) => {
+                    let mut n = 0;
+                    for (slot, range) in ranges.iter_mut().zip(it.skip(at)) {
+                        *slot = range;
+                        n += 1;
+                    }
+                    n
+                }
+                None => 0,
+            };
+            for &(first, count) in &ranges[..n] {
+                ftl.replay_trim(dram, first, count, r.ts, self.snapshot_seq);
+            }
+            applied |= n > 0;
+            if n < ranges.len() {
+                break;
+            }
+            at += n;
+        }
+        if applied {
+            ftl.record_programmed(ppn, r.program_seq);
+            self.applied += 1;
+        }
     }
 }

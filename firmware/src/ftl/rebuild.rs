@@ -16,8 +16,9 @@
 //!   sequence, so a copy that lost the race with a host write never wins); any replayed copy
 //!   beats the checkpoint's mapping (a copy of older data can only be a GC copy of exactly the
 //!   checkpoint's version).
-//! * Trims since the snapshot are not on flash: a completed Dataset Management waits for a
-//!   checkpoint, so only an unfinished trim can be undone by a power cut.
+//! * Trims since the snapshot are in trim records (`crate::trim_log`), applied once every page
+//!   is replayed: a record made at sequence `T` unmaps each page it names unless the page's
+//!   replayed version has a data sequence above `T`.
 //!
 //! During replay the P2L table is scratch: a replayed page's entry is `REPLAYED | rank`; at the
 //! end every derived table (P2L, valid counts, free lists) is rebuilt from the L2P table.
@@ -166,6 +167,39 @@ impl Ftl {
         self.l2p.set_u32(dram, page.lpn as usize, page.ppn.0 + 1);
         self.p2l.set_u32(dram, page.ppn.0 as usize, REPLAYED | rank);
         true
+    }
+
+    /// Applies `count` pages from `first` of a trim record made at sequence `ts` (at least
+    /// `snapshot_seq`), after every page is replayed: a page is unmapped unless its replayed
+    /// version was written after the trim (`crate::trim_log`).
+    pub fn replay_trim(
+        &mut self,
+        dram: &mut [u8],
+        first: u32,
+        count: u32,
+        ts: u64,
+        snapshot_seq: u64,
+    ) {
+        let rank = ts
+            .saturating_sub(snapshot_seq)
+            .saturating_add(1)
+            .min(u64::from(REPLAYED - 1)) as u32;
+        let end = first.saturating_add(count).min(self.logical_pages);
+        for lpn in first.min(end)..end {
+            let v = self.l2p.u32(dram, lpn as usize);
+            if v == 0 {
+                continue;
+            }
+            if v != L2P_LOST && u64::from(v) <= self.geometry.page_count() {
+                let q = v as usize - 1;
+                let mark = self.p2l.u32(dram, q);
+                if mark & REPLAYED != 0 && mark & !REPLAYED > rank {
+                    continue;
+                }
+                self.p2l.set_u32(dram, q, 0);
+            }
+            self.l2p.set_u32(dram, lpn as usize, 0);
+        }
     }
 
     /// Ends recovery: rebuilds P2L, valid counts and free lists from the L2P table and the block

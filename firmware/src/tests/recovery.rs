@@ -252,3 +252,55 @@ fn a_boot_erases_nothing_and_a_free_block_is_erased_only_before_it_is_opened() {
         );
     }
 }
+
+#[test]
+fn a_trim_is_on_flash_when_it_completes_without_a_checkpoint_and_a_later_write_wins() {
+    let mut d = Device::new(small_geometry(), small_config(), 28);
+    for lba in (0..256).step_by(8) {
+        assert!(d.write(lba, &pattern(lba, 1, 8)).is_success());
+    }
+    d.fw.request_checkpoint();
+    d.settle();
+    let checkpoints = d.fw.checkpoint_stats().written;
+    // A deallocate, a deallocating Write Zeroes, then a write into the first trimmed range.
+    let (sqe, ranges) = super::dsm(16, 32);
+    assert!(d.exec(1, sqe, ranges).0.status().is_success());
+    let wz = super::write_zeroes(64, 16, true);
+    assert!(d.exec(1, wz, Vec::new()).0.status().is_success());
+    assert!(d.write(24, &pattern(24, 2, 8)).is_success());
+    assert_eq!(
+        d.fw.checkpoint_stats().written,
+        checkpoints,
+        "no checkpoint"
+    );
+    assert!(
+        d.fw.trim_log_stats().records >= 2,
+        "{:?}",
+        d.fw.trim_log_stats()
+    );
+    let mut d = d.power_cycle(6).unwrap();
+    let zero = |blocks: usize| vec![0u8; blocks * 512];
+    assert!(d.read(16, 8) == (Status::SUCCESS, zero(8)), "trimmed");
+    assert!(
+        d.read(24, 8) == (Status::SUCCESS, pattern(24, 2, 8)),
+        "rewritten"
+    );
+    assert!(d.read(32, 16) == (Status::SUCCESS, zero(16)), "trimmed");
+    assert!(d.read(64, 16) == (Status::SUCCESS, zero(16)), "zeroed");
+    for lba in [0, 8, 48, 56, 80, 248] {
+        assert!(
+            d.read(lba, 8) == (Status::SUCCESS, pattern(lba, 1, 8)),
+            "lba {lba}"
+        );
+    }
+    // The records are replayed again by a second boot (no checkpoint was written since).
+    let mut d = d.power_cycle(7).unwrap();
+    assert!(
+        d.read(16, 8) == (Status::SUCCESS, zero(8)),
+        "trimmed, second boot"
+    );
+    assert!(
+        d.read(24, 8) == (Status::SUCCESS, pattern(24, 2, 8)),
+        "rewritten, 2nd boot"
+    );
+}

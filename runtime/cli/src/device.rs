@@ -344,8 +344,9 @@ pub(crate) fn checkpoint_summary(hw: &sagessd_emulator::HwConfig) -> anyhow::Res
     let (stats, interval) = sagessd_emulator::Ssd::new(hw)?.checkpoints();
     Ok(format!(
         "checkpoints of the FTL's tables: {} pages each, {} blocks reserved for two slots; one \
-         every {interval} programmed pages (at most 1/{} of the flash writes), and at a Flush, \
-         a trim, a GRAPH_ATTACH and a clean stop",
+         every {interval} programmed pages (at most 1/{} of the flash writes), and at a Flush \
+         past a checkpoint's worth of pages, a GRAPH_ATTACH and a clean stop; a trim is made \
+         durable by a one-page trim record instead",
         stats.pages_per_checkpoint,
         stats.reserved_blocks,
         interval / u64::from(stats.pages_per_checkpoint.max(1)),
