@@ -174,6 +174,8 @@ pub struct NandStats {
     pub read_failures: u64,
     /// Programs the faults left uncorrectable ([`NandFaults::uncorrectable_ppm`]).
     pub uncorrectable_pages: u64,
+    /// Pages whose data was freed when the firmware said they were dead (`Flash::forget`).
+    pub pages_forgotten: u64,
 }
 
 impl NandStats {
@@ -437,6 +439,12 @@ impl NandArray {
     /// The time the array has been advanced to.
     pub fn now_ns(&self) -> u64 {
         self.now_ns
+    }
+
+    /// Pages whose data the store holds in memory (forgotten pages keep only their spare; a
+    /// flash file holds its pages on disk: 0).
+    pub fn stored_data_pages(&self) -> usize {
+        self.store.data_count()
     }
 
     /// Pages currently holding programmed data (computed pages included).
@@ -928,6 +936,26 @@ impl Flash for NandArray {
         self.noted = Some(*work);
     }
 
+    fn forget(&mut self, ppn: sagessd_firmware::hal::PhysPage) {
+        // Computed pages take no memory.
+        if self.synthetic.as_ref().is_some_and(|s| s.holds(ppn.0)) {
+            return;
+        }
+        // A read that has finished but not been polled yet still gets the page as it was.
+        for f in &mut self.finished {
+            if let Some((_, _, data)) = &mut f.read
+                && matches!(data, ReadData::Page(p) if *p == ppn.0)
+            {
+                *data = ReadData::Snapshot(self.store.copy(ppn.0, self.window_bytes));
+            }
+        }
+        match self.store.forget(ppn.0) {
+            Ok(true) => self.stats.pages_forgotten += 1,
+            Ok(false) => {}
+            Err(_) => self.stats.store_errors += 1,
+        }
+    }
+
     fn poll(&mut self, dram: &mut [u8]) -> Option<FlashCompletion> {
         let done = self.finished.pop_front()?;
         let mut result = if done.failed {
@@ -1058,6 +1086,42 @@ mod tests {
         assert!(dram[2 * WINDOW..3 * WINDOW].iter().all(|b| *b == 0xAB));
         assert_eq!(nand.stats().pages_read, 2);
         assert_eq!(nand.stats().pages_programmed, 1);
+    }
+
+    #[test]
+    fn a_forgotten_page_keeps_its_spare_and_frees_its_data_in_memory_and_in_a_file() {
+        let dir = std::env::temp_dir().join(format!("sagessd-forget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let format = ImageFormat {
+            block_size_bytes: 512,
+            over_provisioning_percent: 7,
+        };
+        let file = array().with_file(&dir.join("flash"), format).unwrap();
+        for mut nand in [array(), file] {
+            let mut dram = vec![0u8; 3 * WINDOW];
+            dram[..PAGE].fill(0xAB);
+            dram[PAGE..WINDOW].fill(0x5C);
+            for page in 0..2 {
+                let program = FlashOp::Program {
+                    ppn: ppn(0, page),
+                    dram_offset_bytes: 0,
+                };
+                nand.submit(page, program, &dram).unwrap();
+            }
+            run(&mut nand, &mut dram);
+            nand.forget(ppn(0, 0));
+            nand.submit(3, read(0, 0, 1), &dram).unwrap();
+            nand.submit(4, read(0, 1, 2), &dram).unwrap();
+            let done = run(&mut nand, &mut dram);
+            assert!(done.iter().all(|d| d.2.is_ok()));
+            // The forgotten page: zeros, its spare intact; the other: as programmed.
+            assert!(dram[WINDOW..WINDOW + PAGE].iter().all(|b| *b == 0));
+            assert!(dram[WINDOW + PAGE..2 * WINDOW].iter().all(|b| *b == 0x5C));
+            assert_eq!(dram[2 * WINDOW..3 * WINDOW], dram[..WINDOW]);
+            assert_eq!(nand.stats().pages_forgotten, 1);
+        }
+        assert_eq!(array().stored_data_pages(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

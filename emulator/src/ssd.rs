@@ -696,6 +696,12 @@ impl Ssd {
         )
     }
 
+    /// Flash pages whose data the NAND model holds in memory (without `--image`): about the
+    /// live data, since the firmware says which pages are dead (`Flash::forget`).
+    pub fn stored_data_pages(&self) -> usize {
+        self.firmware.flash().stored_data_pages()
+    }
+
     /// Busy intervals the controller DRAM's calendar holds: bounded by the transfers still in
     /// flight, however long the device runs.
     pub fn dram_calendar_len(&self) -> usize {

@@ -1141,8 +1141,14 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     .ftl
                     .program_finished(dram, ppn, c.result.is_ok());
                 if c.result.is_ok() && cmd.status.is_success() {
+                    let old = self.backend.ftl.lookup(dram, lpn);
                     self.backend.ftl.commit(dram, lpn, ppn, None);
                     self.backend.ftl.stats.host_pages_written += 1;
+                    // The new version is on flash: the old one's data is dead (a GC copy's
+                    // source is not told: its block is erased next anyway).
+                    if let Some(old) = old {
+                        self.flash.forget(old);
+                    }
                 } else if c.result == Err(FlashError::Media) && cmd.status.is_success() {
                     // The media failed the page (its block is being retired): the slot still
                     // holds the data, pinned; program it again elsewhere.

@@ -25,6 +25,9 @@ pub struct MemFlashStats {
     pub programs: u64,
     /// Blocks erased.
     pub erases: u64,
+    /// Pages forgotten (`Flash::forget`): their data was overwritten with 0xDB, so that a
+    /// firmware that still reads one finds garbage and its tests fail.
+    pub forgotten: u64,
 }
 
 /// What a power cut did to the operation each die had under way.
@@ -273,6 +276,17 @@ impl Flash for MemFlash {
         }
         self.pending.push((tag, op));
         Ok(())
+    }
+
+    fn forget(&mut self, ppn: PhysPage) {
+        let start = ppn.0 as usize * self.window;
+        if let Some(data) = self
+            .pages
+            .get_mut(start..start + self.geometry.page_size_bytes as usize)
+        {
+            data.fill(0xDB);
+            self.stats.forgotten += 1;
+        }
     }
 
     fn poll(&mut self, dram: &mut [u8]) -> Option<FlashCompletion> {

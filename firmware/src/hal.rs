@@ -313,6 +313,15 @@ pub trait Flash {
     fn note_work(&mut self, work: &crate::work::WorkCounters) {
         let _ = work;
     }
+
+    /// A hint, given when a newer version of its logical page has been programmed: nothing will
+    /// need page `ppn`'s data again (a read of it may return anything), but its spare must
+    /// still read as programmed, since a boot scans spares. Hardware ignores it (the default);
+    /// an array that keeps its pages in memory frees the data, so that it holds about the live
+    /// data rather than every page programmed since the block's erase.
+    fn forget(&mut self, ppn: PhysPage) {
+        let _ = ppn;
+    }
 }
 
 #[cfg(test)]

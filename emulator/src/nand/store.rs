@@ -1,12 +1,13 @@
 //! Where the NAND array keeps its pages: in RAM, or in a file that *is* the flash.
 //!
-//! [`PageStore::Memory`] is a sparse map: only programmed pages take memory, and an erase frees
-//! its block's pages. [`PageStore::File`] (`sagessd emulator serve --image PATH`) writes every
+//! [`PageStore::Memory`] is a sparse map: only programmed pages take memory, an erase frees
+//! its block's pages, and a page the firmware says is dead ([`PageStore::forget`]) keeps only
+//! its spare. [`PageStore::File`] (`sagessd emulator serve --image PATH`) writes every
 //! program and erase through to a file as the array performs it, so the file always holds the
 //! flash as it is: a process killed at any instant leaves exactly the pages whose programs had
 //! finished, and the firmware boots from them ([`sagessd_firmware::Firmware::recover`]). The
-//! file is sparse; an erase punches its block out of it, so it never holds more than the pages
-//! that are programmed.
+//! file is sparse; an erase punches its block out of it, and a dead page's data is punched out
+//! too, so it holds about the live data.
 //!
 //! File layout, every region 4 KiB-aligned:
 //!
@@ -134,6 +135,12 @@ impl PageStore {
                     return Ok(PageState::Torn);
                 }
                 Ok(match pages.get(&ppn) {
+                    // Forgotten: the spare alone is kept.
+                    Some(spare) if spare.len() == SPARE_BYTES => {
+                        fill_sectors(sectors, page_size, window, 0);
+                        window[page_size..].copy_from_slice(spare);
+                        PageState::Programmed
+                    }
                     Some(page) => {
                         sectors.copy_window(page_size, page, window);
                         PageState::Programmed
@@ -163,6 +170,28 @@ impl PageStore {
         }
         let mut page = vec![0u8; window_bytes].into_boxed_slice();
         self.read(ppn, Sectors::ALL, &mut page).ok().map(|_| page)
+    }
+
+    /// Drops the data of programmed page `ppn` (the firmware's [`Flash::forget`] hint): its
+    /// spare stays; its data reads as zeros from now on. Returns whether there was data to drop.
+    ///
+    /// [`Flash::forget`]: sagessd_firmware::hal::Flash::forget
+    pub fn forget(&mut self, ppn: u32) -> std::io::Result<bool> {
+        match self {
+            Self::Memory { pages, .. } => match pages.get_mut(&ppn) {
+                Some(page) if page.len() > SPARE_BYTES => {
+                    let spare: Box<[u8]> = page[page.len() - SPARE_BYTES..].into();
+                    *page = spare;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+            Self::File(f) if f.states.get(ppn as usize) == Some(&PROGRAMMED) => {
+                f.punch(f.data_at + u64::from(ppn) * f.page_bytes, f.page_bytes)?;
+                Ok(true)
+            }
+            Self::File(_) => Ok(false),
+        }
     }
 
     /// Stores a programmed page.
@@ -200,6 +229,14 @@ impl PageStore {
                 Ok(())
             }
             Self::File(f) => f.erase(first, count),
+        }
+    }
+
+    /// Pages whose data is held in memory (a flash file's are on disk: 0).
+    pub fn data_count(&self) -> usize {
+        match self {
+            Self::Memory { pages, .. } => pages.values().filter(|p| p.len() > SPARE_BYTES).count(),
+            Self::File(_) => 0,
         }
     }
 
