@@ -172,6 +172,13 @@ ext4_write() { # a 64 MiB ext4 on the namespace, files written and synced, their
     cat /tmp/sums
 }
 
+fstrim_fs() { # the file system's free space discarded: a trim record per discard, not a checkpoint
+    read -r start _ </proc/uptime
+    timeout 120 fstrim -v /mnt/fs
+    read -r end _ </proc/uptime
+    e2e fstrim-seconds "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')"
+}
+
 io_works() { # one direct read of the namespace completes (the kernel has reconnected)
     timeout 5 dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null
 }
@@ -224,6 +231,7 @@ check fio-seq-1m-buffered fio_verify seq-1m-buffered write 1M 320M 64M --direct=
 check write-zeroes write_zeroes
 # SIGKILL with the kernel connected and a file system mounted, then a restart from the flash.
 check ext4-write ext4_write
+check fstrim fstrim_fs
 check emulator-kill kill_emulator
 check restart-after-kill start_emulator
 check relisten-after-kill wait_for 30 serving
