@@ -280,6 +280,9 @@ impl TrimLog {
         queue: &mut FlashQueue,
         checkpoint: &mut Checkpointer,
     ) -> bool {
+        if self.is_idle() {
+            return false;
+        }
         for k in 0..TRIM_LOG_WINDOWS {
             if let Window::Checkpointing {
                 record,
