@@ -129,7 +129,9 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     // Group subtotals: what a board integrator trades against each other.
     let group_of = |name: &str| match name {
         "l2p" | "p2l" | "block_valid" | "block_next_free" | "block_state" | "dies" => 0,
-        "page_buffer_meta" | "page_buffer_data" | "gc_page" | "checkpoint_windows" => 1,
+        "page_buffer_meta" | "page_buffer_data" | "gc_page" | "checkpoint_windows" | "trim_log" => {
+            1
+        }
         n if n.starts_with("slot") => 3,
         n if n.starts_with("lane") => 2,
         "command_pages" => 4,
