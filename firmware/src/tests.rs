@@ -1018,9 +1018,9 @@ fn concurrent_writes_reads_and_sampling_jobs() {
     assert!(d.fw.is_idle());
 }
 
-#[test]
-fn a_page_gc_cannot_read_is_reported_lost_not_zero() {
-    let mut d = Device::new(small_geometry(), small_config(), 14);
+/// Fills the namespace with 0x11, logical page 0 with 0x5A; returns the physical page holding
+/// logical page 0 (the one a GC test makes fail).
+pub(crate) fn fill_with_page_zero_marked(d: &mut Device) -> crate::hal::PhysPage {
     let ns = d.fw.namespace_block_count();
     for slba in (0..ns).step_by(32) {
         let blocks = 32.min(ns - slba) as usize;
@@ -1030,25 +1030,38 @@ fn a_page_gc_cannot_read_is_reported_lost_not_zero() {
         }
         assert_eq!(d.write(slba, &data), Status::SUCCESS);
     }
-    let ppn = (0..small_geometry().page_count() as u32)
+    (0..small_geometry().page_count() as u32)
         .map(crate::hal::PhysPage)
         .find(|p| d.fw.flash().page(*p)[0] == 0x5A)
-        .unwrap();
-    d.fw.flash_mut().fail_reads_of(ppn);
-    // Rewrite random pages other than logical page 0 until GC has had to move it: random
-    // overwrites leave few blocks wholly invalid, so victims have pages to copy.
-    let pages = ns / 4;
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        .expect("logical page 0 is programmed")
+}
+
+/// Rewrites random logical pages other than page 0 (xorshift from `seed`) until `done` says
+/// so, at most six namespaces' worth: random overwrites leave few blocks wholly invalid, so
+/// GC's victims have pages to copy, page 0's among them sooner or later.
+pub(crate) fn overwrite_until(d: &mut Device, seed: u64, done: impl Fn(&Device) -> bool) {
+    let pages = d.fw.namespace_block_count() / 4;
+    let mut x = seed;
     for _ in 0..pages * 6 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         let lpn = 1 + x % (pages - 1);
         assert_eq!(d.write(lpn * 4, &[0x22; 2048]), Status::SUCCESS);
-        if d.fw.ftl_stats().media_failures > 0 {
-            break;
+        if done(d) {
+            return;
         }
     }
+}
+
+#[test]
+fn a_page_gc_cannot_read_is_reported_lost_not_zero() {
+    let mut d = Device::new(small_geometry(), small_config(), 14);
+    let ppn = fill_with_page_zero_marked(&mut d);
+    d.fw.flash_mut().fail_reads_of(ppn);
+    overwrite_until(&mut d, 0x9E37_79B9_7F4A_7C15, |d| {
+        d.fw.ftl_stats().media_failures > 0
+    });
     assert!(
         d.fw.ftl_stats().media_failures > 0,
         "GC never read the failing page"

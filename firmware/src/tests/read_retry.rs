@@ -8,7 +8,9 @@ use std::vec::Vec;
 
 use sagessd_abi::nvme::Status;
 
-use super::{Device, Fw, small_config, small_geometry};
+use super::{
+    Device, Fw, fill_with_page_zero_marked, overwrite_until, small_config, small_geometry,
+};
 use crate::hal::PhysPage;
 use crate::read_retry::READ_RETRIES;
 
@@ -70,30 +72,12 @@ fn a_read_modify_write_gets_past_a_transient_fault() {
 #[test]
 fn garbage_collection_reads_past_a_transient_fault_and_loses_nothing() {
     let mut d = Device::new(small_geometry(), small_config(), 23);
-    let ns = d.fw.namespace_block_count();
-    for slba in (0..ns).step_by(32) {
-        let blocks = 32.min(ns - slba) as usize;
-        let mut data = vec![0x11u8; blocks * 512];
-        if slba == 0 {
-            data[..2048].fill(0x5A);
-        }
-        assert_eq!(d.write(slba, &data), Status::SUCCESS);
-    }
-    let ppn = page_starting_with(&d, 0x5A);
+    let ppn = fill_with_page_zero_marked(&mut d);
     d.fw.flash_mut().fail_next_reads_of(ppn, 3);
     // Overwrite other pages until GC has copied logical page 0 (its retries show it).
-    let pages = ns / 4;
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for _ in 0..pages * 6 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let lpn = 1 + x % (pages - 1);
-        assert_eq!(d.write(lpn * 4, &[0x22; 2048]), Status::SUCCESS);
-        if d.fw.read_retry_stats().retries >= 3 {
-            break;
-        }
-    }
+    overwrite_until(&mut d, 0x9E37_79B9_7F4A_7C15, |d| {
+        d.fw.read_retry_stats().retries >= 3
+    });
     d.settle();
     let stats = d.fw.read_retry_stats();
     assert_eq!(stats.retries, 3, "GC read the page");
@@ -150,29 +134,11 @@ fn a_checkpoint_page_that_does_not_read_back_is_written_again_before_it_counts()
 #[test]
 fn a_page_gc_could_not_copy_still_reads_as_an_error_after_a_power_cut() {
     let mut d = Device::new(small_geometry(), small_config(), 26);
-    let ns = d.fw.namespace_block_count();
-    for slba in (0..ns).step_by(32) {
-        let blocks = 32.min(ns - slba) as usize;
-        let mut data = vec![0x11u8; blocks * 512];
-        if slba == 0 {
-            data[..2048].fill(0x5A);
-        }
-        assert_eq!(d.write(slba, &data), Status::SUCCESS);
-    }
-    let ppn = page_starting_with(&d, 0x5A);
+    let ppn = fill_with_page_zero_marked(&mut d);
     d.fw.flash_mut().fail_reads_of(ppn);
-    let pages = ns / 4;
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    for _ in 0..pages * 6 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let lpn = 1 + x % (pages - 1);
-        assert_eq!(d.write(lpn * 4, &[0x22; 2048]), Status::SUCCESS);
-        if d.fw.ftl_stats().media_failures > 0 {
-            break;
-        }
-    }
+    overwrite_until(&mut d, 0x2545_F491_4F6C_DD1D, |d| {
+        d.fw.ftl_stats().media_failures > 0
+    });
     assert!(
         d.fw.read_retry_stats().unrecovered > 0,
         "GC never read the page"
