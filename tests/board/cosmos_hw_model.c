@@ -4,6 +4,7 @@
  * NVMeHostController/src/ or the GreedyFTL file it follows.
  */
 #include "cosmos_hw_model.h"
+#include "sagessd_cosmos.h"
 
 #include <stddef.h>
 
@@ -196,6 +197,59 @@ int32_t __wrap_sagessd_fw_reset(void)
     for (unsigned i = 0; i < SLOTS; i++)
         results[i].valid = 0;
     return __real_sagessd_fw_reset();
+}
+
+/* What the library must hear for each NAND request, in the order the scheduler retired them
+ * (the glue reports in that order): success only for DONE, or a WARNING on a read (a corrected
+ * read still delivers its data); a media failure for anything else. */
+static uint8_t expected_results[256];
+static unsigned expected_head, expected_count;
+
+static void expect_result(unsigned int status, uint32_t kind)
+{
+    int ok = status == REQ_STATUS_DONE ||
+             (status == REQ_STATUS_WARNING && kind == SAGESSD_FLASH_READ);
+    if (expected_count == sizeof expected_results)
+        fail("model", "more NAND requests retired and not reported than the model keeps",
+             expected_count);
+    expected_results[(expected_head + expected_count++) % sizeof expected_results] =
+        (uint8_t)(ok ? SAGESSD_FLASH_OK : SAGESSD_FLASH_MEDIA);
+}
+
+int32_t __real_sagessd_fw_flash_complete(uint32_t tag, uint32_t status);
+int32_t __wrap_sagessd_fw_flash_complete(uint32_t tag, uint32_t status);
+
+int32_t __wrap_sagessd_fw_flash_complete(uint32_t tag, uint32_t status)
+{
+    int32_t rc = __real_sagessd_fw_flash_complete(tag, status);
+    if (rc == SAGESSD_OK) {
+        if (expected_count == 0)
+            fail("flash status", "a NAND completion reported that the scheduler never retired",
+                 tag);
+        uint8_t want = expected_results[expected_head];
+        expected_head = (expected_head + 1) % sizeof expected_results;
+        expected_count--;
+        if (status != want)
+            fail("flash status", "the glue reported a NAND request's result as another: got",
+                 status);
+    }
+    return rc;
+}
+
+/* Library polls since the main loop last ran the stock scheduler step (CheckDoneNvmeDmaReq): the
+ * loop fetches commands, admin ones too, only between such steps, so a glue that polls on while
+ * the library has work (a sampling job whose pages are all cached) starves them. */
+static unsigned polls_this_turn;
+
+int32_t __real_sagessd_fw_poll(void);
+int32_t __wrap_sagessd_fw_poll(void);
+
+int32_t __wrap_sagessd_fw_poll(void)
+{
+    if (++polls_this_turn > SAGESSD_COSMOS_POLLS_PER_TURN)
+        fail("starvation", "library polls in one main-loop turn past the glue's budget",
+             polls_this_turn);
+    return __real_sagessd_fw_poll();
 }
 
 /* ---- completions (pcie_hcmd_cq_req.v) ------------------------------------------------------ */
@@ -821,13 +875,14 @@ void SchedulingNandReq(void)
             for (unsigned i = SAGESSD_FW_SPARE_BYTES; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
                 data[BYTES_PER_DATA_REGION_OF_PAGE + i] = 0x5Au;
         /* GetFromNandReqQ, with the board's one-line hook before PutToFreeReqQ. */
+        expect_result(status, kind);
         sagessd_cosmos_nand_done(r, status);
         put_free(r);
         return;
     }
 }
 
-void CheckDoneNvmeDmaReq(void) {}
+void CheckDoneNvmeDmaReq(void) { polls_this_turn = 0; }
 
 void UpdateBadBlockTableForGrownBadBlock(unsigned int tempBufAddr)
 {

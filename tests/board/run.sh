@@ -68,7 +68,8 @@ cosmos_flags=(-DSELFTEST_COSMOS -DSAGESSD_COSMOS_MODEL -DSAGESSD_COSMOS_SLOTS=8u
               -DSAGESSD_COSMOS_NAND_BOUNCES=12u -DSAGESSD_COSMOS_BLOCKS_PER_DIE=16u
               -DCOSMOS_STAGING_BYTES=262144u -I"$root/firmware/board/cosmos"
               -Wl,--wrap=sagessd_fw_submit -Wl,--wrap=sagessd_fw_next_completion
-              -Wl,--wrap=sagessd_fw_reset)
+              -Wl,--wrap=sagessd_fw_reset -Wl,--wrap=sagessd_fw_poll
+              -Wl,--wrap=sagessd_fw_flash_complete)
 build_cosmos_host() { # name, extra flags...
     local name="$1"
     shift

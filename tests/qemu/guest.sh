@@ -172,11 +172,15 @@ ext4_write() { # a 64 MiB ext4 on the namespace, files written and synced, their
     cat /tmp/sums
 }
 
-fstrim_fs() { # the file system's free space discarded: a trim record per discard, not a checkpoint
+fstrim_fs() { # a deleted file's blocks discarded: a trim record per discard, not a checkpoint
+    dd if=/dev/urandom of=/mnt/fs/scratch bs=1048576 count=24 2>/dev/null
+    sync
+    rm /mnt/fs/scratch
+    sync
     read -r start _ </proc/uptime
-    timeout 120 fstrim -v /mnt/fs
+    timeout 120 fstrim -v /mnt/fs >/tmp/fstrim
     read -r end _ </proc/uptime
-    e2e fstrim-seconds "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')"
+    e2e fstrim "$(cat /tmp/fstrim)" "in $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s"
 }
 
 io_works() { # one direct read of the namespace completes (the kernel has reconnected)

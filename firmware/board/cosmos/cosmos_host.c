@@ -438,12 +438,13 @@ int sagessd_cosmos_accept(const NVME_COMMAND *cmd)
 
 /* ---- The main loop ---------------------------------------------------------------------- */
 
-/* Runs the library until it idles and posts what it finished. Returns whether anything moved. */
+/* Runs the library for at most SAGESSD_COSMOS_POLLS_PER_TURN polls (it goes on next turn, so
+ * that the main loop takes commands meanwhile) and posts what it finished. Returns whether
+ * anything moved. */
 static int run_library(void)
 {
     int moved = sagessd_cosmos_flash_poll() > 0;
-    int32_t rc;
-    while ((rc = sagessd_fw_poll()) > 0)
+    for (unsigned n = 0; n < SAGESSD_COSMOS_POLLS_PER_TURN && sagessd_fw_poll() > 0; n++)
         moved = 1;
     sagessd_completion done;
     while (sagessd_fw_next_completion(&done) == 1) {

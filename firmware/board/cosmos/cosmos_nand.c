@@ -170,9 +170,14 @@ unsigned int sagessd_cosmos_flash_poll(void)
     while (retired_count > 0) {
         unsigned b = retired[retired_head];
         bounce_entry *e = &bounces[b];
-        /* A corrected read (WARNING: GreedyFTL marks the block as grown bad for the next boot)
-         * still delivers the data; FAIL comes after the scheduler's retries. */
-        uint32_t result = e->status == REQ_STATUS_FAIL ? SAGESSD_FLASH_MEDIA : SAGESSD_FLASH_OK;
+        /* Only DONE is success, and a corrected read (WARNING: GreedyFTL marks the block as
+         * grown bad for the next boot), which still delivers the data. Anything else — FAIL
+         * after the scheduler's retries, a WARNING on a program or erase, a status this glue
+         * does not know — is a media failure: the library then writes the data elsewhere or
+         * reports the read, rather than trusting a page that may not hold it. */
+        int ok = e->status == REQ_STATUS_DONE ||
+                 (e->status == REQ_STATUS_WARNING && e->kind == SAGESSD_FLASH_READ);
+        uint32_t result = ok ? SAGESSD_FLASH_OK : SAGESSD_FLASH_MEDIA;
         if (e->kind == SAGESSD_FLASH_READ && result == SAGESSD_FLASH_OK)
             copy(e->dram_page, bounce_of(b), BYTES_PER_DATA_REGION_OF_PAGE + SAGESSD_FW_SPARE_BYTES);
         if (sagessd_fw_flash_complete(e->tag, result) != SAGESSD_OK)

@@ -43,6 +43,14 @@
 #define SAGESSD_COSMOS_NAND_BOUNCES 32u
 #endif
 
+/* Library polls (sagessd_fw_poll) one sagessd_cosmos_poll runs at most. The main loop fetches
+ * commands, admin ones too, and runs the NAND scheduler only between turns, so a long sampling
+ * job whose pages are all in the page buffer (it never waits for the flash) must not run to its
+ * end in one turn: it goes on next turn, and the host's commands are taken meanwhile. */
+#ifndef SAGESSD_COSMOS_POLLS_PER_TURN
+#define SAGESSD_COSMOS_POLLS_PER_TURN 8u
+#endif
+
 /* The library's blocks per die: the first this many good virtual blocks of each die (at most
  * USER_BLOCKS_PER_DIE, and no more than the worst die has good ones). Fewer blocks make a
  * smaller arena (docs/openssd.md §6). */
@@ -83,9 +91,10 @@ int sagessd_cosmos_ready(void);
    the glue (or by the host controller, see cosmos_host.c) exactly once. */
 int sagessd_cosmos_accept(const NVME_COMMAND *cmd);
 
-/* One main-loop turn: reports finished NAND requests to the library, runs it, starts the
-   device→host DMA of finished commands and posts their completions, and retries commands the
-   library was too busy to take. Returns whether anything moved. */
+/* One main-loop turn: reports finished NAND requests to the library, runs it (at most
+   SAGESSD_COSMOS_POLLS_PER_TURN polls), starts the device→host DMA of finished commands and posts
+   their completions, and retries commands the library was too busy to take. Returns whether
+   anything moved (then call it again on the next turn). */
 int sagessd_cosmos_poll(void);
 
 /* NVMe controller reset (the stock NVME_TASK_RESET branch): abandons every command the glue
