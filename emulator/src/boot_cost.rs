@@ -7,7 +7,7 @@
 //! at half the interval (memory: the in-memory flash holds every page written).
 
 use sagessd_abi::nvme::SubmissionEntry;
-use sagessd_firmware::{BootReport, Firmware, RestoreError};
+use sagessd_firmware::BootReport;
 
 use crate::config::HwConfig;
 use crate::error::EmulatorError;
@@ -103,15 +103,11 @@ fn boot(
     dram: Vec<u8>,
 ) -> Result<(Ssd, MeasuredBoot), EmulatorError> {
     let start_ns = nand.now_ns();
-    let (firmware, report) = Firmware::recover(
-        config.firmware_config(),
-        nand,
-        dram,
-        &mut NandArray::wait_for_completion,
-    )
-    .map_err(|e| match e {
-        RestoreError::Config(c) => config.firmware_error(c),
-        other => EmulatorError::CheckFailed(format!("a boot from in-memory flash: {other:?}")),
+    let (firmware, report) = Ssd::recover(config, nand, dram, &|field, reason| {
+        EmulatorError::CheckFailed(format!(
+            "a boot from in-memory flash: {}{reason}",
+            field.map_or(String::new(), |f| format!("{f} "))
+        ))
     })?;
     let ready_ns = firmware.flash().now_ns();
     let erased = firmware.flash().stats().blocks_erased;

@@ -80,46 +80,42 @@ pub(crate) fn decode_record(
     })
 }
 
+/// A record: its number (records are numbered from 1, in the order they open), its data
+/// sequence, its ranges so far, and the program attempts that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Record {
+    number: u64,
+    ts: u64,
+    ranges: u32,
+    attempts: u8,
+}
+
 /// What a window holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Window {
     Free,
-    /// Taking unmaps: record `record`, data sequence `ts`, `ranges` ranges so far.
-    Open {
-        record: u64,
-        ts: u64,
-        ranges: u32,
-    },
-    /// Closed, waiting for its program; `attempts` failed so far.
-    Sealed {
-        record: u64,
-        ts: u64,
-        ranges: u32,
-        attempts: u8,
-    },
+    /// Taking unmaps.
+    Open(Record),
+    /// Closed, waiting for its program.
+    Sealed(Record),
     /// No page to program it into (the device is full: retired blocks ate the spare): the
-    /// checkpoint `ticket` holds its unmaps instead; `give_ups` is the writer's count then.
+    /// checkpoint `ticket` holds record `number`'s unmaps instead; `give_ups` is the writer's
+    /// count then.
     Checkpointing {
-        record: u64,
+        number: u64,
         ticket: Ticket,
         give_ups: u32,
     },
     /// Being programmed into `ppn`, at program sequence `program_seq`.
     Programming {
-        record: u64,
-        ts: u64,
-        ranges: u32,
-        attempts: u8,
+        record: Record,
         ppn: PhysPage,
         program_seq: u64,
     },
     /// Programmed; being read back (`reads_failed` attempts failed so far; `due`: the next
     /// read waits for flash-queue room).
     Verifying {
-        record: u64,
-        ts: u64,
-        ranges: u32,
-        attempts: u8,
+        record: Record,
         ppn: PhysPage,
         program_seq: u64,
         reads_failed: u8,
@@ -184,31 +180,25 @@ impl TrimLog {
     /// sealing a record that can take no more, as needed).
     pub fn admit(&mut self, dram: &mut [u8], ftl: &mut Ftl, lpn: u32) -> Admit {
         let per_record = ranges_per_record(self.page_bytes) as u32;
-        if let Some(k) = self.open_window() {
-            let Window::Open { record, ts, ranges } = self.state[k] else {
-                unreachable!("open_window finds an open window");
-            };
+        if let Some((k, mut record)) = self.open_record() {
             let body = self.window(k).sub(RECORD_HEADER_BYTES, self.page_bytes);
-            if !ftl.stamped_since(ts) {
+            if !ftl.stamped_since(record.ts) {
                 // Extends the last range when `lpn` follows it, else starts one.
-                let last = (ranges as usize - 1) * 2;
+                let last = (record.ranges as usize - 1) * 2;
                 let (first, count) = (body.u32(dram, last), body.u32(dram, last + 1));
                 if first.checked_add(count) == Some(lpn) {
                     body.set_u32(dram, last + 1, count + 1);
                     return Admit::Logged;
                 }
-                if ranges < per_record {
+                if record.ranges < per_record {
                     body.set_u32(dram, last + 2, lpn);
                     body.set_u32(dram, last + 3, 1);
-                    self.state[k] = Window::Open {
-                        record,
-                        ts,
-                        ranges: ranges + 1,
-                    };
+                    record.ranges += 1;
+                    self.state[k] = Window::Open(record);
                     return Admit::Logged;
                 }
             }
-            self.seal(k);
+            self.state[k] = Window::Sealed(record);
         }
         // A new record: a free window, and room under the unsaved bound.
         let in_log = self.state.iter().filter(|w| **w != Window::Free).count();
@@ -218,42 +208,33 @@ impl TrimLog {
         if in_log + ftl.unsaved_records() >= MAX_UNSAVED_RECORDS {
             return Admit::Wait;
         }
-        let ts = ftl.reserve_seq();
         let body = self.window(k).sub(RECORD_HEADER_BYTES, self.page_bytes);
         body.set_u32(dram, 0, lpn);
         body.set_u32(dram, 1, 1);
-        self.state[k] = Window::Open {
-            record: self.next_record,
-            ts,
+        self.state[k] = Window::Open(Record {
+            number: self.next_record,
+            ts: ftl.reserve_seq(),
             ranges: 1,
-        };
+            attempts: 0,
+        });
         self.next_record += 1;
         Admit::Logged
     }
 
-    fn open_window(&self) -> Option<usize> {
-        self.state
-            .iter()
-            .position(|w| matches!(w, Window::Open { .. }))
-    }
-
-    fn seal(&mut self, k: usize) {
-        if let Window::Open { record, ts, ranges } = self.state[k] {
-            self.state[k] = Window::Sealed {
-                record,
-                ts,
-                ranges,
-                attempts: 0,
-            };
-        }
+    /// The open record and its window, if any.
+    fn open_record(&self) -> Option<(usize, Record)> {
+        self.state.iter().enumerate().find_map(|(k, w)| match w {
+            Window::Open(record) => Some((k, *record)),
+            _ => None,
+        })
     }
 
     /// Seals the open record, if any, and returns what a command that made unmaps so far
     /// waits for: the records after the first (done then) through the second (the newest one
     /// opened).
     pub fn seal_all(&mut self) -> (u64, u64) {
-        if let Some(k) = self.open_window() {
-            self.seal(k);
+        if let Some((k, record)) = self.open_record() {
+            self.state[k] = Window::Sealed(record);
         }
         (self.done_through, self.next_record - 1)
     }
@@ -268,7 +249,7 @@ impl TrimLog {
     pub fn is_idle(&self) -> bool {
         self.state
             .iter()
-            .all(|w| matches!(w, Window::Free | Window::Open { .. }))
+            .all(|w| matches!(w, Window::Free | Window::Open(_)))
     }
 
     /// Programs the oldest sealed record when none is being programmed (or, on a full device,
@@ -285,17 +266,17 @@ impl TrimLog {
         }
         for k in 0..TRIM_LOG_WINDOWS {
             if let Window::Checkpointing {
-                record,
+                number,
                 ticket,
                 give_ups,
             } = self.state[k]
             {
                 if checkpoint.is_durable(ticket) {
-                    self.finish(k, record, true);
+                    self.finish(k, number, true);
                     return true;
                 }
                 if checkpoint.gave_up() != give_ups {
-                    self.finish(k, record, false);
+                    self.finish(k, number, false);
                     return true;
                 }
                 return false;
@@ -322,20 +303,11 @@ impl TrimLog {
         }
         let oldest = (0..TRIM_LOG_WINDOWS)
             .filter_map(|k| match self.state[k] {
-                Window::Sealed { record, .. } => Some((record, k)),
+                Window::Sealed(record) => Some((record.number, k, record)),
                 _ => None,
             })
-            .min();
-        let Some((_, k)) = oldest else {
-            return false;
-        };
-        let Window::Sealed {
-            record,
-            ts,
-            ranges,
-            attempts,
-        } = self.state[k]
-        else {
+            .min_by_key(|(number, _, _)| *number);
+        let Some((_, k, record)) = oldest else {
             return false;
         };
         if !queue.has_room(1) {
@@ -346,7 +318,7 @@ impl TrimLog {
         let Some(ppn) = ftl.allocate(dram, true) else {
             if ftl.is_full() && !ftl.hold_programs {
                 self.state[k] = Window::Checkpointing {
-                    record,
+                    number: record.number,
                     ticket: checkpoint.request(),
                     give_ups: checkpoint.gave_up(),
                 };
@@ -355,15 +327,15 @@ impl TrimLog {
             return false;
         };
         let window = self.window(k);
-        let body_len = ranges as usize * 8;
+        let body_len = record.ranges as usize * 8;
         let body = window.sub(RECORD_HEADER_BYTES, body_len);
         let crc = crc32c(body.bytes(dram));
         let bytes = window.bytes_mut(dram);
-        bytes[0..4].copy_from_slice(&ranges.to_le_bytes());
+        bytes[0..4].copy_from_slice(&record.ranges.to_le_bytes());
         bytes[4..8].copy_from_slice(&crc.to_le_bytes());
         bytes[RECORD_HEADER_BYTES + body_len..self.page_bytes].fill(0);
         let spare = &mut bytes[self.page_bytes..self.page_bytes + SPARE_BYTES];
-        let program_seq = ftl.stamp_trim_record(spare, ranges, ts);
+        let program_seq = ftl.stamp_trim_record(spare, record.ranges, record.ts);
         queue.push(
             Tag::new(TagKind::TrimRecord, 0, k as u16),
             FlashOp::Program {
@@ -373,9 +345,6 @@ impl TrimLog {
         );
         self.state[k] = Window::Programming {
             record,
-            ts,
-            ranges,
-            attempts,
             ppn,
             program_seq,
         };
@@ -406,9 +375,6 @@ impl TrimLog {
     ) {
         let Some(&Window::Programming {
             record,
-            ts,
-            ranges,
-            attempts,
             ppn,
             program_seq,
         }) = self.state.get(k)
@@ -417,7 +383,7 @@ impl TrimLog {
         };
         ftl.program_finished(dram, ppn, result.is_ok());
         if result.is_err() {
-            self.program_again(k, record, ts, ranges, attempts);
+            self.program_again(k, record);
             return;
         }
         // Its block is kept from now: a record that does not read back is written again, and
@@ -429,9 +395,6 @@ impl TrimLog {
         }
         self.state[k] = Window::Verifying {
             record,
-            ts,
-            ranges,
-            attempts,
             ppn,
             program_seq,
             reads_failed: 0,
@@ -445,10 +408,6 @@ impl TrimLog {
     pub fn read_back(&mut self, dram: &[u8], k: usize, result: Result<(), FlashError>) {
         let Some(&Window::Verifying {
             record,
-            ts,
-            ranges,
-            attempts,
-            ppn,
             program_seq,
             reads_failed,
             ..
@@ -456,12 +415,12 @@ impl TrimLog {
         else {
             return;
         };
-        let len = RECORD_HEADER_BYTES + ranges as usize * 8;
+        let len = RECORD_HEADER_BYTES + record.ranges as usize * 8;
         let back = self.window(READBACK).bytes(dram);
         let expected = Spare {
             kind: PageKind::Trim,
-            index: ranges,
-            data_seq: ts,
+            index: record.ranges,
+            data_seq: record.ts,
             program_seq,
         };
         let intact = result.is_ok()
@@ -469,36 +428,31 @@ impl TrimLog {
             && Spare::decode(&back[self.page_bytes..]) == ReadSpare::Valid(expected);
         if intact {
             self.stats.records += 1;
-            self.stats.ranges += u64::from(ranges);
-            self.finish(k, record, true);
+            self.stats.ranges += u64::from(record.ranges);
+            self.finish(k, record.number, true);
         } else if reads_failed < READ_RETRIES {
-            self.state[k] = Window::Verifying {
-                record,
-                ts,
-                ranges,
-                attempts,
-                ppn,
-                program_seq,
-                reads_failed: reads_failed + 1,
-                due: true,
-            };
+            if let Window::Verifying {
+                reads_failed, due, ..
+            } = &mut self.state[k]
+            {
+                *reads_failed += 1;
+                *due = true;
+            }
         } else {
-            self.program_again(k, record, ts, ranges, attempts);
+            self.program_again(k, record);
         }
     }
 
-    /// The record in window `k` did not make it to flash: program it again elsewhere, or
+    /// `record`, in window `k`, did not make it to flash: program it again elsewhere, or
     /// after [`MAX_ATTEMPTS`] fail its waiters.
-    fn program_again(&mut self, k: usize, record: u64, ts: u64, ranges: u32, attempts: u8) {
-        if attempts + 1 < MAX_ATTEMPTS {
-            self.state[k] = Window::Sealed {
-                record,
-                ts,
-                ranges,
-                attempts: attempts + 1,
-            };
+    fn program_again(&mut self, k: usize, record: Record) {
+        if record.attempts + 1 < MAX_ATTEMPTS {
+            self.state[k] = Window::Sealed(Record {
+                attempts: record.attempts + 1,
+                ..record
+            });
         } else {
-            self.finish(k, record, false);
+            self.finish(k, record.number, false);
         }
     }
 
