@@ -57,8 +57,9 @@ impl Geometry {
         u64::from(self.block_count()) * u64::from(self.pages_per_block)
     }
 
-    /// Whether every count is non-zero, the page size is a multiple of 512 bytes, and the page
-    /// count fits the firmware's 32-bit physical page numbers.
+    /// Whether every count is non-zero, the page size is a multiple of 512 bytes, the page
+    /// count fits the firmware's 32-bit physical page numbers, and the block count fits the 28
+    /// bits a flash tag has for a block ([`MAX_BLOCKS`]).
     pub fn is_valid(&self) -> bool {
         let counts = [
             self.channels,
@@ -67,13 +68,16 @@ impl Geometry {
             self.blocks_per_die,
             self.pages_per_block,
         ];
-        let total = counts
-            .iter()
-            .try_fold(1u64, |a, c| a.checked_mul(u64::from(*c)));
+        let product = |n: usize| {
+            counts[..n]
+                .iter()
+                .try_fold(1u64, |a, c| a.checked_mul(u64::from(*c)))
+        };
         counts.iter().all(|c| *c > 0)
             && self.page_size_bytes >= 512
             && self.page_size_bytes.is_multiple_of(512)
-            && matches!(total, Some(t) if t < u64::from(u32::MAX))
+            && matches!(product(5), Some(t) if t < u64::from(u32::MAX))
+            && matches!(product(4), Some(b) if b <= u64::from(MAX_BLOCKS))
     }
 
     /// Bytes of a page operation's DRAM window: the page's data, then its spare area.
@@ -110,6 +114,10 @@ impl Geometry {
         ppn.0 / self.pages_per_block / self.blocks_per_die
     }
 }
+
+/// Most erase blocks an array may have: the firmware names a block in the 28 bits of a flash
+/// tag (the lazy eraser's erases).
+pub const MAX_BLOCKS: u32 = 1 << 28;
 
 /// Bytes of a page's spare (out-of-band) area that travel with it, after its data, in every
 /// page operation's DRAM window. A multiple of the arena's cache line, so that windows stay
@@ -346,5 +354,48 @@ mod tests {
         assert_eq!(runs, [(0, 1), (8, 3), (14, 2)]);
         assert_eq!(Sectors::ALL.runs().collect::<Vec<_>>(), [(0, 16)]);
         assert_eq!(Sectors::NONE.runs().count(), 0);
+    }
+
+    #[test]
+    fn a_geometry_is_valid_only_if_its_pages_and_blocks_fit_their_numbers() {
+        let g = Geometry {
+            channels: 8,
+            ways: 8,
+            dies_per_way: 1,
+            blocks_per_die: 4096,
+            pages_per_block: 256,
+            page_size_bytes: 16384,
+        };
+        assert!(g.is_valid());
+        // 2^31 pages in blocks of one page: the pages fit 32 bits, the blocks not 28.
+        let one_page_blocks = Geometry {
+            channels: 1,
+            ways: 1,
+            dies_per_way: 1,
+            blocks_per_die: 1 << 31,
+            pages_per_block: 1,
+            page_size_bytes: 512,
+        };
+        assert!(!one_page_blocks.is_valid());
+        let at_the_limit = Geometry {
+            blocks_per_die: MAX_BLOCKS,
+            ..one_page_blocks
+        };
+        assert!(at_the_limit.is_valid());
+        assert!(
+            !Geometry {
+                channels: u32::MAX,
+                ways: u32::MAX,
+                ..g
+            }
+            .is_valid()
+        );
+        assert!(
+            !Geometry {
+                page_size_bytes: 1000,
+                ..g
+            }
+            .is_valid()
+        );
     }
 }

@@ -65,6 +65,7 @@ impl Ftl {
                 return queued;
             }
             self.block_state.bytes_mut(dram)[head as usize] = BLOCK_ERASING;
+            // A valid geometry has at most 2^28 blocks (`hal::MAX_BLOCKS`): the tag holds any.
             let (owner, index) = ((head >> 16) as u16, head as u16);
             queue.push(
                 Tag::new(TagKind::FreeErase, owner, index),
