@@ -24,7 +24,7 @@ use crate::ftl::{BlockScan, Replayed};
 use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
 use crate::read_retry::READ_RETRIES;
-use crate::trim_log::{MAX_UNSAVED_RECORDS, decode_record};
+use crate::trim_log::{MAX_UNSAVED_RECORDS, record_is_intact, record_range};
 
 /// Why the firmware cannot boot from the flash it was given. Each variant names what is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -573,35 +573,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for TrimRecords {
         let window = fw.checkpointer().window(k);
         let page = fw.ftl().geometry().page_size_bytes as usize;
         let (ftl, dram) = fw.ftl_dram();
-        let mut ranges = [(0u32, 0u32); 64];
-        let mut applied = false;
-        // Ranges are copied out in batches: the window is part of the arena the tables are.
-        let mut at = 0;
-        loop {
-            let n = match ok
-                .then(|| decode_record(&window.bytes(dram)[..page], r.ranges))
-                .flatten()
-            {
-                Some(it) => {
-                    let mut n = 0;
-                    for (slot, range) in ranges.iter_mut().zip(it.skip(at)) {
-                        *slot = range;
-                        n += 1;
-                    }
-                    n
-                }
-                None => 0,
-            };
-            for &(first, count) in &ranges[..n] {
+        if ok && record_is_intact(&window.bytes(dram)[..page], r.ranges) {
+            for i in 0..r.ranges as usize {
+                let (first, count) = record_range(window, dram, i);
                 ftl.replay_trim(dram, first, count, r.ts, self.snapshot_seq);
             }
-            applied |= n > 0;
-            if n < ranges.len() {
-                break;
-            }
-            at += n;
-        }
-        if applied {
             ftl.record_programmed(ppn, r.program_seq);
             self.applied += 1;
         }

@@ -58,26 +58,24 @@ pub(crate) fn ranges_per_record(page_size_bytes: usize) -> usize {
     (page_size_bytes - RECORD_HEADER_BYTES) / 8
 }
 
-/// Decodes a record's data: its ranges as (first logical page, pages), if the count is
-/// `ranges` (the spare's) and the CRC holds.
-pub(crate) fn decode_record(
-    data: &[u8],
-    ranges: u32,
-) -> Option<impl Iterator<Item = (u32, u32)> + '_> {
-    let u32_at = |i: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(data.get(i..i + 4)?.try_into().ok()?))
-    };
-    let n = ranges as usize;
-    let end = RECORD_HEADER_BYTES.checked_add(n.checked_mul(8)?)?;
-    let body = data.get(RECORD_HEADER_BYTES..end)?;
-    (u32_at(0)? == ranges && u32_at(4)? == crc32c(body)).then(|| {
-        body.chunks_exact(8).map(|c| {
-            (
-                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-            )
-        })
-    })
+/// Whether a record's data holds `ranges` ranges (the spare's count) under an intact CRC.
+pub(crate) fn record_is_intact(data: &[u8], ranges: u32) -> bool {
+    let body = (ranges as usize)
+        .checked_mul(8)
+        .and_then(|len| data.get(RECORD_HEADER_BYTES..RECORD_HEADER_BYTES.checked_add(len)?));
+    match (body, data.get(..RECORD_HEADER_BYTES)) {
+        (Some(body), Some(header)) => {
+            header[..4] == ranges.to_le_bytes() && header[4..] == crc32c(body).to_le_bytes()
+        }
+        _ => false,
+    }
+}
+
+/// Range `i` of an intact record held in `window` (data, then spare): (first logical page,
+/// pages).
+pub(crate) fn record_range(window: Region, dram: &[u8], i: usize) -> (u32, u32) {
+    let at = RECORD_HEADER_BYTES / 4 + 2 * i;
+    (window.u32(dram, at), window.u32(dram, at + 1))
 }
 
 /// A record: its number (records are numbered from 1, in the order they open), its data
