@@ -10,6 +10,8 @@
 //! * [`ns_config`]: the neighbour-sampling configuration carried by `NS_SUBMIT`;
 //! * [`subgraph`]: the sampled-subgraph (message-flow graph) format returned by `NS_COLLECT`;
 //! * [`fabrics`]: NVMe-oF Connect / Property commands, controller properties, SGL data pointers;
+//! * [`auth`]: DH-HMAC-CHAP in-band authentication (its messages; with feature `auth`, its
+//!   secrets, responses and DH groups);
 //! * [`tcp`]: NVMe/TCP PDUs and their framing checks; [`crc32c`]: their digest;
 //! * [`tunnel`]: the window of LBAs that carries NS_SUBMIT/NS_COLLECT in Writes and Reads;
 //! * [`sample`]: the one neighbour-sampling function that device and host both call, so that an
@@ -25,6 +27,7 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod auth;
 pub mod crc32c;
 pub mod fabrics;
 pub mod graph;
