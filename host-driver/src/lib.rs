@@ -18,6 +18,7 @@
 
 mod device;
 mod error;
+mod fabrics_auth;
 pub mod load;
 #[cfg(feature = "local")]
 mod local;
@@ -32,6 +33,7 @@ pub use device::{
     FALLBACK_MAX_TRANSFER_BYTES, IO_QUEUE, NAMESPACE_ID, subgraph_size_bound,
 };
 pub use error::{DriverError, describe_status, opcode_name};
+pub use fabrics_auth::DhchapSecrets;
 #[cfg(feature = "local")]
 pub use local::LocalTransport;
 pub use passthru::PassthruTransport;

@@ -27,7 +27,9 @@ use sagessd_abi::tcp::{
 };
 use zerocopy::{FromZeros, IntoBytes};
 
+use crate::fabrics_auth::{DhchapSecrets, Peer, authenticate};
 use crate::transport::{Completion, Transport, TransportError};
+use sagessd_abi::auth::CONNECT_ATR;
 
 /// Submission queue size asked for the admin queue (0-based).
 const ADMIN_SQSIZE: u16 = 31;
@@ -56,6 +58,9 @@ pub struct TcpOptions {
     /// How long `reap` waits for the next completion before it gives up on the outstanding
     /// commands (an error); `None`: for ever.
     pub command_timeout: Option<Duration>,
+    /// DH-HMAC-CHAP secrets: each queue whose Connect asks for authentication authenticates
+    /// with them (without them such a target cannot be used).
+    pub dhchap: Option<DhchapSecrets>,
 }
 
 impl TcpOptions {
@@ -68,6 +73,7 @@ impl TcpOptions {
             queue_entries: 128,
             io_queues: 1,
             command_timeout: None,
+            dhchap: None,
         }
     }
 }
@@ -150,6 +156,7 @@ impl TcpTransport {
             data.as_bytes(),
         )?;
         t.cntlid = c.cqe.result.get() as u16;
+        t.authenticate_if_asked(0, c.cqe.result.get(), options)?;
         let cap = t.property_get(property::CAP, true)?;
         let mqes = (cap & 0xFFFF) as u16;
         // EN, NVM command set, 4 KiB pages, 64-byte SQEs and 16-byte CQEs.
@@ -184,9 +191,37 @@ impl TcpTransport {
             )?;
             t.io.push(io);
             let connect = FabricsCommand::connect(0, qid, sqsize, 0);
-            t.setup(qid, connect, data.as_bytes())?;
+            let c = t.setup(qid, connect, data.as_bytes())?;
+            t.authenticate_if_asked(qid, c.cqe.result.get(), options)?;
         }
         Ok(t)
+    }
+
+    /// Authenticates queue `qid` if its Connect's result (`connect_dw0`) asks for it; each
+    /// queue's transaction has its own id (the queue's, as Linux numbers them per controller).
+    fn authenticate_if_asked(
+        &mut self,
+        qid: u16,
+        connect_dw0: u32,
+        options: &TcpOptions,
+    ) -> Result<(), TransportError> {
+        if connect_dw0 & CONNECT_ATR == 0 {
+            return Ok(());
+        }
+        let Some(secrets) = &options.dhchap else {
+            return Err(device_error(format!(
+                "the target requires DH-HMAC-CHAP authentication from host {:?} and no secret \
+                 was given (dhchap_secret=)",
+                options.host_nqn
+            )));
+        };
+        let peer = Peer {
+            qid,
+            t_id: qid,
+            host_nqn: &options.host_nqn,
+            subsys_nqn: &options.nqn,
+        };
+        authenticate(self, &peer, secrets)
     }
 
     /// The controller id the subsystem gave this connection.

@@ -5,7 +5,10 @@
 //!   the caller passes);
 //! * `tcp://HOST:PORT/NQN` — an NVMe/TCP subsystem (the emulator's target, or any NVMe-oF
 //!   target); `digest=1` turns header and data digests on, `hostnqn=NQN` presents that host
-//!   NQN (a target may allow only some hosts);
+//!   NQN (a target may allow only some hosts), `dhchap_secret=DHHC-1:…` authenticates with
+//!   that secret when the target asks (DH-HMAC-CHAP), and `dhchap_ctrl_secret=DHHC-1:…` makes
+//!   the target prove it knows that one (a URI prints its secrets as `<secret>`, so that a
+//!   printed URI never carries them);
 //! * `passthru:/dev/nvme0n1` or `passthru:/dev/ng0n1` — a namespace through Linux NVMe
 //!   passthrough; on the character device I/O goes through io_uring (`uring=0`: ioctls).
 //!
@@ -20,7 +23,8 @@ use sagessd_emulator::HwConfig;
 #[cfg(feature = "local")]
 use crate::LocalTransport;
 use crate::transport::Transport;
-use crate::{Device, DriverError, PassthruTransport, TcpOptions, TcpTransport};
+use crate::{Device, DhchapSecrets, DriverError, PassthruTransport, TcpOptions, TcpTransport};
+use sagessd_abi::auth::secret::Secret;
 
 /// Where a device is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +41,8 @@ pub enum Endpoint {
         digests: bool,
         /// The host NQN to present (`None`: the initiator's own).
         host_nqn: Option<String>,
+        /// The DH-HMAC-CHAP secrets, for a target that asks the host to authenticate.
+        dhchap: Option<DhchapSecrets>,
     },
     /// A Linux NVMe namespace device node.
     Passthru {
@@ -66,6 +72,7 @@ impl std::fmt::Display for DeviceUri {
                 nqn,
                 digests,
                 host_nqn,
+                dhchap,
             } => {
                 write!(f, "tcp://{addr}/{nqn}")?;
                 if *digests {
@@ -73,6 +80,12 @@ impl std::fmt::Display for DeviceUri {
                 }
                 if let Some(host) = host_nqn {
                     options.push(format!("hostnqn={host}"));
+                }
+                if let Some(secrets) = dhchap {
+                    options.push("dhchap_secret=<secret>".to_string());
+                    if secrets.ctrl.is_some() {
+                        options.push("dhchap_ctrl_secret=<secret>".to_string());
+                    }
                 }
             }
             Endpoint::Passthru { path, uring } => {
@@ -101,8 +114,19 @@ impl std::str::FromStr for DeviceUri {
         let mut tunnel = false;
         let mut uring = None;
         let mut host_nqn = None;
+        let (mut host_secret, mut ctrl_secret) = (None, None);
+        let secret = |value: &str, name: &str| {
+            Secret::parse(value).map_err(|e| format!("{s:?}: {name}=: {e}"))
+        };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair {
+                _ if pair.starts_with("dhchap_secret=") => {
+                    host_secret = Some(secret(&pair["dhchap_secret=".len()..], "dhchap_secret")?);
+                }
+                _ if pair.starts_with("dhchap_ctrl_secret=") => {
+                    let value = &pair["dhchap_ctrl_secret=".len()..];
+                    ctrl_secret = Some(secret(value, "dhchap_ctrl_secret")?);
+                }
                 _ if pair.starts_with("hostnqn=") => {
                     let host = &pair["hostnqn=".len()..];
                     if host.is_empty() || host.len() > 223 {
@@ -115,7 +139,8 @@ impl std::str::FromStr for DeviceUri {
                 "uring=1" | "uring=0" => uring = Some(pair.ends_with('1')),
                 other => {
                     return Err(format!(
-                        "{s:?}: unknown option {other:?} (digest=0|1, hostnqn=NQN, tunnel=0|1, uring=0|1)"
+                        "{s:?}: unknown option {other:?} (digest=0|1, hostnqn=NQN, \
+                         dhchap_secret=DHHC-1:…, dhchap_ctrl_secret=DHHC-1:…, tunnel=0|1, uring=0|1)"
                     ));
                 }
             }
@@ -131,6 +156,11 @@ impl std::str::FromStr for DeviceUri {
                 uring: uring.unwrap_or(true),
             }
         } else if let Some(rest) = base.strip_prefix("tcp://") {
+            if ctrl_secret.is_some() && host_secret.is_none() {
+                return Err(format!(
+                    "{s:?}: dhchap_ctrl_secret= goes with dhchap_secret= (the host authenticates first)"
+                ));
+            }
             let (addr, nqn) = rest
                 .split_once('/')
                 .filter(|(a, n)| a.contains(':') && !n.is_empty())
@@ -140,14 +170,22 @@ impl std::str::FromStr for DeviceUri {
                 nqn: nqn.to_owned(),
                 digests,
                 host_nqn: host_nqn.clone(),
+                dhchap: host_secret.clone().map(|host| DhchapSecrets {
+                    host,
+                    ctrl: ctrl_secret.clone(),
+                }),
             }
         } else {
             return Err(format!(
                 "{s:?}: unknown device URI (local:, tcp://HOST:PORT/NQN, passthru:/dev/...)"
             ));
         };
-        if (digests || host_nqn.is_some()) && !matches!(endpoint, Endpoint::Tcp { .. }) {
-            return Err(format!("{s:?}: digest= and hostnqn= are NVMe/TCP options"));
+        let tcp_only =
+            digests || host_nqn.is_some() || host_secret.is_some() || ctrl_secret.is_some();
+        if tcp_only && !matches!(endpoint, Endpoint::Tcp { .. }) {
+            return Err(format!(
+                "{s:?}: digest=, hostnqn= and dhchap_*secret= are NVMe/TCP options"
+            ));
         }
         if uring.is_some() && !matches!(endpoint, Endpoint::Passthru { .. }) {
             return Err(format!("{s:?}: uring= is a passthru: option"));
@@ -185,11 +223,13 @@ pub fn open_remote_device(
             nqn,
             digests,
             host_nqn,
+            dhchap,
         } => {
             let defaults = TcpOptions::new(nqn);
             let options = TcpOptions {
                 digests: *digests,
                 host_nqn: host_nqn.clone().unwrap_or(defaults.host_nqn.clone()),
+                dhchap: dhchap.clone(),
                 ..defaults
             };
             Box::new(TcpTransport::connect(addr.as_str(), &options)?)
@@ -237,7 +277,28 @@ mod tests {
                 nqn: "n".into(),
                 digests: true,
                 host_nqn: None,
+                dhchap: None,
             }
+        );
+        // Secrets are taken, checked, and never printed.
+        let key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let uri: DeviceUri = format!("tcp://h:1/n?dhchap_secret={key}&dhchap_ctrl_secret={key}")
+            .parse()
+            .unwrap();
+        let Endpoint::Tcp {
+            dhchap: Some(secrets),
+            ..
+        } = &uri.endpoint
+        else {
+            panic!("{uri:?}");
+        };
+        assert_eq!(
+            secrets.ctrl.as_ref().map(Secret::to_string).as_deref(),
+            Some(key)
+        );
+        assert_eq!(
+            uri.to_string(),
+            "tcp://h:1/n?dhchap_secret=<secret>&dhchap_ctrl_secret=<secret>"
         );
         for bad in [
             "tcp://host/nqn",
@@ -247,6 +308,9 @@ mod tests {
             "passthru:/dev/x?digest=1",
             "passthru:/dev/x?hostnqn=a",
             "tcp://h:1/n?hostnqn=",
+            "tcp://h:1/n?dhchap_secret=DHHC-1:00:AAAA:",
+            "tcp://h:1/n?dhchap_ctrl_secret=DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
+            "passthru:/dev/x?dhchap_secret=DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
             "local:?uring=1",
             "nvme0",
         ] {

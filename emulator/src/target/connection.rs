@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sagessd_abi::auth::{AUTH_REQUIRED, CONNECT_ATR, SECP_AUTH, SPSP_DHCHAP};
 use sagessd_abi::fabrics::{
     ConnectData, DataPointer, FABRICS_OPCODE, FabricsCommand, connect_status, data_direction,
     fctype,
@@ -32,6 +33,7 @@ use sagessd_abi::tcp::{
 use zerocopy::FromZeros;
 
 use super::TargetOptions;
+use super::auth::{QueueAuth, Sent};
 use super::budget::{self, Budget, Grant};
 use super::device::{DeviceHandle, Reply, ReplyTo, Request};
 use super::outbound::{Flow, Outbound, Outbox, write_loop, write_term};
@@ -147,6 +149,10 @@ struct Connection {
     jobs: Arc<Mutex<HashMap<u32, u32>>>,
     next_ttag: u16,
     closing: bool,
+    /// DH-HMAC-CHAP, on a queue whose host has a secret.
+    auth: Option<QueueAuth>,
+    /// The keep-alive timeout the host asked for, applied once the queue has authenticated.
+    keep_alive: Option<Duration>,
 }
 
 /// Serves one connection until the host closes it or breaks the protocol.
@@ -220,6 +226,8 @@ pub(super) fn serve(
         jobs: Arc::new(Mutex::new(HashMap::new())),
         next_ttag: 0,
         closing: false,
+        auth: None,
+        keep_alive: None,
     };
     let result = c.run();
     c.discard_jobs();
@@ -351,9 +359,14 @@ impl Connection {
                 self.out.send(Outbound::Term(fatal, header));
                 return Ok(());
             }
-            if self.queue.is_none() && Instant::now() > self.setup_deadline {
+            if !self.authenticated() && Instant::now() > self.setup_deadline {
                 tracing::warn!(
-                    "no Connect within {:?}; closing",
+                    "no Connect{} within {:?}; closing",
+                    if self.queue.is_some() {
+                        " and authentication"
+                    } else {
+                        ""
+                    },
                     self.options.setup_timeout
                 );
                 return Ok(());
@@ -407,6 +420,10 @@ impl Connection {
             self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
             return Ok(());
         }
+        if self.queue.is_some() && !self.authenticated() && !serves_unauthenticated(&sqe) {
+            self.respond(cid, AUTH_REQUIRED, 0);
+            return Ok(());
+        }
         let pointer = match DataPointer::parse(&sqe) {
             Ok(p) => p,
             Err(status) => {
@@ -430,7 +447,7 @@ impl Connection {
             (
                 DataPointer::Transport { .. },
                 direction @ (DataDirection::DeviceToHost | DataDirection::HostToDevice),
-            ) if pdu.data.is_empty() && self.runnable(cid) => {
+            ) if pdu.data.is_empty() && self.runnable(&sqe) => {
                 let write = direction == DataDirection::HostToDevice;
                 self.waiting.push_back(Waiting { sqe, len, write });
                 self.admit();
@@ -444,14 +461,21 @@ impl Connection {
         Ok(())
     }
 
-    /// Whether a command that moves data by the transport may run now: its controller is ready
-    /// (otherwise it is answered here, before any buffer is allocated for it).
-    fn runnable(&self, cid: u16) -> bool {
-        let ready = self.queue.is_some_and(|q| self.subsystem.ready(q.ctrl));
+    /// Whether a command that moves data by the transport may run now: its controller is ready,
+    /// or it is a Fabrics command (authentication comes before the controller is enabled).
+    /// Otherwise it is answered here, before any buffer is allocated for it.
+    fn runnable(&self, sqe: &SubmissionEntry) -> bool {
+        let ready = sqe.opcode == FABRICS_OPCODE
+            || self.queue.is_some_and(|q| self.subsystem.ready(q.ctrl));
         if !ready {
-            self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
+            self.respond(sqe.cid.get(), Status::COMMAND_SEQUENCE_ERROR, 0);
         }
         ready
+    }
+
+    /// Whether the queue may serve commands: it has authenticated, or its host needs not.
+    fn authenticated(&self) -> bool {
+        self.queue.is_some() && self.auth.as_ref().is_none_or(QueueAuth::authenticated)
     }
 
     /// Commands this connection holds: answered-not-yet-sent, in the device, waiting for data.
@@ -615,7 +639,7 @@ impl Connection {
     fn dispatch(&mut self, sqe: SubmissionEntry, data: Vec<u8>, held: Option<Held>) {
         let cid = sqe.cid.get();
         if sqe.opcode == FABRICS_OPCODE {
-            return self.fabrics(sqe, &data);
+            return self.fabrics(sqe, data, held);
         }
         let Some(q) = self.queue else {
             return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
@@ -722,8 +746,8 @@ impl Connection {
         }
     }
 
-    /// A Fabrics command.
-    fn fabrics(&mut self, sqe: SubmissionEntry, data: &[u8]) {
+    /// A Fabrics command; `held` is the budget an AUTH_Receive's buffer holds.
+    fn fabrics(&mut self, sqe: SubmissionEntry, data: Vec<u8>, held: Option<Held>) {
         let cid = sqe.cid.get();
         let admin_queue = self.queue.filter(|q| q.qid == 0);
         match FabricsCommand::parse(&sqe) {
@@ -739,7 +763,7 @@ impl Connection {
                 if recfmt != 0 {
                     return self.respond(cid, connect_status::INCOMPATIBLE_FORMAT, 0);
                 }
-                let Ok(connect) = zerocopy::FromBytes::read_from_bytes(data) else {
+                let Ok(connect) = zerocopy::FromBytes::read_from_bytes(&data[..]) else {
                     return self.respond(cid, connect_status::INVALID_PARAMETERS, 1 << 16);
                 };
                 let connect: ConnectData = connect;
@@ -758,13 +782,22 @@ impl Connection {
                         });
                         // The Connect itself was entry 0.
                         self.sq_head.store(1, Ordering::Relaxed);
-                        // Only the keep-alive timeout the host asked for may end an idle
-                        // connection from now on: none on an I/O queue or with KATO 0.
-                        self.silence.set(
-                            (qid == 0 && kato_ms > 0)
-                                .then(|| Duration::from_millis(kato_ms.into()) + KEEP_ALIVE_SLACK),
-                        );
-                        self.respond(cid, Status::SUCCESS, ctrl.cntlid.into());
+                        // Once authenticated (at once, for a host without a secret), only the
+                        // keep-alive timeout the host asked for may end an idle connection:
+                        // none on an I/O queue or with KATO 0.
+                        self.keep_alive = (qid == 0 && kato_ms > 0)
+                            .then(|| Duration::from_millis(kato_ms.into()) + KEEP_ALIVE_SLACK);
+                        let hostnqn = connect.hostnqn().unwrap_or_default();
+                        self.auth = self.options.auth.hosts.get(hostnqn).map(|secrets| {
+                            let nqn = self.subsystem.nqn();
+                            QueueAuth::new(secrets.clone(), &self.options.auth, hostnqn, nqn)
+                        });
+                        let mut result = u32::from(ctrl.cntlid);
+                        match self.auth {
+                            Some(_) => result |= CONNECT_ATR,
+                            None => self.silence.set(self.keep_alive),
+                        }
+                        self.respond(cid, Status::SUCCESS, result.into());
                     }
                     // The completion names the queue the Connect was for.
                     Err(refused) => {
@@ -797,6 +830,59 @@ impl Connection {
                 }
                 _ => self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0),
             },
+            FabricsCommand::AuthSend { secp, spsp, len } => {
+                if secp != SECP_AUTH || spsp != [SPSP_DHCHAP; 2] || len as usize != data.len() {
+                    return self.respond(cid, Status::INVALID_FIELD, 0);
+                }
+                let Some(auth) = self.auth.as_mut() else {
+                    return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
+                };
+                let was_authenticated = auth.authenticated();
+                let sent = auth.send(&data);
+                let authenticated = auth.authenticated();
+                let (host, qid) = (auth.host_nqn().to_owned(), self.qid());
+                match sent {
+                    Sent::Accepted if authenticated && !was_authenticated => {
+                        tracing::info!("host {host:?} authenticated queue {qid} (DH-HMAC-CHAP)");
+                        self.silence.set(self.keep_alive);
+                    }
+                    Sent::Accepted => {}
+                    Sent::Refused(why) => {
+                        tracing::warn!("host {host:?} failed DH-HMAC-CHAP on queue {qid}: {why:?}")
+                    }
+                    Sent::HostFailed(why) => {
+                        tracing::warn!(
+                            "host {host:?} gave up DH-HMAC-CHAP on queue {qid} (explanation \
+                             {why:#04x}); closing"
+                        );
+                        self.closing = true;
+                    }
+                }
+                self.respond(cid, Status::SUCCESS, 0)
+            }
+            FabricsCommand::AuthReceive { secp, spsp, len } => {
+                if secp != SECP_AUTH || spsp != [SPSP_DHCHAP; 2] || len as usize != data.len() {
+                    return self.respond(cid, Status::INVALID_FIELD, 0);
+                }
+                let Some(auth) = self.auth.as_mut() else {
+                    return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
+                };
+                match auth.receive(data.len()) {
+                    Ok((message, failure)) => {
+                        let cqe = CompletionEntry::new(0, cid, Status::SUCCESS, 0);
+                        let cqe = completion(cqe, self.qid(), self.head());
+                        self.out.send(Outbound::Data {
+                            cqe,
+                            data: message,
+                            held,
+                        });
+                        // After a Failure1 the association ends, as Linux's target ends it:
+                        // the host has its answer, and gets no second guess on this queue.
+                        self.closing |= failure;
+                    }
+                    Err(status) => self.respond(cid, status, 0),
+                }
+            }
             FabricsCommand::Unsupported(_) => self.respond(cid, Status::INVALID_OPCODE, 0),
         }
     }
@@ -840,6 +926,18 @@ impl Connection {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every holder only inserts or removes one id: a poisoned set is still consistent.
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether a queue that has not authenticated serves the command: only the ones that
+/// authenticate it, and Disconnect.
+fn serves_unauthenticated(sqe: &SubmissionEntry) -> bool {
+    sqe.opcode == FABRICS_OPCODE
+        && matches!(
+            FabricsCommand::parse(sqe),
+            FabricsCommand::AuthSend { .. }
+                | FabricsCommand::AuthReceive { .. }
+                | FabricsCommand::Disconnect
+        )
 }
 
 /// The completion as this queue reports it.

@@ -18,6 +18,7 @@
 //! connections ([`TargetOptions::max_outstanding_bytes`], see [`budget`]) and answers waiting
 //! for a host that does not read (see [`outbound`]).
 
+pub mod auth;
 mod budget;
 mod connection;
 pub mod device;
@@ -34,6 +35,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::Ssd;
+use auth::AuthOptions;
 use budget::Budget;
 use device::DeviceThread;
 use subsystem::{AllowedHosts, Subsystem};
@@ -76,6 +78,8 @@ pub struct TargetOptions {
     pub setup_timeout: Duration,
     /// The hosts that may connect.
     pub hosts: AllowedHosts,
+    /// The hosts that must authenticate (DH-HMAC-CHAP) before their queues serve anything.
+    pub auth: AuthOptions,
 }
 
 impl Default for TargetOptions {
@@ -92,6 +96,7 @@ impl Default for TargetOptions {
             paced: false,
             setup_timeout: Duration::from_secs(30),
             hosts: AllowedHosts::AnyOnLoopback,
+            auth: AuthOptions::default(),
         }
     }
 }

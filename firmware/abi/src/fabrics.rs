@@ -122,6 +122,24 @@ pub enum FabricsCommand {
     },
     /// Disconnect the queue the command arrived on.
     Disconnect,
+    /// Authentication Send: `len` bytes of an authentication message, host to controller.
+    AuthSend {
+        /// Security protocol ([`crate::auth::SECP_AUTH`]).
+        secp: u8,
+        /// SP Specific 0 and 1 ([`crate::auth::SPSP_DHCHAP`] each).
+        spsp: [u8; 2],
+        /// Transfer length.
+        len: u32,
+    },
+    /// Authentication Receive: the controller's next message, in `len` bytes.
+    AuthReceive {
+        /// Security protocol ([`crate::auth::SECP_AUTH`]).
+        secp: u8,
+        /// SP Specific 0 and 1 ([`crate::auth::SPSP_DHCHAP`] each).
+        spsp: [u8; 2],
+        /// Allocation length.
+        len: u32,
+    },
     /// Any other command type.
     Unsupported(u8),
 }
@@ -151,6 +169,16 @@ impl FabricsCommand {
                 value: u64::from(sqe.cdw12.get()) | (u64::from(sqe.cdw13.get()) << 32),
             },
             fctype::DISCONNECT => Self::Disconnect,
+            fctype::AUTH_SEND => Self::AuthSend {
+                secp: bytes[43],
+                spsp: [bytes[41], bytes[42]],
+                len: sqe.cdw11.get(),
+            },
+            fctype::AUTH_RECEIVE => Self::AuthReceive {
+                secp: bytes[43],
+                spsp: [bytes[41], bytes[42]],
+                len: sqe.cdw11.get(),
+            },
             other => Self::Unsupported(other),
         }
     }
@@ -179,6 +207,26 @@ impl FabricsCommand {
         sqe.cdw11 = offset.into();
         sqe.cdw12 = (value as u32).into();
         sqe.cdw13 = ((value >> 32) as u32).into();
+        sqe
+    }
+
+    /// An Authentication Send (DH-HMAC-CHAP) submission entry for a `len`-byte message; the
+    /// transport fills the data pointer.
+    pub fn auth_send(cid: u16, len: u32) -> SubmissionEntry {
+        Self::auth(cid, fctype::AUTH_SEND, len)
+    }
+
+    /// An Authentication Receive (DH-HMAC-CHAP) submission entry for up to `len` bytes.
+    pub fn auth_receive(cid: u16, len: u32) -> SubmissionEntry {
+        Self::auth(cid, fctype::AUTH_RECEIVE, len)
+    }
+
+    fn auth(cid: u16, fctype: u8, len: u32) -> SubmissionEntry {
+        use crate::auth::{SECP_AUTH, SPSP_DHCHAP};
+        let mut sqe = Self::entry(cid, fctype);
+        // CDW10: SECP in bits 31:24, SPSP1 in 23:16, SPSP0 in 15:8.
+        sqe.cdw10 = u32::from_le_bytes([0, SPSP_DHCHAP, SPSP_DHCHAP, SECP_AUTH]).into();
+        sqe.cdw11 = len.into();
         sqe
     }
 
@@ -414,6 +462,34 @@ mod tests {
             timeout_500ms: 10,
         };
         assert_eq!(Capabilities::decode(cap.encode()), cap);
+    }
+
+    #[test]
+    fn auth_commands_carry_the_protocol_in_cdw10_bytes_41_to_43() {
+        let sqe = FabricsCommand::auth_send(3, 72);
+        // Byte offsets as Linux's struct nvmf_auth_send_command lays them out.
+        let b = sqe.as_bytes();
+        assert_eq!((b[4], b[41], b[42], b[43]), (fctype::AUTH_SEND, 1, 1, 0xE9));
+        assert_eq!(&b[44..48], &72u32.to_le_bytes());
+        assert_eq!(
+            FabricsCommand::parse(&sqe),
+            FabricsCommand::AuthSend {
+                secp: 0xE9,
+                spsp: [1, 1],
+                len: 72
+            }
+        );
+        assert_eq!(data_direction(&sqe), DataDirection::HostToDevice);
+        let sqe = FabricsCommand::auth_receive(4, 4096);
+        assert_eq!(
+            FabricsCommand::parse(&sqe),
+            FabricsCommand::AuthReceive {
+                secp: 0xE9,
+                spsp: [1, 1],
+                len: 4096
+            }
+        );
+        assert_eq!(data_direction(&sqe), DataDirection::DeviceToHost);
     }
 
     #[test]

@@ -224,7 +224,12 @@ mod tests {
             assert_eq!(p.bits() as usize, group.value_len() * 8, "{group:?}");
             // The top and bottom 64 bits are ones (RFC 7919, §A).
             let bytes = p.to_bytes_be();
-            assert!(bytes[..8].iter().chain(&bytes[bytes.len() - 8..]).all(|&b| b == 0xFF));
+            assert!(
+                bytes[..8]
+                    .iter()
+                    .chain(&bytes[bytes.len() - 8..])
+                    .all(|&b| b == 0xFF)
+            );
         }
     }
 
@@ -297,7 +302,10 @@ mod tests {
             *one.last_mut().unwrap() = 1;
             assert_eq!(a.shared_secret(&one), Err(Explanation::IncorrectPayload));
             let p_minus_1 = padded(&(prime(group).unwrap() - 1u8), group.value_len());
-            assert_eq!(a.shared_secret(&p_minus_1), Err(Explanation::IncorrectPayload));
+            assert_eq!(
+                a.shared_secret(&p_minus_1),
+                Err(Explanation::IncorrectPayload)
+            );
             assert_eq!(
                 a.shared_secret(&b.public()[1..]),
                 Err(Explanation::IncorrectPayload)

@@ -386,7 +386,9 @@ fn short() -> Explanation {
 
 /// Splits `n` bytes off the front of `bytes`, or fails as a message too short for its lengths.
 fn take(bytes: &[u8], n: usize) -> Result<(&[u8], &[u8]), Explanation> {
-    bytes.split_at_checked(n).ok_or(Explanation::IncorrectPayload)
+    bytes
+        .split_at_checked(n)
+        .ok_or(Explanation::IncorrectPayload)
 }
 
 #[cfg(feature = "std")]
@@ -578,7 +580,10 @@ mod tests {
         }
         .encode();
         assert_eq!(m.len(), 16 + 32 + 8);
-        assert_eq!(&m[..16], &[1, 1, 0, 0, 7, 0, 32, 0, 1, 1, 8, 0, 0x78, 0x56, 0x34, 0x12]);
+        assert_eq!(
+            &m[..16],
+            &[1, 1, 0, 0, 7, 0, 32, 0, 1, 1, 8, 0, 0x78, 0x56, 0x34, 0x12]
+        );
         assert_eq!(&m[16..48], &c1[..]);
         // Padded (as AUTH_Receive pads it), it still parses to the same message.
         let mut padded = m.clone();
@@ -656,7 +661,10 @@ mod tests {
     fn short_or_unknown_messages_become_explanations() {
         assert_eq!(Message::parse(&[]), Err(Explanation::IncorrectPayload));
         assert_eq!(Message::parse(&[1]), Err(Explanation::IncorrectPayload));
-        assert_eq!(Message::parse(&[1, 9, 0, 0]), Err(Explanation::IncorrectMessage));
+        assert_eq!(
+            Message::parse(&[1, 9, 0, 0]),
+            Err(Explanation::IncorrectMessage)
+        );
         assert_eq!(Message::parse(&[2, 0]), Err(Explanation::IncorrectMessage));
         // A Negotiate cut inside its descriptor, or with two descriptors, or a list past 30.
         let m = linux_negotiate(0);

@@ -27,6 +27,14 @@ pub mod secret;
 
 use crate::nvme::{Status, sct};
 
+/// Fills `buf` from the operating system's random source (challenges, sequence numbers and DH
+/// exponents must not be guessable; there is no fallback).
+#[cfg(feature = "auth")]
+pub fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
 /// Security protocol of NVMe in-band authentication (AUTH_Send / AUTH_Receive `secp`).
 pub const SECP_AUTH: u8 = 0xE9;
 /// SP Specific 0 and 1 of DH-HMAC-CHAP (`spsp0`, `spsp1`).
@@ -190,7 +198,10 @@ mod tests {
         assert_eq!(HashId::from_name("SHA-512"), Some(HashId::Sha512));
         assert_eq!(DhGroup::from_id(5), Some(DhGroup::Ffdhe8192));
         assert_eq!(DhGroup::from_id(6), None);
-        assert_eq!(DhGroup::from_name("ffdhe3072").map(DhGroup::value_len), Some(384));
+        assert_eq!(
+            DhGroup::from_name("ffdhe3072").map(DhGroup::value_len),
+            Some(384)
+        );
         assert_eq!(AUTH_REQUIRED.sc, 0x91);
     }
 }

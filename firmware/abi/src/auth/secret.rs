@@ -36,13 +36,6 @@ pub enum SecretError {
     Length(usize),
     /// The CRC does not match the key.
     Crc,
-    /// A transformed key must be as long as its hash's digest (Linux refuses others).
-    KeyLength {
-        /// The transformation.
-        hash: HashId,
-        /// The key's length.
-        len: usize,
-    },
 }
 
 impl fmt::Display for SecretError {
@@ -59,12 +52,6 @@ impl fmt::Display for SecretError {
                 "the key and its CRC are {n} bytes, not 36, 52 or 68 (a 32, 48 or 64-byte key)"
             ),
             Self::Crc => write!(f, "the key's CRC-32 does not match it (a mistyped secret?)"),
-            Self::KeyLength { hash, len } => write!(
-                f,
-                "a {len}-byte key cannot be transformed with {} (it needs {} bytes)",
-                hash.name(),
-                hash.digest_len()
-            ),
         }
     }
 }
@@ -73,17 +60,11 @@ impl std::error::Error for SecretError {}
 
 impl Secret {
     /// A secret with this key (32, 48 or 64 bytes), transformed with `transform` before use.
+    /// Any length goes with any transformation (Linux 6.12 accepts them all; the transformed
+    /// key has the transformation's digest length).
     pub fn new(transform: Option<HashId>, key: Vec<u8>) -> Result<Self, SecretError> {
         if ![32, 48, 64].contains(&key.len()) {
             return Err(SecretError::Length(key.len() + 4));
-        }
-        if let Some(hash) = transform
-            && hash.digest_len() != key.len()
-        {
-            return Err(SecretError::KeyLength {
-                hash,
-                len: key.len(),
-            });
         }
         Ok(Self { transform, key })
     }
@@ -98,9 +79,7 @@ impl Secret {
             other => return Err(SecretError::Transform(other.into())),
         };
         let encoded = rest.strip_suffix(':').unwrap_or(rest);
-        let decoded = STANDARD
-            .decode(encoded)
-            .map_err(|_| SecretError::Base64)?;
+        let decoded = STANDARD.decode(encoded).map_err(|_| SecretError::Base64)?;
         if ![36, 52, 68].contains(&decoded.len()) {
             return Err(SecretError::Length(decoded.len()));
         }
@@ -190,7 +169,10 @@ mod tests {
         let kt = s.transformed("nqn.2014-08.org.nvmexpress:uuid:test");
         let want = "5ae9657820641b8a02b348880b70a2b7d8010c22d6899f4f357ba1ab2b569012";
         assert_eq!(hex(&kt), want);
-        assert_eq!(Secret::new(None, key_00()).unwrap().transformed("x"), key_00());
+        assert_eq!(
+            Secret::new(None, key_00()).unwrap().transformed("x"),
+            key_00()
+        );
     }
 
     #[test]
@@ -201,19 +183,16 @@ mod tests {
             Err(SecretError::Transform("04".into()))
         );
         assert_eq!(Secret::parse("DHHC-1:00:!!!!:"), Err(SecretError::Base64));
-        assert_eq!(Secret::parse("DHHC-1:00:AAAA:"), Err(SecretError::Length(3)));
+        assert_eq!(
+            Secret::parse("DHHC-1:00:AAAA:"),
+            Err(SecretError::Length(3))
+        );
         // One character changed: the CRC catches it.
         let typo = KEY_00.replacen("AAEC", "AAED", 1);
         assert_eq!(Secret::parse(&typo), Err(SecretError::Crc));
-        // A 32-byte key tagged for SHA-512.
-        let tagged = KEY_00.replacen(":00:", ":03:", 1);
-        assert_eq!(
-            Secret::parse(&tagged),
-            Err(SecretError::KeyLength {
-                hash: HashId::Sha512,
-                len: 32
-            })
-        );
+        // A 32-byte key tagged for SHA-512: accepted, and transformed to 64 bytes.
+        let tagged = Secret::parse(&KEY_00.replacen(":00:", ":03:", 1)).unwrap();
+        assert_eq!(tagged.transformed("nqn.x").len(), 64);
     }
 
     fn hex(bytes: &[u8]) -> String {
