@@ -26,7 +26,7 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 # installed, newer qemu-utils unless told to take the release's own and allowed to downgrade.
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
 packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 fonts-dejavu-core
-          busybox-static nvme-cli kmod cpio e2fsprogs fio valgrind)
+          busybox-static nvme-cli kmod cpio e2fsprogs fio valgrind xz-utils)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -33,3 +33,6 @@ scripts/fuzz.sh --smoke 5
 # build without libtorch has its own target folder, so target/release/sagessd still trains.
 cargo build --release -p sagessd-cli --no-default-features --target-dir target/no-train
 tests/qemu/run.sh --train target/debug/sagessd target/no-train/release/sagessd
+# The kernel's own host authenticates to the emulator with DH-HMAC-CHAP (Debian 12's 6.12
+# kernel: its 6.1 has no host authentication), and every wrong secret is refused.
+tests/qemu/run.sh --auth target/no-train/release/sagessd

@@ -4,7 +4,7 @@
 # modules and the sagessd binary, and runs a guest scenario over loopback (the guest has no other
 # network).
 #
-#   tests/qemu/run.sh [--smoke] [--train TRAIN_BINARY] [SAGESSD_BINARY]
+#   tests/qemu/run.sh [--smoke | --auth] [--train TRAIN_BINARY] [SAGESSD_BINARY]
 #
 #   SAGESSD_BINARY  the host build of sagessd to test, without libtorch (default
 #                   target/no-train/release/sagessd); this script does not build it
@@ -17,10 +17,17 @@
 #   --smoke         test the scaffolding itself: the kernel's own NVMe/TCP target (nvmet-tcp over
 #                   null_blk) instead of `sagessd emulator serve` (tests/qemu/smoke.sh instead of
 #                   tests/qemu/guest.sh)
+#   --auth          DH-HMAC-CHAP: the kernel's nvme-tcp host authenticates to `sagessd emulator
+#                   serve --host-secret` with secrets nvme-cli generates, and a wrong secret, no
+#                   secret, a host not allowed and a wrong controller secret are all refused
+#                   with nothing read or written (tests/qemu/auth.sh). Debian 12's own 6.1
+#                   kernel is built without host authentication (CONFIG_NVME_AUTH unset), so
+#                   this boots Debian 12's 6.12 kernel (bookworm-security), whose host has it
 #
-# Needs qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs fio (apt), and apt lists for the kernel:
-# the first run downloads linux-image-6.1.0-NN-amd64 (apt-get download, ~70 MB, never installed)
-# into target/qemu/kernel/ and reuses it afterwards. Each run rebuilds target/qemu/initramfs.cpio.gz,
+# Needs qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs fio xz-utils (apt), and apt lists for the kernel:
+# the first run downloads linux-image-6.1.0-NN-amd64 (apt-get download, ~70 MB, never installed;
+# --auth: linux-image-6.12.N+deb12-amd64-unsigned, ~110 MB) into target/qemu/kernel/ and reuses
+# it afterwards. Each run rebuilds target/qemu/initramfs.cpio.gz,
 # keeps the serial console in target/qemu/console.log, and exits 0 only if the guest printed
 # `SAGESSD-E2E: DONE rc=0` and every check the scenario must pass reported ok.
 set -euo pipefail
@@ -63,7 +70,15 @@ for arg in "$@"; do
         expected=(sagessd-runs target-up listening modprobe connect namespace list id-ctrl
                   passthru-read disconnect)
         ;;
-    -*) die "unknown option $arg (usage: tests/qemu/run.sh [--smoke] [--train TRAIN_BINARY] [SAGESSD_BINARY])" ;;
+    --auth)
+        scenario="$here/auth.sh"
+        expected=(emulator-start listening modprobe secrets refused-wrong-secret
+                  refused-no-secret refused-not-allowed refused-wrong-ctrl-secret
+                  nothing-reached-the-device emulator-restart relistening connect namespace
+                  read-write disconnect connect-bidirectional namespace-again read-write-again
+                  disconnect-again authenticated-each-queue final-stop)
+        ;;
+    -*) die "unknown option $arg (usage: tests/qemu/run.sh [--smoke | --auth] [--train TRAIN_BINARY] [SAGESSD_BINARY])" ;;
     *) binary="$arg" ;;
     esac
 done
@@ -80,23 +95,37 @@ if [ -n "$train_binary" ]; then
 fi
 
 export PATH="$PATH:/usr/sbin:/sbin" # nvme, modprobe and depmod for non-root users
-for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip ldd strip apt-cache apt-get dpkg timeout mke2fs e2fsck fio; do
+for tool in qemu-system-x86_64 busybox nvme modprobe depmod cpio gzip xz ldd strip apt-cache apt-get dpkg timeout mke2fs e2fsck fio; do
     command -v "$tool" >/dev/null 2>&1 ||
-        die "$tool not found (apt-get install qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs fio)"
+        die "$tool not found (apt-get install qemu-system-x86 busybox-static nvme-cli kmod cpio e2fsprogs fio xz-utils)"
 done
 mkdir -p "$out"
 start=$(date +%s.%N)
 elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
 
-# 1. The kernel: the package linux-image-amd64 currently depends on, extracted, never installed
-#    (installing it would pull systemd, udev and initramfs-tools into the host).
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6/ { print $2; exit }')
-[ -n "$kpkg" ] || die "apt-cache knows no linux-image-amd64 (run apt-get update)"
-kver="${kpkg#linux-image-}"
+# 1. The kernel: the package linux-image-amd64 currently depends on (--auth: the newest 6.12
+#    of bookworm-security), extracted, never installed (installing it would pull systemd, udev
+#    and initramfs-tools into the host).
+if [ "$scenario" = "$here/auth.sh" ]; then
+    kpkg=$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$' 2>/dev/null |
+        awk '{ print $1 }' | sort -V | tail -n 1)
+    [ -n "$kpkg" ] || die "apt-cache knows no linux-image-6.12.*+deb12-amd64-unsigned (bookworm-security in the apt sources, then apt-get update)"
+    kver="${kpkg#linux-image-}"
+    kver="${kver%-unsigned}"
+else
+    kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6/ { print $2; exit }')
+    [ -n "$kpkg" ] || die "apt-cache knows no linux-image-amd64 (run apt-get update)"
+    kver="${kpkg#linux-image-}"
+fi
 kroot="$out/kernel/$kver"
 if [ ! -f "$kroot/.complete" ]; then
     say "fetching $kpkg into $kroot"
-    rm -rf "$out/kernel" # an older kernel, or a half-finished fetch
+    # A half-finished fetch, or an older kernel of the same series (6.1.0-NN, 6.12.N).
+    series=$(echo "$kver" | cut -d. -f1,2)
+    for old in "$out"/kernel/*; do
+        [ "$(basename "$old" | cut -d. -f1,2)" != "$series" ] || rm -rf "$old"
+    done
+    rm -rf "$out/kernel/deb"
     mkdir -p "$out/kernel/deb"
     # As root apt would download as user _apt, who cannot write here, and warn about it.
     (cd "$out/kernel/deb" && apt-get download -q -o APT::Sandbox::User=root "$kpkg")
@@ -178,7 +207,11 @@ for module in "${modules[@]}"; do
 done | sort -u | while read -r ko; do
     rel="${ko#"$kroot"/lib/modules/"$kver"/}"
     mkdir -p "$stage/lib/modules/$kver/$(dirname "$rel")"
-    cp "$ko" "$stage/lib/modules/$kver/$rel"
+    case "$rel" in
+        # 6.12's modules are xz-compressed; busybox's insmod loads plain ones.
+        *.xz) xz -dc "$ko" >"$stage/lib/modules/$kver/${rel%.xz}" ;;
+        *) cp "$ko" "$stage/lib/modules/$kver/$rel" ;;
+    esac
 done
 cp "$kroot/lib/modules/$kver"/modules.{order,builtin,builtin.modinfo} "$stage/lib/modules/$kver/"
 depmod -b "$stage" "$kver"

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use sagessd_abi::auth::secret::Secret;
+use sagessd_abi::auth::{DhGroup, HashId};
 use sagessd_emulator::AllowedHosts;
+use sagessd_emulator::target::auth::{AuthOptions, HostSecrets};
 
 use crate::child_target::ChildTarget;
 use crate::{hw_source, load_hw};
@@ -83,6 +86,27 @@ pub(crate) struct ServeArgs {
     /// the target listens.
     #[arg(long, conflicts_with = "allow_host")]
     allow_any_host: bool,
+    /// A host that must authenticate with DH-HMAC-CHAP before its queues serve anything, and
+    /// its secret (repeatable): `NQN=DHHC-1:XX:BASE64:` as `nvme gen-dhchap-key` prints it, or
+    /// `NQN=@FILE` to read it from a file (a secret on the command line shows in `ps`).
+    /// Implies --allow-host NQN.
+    #[arg(long = "host-secret", value_name = "NQN=SECRET")]
+    host_secret: Vec<String>,
+    /// The controller's secret for a host given --host-secret (repeatable), for bidirectional
+    /// authentication: the target proves it knows it when the host asks (`nvme connect
+    /// --dhchap-ctrl-secret`). `NQN=SECRET` or `NQN=@FILE`.
+    #[arg(long = "ctrl-secret", value_name = "NQN=SECRET")]
+    ctrl_secret: Vec<String>,
+    /// DH-HMAC-CHAP hash functions to choose from, best first (the first the host offers).
+    #[arg(long, value_name = "LIST", default_value = "sha256,sha384,sha512")]
+    dhchap_hash: String,
+    /// DH-HMAC-CHAP Diffie-Hellman groups to choose from, best first (`null`: none).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192,null"
+    )]
+    dhchap_dhgroup: String,
     /// Subsystem NQN.
     #[arg(long, default_value = sagessd_emulator::target::DEFAULT_NQN)]
     nqn: String,
@@ -230,15 +254,19 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => sagessd_emulator::Ssd::new(&hw)?,
     };
-    let hosts = match (&args.allow_host[..], args.allow_any_host) {
+    let auth = auth_options(&args)?;
+    let mut named: Vec<String> = args.allow_host.clone();
+    named.extend(auth.hosts.keys().filter(|h| !named.contains(h)).cloned().collect::<Vec<_>>());
+    let hosts = match (&named[..], args.allow_any_host) {
+        (_, true) => AllowedHosts::Any,
         ([], false) => AllowedHosts::AnyOnLoopback,
-        ([], true) => AllowedHosts::Any,
-        (hosts, _) => AllowedHosts::Only(hosts.to_vec()),
+        (hosts, false) => AllowedHosts::Only(hosts.to_vec()),
     };
     let options = sagessd_emulator::TargetOptions {
         nqn: args.nqn.clone(),
         paced: args.pace,
         hosts: hosts.clone(),
+        auth: auth.clone(),
         ..sagessd_emulator::TargetOptions::default()
     };
     let target =
@@ -247,7 +275,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 "serving on {}{}",
                 args.listen,
                 if hosts == AllowedHosts::AnyOnLoopback {
-                    " (add --allow-host NQN, repeatable, or --allow-any-host)"
+                    " (add --allow-host NQN or --host-secret NQN=SECRET, repeatable, or \
+                     --allow-any-host)"
                 } else {
                     ""
                 }
@@ -255,7 +284,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?;
     // One line, which hosts read for the address: "… on ADDR, …".
     println!(
-        "serving {} ({}) as NVMe/TCP subsystem {} on {}{}; hosts: {}",
+        "serving {} ({}) as NVMe/TCP subsystem {} on {}{}; hosts: {}{}",
         hw.device.name,
         hw_source(args.config.as_ref()),
         args.nqn,
@@ -269,6 +298,16 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             AllowedHosts::AnyOnLoopback => "any (loopback only)".to_string(),
             AllowedHosts::Any => "any that reaches the port (--allow-any-host)".to_string(),
             AllowedHosts::Only(hosts) => format!("only {}", hosts.join(" ")),
+        },
+        if auth.hosts.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; DH-HMAC-CHAP for {} ({}; {})",
+                auth.hosts.keys().cloned().collect::<Vec<_>>().join(" "),
+                auth.hashes.iter().map(|h| h.name()).collect::<Vec<_>>().join(","),
+                auth.dh_groups.iter().map(|g| g.name()).collect::<Vec<_>>().join(","),
+            )
         }
     );
     std::io::stdout().flush()?;
@@ -306,4 +345,59 @@ fn wait_for(set: &libc::sigset_t) -> i32 {
     // SAFETY: `set` is an initialised signal set and `signal` a valid out-pointer.
     unsafe { libc::sigwait(set, &mut signal) };
     signal
+}
+
+/// The DH-HMAC-CHAP options `serve`'s flags name.
+fn auth_options(args: &ServeArgs) -> anyhow::Result<AuthOptions> {
+    let mut options = AuthOptions::default();
+    for flag in &args.host_secret {
+        let (nqn, secret) = nqn_and_secret("--host-secret", flag)?;
+        let secrets = HostSecrets {
+            host: secret,
+            ctrl: None,
+        };
+        if options.hosts.insert(nqn.clone(), secrets).is_some() {
+            anyhow::bail!("--host-secret: {nqn} has two secrets");
+        }
+    }
+    for flag in &args.ctrl_secret {
+        let (nqn, secret) = nqn_and_secret("--ctrl-secret", flag)?;
+        let Some(secrets) = options.hosts.get_mut(&nqn) else {
+            anyhow::bail!(
+                "--ctrl-secret: {nqn} has no --host-secret (the host authenticates first)"
+            );
+        };
+        secrets.ctrl = Some(secret);
+    }
+    options.hashes = names(&args.dhchap_hash, "--dhchap-hash", HashId::from_name)?;
+    options.dh_groups = names(&args.dhchap_dhgroup, "--dhchap-dhgroup", DhGroup::from_name)?;
+    Ok(options)
+}
+
+/// `NQN=SECRET` or `NQN=@FILE`, the secret parsed.
+fn nqn_and_secret(flag: &str, value: &str) -> anyhow::Result<(String, Secret)> {
+    let (nqn, secret) = value
+        .split_once('=')
+        .filter(|(nqn, _)| !nqn.is_empty())
+        .with_context(|| format!("{flag} {value:?}: expected NQN=SECRET or NQN=@FILE"))?;
+    let (text, from) = match secret.strip_prefix('@') {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("{flag}: reading the secret of {nqn} from {path}"))?;
+            (text.trim().to_owned(), format!(" (from {path})"))
+        }
+        None => (secret.to_owned(), String::new()),
+    };
+    let secret = Secret::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{flag}: the secret of {nqn}{from}: {e}"))?;
+    Ok((nqn.to_owned(), secret))
+}
+
+/// A comma-separated list of names, each known to `parse`.
+fn names<T>(list: &str, flag: &str, parse: impl Fn(&str) -> Option<T>) -> anyhow::Result<Vec<T>> {
+    let parsed: Option<Vec<T>> = list.split(',').map(|n| parse(n.trim())).collect();
+    match parsed {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => anyhow::bail!("{flag} {list:?}: unknown name in the list"),
+    }
 }
