@@ -6,9 +6,11 @@
 
 pub mod firmware_commands;
 mod input;
+pub mod tcp_auth;
 pub mod tcp_connection;
 
 pub use firmware_commands::firmware_commands;
+pub use tcp_auth::tcp_auth;
 pub use tcp_connection::tcp_connection;
 
 use std::io::Cursor;
@@ -25,6 +27,7 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, in corpus-folder order.
 pub const TARGETS: &[Target] = &[
+    ("auth_messages", auth_messages),
     ("dataset_manifest", dataset_manifest),
     ("device_image", device_image),
     ("edge_list", edge_list),
@@ -35,6 +38,7 @@ pub const TARGETS: &[Target] = &[
     ("ns_config", ns_config),
     ("subgraph", subgraph),
     ("tcp_pdus", tcp_pdus),
+    ("tcp_auth", tcp_auth),
     ("tcp_connection", tcp_connection),
 ];
 
@@ -208,6 +212,36 @@ pub fn npy(data: &[u8]) {
     if let Ok((h, body)) = sagessd_runtime::npy::parse_bytes(Path::new("fuzz.npy"), data) {
         assert!(h.data_offset as usize <= data.len());
         assert!(body.len() <= data.len());
+    }
+}
+
+/// An AUTH_Send or AUTH_Receive payload (a DH-HMAC-CHAP message), the same bytes as a
+/// `DHHC-1:` secret, and (from 256 bytes on) as a peer's ffdhe2048 public value: an accepted
+/// message encodes back to one that parses the same and is no longer than its input; an
+/// accepted secret prints back to itself; a shared secret is the prime's length.
+pub fn auth_messages(data: &[u8]) {
+    use sagessd_abi::auth::DhGroup;
+    use sagessd_abi::auth::ffdhe::KeyPair;
+    use sagessd_abi::auth::message::Message;
+    use sagessd_abi::auth::secret::Secret;
+    if let Ok(message) = Message::parse(data) {
+        let encoded = message.encode();
+        assert!(encoded.len() <= data.len(), "{message:?}");
+        assert_eq!(Message::parse(&encoded), Ok(message));
+    }
+    if let Ok(secret) = std::str::from_utf8(data).map(Secret::parse)
+        && let Ok(secret) = secret
+    {
+        assert_eq!(Secret::parse(&secret.to_string()), Ok(secret));
+    }
+    if let Some(peer) = data.get(..256) {
+        static KEYS: std::sync::OnceLock<KeyPair> = std::sync::OnceLock::new();
+        let keys = KEYS.get_or_init(|| {
+            KeyPair::new(DhGroup::Ffdhe2048, &[0x5A; 32]).expect("a group with keys")
+        });
+        if let Ok(z) = keys.shared_secret(peer) {
+            assert_eq!(z.len(), 256);
+        }
     }
 }
 

@@ -185,6 +185,66 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
             seed.extend([0, 2, 10]);
             vec![seed]
         }
+        "auth_messages" => {
+            // The messages of a bidirectional ffdhe2048 transaction as Linux's host and the
+            // target send them, a Failure1, and a secret as nvme-cli prints it.
+            use sagessd_abi::auth::message::Message;
+            let c = [0xC1; 32];
+            let dh = [0x0D; 256];
+            let messages = [
+                Message::Negotiate {
+                    t_id: 0,
+                    sc_c: 0,
+                    hash_ids: &[1, 2, 3],
+                    dh_group_ids: &[0, 1, 2, 3, 4, 5],
+                },
+                Message::Challenge {
+                    t_id: 0,
+                    hash_id: 1,
+                    dh_group_id: 1,
+                    seqnum: 7,
+                    challenge: &c,
+                    dh_value: &dh,
+                },
+                Message::Reply {
+                    t_id: 0,
+                    response: &c,
+                    ctrl_challenge: Some(&c),
+                    seqnum: 9,
+                    dh_value: &dh,
+                },
+                Message::Success1 {
+                    t_id: 0,
+                    hl: 32,
+                    response: Some(&c),
+                },
+                Message::Success2 { t_id: 0 },
+                Message::Failure {
+                    from_controller: true,
+                    t_id: 0,
+                    reason: 1,
+                    explanation: 1,
+                },
+            ];
+            let mut inputs: Vec<Vec<u8>> = messages.iter().map(Message::encode).collect();
+            inputs.push(b"DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:".to_vec());
+            inputs
+        }
+        "tcp_auth" => {
+            // Field by field (see `sagessd_tests::fuzz::tcp_auth`). ffdhe2048 on: a Negotiate
+            // (transaction 0, SHA-256, null or ffdhe2048), the Challenge received, the right
+            // Reply, its Success1 received, then a Property Get the queue now serves. Then the
+            // same with a wrong secret: Failure1.
+            let mut right = vec![1];
+            right.extend([0, 0, 0, 0, 1, 1, 2, 0, 1]);
+            right.extend([4, 0]);
+            right.extend([1, 0, 0, 0, 0, 0, 0, 0]);
+            right.extend([4, 0]);
+            right.push(5);
+            let mut wrong = right.clone();
+            wrong[13] = 0xFF; // the Reply's "right secret" byte
+            vec![right, wrong]
+        }
         "tcp_connection" => {
             // Field by field (see `sagessd_tests::fuzz::tcp_connection`). An admin connection:
             // no digests, its Connect, CC.EN set. Then, with a controller the harness set up
@@ -292,6 +352,20 @@ fn the_encoders_inputs_are_accepted() {
     // Admin: Connect and the property write; I/O queue: Connect, Read and Write.
     assert_eq!(sagessd_tests::fuzz::tcp_connection::run(&tcp_seeds[0]), 2);
     assert_eq!(sagessd_tests::fuzz::tcp_connection::run(&tcp_seeds[1]), 3);
+    let auth_seeds = encoder_inputs("tcp_auth");
+    let reached = sagessd_tests::fuzz::tcp_auth::run(&auth_seeds[0]);
+    let want = sagessd_tests::fuzz::tcp_auth::Reached {
+        challenges: 1,
+        successes: 1,
+        failures: 0,
+        served: 1,
+    };
+    assert_eq!(reached, want);
+    let reached = sagessd_tests::fuzz::tcp_auth::run(&auth_seeds[1]);
+    assert_eq!((reached.successes, reached.failures), (0, 1), "{reached:?}");
+    for message in &encoder_inputs("auth_messages")[..6] {
+        assert!(sagessd_abi::auth::message::Message::parse(message).is_ok());
+    }
     // And a wrong one is refused: the check can fail.
     let mut bad = encoder_inputs("ns_config")[0][8..].to_vec();
     bad[0] ^= 0xff;

@@ -256,7 +256,13 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let auth = auth_options(&args)?;
     let mut named: Vec<String> = args.allow_host.clone();
-    named.extend(auth.hosts.keys().filter(|h| !named.contains(h)).cloned().collect::<Vec<_>>());
+    named.extend(
+        auth.hosts
+            .keys()
+            .filter(|h| !named.contains(h))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
     let hosts = match (&named[..], args.allow_any_host) {
         (_, true) => AllowedHosts::Any,
         ([], false) => AllowedHosts::AnyOnLoopback,
@@ -305,8 +311,16 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             format!(
                 "; DH-HMAC-CHAP for {} ({}; {})",
                 auth.hosts.keys().cloned().collect::<Vec<_>>().join(" "),
-                auth.hashes.iter().map(|h| h.name()).collect::<Vec<_>>().join(","),
-                auth.dh_groups.iter().map(|g| g.name()).collect::<Vec<_>>().join(","),
+                auth.hashes
+                    .iter()
+                    .map(|h| h.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                auth.dh_groups
+                    .iter()
+                    .map(|g| g.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
             )
         }
     );
