@@ -289,10 +289,16 @@ fn transaction(s: &mut TcpStream, framing: &Framing, t_id: u16, fill: u8) -> Vec
     last
 }
 
+/// The target closes `s` within 5 s (a read ends; it does not time out).
 fn assert_closed(s: &mut TcpStream, what: &str) {
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("a timeout");
     let mut rest = [0u8; 1];
-    let n = std::io::Read::read(s, &mut rest).unwrap_or(0);
-    assert_eq!(n, 0, "{what} is closed");
+    match std::io::Read::read(s, &mut rest) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("{what} is still open: {other:?}"),
+    }
 }
 
 #[test]
@@ -401,5 +407,51 @@ fn an_unauthenticated_queue_passes_nothing_and_a_failed_transaction_ends_it() {
         data.as_bytes(),
     );
     assert_eq!(cqe.status(), connect_status::INVALID_HOST);
+    target.stop();
+}
+
+/// A host that connects and never authenticates keeps its connection only for the set-up
+/// timeout, busy or silent: its keep-alive timeout starts to count only once it has.
+#[test]
+fn a_host_that_never_authenticates_is_closed_after_the_set_up_timeout() {
+    let mut hosts = BTreeMap::new();
+    hosts.insert(
+        HOST_NQN.to_owned(),
+        HostSecrets {
+            host: secret(None, 32, 0x44),
+            ctrl: None,
+        },
+    );
+    let options = TargetOptions {
+        setup_timeout: std::time::Duration::from_secs(1),
+        auth: AuthOptions {
+            hosts,
+            ..AuthOptions::default()
+        },
+        ..TargetOptions::default()
+    };
+    let ssd = Ssd::new(&small_config()).expect("emulator starts");
+    let target = Target::start(ssd, "127.0.0.1:0", options).expect("target listens");
+    let started = std::time::Instant::now();
+    let (mut busy, framing, _) = raw_admin(&target);
+    let (mut silent, _, _) = raw_admin(&target);
+    let get = |cid| FabricsCommand::property_get(cid, property::CAP, true);
+    let mut refused = 0;
+    for cid in 100.. {
+        write_capsule(&mut busy, &framing, get(cid), &[]);
+        match read_pdu(&mut busy, &framing, &[pdu_type::CAPSULE_RESP]) {
+            Ok(pdu) => {
+                let cqe = pdu.header_as::<CapsuleResp>().expect("a response").cqe;
+                assert_eq!(cqe.status(), AUTH_REQUIRED);
+                refused += 1;
+            }
+            Err(_) => break,
+        }
+        assert!(started.elapsed().as_secs() < 10, "still open after 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(refused >= 5, "{refused} commands refused before the close");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert_closed(&mut silent, "the silent host's connection");
     target.stop();
 }

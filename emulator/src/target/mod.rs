@@ -4,13 +4,15 @@
 //!
 //! ```plain
 //!   TCP connection ─► connection (reader) ─┬─ Fabrics: Connect, Property Get/Set ─► subsystem
-//!        ▲    (one queue each)              ├─ Keep Alive, AER (held)
+//!        ▲    (one queue each)              ├─ AUTH_Send/AUTH_Receive ─► auth (DH-HMAC-CHAP)
+//!        │                                  ├─ Keep Alive, AER (held)
 //!        │                                  └─ admin / I/O commands ─► device thread ─► Ssd
 //!        └──── writer thread ◄── R2T, C2HData, response capsules ◄──────────┘
 //! ```
 //!
 //! Each connection carries one queue; the admin queue's Connect creates a controller (dynamic
-//! controller model), later I/O queue Connects join it. Every command of every connection goes to
+//! controller model), later I/O queue Connects join it. A host with a secret
+//! ([`TargetOptions::auth`]) must authenticate each queue before it serves anything ([`auth`]). Every command of every connection goes to
 //! the one device thread ([`device`]), which owns the [`Ssd`]. Bounds, so that no host can make
 //! the target's memory grow without limit: connections ([`TargetOptions::max_connections`]),
 //! commands per queue (the size the host asked for, at most [`TargetOptions::queue_entries`]),

@@ -95,8 +95,7 @@ impl HashId {
     /// The hash named `name` (`sha256`, `hmac(sha256)` or `SHA-256`).
     pub fn from_name(name: &str) -> Option<Self> {
         let name = name.trim_start_matches("hmac(").trim_end_matches(')');
-        let name = name.to_ascii_lowercase().replace('-', "");
-        Self::ALL.into_iter().find(|h| h.name() == name)
+        Self::ALL.into_iter().find(|h| same_name(name, h.name()))
     }
 }
 
@@ -160,9 +159,17 @@ impl DhGroup {
 
     /// The group named `name`.
     pub fn from_name(name: &str) -> Option<Self> {
-        let name = name.to_ascii_lowercase();
-        Self::ALL.into_iter().find(|g| g.name() == name)
+        Self::ALL.into_iter().find(|g| same_name(name, g.name()))
     }
+}
+
+/// Whether `given` is `name`, ignoring ASCII case and dashes (`SHA-256` is `sha256`).
+fn same_name(given: &str, name: &str) -> bool {
+    given
+        .bytes()
+        .filter(|&c| c != b'-')
+        .map(|c| c.to_ascii_lowercase())
+        .eq(name.bytes())
 }
 
 /// Why a transaction failed: the reason code explanation of a Failure message.
