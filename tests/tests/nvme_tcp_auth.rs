@@ -55,13 +55,7 @@ fn start(hash: HashId, group: DhGroup) -> Target {
             ctrl: Some(secret(Some(HashId::Sha512), 64, 0x33)),
         },
     );
-    hosts.insert(
-        HOST_NQN.to_owned(),
-        HostSecrets {
-            host: secret(None, 32, 0x44),
-            ctrl: None,
-        },
-    );
+    hosts.insert(HOST_NQN.to_owned(), raw_host_secrets());
     let options = TargetOptions {
         hosts: AllowedHosts::Only(vec![
             HOST_A.into(),
@@ -78,6 +72,14 @@ fn start(hash: HashId, group: DhGroup) -> Target {
     };
     let ssd = Ssd::new(&small_config()).expect("emulator starts");
     Target::start(ssd, "127.0.0.1:0", options).expect("target listens")
+}
+
+/// The raw host's secrets on the target: a 32-byte untransformed secret (0x44 ^ i).
+fn raw_host_secrets() -> HostSecrets {
+    HostSecrets {
+        host: secret(None, 32, 0x44),
+        ctrl: None,
+    }
 }
 
 fn connect(
@@ -415,13 +417,7 @@ fn an_unauthenticated_queue_passes_nothing_and_a_failed_transaction_ends_it() {
 #[test]
 fn a_host_that_never_authenticates_is_closed_after_the_set_up_timeout() {
     let mut hosts = BTreeMap::new();
-    hosts.insert(
-        HOST_NQN.to_owned(),
-        HostSecrets {
-            host: secret(None, 32, 0x44),
-            ctrl: None,
-        },
-    );
+    hosts.insert(HOST_NQN.to_owned(), raw_host_secrets());
     let options = TargetOptions {
         setup_timeout: std::time::Duration::from_secs(1),
         auth: AuthOptions {

@@ -3,8 +3,8 @@
 //! panics (a bad message becomes the [`Explanation`] a Failure message names), and, with `std`,
 //! the encoders both peers use.
 //!
-//! Every message starts with `auth_type` and `auth_id`, then reserved bytes and the transaction
-//! id (`t_id`) the host chose in its Negotiate, which every later message echoes.
+//! Every message starts with a [`Head`]: `auth_type` and `auth_id`, then reserved bytes and the
+//! transaction id (`t_id`) the host chose in its Negotiate, which every later message echoes.
 
 use core::mem::{offset_of, size_of};
 use zerocopy::little_endian::{U16, U32};
@@ -40,18 +40,38 @@ pub const PROTOCOL_DHCHAP: u8 = 0x01;
 /// The reason code of every Failure message ("authentication failed"); the explanation says why.
 pub const REASON_FAILED: u8 = 0x01;
 
-/// The 8-byte head of an AUTH_Negotiate; `napd` [`ProtocolDescriptor`]s follow.
+/// The 6 bytes every message starts with.
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
-pub struct NegotiateHeader {
-    /// [`TYPE_COMMON`].
+pub struct Head {
+    /// [`TYPE_COMMON`] or [`TYPE_DHCHAP`].
     pub auth_type: u8,
-    /// [`id::NEGOTIATE`].
+    /// Which message ([`id`]).
     pub auth_id: u8,
     /// Reserved.
     pub reserved: [u8; 2],
     /// Transaction id.
     pub t_id: U16,
+}
+
+impl Head {
+    /// The head of message `auth_id` of type `auth_type` in transaction `t_id`.
+    pub fn new(auth_type: u8, auth_id: u8, t_id: u16) -> Self {
+        Self {
+            auth_type,
+            auth_id,
+            reserved: [0; 2],
+            t_id: t_id.into(),
+        }
+    }
+}
+
+/// The 8-byte head of an AUTH_Negotiate; `napd` [`ProtocolDescriptor`]s follow.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
+pub struct NegotiateHeader {
+    /// `auth_type` [`TYPE_COMMON`], `auth_id` [`id::NEGOTIATE`]; the transaction id.
+    pub head: Head,
     /// Secure channel concatenation (TLS); 0 on a plain connection.
     pub sc_c: u8,
     /// Number of protocol descriptors that follow.
@@ -82,14 +102,8 @@ pub struct ProtocolDescriptor {
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
 pub struct ChallengeHeader {
-    /// [`TYPE_DHCHAP`].
-    pub auth_type: u8,
-    /// [`id::CHALLENGE`].
-    pub auth_id: u8,
-    /// Reserved.
-    pub reserved: [u8; 2],
-    /// Transaction id.
-    pub t_id: U16,
+    /// `auth_type` [`TYPE_DHCHAP`], `auth_id` [`id::CHALLENGE`]; the transaction id.
+    pub head: Head,
     /// Hash length: the digest length of `hash_id`.
     pub hl: u8,
     /// Reserved.
@@ -109,14 +123,8 @@ pub struct ChallengeHeader {
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
 pub struct ReplyHeader {
-    /// [`TYPE_DHCHAP`].
-    pub auth_type: u8,
-    /// [`id::REPLY`].
-    pub auth_id: u8,
-    /// Reserved.
-    pub reserved: [u8; 2],
-    /// Transaction id.
-    pub t_id: U16,
+    /// `auth_type` [`TYPE_DHCHAP`], `auth_id` [`id::REPLY`]; the transaction id.
+    pub head: Head,
     /// Hash length.
     pub hl: u8,
     /// Reserved.
@@ -136,14 +144,8 @@ pub struct ReplyHeader {
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
 pub struct Success1Header {
-    /// [`TYPE_DHCHAP`].
-    pub auth_type: u8,
-    /// [`id::SUCCESS1`].
-    pub auth_id: u8,
-    /// Reserved.
-    pub reserved: [u8; 2],
-    /// Transaction id.
-    pub t_id: U16,
+    /// `auth_type` [`TYPE_DHCHAP`], `auth_id` [`id::SUCCESS1`]; the transaction id.
+    pub head: Head,
     /// Hash length (set even without R2: Linux hosts check it).
     pub hl: u8,
     /// Reserved.
@@ -158,14 +160,8 @@ pub struct Success1Header {
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
 pub struct Success2 {
-    /// [`TYPE_DHCHAP`].
-    pub auth_type: u8,
-    /// [`id::SUCCESS2`].
-    pub auth_id: u8,
-    /// Reserved.
-    pub reserved: [u8; 2],
-    /// Transaction id.
-    pub t_id: U16,
+    /// `auth_type` [`TYPE_DHCHAP`], `auth_id` [`id::SUCCESS2`]; the transaction id.
+    pub head: Head,
     /// Reserved.
     pub reserved2: [u8; 10],
 }
@@ -174,14 +170,9 @@ pub struct Success2 {
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
 pub struct Failure {
-    /// [`TYPE_COMMON`].
-    pub auth_type: u8,
-    /// [`id::FAILURE1`] or [`id::FAILURE2`].
-    pub auth_id: u8,
-    /// Reserved.
-    pub reserved: [u8; 2],
-    /// Transaction id.
-    pub t_id: U16,
+    /// `auth_type` [`TYPE_COMMON`], `auth_id` [`id::FAILURE1`] or [`id::FAILURE2`]; the
+    /// transaction id.
+    pub head: Head,
     /// [`REASON_FAILED`].
     pub reason: u8,
     /// Why ([`Explanation`]).
@@ -189,8 +180,10 @@ pub struct Failure {
 }
 
 const _: () = {
+    assert!(size_of::<Head>() == 6);
+    assert!(offset_of!(Head, t_id) == 4);
     assert!(size_of::<NegotiateHeader>() == 8);
-    assert!(offset_of!(NegotiateHeader, t_id) == 4);
+    assert!(offset_of!(NegotiateHeader, sc_c) == 6);
     assert!(offset_of!(NegotiateHeader, napd) == 7);
     assert!(size_of::<ProtocolDescriptor>() == 64);
     assert!(offset_of!(ProtocolDescriptor, hash_ids) == 4);
@@ -287,13 +280,14 @@ impl<'a> Message<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, Explanation> {
         let (&auth_type, rest) = bytes.split_first().ok_or(Explanation::IncorrectPayload)?;
         let &auth_id = rest.first().ok_or(Explanation::IncorrectPayload)?;
+        // Each message is read with its own header, whose first bytes are the Head.
         match (auth_type, auth_id) {
             (TYPE_COMMON, id::NEGOTIATE) => Self::negotiate(bytes),
             (TYPE_COMMON, id::FAILURE1 | id::FAILURE2) => {
                 let (f, _) = Failure::read_from_prefix(bytes).map_err(|_| short())?;
                 Ok(Self::Failure {
                     from_controller: auth_id == id::FAILURE1,
-                    t_id: f.t_id.get(),
+                    t_id: f.head.t_id.get(),
                     reason: f.reason,
                     explanation: f.explanation,
                 })
@@ -303,7 +297,7 @@ impl<'a> Message<'a> {
                 let (challenge, tail) = take(tail, usize::from(h.hl))?;
                 let (dh_value, _) = take(tail, usize::from(h.dhvlen.get()))?;
                 Ok(Self::Challenge {
-                    t_id: h.t_id.get(),
+                    t_id: h.head.t_id.get(),
                     hash_id: h.hash_id,
                     dh_group_id: h.dh_group_id,
                     seqnum: h.seqnum.get(),
@@ -317,7 +311,7 @@ impl<'a> Message<'a> {
                 let (ctrl_challenge, tail) = take(tail, usize::from(h.hl))?;
                 let (dh_value, _) = take(tail, usize::from(h.dhvlen.get()))?;
                 Ok(Self::Reply {
-                    t_id: h.t_id.get(),
+                    t_id: h.head.t_id.get(),
                     response,
                     ctrl_challenge: (h.cvalid != 0).then_some(ctrl_challenge),
                     seqnum: h.seqnum.get(),
@@ -331,14 +325,16 @@ impl<'a> Message<'a> {
                     _ => Some(take(tail, usize::from(h.hl))?.0),
                 };
                 Ok(Self::Success1 {
-                    t_id: h.t_id.get(),
+                    t_id: h.head.t_id.get(),
                     hl: h.hl,
                     response,
                 })
             }
             (TYPE_DHCHAP, id::SUCCESS2) => {
                 let (h, _) = Success2::read_from_prefix(bytes).map_err(|_| short())?;
-                Ok(Self::Success2 { t_id: h.t_id.get() })
+                Ok(Self::Success2 {
+                    t_id: h.head.t_id.get(),
+                })
             }
             _ => Err(Explanation::IncorrectMessage),
         }
@@ -360,7 +356,7 @@ impl<'a> Message<'a> {
             return Err(Explanation::IncorrectPayload);
         };
         Ok(Self::Negotiate {
-            t_id: h.t_id.get(),
+            t_id: h.head.t_id.get(),
             sc_c: h.sc_c,
             hash_ids,
             dh_group_ids,
@@ -413,12 +409,9 @@ mod encode {
                     dh_group_ids,
                 } => {
                     let header = NegotiateHeader {
-                        auth_type: TYPE_COMMON,
-                        auth_id: id::NEGOTIATE,
-                        t_id: t_id.into(),
+                        head: Head::new(TYPE_COMMON, id::NEGOTIATE, t_id),
                         sc_c,
                         napd: 1,
-                        ..Default::default()
                     };
                     let mut d = ProtocolDescriptor {
                         auth_id: PROTOCOL_DHCHAP,
@@ -444,9 +437,7 @@ mod encode {
                     dh_value,
                 } => {
                     let header = ChallengeHeader {
-                        auth_type: TYPE_DHCHAP,
-                        auth_id: id::CHALLENGE,
-                        t_id: t_id.into(),
+                        head: Head::new(TYPE_DHCHAP, id::CHALLENGE, t_id),
                         hl: challenge.len() as u8,
                         hash_id,
                         dh_group_id,
@@ -466,9 +457,7 @@ mod encode {
                     dh_value,
                 } => {
                     let header = ReplyHeader {
-                        auth_type: TYPE_DHCHAP,
-                        auth_id: id::REPLY,
-                        t_id: t_id.into(),
+                        head: Head::new(TYPE_DHCHAP, id::REPLY, t_id),
                         hl: response.len() as u8,
                         cvalid: u8::from(ctrl_challenge.is_some()),
                         dhvlen: (dh_value.len() as u16).into(),
@@ -486,9 +475,7 @@ mod encode {
                 }
                 Self::Success1 { t_id, hl, response } => {
                     let header = Success1Header {
-                        auth_type: TYPE_DHCHAP,
-                        auth_id: id::SUCCESS1,
-                        t_id: t_id.into(),
+                        head: Head::new(TYPE_DHCHAP, id::SUCCESS1, t_id),
                         hl,
                         rvalid: u8::from(response.is_some()),
                         ..Default::default()
@@ -498,9 +485,7 @@ mod encode {
                 }
                 Self::Success2 { t_id } => {
                     let message = Success2 {
-                        auth_type: TYPE_DHCHAP,
-                        auth_id: id::SUCCESS2,
-                        t_id: t_id.into(),
+                        head: Head::new(TYPE_DHCHAP, id::SUCCESS2, t_id),
                         ..Default::default()
                     };
                     out.extend_from_slice(message.as_bytes());
@@ -511,17 +496,14 @@ mod encode {
                     reason,
                     explanation,
                 } => {
+                    let failure_id = match from_controller {
+                        true => id::FAILURE1,
+                        false => id::FAILURE2,
+                    };
                     let message = Failure {
-                        auth_type: TYPE_COMMON,
-                        auth_id: if from_controller {
-                            id::FAILURE1
-                        } else {
-                            id::FAILURE2
-                        },
-                        t_id: t_id.into(),
+                        head: Head::new(TYPE_COMMON, failure_id, t_id),
                         reason,
                         explanation,
-                        ..Default::default()
                     };
                     out.extend_from_slice(message.as_bytes());
                 }
