@@ -113,7 +113,21 @@ pub(crate) fn authenticate(
     if usize::from(hl) != hash.digest_len() {
         return give_up(transport, peer, Explanation::HashUnusable);
     }
+    let authenticated = || {
+        tracing::info!(
+            "queue {}: authenticated with hash {} dhgroup {}{}",
+            peer.qid,
+            hash.name(),
+            group.name(),
+            if secrets.ctrl.is_some() {
+                ", both ways"
+            } else {
+                ""
+            }
+        );
+    };
     let Some(ctrl) = &secrets.ctrl else {
+        authenticated();
         return Ok(());
     };
     let ctrl_key = ctrl.transformed(peer.subsys_nqn);
@@ -125,7 +139,9 @@ pub(crate) fn authenticate(
             "the controller did not prove it knows the controller secret",
         ));
     }
-    send(transport, peer.qid, &Message::Success2 { t_id }.encode())
+    send(transport, peer.qid, &Message::Success2 { t_id }.encode())?;
+    authenticated();
+    Ok(())
 }
 
 /// Parses a controller message of this transaction: a Failure1 becomes the error.

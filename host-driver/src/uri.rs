@@ -53,6 +53,30 @@ pub enum Endpoint {
     },
 }
 
+impl Endpoint {
+    /// How to connect to an NVMe/TCP endpoint (its subsystem, host NQN, digests and secrets; one
+    /// I/O queue), or `None` for another kind.
+    pub fn tcp_options(&self) -> Option<TcpOptions> {
+        let Endpoint::Tcp {
+            nqn,
+            digests,
+            host_nqn,
+            dhchap,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let defaults = TcpOptions::new(nqn);
+        Some(TcpOptions {
+            digests: *digests,
+            host_nqn: host_nqn.clone().unwrap_or(defaults.host_nqn.clone()),
+            dhchap: dhchap.clone(),
+            ..defaults
+        })
+    }
+}
+
 /// A parsed device URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceUri {
@@ -218,20 +242,11 @@ pub fn open_remote_device(
                 "local: is the in-process emulator, which this open does not build (open_device, feature local)".into(),
             ));
         }
-        Endpoint::Tcp {
-            addr,
-            nqn,
-            digests,
-            host_nqn,
-            dhchap,
-        } => {
-            let defaults = TcpOptions::new(nqn);
-            let options = TcpOptions {
-                digests: *digests,
-                host_nqn: host_nqn.clone().unwrap_or(defaults.host_nqn.clone()),
-                dhchap: dhchap.clone(),
-                ..defaults
-            };
+        Endpoint::Tcp { addr, .. } => {
+            let options = uri
+                .endpoint
+                .tcp_options()
+                .unwrap_or_else(|| TcpOptions::new(""));
             Box::new(TcpTransport::connect(addr.as_str(), &options)?)
         }
         Endpoint::Passthru { path, uring } => Box::new(PassthruTransport::open(path, *uring)?),

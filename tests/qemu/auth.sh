@@ -9,10 +9,15 @@
 # refuses the target). That emulator must end having served 0 device commands: nothing was
 # read or written through a refused connection. Then, against a fresh one, the right secret
 # connects and reads back what it wrote, unidirectionally and bidirectionally, and the target
-# logged an authentication for every queue.
+# logged an authentication for every queue. Last, the other way round: sagessd's own initiator
+# (`emulator load --connect URI`) authenticates to Linux's target (nvmet-tcp, which chooses
+# SHA-512 and ffdhe3072 here, bidirectionally) and checks every byte it reads back, and a wrong
+# secret is refused there too.
 
 NQN=nqn.2026-11.io.sagessd:emulator
 HOSTNQN=$(cat /etc/nvme/hostnqn)
+DRIVER_HOST=nqn.2026-12.io.sagessd:guest-driver
+KERNEL_NQN=nqn.2026-12.io.sagessd:kernel-target
 OTHER_HOSTID=5a6e55d0-0000-4000-8000-0000000000ff
 OTHER_HOST=nqn.2014-08.org.nvmexpress:uuid:$OTHER_HOSTID
 
@@ -21,7 +26,9 @@ make_secrets() { # host secret (SHA-256-transformed, 32 bytes), a wrong one, two
     nvme gen-dhchap-key --hmac=1 --nqn="$HOSTNQN" >/tmp/wrong.key
     nvme gen-dhchap-key --hmac=3 --key-length=64 --nqn="$NQN" >/tmp/ctrl.key
     nvme gen-dhchap-key --hmac=0 --key-length=48 >/tmp/wrong-ctrl.key
-    for key in host wrong ctrl wrong-ctrl; do
+    nvme gen-dhchap-key --hmac=2 --key-length=48 --nqn="$DRIVER_HOST" >/tmp/driver.key
+    nvme gen-dhchap-key --hmac=0 --key-length=64 >/tmp/driver-ctrl.key
+    for key in host wrong ctrl wrong-ctrl driver driver-ctrl; do
         grep -q '^DHHC-1:0[0-3]:' "/tmp/$key.key"
         e2e "secret-$key" "$(cut -c1-10 "/tmp/$key.key")…"
     done
@@ -118,6 +125,60 @@ authenticated_each_queue() { # the target logged each queue's authentication: th
 }
 
 check secrets make_secrets
+kernel_target() { # nvmet-tcp on 127.0.0.1:4421, a 64 MiB file namespace; only DRIVER_HOST may
+                  # connect, authenticating with SHA-512 and ffdhe3072 both ways
+    modprobe nvmet-tcp
+    mount -t configfs none /sys/kernel/config
+    dd if=/dev/zero of=/tmp/kernel-ns.img bs=1M count=64 2>/dev/null
+    host=/sys/kernel/config/nvmet/hosts/$DRIVER_HOST
+    mkdir "$host"
+    cat /tmp/driver.key >"$host/dhchap_key"
+    cat /tmp/driver-ctrl.key >"$host/dhchap_ctrl_key"
+    echo 'hmac(sha512)' >"$host/dhchap_hash"
+    echo ffdhe3072 >"$host/dhchap_dhgroup"
+    subsys=/sys/kernel/config/nvmet/subsystems/$KERNEL_NQN
+    mkdir "$subsys"
+    echo 0 >"$subsys/attr_allow_any_host"
+    ln -s "$host" "$subsys/allowed_hosts/$DRIVER_HOST"
+    mkdir "$subsys/namespaces/1"
+    echo /tmp/kernel-ns.img >"$subsys/namespaces/1/device_path"
+    echo 1 >"$subsys/namespaces/1/enable"
+    port=/sys/kernel/config/nvmet/ports/2
+    mkdir "$port"
+    echo ipv4 >"$port/addr_adrfam"
+    echo tcp >"$port/addr_trtype"
+    echo 127.0.0.1 >"$port/addr_traddr"
+    echo 4421 >"$port/addr_trsvcid"
+    ln -s "$subsys" "$port/subsystems/$KERNEL_NQN"
+}
+
+driver_uri() { # the kernel target's URI for sagessd's initiator, with host secret $1
+    echo "tcp://127.0.0.1:4421/$KERNEL_NQN?hostnqn=$DRIVER_HOST&dhchap_secret=$1&dhchap_ctrl_secret=$(cat /tmp/driver-ctrl.key)"
+}
+
+driver_load() { # 4,000 checked reads and writes on 2 authenticated I/O queues
+    RUST_LOG=sagessd_host_driver=info timeout 120 sagessd emulator load \
+        --connect "$(driver_uri "$(cat /tmp/driver.key)")" \
+        --queues 2 --depth 8 --commands 4000 --span-mib 16 >/tmp/load 2>/tmp/load.err
+    cat /tmp/load /tmp/load.err
+    grep -q '^0 lost, 0 duplicated, 0 misrouted completions; every read equal to the model' /tmp/load
+    # Each queue with what Linux's target chose: the identifying connection's admin and I/O
+    # queue, then the load's admin queue and both I/O queues.
+    e2e driver-says "$(grep -m1 -o 'queue 0: authenticated.*' /tmp/load.err)"
+    [ "$(grep -c 'authenticated with hash sha512 dhgroup ffdhe3072, both ways' /tmp/load.err)" -eq 5 ]
+}
+
+driver_refused() { # a wrong host secret: Linux's target answers Failure1
+    if timeout 60 sagessd emulator load --connect "$(driver_uri "$(cat /tmp/wrong.key)")" \
+        --queues 1 --depth 1 --commands 10 >/tmp/load 2>&1; then
+        cat /tmp/load
+        return 1
+    fi
+    cat /tmp/load
+    e2e driver-refused-says "$(grep -m1 'Failure1' /tmp/load)"
+    grep -q 'Failure1, reason 0x01, explanation 0x01' /tmp/load
+}
+
 check emulator-start start_emulator
 check listening wait_for 30 serving
 check modprobe modprobe nvme-tcp
@@ -141,4 +202,8 @@ check namespace-again wait_for 20 namespace_present
 check read-write-again read_write
 check disconnect-again disconnect
 check authenticated-each-queue authenticated_each_queue
+check kernel-target kernel_target
+check kernel-target-listening wait_for 10 port_listening 4421
+check driver-authenticates driver_load
+check driver-refused driver_refused
 check final-stop true

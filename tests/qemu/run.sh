@@ -20,7 +20,8 @@
 #   --auth          DH-HMAC-CHAP: the kernel's nvme-tcp host authenticates to `sagessd emulator
 #                   serve --host-secret` with secrets nvme-cli generates, and a wrong secret, no
 #                   secret, a host not allowed and a wrong controller secret are all refused
-#                   with nothing read or written (tests/qemu/auth.sh). Debian 12's own 6.1
+#                   with nothing read or written; sagessd's initiator authenticates to the
+#                   kernel's own target (nvmet-tcp) (tests/qemu/auth.sh). Debian 12's own 6.1
 #                   kernel is built without host authentication (CONFIG_NVME_AUTH unset), so
 #                   this boots Debian 12's 6.12 kernel (bookworm-security), whose host has it
 #
@@ -76,7 +77,8 @@ for arg in "$@"; do
                   refused-no-secret refused-not-allowed refused-wrong-ctrl-secret
                   nothing-reached-the-device emulator-restart relistening connect namespace
                   read-write disconnect connect-bidirectional namespace-again read-write-again
-                  disconnect-again authenticated-each-queue final-stop)
+                  disconnect-again authenticated-each-queue kernel-target
+                  kernel-target-listening driver-authenticates driver-refused final-stop)
         ;;
     -*) die "unknown option $arg (usage: tests/qemu/run.sh [--smoke | --auth] [--train TRAIN_BINARY] [SAGESSD_BINARY])" ;;
     *) binary="$arg" ;;

@@ -34,9 +34,11 @@ pub(crate) enum EmulatorCommand {
 /// Flags of `emulator load`.
 #[derive(Debug, Args)]
 pub(crate) struct LoadArgs {
-    /// An existing target (HOST:PORT) instead of a child `emulator serve` (its RSS is then not
-    /// known).
-    #[arg(long, value_name = "ADDR")]
+    /// An existing target instead of a child `emulator serve` (its RSS is then not known):
+    /// `HOST:PORT` (the emulator's subsystem), or a device URI
+    /// `tcp://HOST:PORT/NQN[?hostnqn=…&dhchap_secret=…&dhchap_ctrl_secret=…&digest=1]` for any
+    /// NVMe/TCP target.
+    #[arg(long, value_name = "ADDR|URI")]
     connect: Option<String>,
     /// Hardware description of the child target (TOML); default: the built-in Cosmos+.
     #[arg(long, value_name = "PATH", conflicts_with = "connect")]
@@ -138,7 +140,7 @@ pub(crate) fn run(command: EmulatorCommand) -> anyhow::Result<ExitCode> {
 /// `emulator load`: the checked load and what it measured.
 fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
     use sagessd_host_driver::load::{LoadSpec, run_load};
-    use sagessd_host_driver::{Device, TcpOptions, TcpTransport};
+    use sagessd_host_driver::{Device, Endpoint, TcpOptions, TcpTransport};
     use sagessd_runtime::compare::human_bytes;
     let (child, addr) = match &args.connect {
         Some(addr) => (None, addr.clone()),
@@ -148,8 +150,21 @@ fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
             (Some(child), addr)
         }
     };
-    let nqn = sagessd_emulator::target::DEFAULT_NQN;
-    let info = Device::open(TcpTransport::connect(addr.as_str(), &TcpOptions::new(nqn))?)?
+    let (addr, connection) = match addr.strip_prefix("tcp://") {
+        None => (addr, TcpOptions::new(sagessd_emulator::target::DEFAULT_NQN)),
+        Some(_) => {
+            let uri: sagessd_host_driver::DeviceUri = addr
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("--connect {e}"))?;
+            match (&uri.endpoint, uri.endpoint.tcp_options()) {
+                (Endpoint::Tcp { addr, .. }, Some(options)) if !uri.tunnel => {
+                    (addr.clone(), options)
+                }
+                _ => anyhow::bail!("--connect {addr:?}: an NVMe/TCP URI without tunnel=1"),
+            }
+        }
+    };
+    let info = Device::open(TcpTransport::connect(addr.as_str(), &connection)?)?
         .info()
         .clone();
     let block = info.block_size_bytes;
@@ -184,7 +199,7 @@ fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
         io_queues: args.queues,
         queue_entries: args.depth,
         command_timeout: Some(Duration::from_secs(60)),
-        ..TcpOptions::new(nqn)
+        ..connection
     };
     let mut transport = TcpTransport::connect(addr.as_str(), &options)?;
     let rss_before = child.as_ref().and_then(|c| c.status_bytes("VmRSS:"));
