@@ -3,11 +3,10 @@
 //! host runs it: Negotiate (every hash and DH group), Challenge, Reply, Success1, and with a
 //! controller secret the controller's answer checked and Success2.
 
-use sagessd_abi::auth::ffdhe::{KeyPair, private_len};
 use sagessd_abi::auth::message::{Message, REASON_FAILED};
-use sagessd_abi::auth::response::{Transaction, matches};
+use sagessd_abi::auth::response::{Fresh, Transaction, matches};
 use sagessd_abi::auth::secret::Secret;
-use sagessd_abi::auth::{DhGroup, Explanation, HashId, fill_random};
+use sagessd_abi::auth::{DhGroup, Explanation, HashId};
 use sagessd_abi::fabrics::FabricsCommand;
 
 use crate::transport::{Transport, TransportError};
@@ -72,21 +71,11 @@ pub(crate) fn authenticate(
     let Some(group) = DhGroup::from_id(dh_group_id) else {
         return give_up(transport, peer, Explanation::DhGroupUnusable);
     };
-    // C2 and S2 (asked only with a controller secret), then the DH exponent.
-    let mut random = vec![0; hash.digest_len() + 4 + private_len(group)];
-    fill_random(&mut random).map_err(|e| failed(&format!("no random bytes: {e}")))?;
-    let private = random.split_off(hash.digest_len() + 4);
-    let s2_bytes = random.split_off(hash.digest_len());
-    let s2 = u32::from_le_bytes(s2_bytes.try_into().unwrap_or([1; 4])).max(1);
-    let c2 = random;
-    let keys = KeyPair::new(group, &private);
-    let shared = match (&keys, dh_value.is_empty()) {
-        (None, true) => None,
-        (Some(keys), false) => match keys.shared_secret(dh_value) {
-            Ok(z) => Some(z),
-            Err(why) => return give_up(transport, peer, why),
-        },
-        _ => return give_up(transport, peer, Explanation::IncorrectPayload),
+    // C2 and S2 (sent only with a controller secret), and the host's DH key pair.
+    let fresh = Fresh::new(hash, group).map_err(|e| failed(&format!("no random bytes: {e}")))?;
+    let shared = match fresh.shared_secret(dh_value) {
+        Ok(z) => z,
+        Err(why) => return give_up(transport, peer, why),
     };
     let transaction = Transaction {
         hash,
@@ -101,9 +90,9 @@ pub(crate) fn authenticate(
     let reply = Message::Reply {
         t_id,
         response: &r1,
-        ctrl_challenge: bidirectional.then_some(&c2[..]),
-        seqnum: if bidirectional { s2 } else { 0 },
-        dh_value: keys.as_ref().map_or(&[][..], KeyPair::public),
+        ctrl_challenge: bidirectional.then_some(&fresh.challenge[..]),
+        seqnum: if bidirectional { fresh.seqnum } else { 0 },
+        dh_value: fresh.dh_value(),
     };
     send(transport, peer.qid, &reply.encode())?;
     let success = receive(transport, peer.qid)?;
@@ -131,7 +120,7 @@ pub(crate) fn authenticate(
         return Ok(());
     };
     let ctrl_key = ctrl.transformed(peer.subsys_nqn);
-    let r2 = transaction.controller_response(&ctrl_key, &c2, s2);
+    let r2 = transaction.controller_response(&ctrl_key, &fresh.challenge, fresh.seqnum);
     if !response.is_some_and(|r| matches(&r2, r)) {
         // The Failure2 is a courtesy; the error that matters is the controller's.
         let _ = give_up(transport, peer, Explanation::Failed);

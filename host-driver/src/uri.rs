@@ -54,26 +54,27 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// How to connect to an NVMe/TCP endpoint (its subsystem, host NQN, digests and secrets; one
-    /// I/O queue), or `None` for another kind.
-    pub fn tcp_options(&self) -> Option<TcpOptions> {
+    /// An NVMe/TCP endpoint's address and how to connect to it (its subsystem, host NQN,
+    /// digests and secrets; one I/O queue), or `None` for another kind.
+    pub fn tcp_options(&self) -> Option<(&str, TcpOptions)> {
         let Endpoint::Tcp {
+            addr,
             nqn,
             digests,
             host_nqn,
             dhchap,
-            ..
         } = self
         else {
             return None;
         };
         let defaults = TcpOptions::new(nqn);
-        Some(TcpOptions {
+        let options = TcpOptions {
             digests: *digests,
             host_nqn: host_nqn.clone().unwrap_or(defaults.host_nqn.clone()),
             dhchap: dhchap.clone(),
             ..defaults
-        })
+        };
+        Some((addr, options))
     }
 }
 
@@ -236,20 +237,16 @@ pub fn open_device(
 pub fn open_remote_device(
     uri: &DeviceUri,
 ) -> Result<Device<Box<dyn Transport + Send>>, DriverError> {
-    let transport: Box<dyn Transport + Send> = match &uri.endpoint {
-        Endpoint::Local => {
+    let transport: Box<dyn Transport + Send> = match (uri.endpoint.tcp_options(), &uri.endpoint) {
+        (Some((addr, options)), _) => Box::new(TcpTransport::connect(addr, &options)?),
+        (None, Endpoint::Passthru { path, uring }) => {
+            Box::new(PassthruTransport::open(path, *uring)?)
+        }
+        (None, _) => {
             return Err(DriverError::InvalidArgument(
                 "local: is the in-process emulator, which this open does not build (open_device, feature local)".into(),
             ));
         }
-        Endpoint::Tcp { addr, .. } => {
-            let options = uri
-                .endpoint
-                .tcp_options()
-                .unwrap_or_else(|| TcpOptions::new(""));
-            Box::new(TcpTransport::connect(addr.as_str(), &options)?)
-        }
-        Endpoint::Passthru { path, uring } => Box::new(PassthruTransport::open(path, *uring)?),
     };
     with_tunnel(transport, uri)
 }

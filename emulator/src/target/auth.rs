@@ -17,11 +17,10 @@
 
 use std::collections::BTreeMap;
 
-use sagessd_abi::auth::ffdhe::{KeyPair, private_len};
 use sagessd_abi::auth::message::{Message, REASON_FAILED};
-use sagessd_abi::auth::response::{Transaction, matches};
+use sagessd_abi::auth::response::{Fresh, Transaction, matches};
 use sagessd_abi::auth::secret::Secret;
-use sagessd_abi::auth::{DhGroup, Explanation, HashId, fill_random};
+use sagessd_abi::auth::{DhGroup, Explanation, HashId};
 use sagessd_abi::nvme::Status;
 
 /// The secrets one host authenticates with.
@@ -72,7 +71,7 @@ enum Step {
     /// Negotiated: the next AUTH_Receive gets the Challenge.
     Challenge(Chosen),
     /// The Challenge went out: waiting for the Reply.
-    Reply(Chosen, Challenged),
+    Reply(Chosen, Fresh),
     /// The Reply was right: the next AUTH_Receive gets Success1 (with R2 if asked for).
     Success1(Chosen, Option<Vec<u8>>),
     /// Success1 with R2 went out: waiting for the host's Success2.
@@ -89,18 +88,13 @@ struct Chosen {
     group: DhGroup,
 }
 
-/// What the controller sent in its Challenge.
-struct Challenged {
-    challenge: Vec<u8>,
-    seqnum: u32,
-    keys: Option<KeyPair>,
-}
-
 /// What became of a message the host sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Sent {
-    /// The transaction goes on (or, after Success2, has succeeded).
+    /// The transaction goes on.
     Accepted,
+    /// The transaction has succeeded: the queue is authenticated.
+    Authenticated,
     /// The host's response was wrong, or its message unusable: a Failure1 is next.
     Refused(Explanation),
     /// The host gave up (Failure2) with this explanation.
@@ -109,7 +103,10 @@ pub(super) enum Sent {
 
 /// DH-HMAC-CHAP state of one queue whose host has a secret.
 pub(super) struct QueueAuth {
-    secrets: HostSecrets,
+    /// The host's secret, transformed with its NQN: what R1 is keyed with.
+    host_key: Vec<u8>,
+    /// The controller's secret, transformed with the subsystem NQN: what R2 is keyed with.
+    ctrl_key: Option<Vec<u8>>,
     hashes: Vec<HashId>,
     dh_groups: Vec<DhGroup>,
     host_nqn: String,
@@ -122,13 +119,14 @@ impl QueueAuth {
     /// A queue of host `host_nqn` on subsystem `subsys_nqn` that must authenticate with
     /// `secrets`.
     pub(super) fn new(
-        secrets: HostSecrets,
+        secrets: &HostSecrets,
         options: &AuthOptions,
         host_nqn: &str,
         subsys_nqn: &str,
     ) -> Self {
         Self {
-            secrets,
+            host_key: secrets.host.transformed(host_nqn),
+            ctrl_key: secrets.ctrl.as_ref().map(|k| k.transformed(subsys_nqn)),
             hashes: options.hashes.clone(),
             dh_groups: options.dh_groups.clone(),
             host_nqn: host_nqn.to_owned(),
@@ -201,7 +199,7 @@ impl QueueAuth {
             ),
             (Step::Success2(chosen), Message::Success2 { .. }) if t_id == chosen.t_id => {
                 self.authenticated = true;
-                Sent::Accepted
+                Sent::Authenticated
             }
             _ => self.refuse(t_id, Explanation::IncorrectMessage),
         }
@@ -211,18 +209,14 @@ impl QueueAuth {
     fn reply(
         &mut self,
         chosen: Chosen,
-        challenged: Challenged,
+        challenged: Fresh,
         response: &[u8],
         ctrl_challenge: Option<(&[u8], u32)>,
         dh_value: &[u8],
     ) -> Sent {
-        let shared = match &challenged.keys {
-            None if dh_value.is_empty() => None,
-            None => return self.refuse(chosen.t_id, Explanation::IncorrectPayload),
-            Some(keys) => match keys.shared_secret(dh_value) {
-                Ok(z) => Some(z),
-                Err(why) => return self.refuse(chosen.t_id, why),
-            },
+        let shared = match challenged.shared_secret(dh_value) {
+            Ok(z) => z,
+            Err(why) => return self.refuse(chosen.t_id, why),
         };
         let transaction = Transaction {
             hash: chosen.hash,
@@ -231,34 +225,25 @@ impl QueueAuth {
             subsys_nqn: &self.subsys_nqn,
             shared_secret: shared.as_deref(),
         };
-        let host_key = self.secrets.host.transformed(&self.host_nqn);
         let expected =
-            transaction.host_response(&host_key, &challenged.challenge, challenged.seqnum);
+            transaction.host_response(&self.host_key, &challenged.challenge, challenged.seqnum);
         if !matches(&expected, response) {
             return self.refuse(chosen.t_id, Explanation::Failed);
         }
-        let r2 = match ctrl_challenge {
-            None => {
-                self.authenticated = true;
-                None
-            }
-            // Asked to prove itself without a controller secret: the host cannot be answered.
-            Some(_) if self.secrets.ctrl.is_none() => {
-                return self.refuse(chosen.t_id, Explanation::NotUsable);
-            }
-            Some((c2, _)) if c2.len() != chosen.hash.digest_len() => {
-                return self.refuse(chosen.t_id, Explanation::IncorrectPayload);
-            }
-            Some((c2, s2)) => {
-                let ctrl_key = self
-                    .secrets
-                    .ctrl
-                    .as_ref()
-                    .map(|k| k.transformed(&self.subsys_nqn));
-                Some(transaction.controller_response(&ctrl_key.unwrap_or_default(), c2, s2))
-            }
+        let Some((c2, s2)) = ctrl_challenge else {
+            self.step = Step::Success1(chosen, None);
+            self.authenticated = true;
+            return Sent::Authenticated;
         };
-        self.step = Step::Success1(chosen, r2);
+        // Asked to prove itself without a controller secret: the host cannot be answered.
+        let Some(ctrl_key) = &self.ctrl_key else {
+            return self.refuse(chosen.t_id, Explanation::NotUsable);
+        };
+        if c2.len() != chosen.hash.digest_len() {
+            return self.refuse(chosen.t_id, Explanation::IncorrectPayload);
+        }
+        let r2 = transaction.controller_response(ctrl_key, c2, s2);
+        self.step = Step::Success1(chosen, Some(r2));
         Sent::Accepted
     }
 
@@ -269,35 +254,23 @@ impl QueueAuth {
         let failure = matches!(self.step, Step::Failure1 { .. });
         let (message, next) = match &self.step {
             Step::Challenge(chosen) => {
-                let chosen = *chosen;
-                // C1, then S1, then the DH exponent: all fresh for each transaction.
-                let private_len = private_len(chosen.group);
-                let mut random = vec![0; chosen.hash.digest_len() + 4 + private_len];
-                if let Err(e) = fill_random(&mut random) {
-                    tracing::error!("no random bytes for a DH-HMAC-CHAP challenge: {e}");
-                    return Err(Status::INTERNAL_ERROR);
-                }
-                let private = random.split_off(random.len() - private_len);
-                let seqnum_bytes = random.split_off(random.len() - 4);
-                let challenge = random;
-                // Never 0, which means "no sequence number".
-                let seqnum = u32::from_le_bytes(seqnum_bytes.try_into().unwrap_or([1; 4])).max(1);
-                let keys = KeyPair::new(chosen.group, &private);
+                let fresh = match Fresh::new(chosen.hash, chosen.group) {
+                    Ok(fresh) => fresh,
+                    Err(e) => {
+                        tracing::error!("no random bytes for a DH-HMAC-CHAP challenge: {e}");
+                        return Err(Status::INTERNAL_ERROR);
+                    }
+                };
                 let message = Message::Challenge {
                     t_id: chosen.t_id,
                     hash_id: chosen.hash as u8,
                     dh_group_id: chosen.group as u8,
-                    seqnum,
-                    challenge: &challenge,
-                    dh_value: keys.as_ref().map_or(&[][..], KeyPair::public),
+                    seqnum: fresh.seqnum,
+                    challenge: &fresh.challenge,
+                    dh_value: fresh.dh_value(),
                 }
                 .encode();
-                let challenged = Challenged {
-                    challenge,
-                    seqnum,
-                    keys,
-                };
-                (message, Step::Reply(chosen, challenged))
+                (message, Step::Reply(*chosen, fresh))
             }
             Step::Success1(chosen, r2) => {
                 let message = Message::Success1 {

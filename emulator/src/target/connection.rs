@@ -473,6 +473,24 @@ impl Connection {
         ready
     }
 
+    /// The queue's id and its authentication state, for an AUTH_Send or AUTH_Receive naming
+    /// protocol `secp`/`spsp` and `len` bytes of which `data_len` came: Invalid Field unless
+    /// they are DH-HMAC-CHAP's and agree, Command Sequence Error if its host has no secret.
+    fn auth_for(
+        &mut self,
+        secp: u8,
+        spsp: [u8; 2],
+        len: u32,
+        data_len: usize,
+    ) -> Result<(u16, &mut QueueAuth), Status> {
+        if secp != SECP_AUTH || spsp != [SPSP_DHCHAP; 2] || len as usize != data_len {
+            return Err(Status::INVALID_FIELD);
+        }
+        let qid = self.qid();
+        let auth = self.auth.as_mut().ok_or(Status::COMMAND_SEQUENCE_ERROR)?;
+        Ok((qid, auth))
+    }
+
     /// Whether the queue may serve commands: it has authenticated, or its host needs not.
     fn authenticated(&self) -> bool {
         self.queue.is_some() && self.auth.as_ref().is_none_or(QueueAuth::authenticated)
@@ -790,7 +808,7 @@ impl Connection {
                         let hostnqn = connect.hostnqn().unwrap_or_default();
                         self.auth = self.options.auth.hosts.get(hostnqn).map(|secrets| {
                             let nqn = self.subsystem.nqn();
-                            QueueAuth::new(secrets.clone(), &self.options.auth, hostnqn, nqn)
+                            QueueAuth::new(secrets, &self.options.auth, hostnqn, nqn)
                         });
                         let mut result = u32::from(ctrl.cntlid);
                         match self.auth {
@@ -831,22 +849,18 @@ impl Connection {
                 _ => self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0),
             },
             FabricsCommand::AuthSend { secp, spsp, len } => {
-                if secp != SECP_AUTH || spsp != [SPSP_DHCHAP; 2] || len as usize != data.len() {
-                    return self.respond(cid, Status::INVALID_FIELD, 0);
-                }
-                let Some(auth) = self.auth.as_mut() else {
-                    return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
+                let (qid, auth) = match self.auth_for(secp, spsp, len, data.len()) {
+                    Ok(auth) => auth,
+                    Err(status) => return self.respond(cid, status, 0),
                 };
-                let was_authenticated = auth.authenticated();
                 let sent = auth.send(&data);
-                let authenticated = auth.authenticated();
-                let (host, qid) = (auth.host_nqn().to_owned(), self.qid());
+                let host = auth.host_nqn();
                 match sent {
-                    Sent::Accepted if authenticated && !was_authenticated => {
+                    Sent::Accepted => {}
+                    Sent::Authenticated => {
                         tracing::info!("host {host:?} authenticated queue {qid} (DH-HMAC-CHAP)");
                         self.silence.set(self.keep_alive);
                     }
-                    Sent::Accepted => {}
                     Sent::Refused(why) => {
                         tracing::warn!("host {host:?} failed DH-HMAC-CHAP on queue {qid}: {why:?}")
                     }
@@ -861,13 +875,10 @@ impl Connection {
                 self.respond(cid, Status::SUCCESS, 0)
             }
             FabricsCommand::AuthReceive { secp, spsp, len } => {
-                if secp != SECP_AUTH || spsp != [SPSP_DHCHAP; 2] || len as usize != data.len() {
-                    return self.respond(cid, Status::INVALID_FIELD, 0);
-                }
-                let Some(auth) = self.auth.as_mut() else {
-                    return self.respond(cid, Status::COMMAND_SEQUENCE_ERROR, 0);
-                };
-                match auth.receive(data.len()) {
+                let received = self
+                    .auth_for(secp, spsp, len, data.len())
+                    .and_then(|(_, auth)| auth.receive(data.len()));
+                match received {
                     Ok((message, failure)) => {
                         let cqe = CompletionEntry::new(0, cid, Status::SUCCESS, 0);
                         let cqe = completion(cqe, self.qid(), self.head());

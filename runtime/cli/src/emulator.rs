@@ -140,7 +140,7 @@ pub(crate) fn run(command: EmulatorCommand) -> anyhow::Result<ExitCode> {
 /// `emulator load`: the checked load and what it measured.
 fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
     use sagessd_host_driver::load::{LoadSpec, run_load};
-    use sagessd_host_driver::{Device, Endpoint, TcpOptions, TcpTransport};
+    use sagessd_host_driver::{Device, TcpOptions, TcpTransport};
     use sagessd_runtime::compare::human_bytes;
     let (child, addr) = match &args.connect {
         Some(addr) => (None, addr.clone()),
@@ -156,10 +156,8 @@ fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
             let uri: sagessd_host_driver::DeviceUri = addr
                 .parse()
                 .map_err(|e: String| anyhow::anyhow!("--connect {e}"))?;
-            match (&uri.endpoint, uri.endpoint.tcp_options()) {
-                (Endpoint::Tcp { addr, .. }, Some(options)) if !uri.tunnel => {
-                    (addr.clone(), options)
-                }
+            match uri.endpoint.tcp_options() {
+                Some((addr, options)) if !uri.tunnel => (addr.to_owned(), options),
                 _ => anyhow::bail!("--connect {addr:?}: an NVMe/TCP URI without tunnel=1"),
             }
         }

@@ -10,7 +10,8 @@
 //!
 //! * [`message`]: the AUTH_Send / AUTH_Receive payloads (no_std);
 //! * `secret` (feature `auth`): the `DHHC-1:` secret representation and its transformation;
-//! * `response` (feature `auth`): the HMAC responses, each peer's side;
+//! * `response` (feature `auth`): the HMAC responses, each peer's side, and the fresh values
+//!   (challenge, sequence number, DH key pair) each side brings to a transaction;
 //! * `ffdhe` (feature `auth`): the RFC 7919 groups.
 //!
 //! The primitives come from RustCrypto's `hmac` and `sha2` and from `num-bigint`; only the
@@ -26,14 +27,6 @@ pub mod response;
 pub mod secret;
 
 use crate::nvme::{Status, sct};
-
-/// Fills `buf` from the operating system's random source (challenges, sequence numbers and DH
-/// exponents must not be guessable; there is no fallback).
-#[cfg(feature = "auth")]
-pub fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
-}
 
 /// Security protocol of NVMe in-band authentication (AUTH_Send / AUTH_Receive `secp`).
 pub const SECP_AUTH: u8 = 0xE9;

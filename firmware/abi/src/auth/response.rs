@@ -11,13 +11,15 @@
 //! subsystem NQN first. `Kt` is the answering entity's transformed secret
 //! ([`super::secret::Secret::transformed`]), `H` the hash the controller chose.
 
+use std::vec;
 use std::vec::Vec;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha384, Sha512};
 use subtle::ConstantTimeEq;
 
-use super::HashId;
+use super::ffdhe::{KeyPair, private_len};
+use super::{DhGroup, Explanation, HashId};
 
 /// HMAC with `hash`, keyed with `key`, over `parts` one after another.
 pub fn hmac(hash: HashId, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
@@ -124,6 +126,52 @@ impl Transaction<'_> {
     }
 }
 
+/// What one side brings to a transaction, fresh each time: its challenge (C1, or C2), a
+/// nonzero sequence number (S1, or S2) and, with a DH group, its key pair. All of it comes from
+/// the operating system's random source: none of it may be guessable.
+#[derive(Debug)]
+pub struct Fresh {
+    /// The challenge, as long as the hash's digest.
+    pub challenge: Vec<u8>,
+    /// The sequence number (never 0, which means "none").
+    pub seqnum: u32,
+    /// The key pair; `None` without a DH group.
+    pub keys: Option<KeyPair>,
+}
+
+impl Fresh {
+    /// Fresh values for a transaction with `hash` and `group`.
+    pub fn new(hash: HashId, group: DhGroup) -> std::io::Result<Self> {
+        use std::io::Read;
+        let private_len = private_len(group);
+        let mut random = vec![0; hash.digest_len() + 4 + private_len];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
+        let private = random.split_off(hash.digest_len() + 4);
+        let seqnum = random.split_off(hash.digest_len());
+        let seqnum = u32::from_le_bytes([seqnum[0], seqnum[1], seqnum[2], seqnum[3]]).max(1);
+        Ok(Self {
+            challenge: random,
+            seqnum,
+            keys: KeyPair::new(group, &private),
+        })
+    }
+
+    /// The DH value to send (empty without a group).
+    pub fn dh_value(&self) -> &[u8] {
+        self.keys.as_ref().map_or(&[], KeyPair::public)
+    }
+
+    /// The shared secret Z with the peer whose DH value is `peer`; `None` without a group. A
+    /// value missing, or sent where no group was chosen, is refused.
+    pub fn shared_secret(&self, peer: &[u8]) -> Result<Option<Vec<u8>>, Explanation> {
+        match &self.keys {
+            None if peer.is_empty() => Ok(None),
+            None => Err(Explanation::IncorrectPayload),
+            Some(keys) => keys.shared_secret(peer).map(Some),
+        }
+    }
+}
+
 /// Whether a received response equals the expected one, in time independent of where they
 /// differ.
 pub fn matches(expected: &[u8], received: &[u8]) -> bool {
@@ -133,8 +181,7 @@ pub fn matches(expected: &[u8], received: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     //! Known answers from an independent Python implementation of the specification's formulas
-    //! (hashlib, hmac; the script is in the repository history of the notes) — not from this
-    //! code.
+    //! (hashlib and hmac, written from the specification) — not from this code.
     use super::super::secret::Secret;
     use super::*;
     use std::format;
@@ -195,6 +242,28 @@ mod tests {
             "f32133d47f127ce0479568b7a5d2aed2e077e7cc05893febf167518024d2adc1\
              fb9972e4418c3e66090cba5c9aae5f76dc09695e9bd88dd06bfef0d3d4c132cd"
         );
+    }
+
+    #[test]
+    fn fresh_values_differ_each_time_and_agree_on_a_secret_only_within_their_group() {
+        let a = Fresh::new(HashId::Sha384, DhGroup::Ffdhe2048).unwrap();
+        let b = Fresh::new(HashId::Sha384, DhGroup::Ffdhe2048).unwrap();
+        assert_eq!((a.challenge.len(), a.dh_value().len()), (48, 256));
+        assert_ne!(a.challenge, b.challenge);
+        assert!(a.seqnum != 0 && b.seqnum != 0);
+        let z = a.shared_secret(b.dh_value()).unwrap();
+        assert!(z.is_some());
+        assert_eq!(z, b.shared_secret(a.dh_value()).unwrap());
+        // Without a group: no value is sent, and one received is refused; with one, a missing
+        // value is.
+        let null = Fresh::new(HashId::Sha256, DhGroup::Null).unwrap();
+        assert_eq!(null.dh_value(), &[] as &[u8]);
+        assert_eq!(null.shared_secret(&[]), Ok(None));
+        assert_eq!(
+            null.shared_secret(a.dh_value()),
+            Err(Explanation::IncorrectPayload)
+        );
+        assert_eq!(a.shared_secret(&[]), Err(Explanation::IncorrectPayload));
     }
 
     #[test]
