@@ -434,6 +434,16 @@ impl Checkpointer {
         self.durable_id >= ticket
     }
 
+    /// What became of a wait for checkpoint `ticket` that began when [`Self::gave_up`] was
+    /// `give_ups`: `Some(true)` durable, `Some(false)` given up, `None` still pending.
+    pub fn outcome(&self, ticket: Ticket, give_ups: u32) -> Option<bool> {
+        if self.is_durable(ticket) {
+            Some(true)
+        } else {
+            (self.give_ups != give_ups).then_some(false)
+        }
+    }
+
     /// How often waiting commands were told to give up; a waiter that saw a smaller count when
     /// it started waiting fails.
     pub fn gave_up(&self) -> u32 {

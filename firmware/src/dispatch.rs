@@ -1250,25 +1250,13 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             }
             // Handled above: trimming looks at the whole command table.
             Op::Deallocate(_) => (false, false, 0),
-            Op::Logged { from, to } => match io.backend.trim_log.outcome(*from, *to) {
-                Some(true) => (true, true, 0),
-                Some(false) => {
-                    cmd.status = Status::WRITE_FAULT;
-                    (true, true, 0)
-                }
-                None => (false, false, 0),
-            },
-            Op::Durable { ticket, give_ups } => {
-                let writer = &io.backend.checkpoint;
-                if writer.is_durable(*ticket) {
-                    (true, true, 0)
-                } else if writer.gave_up() != *give_ups {
-                    cmd.status = Status::WRITE_FAULT;
-                    (true, true, 0)
-                } else {
-                    (false, false, 0)
-                }
+            Op::Logged { from, to } => {
+                waited(io.backend.trim_log.outcome(*from, *to), &mut cmd.status)
             }
+            Op::Durable { ticket, give_ups } => waited(
+                io.backend.checkpoint.outcome(*ticket, *give_ups),
+                &mut cmd.status,
+            ),
             Op::Collect {
                 tag,
                 data_len_bytes,
@@ -1399,6 +1387,20 @@ fn durable(checkpoint: &mut Checkpointer) -> Op {
     Op::Durable {
         ticket: checkpoint.request(),
         give_ups: checkpoint.gave_up(),
+    }
+}
+
+/// A step of a command that waits for its changes to be durable (`Some(true)`) or given up
+/// (`Some(false)`: Write Fault): (progress, done, result).
+fn waited(outcome: Option<bool>, status: &mut Status) -> (bool, bool, u32) {
+    match outcome {
+        None => (false, false, 0),
+        Some(durable) => {
+            if !durable {
+                *status = Status::WRITE_FAULT;
+            }
+            (true, true, 0)
+        }
     }
 }
 

@@ -426,6 +426,8 @@ impl DramLayout {
             self.checkpoint_windows,
             "(page_size_bytes + 64 B spare) x 16",
         );
+        // The formulas below name the window counts.
+        const _: () = assert!(CHECKPOINT_WINDOWS == 16 && TRIM_LOG_REGION_WINDOWS == 3);
         push(
             "trim_log",
             self.trim_log,

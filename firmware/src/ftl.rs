@@ -133,6 +133,9 @@ pub(crate) struct Ftl {
     mapped_pages: u64,
     /// The program sequence the next programmed page gets.
     program_seq: u64,
+    /// The newest data version handed out (a host write's, or a snapshot's sequence): what a
+    /// trim record opened before it must not take unmaps after (`crate::trim_log`).
+    newest_version: u64,
     /// Programs stamped and not yet finished.
     programs_in_flight: u32,
     /// Pages programmed since the last checkpoint's snapshot.
@@ -214,6 +217,7 @@ impl Ftl {
             full: false,
             mapped_pages: 0,
             program_seq: 1,
+            newest_version: 0,
             programs_in_flight: 0,
             programs_since_snapshot: 0,
             trimmed_since_snapshot: false,
@@ -275,6 +279,9 @@ impl Ftl {
     fn stamp_as(&mut self, spare: &mut [u8], kind: PageKind, index: u32, data: Option<u64>) -> u64 {
         let program_seq = self.program_seq;
         self.program_seq += 1;
+        if data.is_none() {
+            self.newest_version = program_seq;
+        }
         self.programs_in_flight += 1;
         self.programs_since_snapshot += 1;
         Spare {
@@ -293,9 +300,10 @@ impl Ftl {
         self.program_seq - 1
     }
 
-    /// Whether a page was stamped (or a snapshot taken) since sequence `seq` was reserved.
-    pub fn stamped_since(&self, seq: u64) -> bool {
-        self.program_seq != seq + 1
+    /// Whether a new data version was stamped (or a snapshot taken) since sequence `seq` was
+    /// reserved. GC copies, which keep their version, and trim records do not count.
+    pub fn versioned_since(&self, seq: u64) -> bool {
+        self.newest_version > seq
     }
 
     /// A trim record was programmed into `ppn` at `program_seq`: its block must not be erased
@@ -331,6 +339,7 @@ impl Ftl {
         // The sequence moves on, so that a trim record opened before the snapshot takes no
         // unmap made after it (`crate::trim_log`).
         self.snapshot_seq = self.reserve_seq();
+        self.newest_version = self.snapshot_seq;
         self.snapshot_seq
     }
 
@@ -352,7 +361,9 @@ impl Ftl {
         }
     }
 
-    /// Whether garbage collection waits for a checkpoint to hold a loss before it erases.
+    /// Whether a checkpoint is wanted: to hold a loss before garbage collection erases its
+    /// block, to free blocks garbage collection may not erase while trim records no checkpoint
+    /// covers sit in them, or to keep the unsaved records under half their bound.
     pub fn wants_checkpoint(&self) -> bool {
         self.loss == LossRecord::Unsaved
             || self.gc_waits_for_checkpoint
@@ -686,9 +697,9 @@ impl Ftl {
         let ppb = self.geometry.pages_per_block;
         (0..self.geometry.block_count())
             .filter(|b| states[*b as usize] == BLOCK_USED)
-            .filter(|b| !self.unsaved_records.iter().any(|(r, _)| r == b))
             .map(|b| (self.block_valid.u32(dram, b as usize), b))
             .filter(|(valid, _)| *valid < ppb)
+            .filter(|(_, b)| !self.unsaved_records.iter().any(|(r, _)| r == b))
             .min()
             .map(|(_, b)| PhysBlock(b))
     }

@@ -117,7 +117,7 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
             return Err(RestoreError::Invalid("trim records since the checkpoint"));
         }
         let mut trims = TrimRecords {
-            records: replay.records.clone(),
+            records: core::mem::take(&mut replay.records),
             next: 0,
             snapshot_seq,
             applied: 0,
@@ -511,34 +511,34 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Scan<F, M> for ReplayScan {
         if ok && spare == ReadSpare::Erased {
             return;
         }
-        if let (true, ReadSpare::Valid(s)) = (ok, spare)
-            && s.kind == PageKind::Data
-        {
-            self.highest_seq = self.highest_seq.max(s.program_seq);
-            let page_seen = Replayed {
-                ppn,
-                lpn: s.index,
-                data_seq: s.data_seq,
-                program_seq: s.program_seq,
-            };
-            let (ftl, dram) = fw.ftl_dram();
-            self.replayed += u64::from(ftl.replay(dram, page_seen, self.snapshot_seq));
-        }
-        if let (true, ReadSpare::Valid(s)) = (ok, spare)
-            && s.kind == PageKind::Trim
-            && s.program_seq >= self.snapshot_seq
-        {
-            self.highest_seq = self.highest_seq.max(s.program_seq);
-            // A record made before the snapshot holds unmaps the checkpoint has.
-            if s.data_seq >= self.snapshot_seq {
-                let found = FoundRecord {
+        match spare {
+            ReadSpare::Valid(s) if ok && s.kind == PageKind::Data => {
+                self.highest_seq = self.highest_seq.max(s.program_seq);
+                let page_seen = Replayed {
                     ppn,
-                    ranges: s.index,
-                    ts: s.data_seq,
+                    lpn: s.index,
+                    data_seq: s.data_seq,
                     program_seq: s.program_seq,
                 };
-                self.too_many_records |= self.records.push(found).is_err();
+                let (ftl, dram) = fw.ftl_dram();
+                self.replayed += u64::from(ftl.replay(dram, page_seen, self.snapshot_seq));
             }
+            ReadSpare::Valid(s)
+                if ok && s.kind == PageKind::Trim && s.program_seq >= self.snapshot_seq =>
+            {
+                self.highest_seq = self.highest_seq.max(s.program_seq);
+                // A record made before the snapshot holds unmaps the checkpoint has.
+                if s.data_seq >= self.snapshot_seq {
+                    let found = FoundRecord {
+                        ppn,
+                        ranges: s.index,
+                        ts: s.data_seq,
+                        program_seq: s.program_seq,
+                    };
+                    self.too_many_records |= self.records.push(found).is_err();
+                }
+            }
+            _ => {}
         }
         let g = fw.ftl().geometry();
         self.walk.go_on(&g, ppn);

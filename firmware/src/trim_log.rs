@@ -14,9 +14,10 @@
 //! data sequence `T`" (`crate::oob`); its data holds `n`, a CRC32C of the ranges, then the
 //! ranges as (first logical page, pages), all little-endian u32. `T` is a sequence number
 //! drawn from the same counter as the data sequences of host writes, reserved when the record
-//! is opened; a record takes unmaps only while no page has been stamped since (else it is
-//! sealed and another opened), so that every write before one of its unmaps has a smaller
-//! data sequence and every write after a larger one. Replay then needs no order: a page's
+//! is opened; a record takes unmaps only while no new data version has been stamped since (else
+//! it is sealed and another opened), so that every write before one of its unmaps has a smaller
+//! data sequence and every write after a larger one. GC copies keep their version and records
+//! have none, so neither seals the open record. Replay then needs no order: a page's
 //! newest version wins if its data sequence is above `T`, and the record's unmap wins
 //! otherwise.
 //!
@@ -24,11 +25,12 @@
 //! one the media left unreadable is written again elsewhere, as a checkpoint page would be.
 //!
 //! A record must outlive the pages it kills: garbage collection does not erase a block that
-//! holds one no durable checkpoint covers yet (`Ftl::protects`), and once the records in
-//! flight or unsaved reach [`MAX_UNSAVED_RECORDS`], new trims wait for a checkpoint (which is
-//! requested then). On a device with no page left at all (retired blocks have eaten the
-//! spare), a checkpoint holds a sealed record's unmaps instead. Records are programmed one at a time, in the order they were opened, so a
-//! command that waits for record `r` waits for every unmap it made.
+//! holds one no durable checkpoint covers yet (`Ftl::record_programmed`), a checkpoint is
+//! requested once half of [`MAX_UNSAVED_RECORDS`] are unsaved, and at the bound new trims wait
+//! for it. On a device with no page left at all (retired blocks have eaten the spare), a
+//! checkpoint holds a sealed record's unmaps instead. Records are programmed one at a time, in
+//! the order they were opened, so a command that waits for record `r` waits for every unmap it
+//! made.
 
 use sagessd_abi::crc32c::crc32c;
 
@@ -156,7 +158,8 @@ pub(crate) enum Admit {
 }
 
 impl TrimLog {
-    /// A log over `windows` ([`TRIM_LOG_WINDOWS`] page windows of `window_bytes`).
+    /// A log over `windows` ([`TRIM_LOG_REGION_WINDOWS`] page windows of `window_bytes`: the
+    /// record windows, then the read-back one).
     pub fn new(windows: Region, window_bytes: usize, page_bytes: usize) -> Self {
         Self {
             windows,
@@ -180,7 +183,7 @@ impl TrimLog {
         let per_record = ranges_per_record(self.page_bytes) as u32;
         if let Some((k, mut record)) = self.open_record() {
             let body = self.window(k).sub(RECORD_HEADER_BYTES, self.page_bytes);
-            if !ftl.stamped_since(record.ts) {
+            if !ftl.versioned_since(record.ts) {
                 // Extends the last range when `lpn` follows it, else starts one.
                 let last = (record.ranges as usize - 1) * 2;
                 let (first, count) = (body.u32(dram, last), body.u32(dram, last + 1));
@@ -269,15 +272,11 @@ impl TrimLog {
                 give_ups,
             } = self.state[k]
             {
-                if checkpoint.is_durable(ticket) {
-                    self.finish(k, number, true);
-                    return true;
-                }
-                if checkpoint.gave_up() != give_ups {
-                    self.finish(k, number, false);
-                    return true;
-                }
-                return false;
+                let Some(durable) = checkpoint.outcome(ticket, give_ups) else {
+                    return false;
+                };
+                self.finish(k, number, durable);
+                return true;
             }
         }
         for k in 0..TRIM_LOG_WINDOWS {

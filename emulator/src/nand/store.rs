@@ -173,7 +173,8 @@ impl PageStore {
     }
 
     /// Drops the data of programmed page `ppn` (the firmware's [`Flash::forget`] hint): its
-    /// spare stays; its data reads as zeros from now on. Returns whether there was data to drop.
+    /// spare stays; its data reads as zeros from now on. Returns whether data was dropped (a
+    /// file on a file system without hole punching keeps it).
     ///
     /// [`Flash::forget`]: sagessd_firmware::hal::Flash::forget
     pub fn forget(&mut self, ppn: u32) -> std::io::Result<bool> {
@@ -186,9 +187,10 @@ impl PageStore {
                 }
                 _ => Ok(false),
             },
+            // Only where holes can be punched: zeros written over it would cost a page write
+            // and free nothing.
             Self::File(f) if f.states.get(ppn as usize) == Some(&PROGRAMMED) => {
-                f.punch(f.data_at + u64::from(ppn) * f.page_bytes, f.page_bytes)?;
-                Ok(true)
+                f.try_punch(f.data_at + u64::from(ppn) * f.page_bytes, f.page_bytes)
             }
             Self::File(_) => Ok(false),
         }
@@ -479,6 +481,15 @@ impl FileStore {
 
     /// Frees `[at, at + len)` of the file (it reads as zeros afterwards).
     fn punch(&self, at: u64, len: u64) -> std::io::Result<()> {
+        if self.try_punch(at, len)? {
+            return Ok(());
+        }
+        // A file system without hole punching: write zeros instead (the space stays used).
+        self.file.write_all_at(&vec![0u8; len as usize], at)
+    }
+
+    /// Punches a hole over `[at, at + len)`; `false` if the file system cannot.
+    fn try_punch(&self, at: u64, len: u64) -> std::io::Result<bool> {
         // SAFETY: fallocate on a descriptor we own, with a range inside the file.
         let rc = unsafe {
             libc::fallocate(
@@ -489,12 +500,11 @@ impl FileStore {
             )
         };
         if rc == 0 {
-            return Ok(());
+            return Ok(true);
         }
         let err = std::io::Error::last_os_error();
         match err.raw_os_error() {
-            // A file system without hole punching: write zeros instead (the space stays used).
-            Some(libc::EOPNOTSUPP) => self.file.write_all_at(&vec![0u8; len as usize], at),
+            Some(libc::EOPNOTSUPP) => Ok(false),
             _ => Err(err),
         }
     }

@@ -32,6 +32,16 @@ use crate::hal::{PhysBlock, PhysPage};
 /// P2L scratch mark of a page taken by replay; the low bits hold its rank.
 const REPLAYED: u32 = 1 << 31;
 
+/// The replay rank of data sequence `seq` (a page's version, or a trim record's): 0 before the
+/// snapshot `snapshot_seq` (the checkpoint holds it), then growing with the sequence, capped
+/// below [`REPLAYED`].
+fn rank(seq: u64, snapshot_seq: u64) -> u32 {
+    match seq.checked_sub(snapshot_seq) {
+        Some(newer) => newer.saturating_add(1).min(u64::from(REPLAYED - 1)) as u32,
+        None => 0,
+    }
+}
+
 /// What a block's first page said at boot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BlockScan {
@@ -148,10 +158,7 @@ impl Ftl {
         if page.lpn >= self.logical_pages || page.program_seq < snapshot_seq {
             return false;
         }
-        let rank = match page.data_seq.checked_sub(snapshot_seq) {
-            Some(newer) => newer.saturating_add(1).min(u64::from(REPLAYED - 1)) as u32,
-            None => 0,
-        };
+        let rank = rank(page.data_seq, snapshot_seq);
         let current = self.l2p.u32(dram, page.lpn as usize);
         if current != 0 && current != L2P_LOST && u64::from(current) <= self.geometry.page_count() {
             let q = current - 1;
@@ -180,10 +187,7 @@ impl Ftl {
         ts: u64,
         snapshot_seq: u64,
     ) {
-        let rank = ts
-            .saturating_sub(snapshot_seq)
-            .saturating_add(1)
-            .min(u64::from(REPLAYED - 1)) as u32;
+        let rank = rank(ts, snapshot_seq);
         let end = first.saturating_add(count).min(self.logical_pages);
         for lpn in first.min(end)..end {
             let v = self.l2p.u32(dram, lpn as usize);

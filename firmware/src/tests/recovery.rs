@@ -278,6 +278,18 @@ fn a_trim_is_on_flash_when_it_completes_without_a_checkpoint_and_a_later_write_w
         "{:?}",
         d.fw.trim_log_stats()
     );
+    // An overwrite (same data) tells the flash the old version's data is dead (the fake
+    // poisons it).
+    assert!(d.write(0, &pattern(0, 1, 8)).is_success());
+    assert!(d.fw.flash().stats.forgotten > 0);
+    // The boot replays the records (its report counts them) ...
+    let mut flash = d.fw.flash().clone();
+    flash.power_cut(6, d.fw.dram_bytes());
+    let config = *d.fw.config();
+    let size = super::Fw::dram_size_bytes(&config, &small_geometry()).unwrap();
+    let (_, report) = super::Fw::recover(config, flash, vec![0u8; size], &mut |_| {}).unwrap();
+    assert!(report.trim_records >= 2, "{report:?}");
+    // ... and what it recovers reads as trimmed.
     let mut d = d.power_cycle(6).unwrap();
     let zero = |blocks: usize| vec![0u8; blocks * 512];
     assert!(d.read(16, 8) == (Status::SUCCESS, zero(8)), "trimmed");
