@@ -44,15 +44,17 @@ fi
 # (a CUDA build) with its dependencies (2.7 GB of CUDA libraries: `import torch` loads them even
 # on a CPU, and CUDA training needs them); .venv-torch/libtorch points at the libtorch folder
 # inside the wheel; .cargo/config.toml hands that path to torch-sys as LIBTORCH, and the crates
-# that link libtorch embed an rpath to its lib/ (their build.rs). For the Python package
-# (runtime/python, built with maturin) and its tests: PyG (pure Python), NumPy, pytest.
+# that link libtorch embed an rpath to its lib/ (their build.rs). pip keeps no cache (nothing
+# outside the repository, and the wheels are not stored twice on a disk shared with the build).
+# For the Python package (runtime/python, built with maturin) and its tests: PyG (pure Python),
+# NumPy, pytest.
 venv=.venv-torch
 python_packages=(torch==2.13.0 torch_geometric==2.8.1 numpy==2.4.6 pytest==9.2.0 maturin==1.16.0)
 if [ ! -e "$venv/libtorch/lib/libtorch_cpu.so" ] ||
     ! "$venv/bin/python" -c 'import torch, torch_geometric, numpy, pytest' 2>/dev/null ||
     [ ! -x "$venv/bin/maturin" ]; then
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "${python_packages[@]}"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir "${python_packages[@]}"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     ln -sfn "${site#"$PWD/$venv/"}/torch" "$venv/libtorch"
 fi
@@ -63,7 +65,7 @@ fi
 wheel=target/downloads/graphdatascience-2.2-py3-none-any.whl
 if [ ! -f "$wheel" ]; then
     mkdir -p target/downloads
-    python3 -m pip download --quiet --no-deps --dest target/downloads graphdatascience==2.2
+    python3 -m pip download --quiet --no-cache-dir --no-deps --dest target/downloads graphdatascience==2.2
 fi
 
 # --- 5. Fuzzing --------------------------------------------------------------------------------
