@@ -567,20 +567,27 @@ impl Ftl {
         }
     }
 
-    /// Maps `lpn` to the freshly programmed `ppn`. With `expect` set, only if `lpn` still maps to
-    /// `expect` (a GC copy must not undo a host write that landed meanwhile); returns whether the
-    /// mapping was made.
-    pub fn commit(
-        &mut self,
-        dram: &mut [u8],
-        lpn: u32,
-        ppn: PhysPage,
-        expect: Option<PhysPage>,
-    ) -> bool {
+    /// Maps `lpn` to the freshly programmed `ppn` (a host write); returns the page it mapped to
+    /// before, now invalid.
+    pub fn commit(&mut self, dram: &mut [u8], lpn: u32, ppn: PhysPage) -> Option<PhysPage> {
         let old = self.lookup(dram, lpn);
-        if expect.is_some() && old != expect {
+        self.map(dram, lpn, ppn, old);
+        old
+    }
+
+    /// Maps `lpn` to `ppn` only if it still maps to `expect` (a GC copy must not undo a host
+    /// write that landed meanwhile); returns whether the mapping was made.
+    fn commit_if(&mut self, dram: &mut [u8], lpn: u32, ppn: PhysPage, expect: PhysPage) -> bool {
+        let old = self.lookup(dram, lpn);
+        if old != Some(expect) {
             return false;
         }
+        self.map(dram, lpn, ppn, old);
+        true
+    }
+
+    /// Points `lpn` (which maps to `old`) at `ppn`.
+    fn map(&mut self, dram: &mut [u8], lpn: u32, ppn: PhysPage, old: Option<PhysPage>) {
         if let Some(old) = old {
             self.invalidate(dram, old);
         }
@@ -590,7 +597,6 @@ impl Ftl {
         let v = self.block_valid.u32(dram, b);
         self.block_valid.set_u32(dram, b, v + 1);
         self.mapped_pages += 1;
-        true
     }
 
     /// Unmaps `lpn` (Dataset Management deallocate).
@@ -801,7 +807,7 @@ impl Ftl {
             ) => {
                 self.program_finished(dram, to, result.is_ok());
                 if result.is_ok() {
-                    if self.commit(dram, lpn, to, Some(from)) {
+                    if self.commit_if(dram, lpn, to, from) {
                         self.stats.gc_pages_moved += 1;
                     }
                     self.gc = Gc::Scan {
