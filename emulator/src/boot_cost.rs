@@ -1,10 +1,10 @@
 //! What booting costs on a configuration, measured rather than estimated: the firmware of that
-//! configuration boots ([`Firmware::recover`]) on in-memory flash that holds (a) nothing, (b)
-//! data written before a clean stop, (c) data written since the last checkpoint when the power
-//! was cut, once with N pages and once with 2N, so the growth with what a cut leaves to replay
-//! shows. Times are modelled flash time (`sagessd device info` prints them); nothing here
-//! touches a device image. The worst case, a whole checkpoint interval to replay, is this with N
-//! at half the interval (memory: the in-memory flash holds every page written).
+//! configuration boots ([`sagessd_firmware::Firmware::recover`]) on in-memory flash that holds (a)
+//! nothing, (b) data written before a clean stop, (c) data written since the last checkpoint when
+//! the power was cut, once with N pages and once with 2N, so the growth with what a cut leaves to
+//! replay shows. Times are modelled flash time (`sagessd device info` prints them); nothing here
+//! touches a device image. The worst case, a whole checkpoint interval to replay, is this with N at
+//! half the interval (memory: the in-memory flash holds every page written).
 
 use sagessd_abi::nvme::SubmissionEntry;
 use sagessd_firmware::BootReport;

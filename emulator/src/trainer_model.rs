@@ -155,7 +155,7 @@ impl TrainerConfig {
 
     /// Modelled time of one training step over `layers` whose input (features, indices and
     /// labels) is `input_bytes` on the host: per layer the forward roofline
-    /// `max(flops / peak, bytes / bandwidth)`, times one plus [`BACKWARD_OVER_FORWARD`], plus the
+    /// `max(flops / peak, bytes / bandwidth)`, times one plus `BACKWARD_OVER_FORWARD`, plus the
     /// copy and the fixed costs ([`TrainerConfig::fixed_ns`]), ns (saturating).
     pub fn step_ns(&self, layers: &[LayerShape], input_bytes: u64) -> u64 {
         // GFLOP/s is FLOP per ns, GB/s bytes per ns; MB/s a thousandth of a byte per ns.

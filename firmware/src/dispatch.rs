@@ -1,13 +1,13 @@
 //! The NVMe command dispatcher: the firmware's top level.
 //!
-//! [`Firmware::submit`] takes a command ([`submit`](self::submit): parse apart from execute)
-//! and either completes it at once (admin commands, NS_SUBMIT, a Flush with nothing to make
-//! durable, every error) or parks it in a command slot (Read, Write, Write Zeroes, a
-//! deallocating Dataset Management, a GRAPH_ATTACH or Flush waiting for its checkpoint,
-//! NS_COLLECT). [`Firmware::poll`] moves everything forward: it collects flash completions, runs
-//! the checkpoint, trim log, erases and garbage collection, steps every parked command
-//! ([`parked`](self::parked), a Read's or Write's pages in [`transfer`](self::transfer)) and
-//! the ISP engine, and hands queued flash operations to the HAL.
+//! [`Firmware::submit`] takes a command ([`submit`]: parse apart from execute) and either
+//! completes it at once (admin commands, NS_SUBMIT, a Flush with nothing to make durable, every
+//! error) or parks it in a command slot (Read, Write, Write Zeroes, a deallocating Dataset
+//! Management, a GRAPH_ATTACH or Flush waiting for its checkpoint, NS_COLLECT).
+//! [`Firmware::poll`] moves everything forward: it collects flash completions, runs the
+//! checkpoint, trim log, erases and garbage collection, steps every parked command ([`parked`],
+//! a Read's or Write's pages in [`transfer`]) and the ISP engine, and hands queued flash
+//! operations to the HAL.
 
 mod parked;
 mod submit;

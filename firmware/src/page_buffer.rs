@@ -369,7 +369,7 @@ impl PageBuffer {
     }
 
     /// Drops one pin. A slot that failed or was detached is freed when its last pin goes, unless
-    /// a flash read into it is still in flight ([`Self::fill_done`] frees it then).
+    /// a flash read into it is still in flight ([`Self::load_done`] frees it then).
     pub fn unpin(&self, dram: &mut [u8], slot: u32) {
         let mut m = self.get(dram, slot);
         m.pins = m.pins.saturating_sub(1);

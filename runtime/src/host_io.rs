@@ -20,10 +20,10 @@
 //!   (`C.minor_fault_ns`); of a page not cached, a major fault: `C.major_fault_ns +
 //!   C.submit_ns`, one synchronous Read, then `C.complete_ns + C.context_switch_ns`. The Read
 //!   covers Linux's fault read-around (`do_sync_mmap_readahead`, see
-//!   [`sagessd_emulator::host_stack::ReadAround`]): `C.readahead_max_pages` pages centred on the
-//!   fault, clipped to the file (`indptr` and `indices` are separate files, each with its own
-//!   `mmap_miss` state), of which the run of uncached pages containing the fault is read. One
-//!   I/O at a time per worker: the faulting thread blocks.
+//!   [`sagessd_emulator::host_stack::FileReadahead::on_major_fault`]): `C.readahead_max_pages`
+//!   pages centred on the fault, clipped to the file (`indptr` and `indices` are separate
+//!   files, each with its own `mmap_miss` state), of which the run of uncached pages containing
+//!   the fault is read. One I/O at a time per worker: the faulting thread blocks.
 //! * **direct** ([`HostIoMode::Direct`]): per call, the LBAs holding the needed entries (the
 //!   device's LBA size, 512 B or 4 KiB), deduplicated and merged into runs, each run one
 //!   `pread(O_DIRECT)` into a user scratchpad (split at the device's maximum transfer size):

@@ -17,8 +17,8 @@
 //! the target's memory grow without limit: connections ([`TargetOptions::max_connections`]),
 //! commands per queue (the size the host asked for, at most [`TargetOptions::queue_entries`]),
 //! in-capsule and H2CData sizes, data per command, command data held at once across all
-//! connections ([`TargetOptions::max_outstanding_bytes`], see [`budget`]) and answers waiting
-//! for a host that does not read (see [`outbound`]).
+//! connections ([`TargetOptions::max_outstanding_bytes`], see `budget`) and answers waiting
+//! for a host that does not read (see `outbound`).
 
 pub mod auth;
 mod budget;

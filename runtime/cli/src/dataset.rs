@@ -32,6 +32,8 @@ pub(crate) enum DatasetCommand {
 pub(crate) struct DatasetFootprintArgs {
     /// Graphs to measure (repeat the flag): rmat:SCALE[:EDGE_FACTOR[:SEED]],
     /// synthetic:NODES[,seed=S][,local-bins=B][,profile=FILE], papers100m, or a dataset folder.
+    // clap's help text, not intra-doc links.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long = "graph", required = true)]
     graphs: Vec<String>,
     #[command(flatten)]
@@ -85,6 +87,8 @@ pub(crate) struct DatasetGenerateArgs {
     /// Write a synthetic graph instead (synthetic:NODES[,seed=S][,local-bins=B][,profile=FILE]
     /// or papers100m): its CSR only, the bytes the emulator's flash computes, for the real-file
     /// samplers. The R-MAT flags below are then unused.
+    // clap's help text, not intra-doc links.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, value_name = "GRAPH")]
     graph: Option<String>,
     /// R-MAT scale: 2^SCALE nodes.

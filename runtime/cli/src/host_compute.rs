@@ -3,7 +3,7 @@
 //! `edge_sampled_ns`) measured from this machine's host sampler, the same way `firmware
 //! calibrate` measures the firmware's.
 //!
-//! Every host sampler builds its subgraphs with the one [`build_subgraph`] loop (the mmap,
+//! Every host sampler builds its subgraphs with the one [`build_subgraph`](sagessd_runtime::sampler::build_subgraph) loop (the mmap,
 //! direct and io_uring samplers feed it from the modelled page cache; the model charges their
 //! compute as `node_ns` per destination and `edge_sampled_ns` per sampled neighbour, and their
 //! graph loads apart, as memory accesses and page-cache work). This command runs that loop over
@@ -13,11 +13,11 @@
 //! * counts the instructions of the sampling alone, exactly, under `valgrind --tool=callgrind`
 //!   (repeatable whatever else the machine does), with callgrind's cache simulation of this
 //!   machine's L1s and L2;
-//! * turns them into time with [`HostTiming`]: a cost per instruction and per L2 miss;
+//! * turns them into time with [`HostTiming`](sagessd_experiments::host_compute::HostTiming): a cost per instruction and per L2 miss;
 //! * fits the cost per destination node and per sampled edge by least squares, and predicts a
 //!   check workload it did not fit;
 //! * times the same workloads natively (best of `--runs`), for the wall-clock fit beside the
-//!   modelled one and a refit of [`HostTiming`]'s two costs.
+//!   modelled one and a refit of `HostTiming`'s two costs.
 //!
 //! It needs the release build: a debug build's instructions are not the shipped sampler's.
 

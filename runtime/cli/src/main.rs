@@ -137,6 +137,8 @@ struct RunArgs {
     /// [,profile=FILE] (a graph the emulator's flash computes, following a real graph's degree
     /// and neighbour-gap profile; cnr-2000 by default), papers100m (synthetic:111059956), or a
     /// dataset folder. Without it, the R-MAT of --scale, --edge-factor and --graph-seed.
+    // clap's help text, not intra-doc links.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, value_name = "GRAPH")]
     graph: Option<String>,
     /// R-MAT scale: the graph has 2^SCALE nodes.

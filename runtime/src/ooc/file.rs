@@ -148,8 +148,8 @@ impl DataFile {
         self.len == 0
     }
 
-    /// Reads the aligned extent covering bytes `[offset, offset + len)` ([`covering_extent`]; one I/O, counted with
-    /// nothing used yet) and returns the buffer and where the wanted bytes start in it.
+    /// Reads the aligned extent covering bytes `[offset, offset + len)` (`covering_extent`; one
+    /// I/O, counted with nothing used yet) and returns the buffer and where the wanted bytes start in it.
     pub fn read_covering(
         &self,
         offset: u64,

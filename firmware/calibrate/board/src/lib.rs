@@ -1,7 +1,7 @@
 //! The calibration image's entry point on QEMU's vexpress-a9 (Cortex-A9, 1 GiB, MMU and
-//! caches off): reads the plan the host loaded at [`PLAN_ADDRESS`], gives the RAM between the
+//! caches off): reads the plan the host loaded at `PLAN_ADDRESS`, gives the RAM between the
 //! image and the marker page to the workloads, runs them with marker stores at
-//! [`MARKS_ADDRESS`] for the profiling plugin, and prints their reports on the UART
+//! `MARKS_ADDRESS` for the profiling plugin, and prints their reports on the UART
 //! (`tests/board/platform_vexpress.c`). Built only for `target_os = "none"`; `build.sh` links it
 //! with `tests/board/startup.S` and `vexpress-a9.ld`.
 #![cfg_attr(target_os = "none", no_std)]

@@ -351,8 +351,8 @@ const DEFAULT_MIN_STEPS: usize = 200;
 /// Epochs the default gives at least.
 const DEFAULT_MIN_EPOCHS: u32 = 5;
 
-/// The minibatch size without one: [`DEFAULT_BATCH_SIZE`] targets, or fewer for a training
-/// split too small for [`DEFAULT_MIN_MINIBATCHES`] of them (Cora's 140 nodes: 35), so that
+/// The minibatch size without one: `DEFAULT_BATCH_SIZE` targets, or fewer for a training
+/// split too small for `DEFAULT_MIN_MINIBATCHES` of them (Cora's 140 nodes: 35), so that
 /// each epoch draws its minibatches anew, as PyG's and DGL's examples do with their small
 /// batches on small graphs.
 pub fn default_batch_size(train_nodes: usize) -> usize {
@@ -361,8 +361,8 @@ pub fn default_batch_size(train_nodes: usize) -> usize {
         .clamp(1, DEFAULT_BATCH_SIZE)
 }
 
-/// The epochs without a count: enough for [`DEFAULT_MIN_STEPS`] steps of minibatches of
-/// `batch_size` over `train_nodes`, and at least [`DEFAULT_MIN_EPOCHS`]. Without it a small
+/// The epochs without a count: enough for `DEFAULT_MIN_STEPS` steps of minibatches of
+/// `batch_size` over `train_nodes`, and at least `DEFAULT_MIN_EPOCHS`. Without it a small
 /// training split trained a handful of steps (Cora's 140 nodes: 5 steps in 5 epochs) and
 /// stopped far from its accuracy.
 pub fn default_epochs(train_nodes: usize, batch_size: usize) -> u32 {

@@ -7,7 +7,7 @@
 //!
 //! A model has as many layers as the minibatch has blocks; layer `i` runs on `blocks[i]`, so the
 //! last layer's output rows are the targets. Every message passing is a gather of source rows
-//! along the block's edges and an [`index_sum`] onto destinations — deterministic on the CPU.
+//! along the block's edges and an `index_sum` onto destinations — deterministic on the CPU.
 
 mod gat;
 mod gcn;
