@@ -19,7 +19,9 @@ for tool in cargo arm-none-eabi-gcc; do
         exit 1
     }
 done
-(cd "$root" && cargo build --quiet -p sagessd-calibrate-board --release --target armv7a-none-eabi)
+# The release profile with line tables (the workspace's `calibrate` profile): the same code, and
+# addresses `sagessd firmware profile` can map to source lines.
+(cd "$root" && cargo build --quiet -p sagessd-calibrate-board --profile calibrate --target armv7a-none-eabi)
 (cd "$root" && cargo build --quiet -p sagessd-qemu-a9-profile --release)
 # The same flags as the firmware self-test's image (tests/board/run.sh): ARM state, soft
 # float, no unaligned accesses, no libc.
@@ -33,7 +35,7 @@ arm-none-eabi-gcc -mcpu=cortex-a9 -marm -mno-unaligned-access -mfloat-abi=soft \
     -ffreestanding -nostdlib -fno-tree-loop-distribute-patterns -O2 -g -I"$board" \
     "${ld_flags[@]}" -Wl,-Map="$out/calibrate.map" -o "$out/calibrate.elf" \
     "$board/startup.S" "$board/platform_vexpress.c" \
-    "$target_dir/armv7a-none-eabi/release/libsagessd_calibrate_board.a" \
+    "$target_dir/armv7a-none-eabi/calibrate/libsagessd_calibrate_board.a" \
     2> >(grep -v '^bfd plugin:' >&2)
 echo "$out/calibrate.elf"
 echo "$target_dir/release/libsagessd_qemu_a9_profile.so"

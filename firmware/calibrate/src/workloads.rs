@@ -180,28 +180,41 @@ pub fn run<K: Marks, W: Write>(
         blocks_per_page: page / bs,
         warm_blocks: buffered.clamp(chunk as u64, 2 << 20) / bs,
     };
-    let mut segments = 0u32;
-    for w in WORKLOADS {
+    for (k, w) in WORKLOADS.iter().enumerate() {
         prepare(&mut device, &layout, plan, w.name, chunk)?;
         marks.segment();
         let before = device.work();
         perform(&mut device, &layout, plan, w.name, chunk)?;
         let work = device.work().since(&before);
         marks.segment();
-        segments += 2;
         let _ = write!(
             out,
             "calibrate workload {} segment {}",
             w.name,
-            segments - 1
+            segment_of_index(k)
         );
         for (name, value) in WorkCounters::NAMES.iter().zip(work.values()) {
             let _ = write!(out, " {name} {value}");
         }
         let _ = writeln!(out);
     }
-    let _ = writeln!(out, "calibrate done segments {segments}");
+    let _ = writeln!(out, "calibrate done segments {}", 2 * WORKLOADS.len());
     Ok(())
+}
+
+/// The profiling segment workload `k` of [`WORKLOADS`] runs in: each workload's preparation has
+/// a segment, then the workload its own.
+fn segment_of_index(k: usize) -> usize {
+    2 * k + 1
+}
+
+/// The profiling segment the workload named `name` runs in (what [`run`] reports for it), so
+/// that a profiler can be told before the run which segment to look at in detail.
+pub fn segment_of(name: &str) -> Option<usize> {
+    WORKLOADS
+        .iter()
+        .position(|w| w.name == name)
+        .map(segment_of_index)
 }
 
 /// Parses a line [`run`] printed for a workload: its name, its profiling segment and the work
@@ -466,6 +479,7 @@ mod tests {
         assert_eq!(reports.len(), WORKLOADS.len());
         for (k, ((name, segment, work), w)) in reports.iter().zip(WORKLOADS).enumerate() {
             assert_eq!((*name, *segment), (w.name, 2 * k + 1));
+            assert_eq!(segment_of(name), Some(*segment));
             assert!(work.values().iter().any(|v| *v > 0), "{name} did no work");
         }
         assert_eq!(

@@ -20,6 +20,8 @@ use clap::Args;
 use sagessd_calibrate::workloads::Aim;
 use sagessd_experiments::calibrate::{calibrate, rewrite};
 use sagessd_experiments::calibrate_fit::{UNITS, priced};
+use sagessd_experiments::firmware_profile::{Grouping, profile};
+use sagessd_qemu_a9_profile::profile::Segment;
 
 use crate::{hw_source, load_hw};
 
@@ -41,6 +43,95 @@ pub(crate) struct CalibrateArgs {
     /// Seconds QEMU may run.
     #[arg(long, default_value_t = 900, value_name = "S")]
     qemu_timeout_s: u64,
+}
+
+/// Flags of `firmware profile`.
+#[derive(Debug, Args)]
+pub(crate) struct ProfileArgs {
+    /// Hardware description (TOML) whose device and `[core_timing]` are used; default: the
+    /// built-in Cosmos+ OpenSSD (hw-configs/cosmos-plus.toml).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// The calibration workload to profile (as `firmware calibrate` names them).
+    #[arg(long, default_value = "check_minibatch", value_name = "NAME")]
+    workload: String,
+    /// Group by `function` (the innermost function of ours each instruction was inlined
+    /// from), `line` (its source line), `chain` (up to three of our functions it was inlined
+    /// through, innermost first) or `symbol` (the function the linker placed it in).
+    #[arg(long, default_value = "function", value_name = "HOW")]
+    by: String,
+    /// Rows to print (the rest are summed in one line).
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    top: usize,
+    /// Seconds QEMU may run.
+    #[arg(long, default_value_t = 900, value_name = "S")]
+    qemu_timeout_s: u64,
+}
+
+/// Runs `firmware profile`: one workload's cycles by function or line.
+pub(crate) fn run_profile(args: ProfileArgs) -> anyhow::Result<ExitCode> {
+    let grouping = match args.by.as_str() {
+        "function" => Grouping::Function,
+        "line" => Grouping::Line,
+        "symbol" => Grouping::Symbol,
+        "chain" => Grouping::Chain,
+        other => anyhow::bail!("--by {other:?}: want function, line, chain or symbol"),
+    };
+    let hw = load_hw(args.config.as_ref())?;
+    let source = hw_source(args.config.as_ref());
+    let p = profile(&hw, &args.workload, grouping, args.qemu_timeout_s)?;
+    let total = &p.total;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "Firmware profile: {} on {} ({source}), QEMU run {:.0} s: {:.1} Mcycles modelled, {} \
+         instructions, {} L1D misses, {} DRAM accesses",
+        p.workload,
+        hw.device.name,
+        p.qemu_s,
+        p.cycles / 1e6,
+        total.instructions,
+        total.misses.l1d_misses,
+        total.misses.l2_data_misses + total.misses.l2_instruction_misses
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>9} {:>12} {:>10} {:>9} {:>9}  {}",
+        "share", "cum", "Mcycles", "instructions", "accesses", "L1D miss", "DRAM", args.by
+    )?;
+    let mut cumulative = 0.0;
+    let line = |out: &mut String, name: &str, c: &Segment, cycles: f64, cumulative: f64| {
+        let m = &c.misses;
+        writeln!(
+            out,
+            "{:>5.1}% {:>5.1}% {:>9.2} {:>12} {:>10} {:>9} {:>9}  {name}",
+            100.0 * cycles / p.cycles,
+            100.0 * cumulative / p.cycles,
+            cycles / 1e6,
+            c.instructions,
+            m.data_accesses,
+            m.l1d_misses,
+            m.l2_data_misses + m.l2_instruction_misses,
+        )
+    };
+    for row in p.rows.iter().take(args.top) {
+        cumulative += row.cycles;
+        line(&mut out, &row.name, &row.counts, row.cycles, cumulative)?;
+    }
+    if p.rows.len() > args.top {
+        let mut rest = Segment::default();
+        let mut cycles = 0.0;
+        for row in &p.rows[args.top..] {
+            rest.add(&row.counts);
+            cycles += row.cycles;
+        }
+        cumulative += cycles;
+        let name = format!("({} others)", p.rows.len() - args.top);
+        line(&mut out, &name, &rest, cycles, cumulative)?;
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `firmware calibrate`: the calibration's tables, the description rewritten with

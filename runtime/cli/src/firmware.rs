@@ -1,5 +1,6 @@
 //! `sagessd firmware footprint`: what the board firmware needs on a real SSD controller; and
-//! `sagessd firmware calibrate` (in `calibrate`): what its work costs a board's core.
+//! `sagessd firmware calibrate` and `sagessd firmware profile` (in `calibrate`): what its work
+//! costs a board's core, and where in the code.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +21,11 @@ pub(crate) enum FirmwareCommand {
     /// and modelled cache misses, fit cycles per unit of counted work, and print them beside the
     /// description's (needs qemu-system-arm and gcc-arm-none-eabi; builds from the sources).
     Calibrate(crate::calibrate::CalibrateArgs),
+    /// Show where one calibration workload's modelled cycles go in the firmware: its
+    /// instructions and cache misses counted per instruction address under QEMU (as
+    /// `calibrate` counts them per workload), mapped to functions or source lines through the
+    /// image's line tables, heaviest first (needs what `calibrate` needs).
+    Profile(crate::calibrate::ProfileArgs),
 }
 
 /// Flags of `firmware footprint`.
@@ -36,6 +42,7 @@ pub(crate) fn run(command: FirmwareCommand) -> anyhow::Result<ExitCode> {
     match command {
         FirmwareCommand::Footprint(args) => run_footprint(args),
         FirmwareCommand::Calibrate(args) => crate::calibrate::run(args),
+        FirmwareCommand::Profile(args) => crate::calibrate::run_profile(args),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `sagessd firmware calibrate`: the shipped descriptions' measured `[cores]` costs are what
-//! the firmware measures today, and a description whose cost is wrong is caught. Each run
+//! the firmware measures today, and a description whose cost is wrong is caught; `sagessd
+//! firmware profile` attributes a workload's cycles to the code. Each run
 //! boots the calibration image under QEMU (about 30 s) and builds it first (cargo,
 //! gcc-arm-none-eabi, qemu-system-arm: `scripts/setup.sh` installs them).
 
@@ -62,5 +63,50 @@ fn the_shipped_costs_are_current_and_a_wrong_one_is_caught() {
     assert!(
         !fail.contains("cycles_per_edge_drawn"),
         "only the doubled cost is stale: {fail}"
+    );
+}
+
+#[test]
+fn a_profile_names_where_a_workload_spends_and_adds_up_to_it() {
+    let (ok, stdout) = common::run_check(
+        Command::new(env!("CARGO_BIN_EXE_sagessd")).args([
+            "firmware",
+            "profile",
+            "--workload",
+            "idle_polls",
+            "--top",
+            "3",
+        ]),
+        "profile",
+    );
+    assert!(ok, "{stdout}");
+    // "share    cum   Mcycles ..." then rows; the last row sums the others.
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("share"))
+        .skip(1)
+        .collect();
+    assert_eq!(rows.len(), 4, "three rows and the rest:\n{stdout}");
+    // An idle firmware's polls are spent in its poll loop (dispatch.rs).
+    assert!(rows[0].contains("firmware/src/dispatch.rs"), "{stdout}");
+    let cumulative: f64 = rows[3]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no cumulative share in {:?}", rows[3]));
+    assert!(
+        (cumulative - 100.0).abs() < 0.05,
+        "the groups add up to the workload: {stdout}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sagessd"))
+        .args(["firmware", "profile", "--workload", "no_such"])
+        .output()
+        .expect("running sagessd");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no calibration workload is called \"no_such\"")
+            && stderr.contains("check_minibatch"),
+        "{stderr}"
     );
 }

@@ -536,9 +536,9 @@ pub(crate) fn profile(
     #[cfg(not(feature = "train"))]
     {
         let _ = (dataset_dir, sweep, cache_bytes);
-        progress(&format!(
-            "experiment bgl: the stage profile SKIPPED: this sagessd was built without the `train` feature (libtorch)"
-        ));
+        progress(
+            "experiment bgl: the stage profile SKIPPED: this sagessd was built without the `train` feature (libtorch)",
+        );
         Ok((
             "## Stage profile (§3.4)\n\n**Not run**: this sagessd was built without the `train` feature (libtorch).\n".into(),
             None,

@@ -89,7 +89,7 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
     let (plan, note) = plan_for(hw)?;
     let (elf, plugin) = build()?;
     let started = std::time::Instant::now();
-    let (uart, profile) = run_qemu(&elf, &plugin, &plan, &timing, timeout_s)?;
+    let (uart, profile) = run_qemu(&elf, &plugin, &plan, &timing, timeout_s, &[])?;
     let qemu_s = started.elapsed().as_secs_f64();
     let measured = measure(&uart, &profile, &timing, hw.cores.clock_mhz)?;
     let (costs, fitted) = fit_costs(&measured, hw)?;
@@ -156,7 +156,7 @@ const FLASH_PAGES: u64 = 8192;
 /// The plan for `hw`'s device; fewer ISP slots than described if the arena would not fit the
 /// guest's RAM (a slot's buffers change no per-unit cost). Returns the plan and, if slots were
 /// cut, a note saying so.
-fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> {
+pub(crate) fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> {
     let geometry: Geometry = hw.nand.geometry();
     // What the image boots (`Plan::decode`): one lane, the board's window.
     let mut config = FirmwareConfig {
@@ -197,12 +197,12 @@ fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> {
 }
 
 /// The repository the binary was built from (the image and plugin build from its sources).
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// Builds the image and the plugin; returns their paths.
-fn build() -> anyhow::Result<(PathBuf, PathBuf)> {
+pub(crate) fn build() -> anyhow::Result<(PathBuf, PathBuf)> {
     let script = repo_root().join("firmware/calibrate/board/build.sh");
     anyhow::ensure!(
         script.exists(),
@@ -233,13 +233,15 @@ fn geometry_arg(bytes: u32, ways: u32, line: u32) -> String {
     format!("{bytes}:{ways}:{line}")
 }
 
-/// Boots the image under QEMU with the plugin; returns the UART output and the profile.
-fn run_qemu(
+/// Boots the image under QEMU with the plugin, the segments in `attribute` also counted per
+/// instruction address; returns the UART output and the profile.
+pub(crate) fn run_qemu(
     elf: &Path,
     plugin: &Path,
     plan: &Plan,
     timing: &CoreTimingConfig,
     timeout_s: u64,
+    attribute: &[usize],
 ) -> anyhow::Result<(String, String)> {
     let dir = elf
         .parent()
@@ -249,7 +251,7 @@ fn run_qemu(
         .with_context(|| format!("writing {}", plan_path.display()))?;
     let profile_path = dir.join("profile.txt");
     let _ = std::fs::remove_file(&profile_path);
-    let plugin_arg = format!(
+    let mut plugin_arg = format!(
         "{},marks={MARKS_ADDRESS:#x},out={},l1i={},l1d={},l2={}",
         plugin.display(),
         profile_path.display(),
@@ -257,6 +259,10 @@ fn run_qemu(
         geometry_arg(timing.l1d_bytes, timing.l1_ways, timing.line_bytes),
         geometry_arg(timing.l2_bytes, timing.l2_ways, timing.line_bytes),
     );
+    if !attribute.is_empty() {
+        let segments: Vec<String> = attribute.iter().map(usize::to_string).collect();
+        plugin_arg += &format!(",attribute={}", segments.join(":"));
+    }
     let loader = format!(
         "loader,file={},addr={PLAN_ADDRESS:#x},force-raw=on",
         plan_path.display()

@@ -542,9 +542,9 @@ pub fn section(
     #[cfg(not(feature = "train"))]
     {
         let _ = (sweep, work, quick, wall, oracle);
-        progress(&format!(
-            "experiment smartsage: Figs. 6, 7 and 18 SKIPPED: this sagessd was built without the `train` feature (libtorch)"
-        ));
+        progress(
+            "experiment smartsage: Figs. 6, 7 and 18 SKIPPED: this sagessd was built without the `train` feature (libtorch)",
+        );
         Ok(Section {
             points: Vec::new(),
             report: "### Real training on a small graph: accuracy (Figs. 6, 7, 18 in the scaled-down regime)\n\n**Not run**: this sagessd was built without the `train` feature (libtorch), which these figures train with.\n".into(),

@@ -66,9 +66,9 @@ pub fn section(
     #[cfg(not(feature = "train"))]
     {
         let _ = (hw, sampling, dir);
-        progress(&format!(
-            "experiment smartsage: Figs. 6, 7 and 18 at scale SKIPPED: this sagessd was built without the `train` feature (the step model)"
-        ));
+        progress(
+            "experiment smartsage: Figs. 6, 7 and 18 at scale SKIPPED: this sagessd was built without the `train` feature (the step model)",
+        );
         Ok(Section {
             report: "### Figs. 6, 7, 18 at scale\n\nNot computed: this sagessd was built \
                      without the `train` feature.\n"

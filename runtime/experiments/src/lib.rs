@@ -20,6 +20,7 @@ pub mod demo;
 pub mod device_bench;
 pub mod end_to_end;
 pub mod end_to_end_at_scale;
+pub mod firmware_profile;
 pub mod host_compute;
 pub mod kill_campaign;
 mod paper;

@@ -139,6 +139,17 @@ pub struct MissCounts {
     pub l2_instruction_misses: u64,
 }
 
+/// Which level served an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The L1 cache held the line.
+    L1,
+    /// L1 missed, L2 held the line.
+    L2,
+    /// Both missed: the line came from DRAM.
+    Dram,
+}
+
 /// L1I + L1D over a unified L2.
 #[derive(Clone, Debug)]
 pub struct Hierarchy {
@@ -160,26 +171,32 @@ impl Hierarchy {
         }
     }
 
-    /// A load or store by the measured program.
-    pub fn data(&mut self, address: u64) {
+    /// A load or store by the measured program; returns the level that served it.
+    pub fn data(&mut self, address: u64) -> Served {
         self.counts.data_accesses += 1;
-        if self.l1d.access(address) == Outcome::Miss {
-            self.counts.l1d_misses += 1;
-            if self.l2.access(address) == Outcome::Miss {
-                self.counts.l2_data_misses += 1;
-            }
+        if self.l1d.access(address) == Outcome::Hit {
+            return Served::L1;
         }
+        self.counts.l1d_misses += 1;
+        if self.l2.access(address) == Outcome::Hit {
+            return Served::L2;
+        }
+        self.counts.l2_data_misses += 1;
+        Served::Dram
     }
 
-    /// An instruction fetch from a new line.
-    pub fn fetch(&mut self, address: u64) {
+    /// An instruction fetch from a new line; returns the level that served it.
+    pub fn fetch(&mut self, address: u64) -> Served {
         self.counts.fetches += 1;
-        if self.l1i.access(address) == Outcome::Miss {
-            self.counts.l1i_misses += 1;
-            if self.l2.access(address) == Outcome::Miss {
-                self.counts.l2_instruction_misses += 1;
-            }
+        if self.l1i.access(address) == Outcome::Hit {
+            return Served::L1;
         }
+        self.counts.l1i_misses += 1;
+        if self.l2.access(address) == Outcome::Hit {
+            return Served::L2;
+        }
+        self.counts.l2_instruction_misses += 1;
+        Served::Dram
     }
 
     /// Memory written by something other than the measured program (the harness, standing in

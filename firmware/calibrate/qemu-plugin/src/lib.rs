@@ -9,8 +9,10 @@
 //!
 //! ```plain
 //! qemu-system-arm -M vexpress-a9 ... -plugin libsagessd_qemu_a9_profile.so,marks=0x60001000,
-//!     out=profile.txt,l1i=32768:4:32,l1d=32768:4:32,l2=524288:8:32
+//!     out=profile.txt,l1i=32768:4:32,l1d=32768:4:32,l2=524288:8:32[,attribute=31:33]
 //! ```
+//!
+//! (`attribute=` names the segments also counted per instruction address, `:`-separated.)
 //!
 //! It is written against the plugin API version 1 (QEMU 7.x, Debian bookworm's 7.2): the few
 //! entry points it calls are declared below from the API's documentation (QEMU's
@@ -104,10 +106,10 @@ extern "C" fn on_insn(_vcpu: c_uint, userdata: *mut c_void) {
     with_state(|s| s.profile.instruction(userdata as u64));
 }
 
-extern "C" fn on_mem(_vcpu: c_uint, info: u32, vaddr: u64, _userdata: *mut c_void) {
+extern "C" fn on_mem(_vcpu: c_uint, info: u32, vaddr: u64, userdata: *mut c_void) {
     // SAFETY: `info` is the handle QEMU passed to this callback.
     let store = unsafe { qemu_plugin_mem_is_store(info) };
-    with_state(|s| s.profile.memory(vaddr, store));
+    with_state(|s| s.profile.memory(vaddr, store, userdata as u64));
 }
 
 extern "C" fn on_translate(_id: u64, tb: *mut QemuTb) {
@@ -128,7 +130,7 @@ extern "C" fn on_translate(_id: u64, tb: *mut QemuTb) {
                 on_mem,
                 CB_NO_REGS,
                 MEM_RW,
-                core::ptr::null_mut(),
+                address as usize as *mut c_void,
             );
         }
     }
@@ -157,6 +159,7 @@ fn parse_args(args: &[String]) -> Result<State, String> {
     let mut marks = None;
     let mut out = None;
     let (mut l1i, mut l1d, mut l2) = (None, None, None);
+    let mut attribute = Vec::new();
     for arg in args {
         let (key, value) = arg
             .split_once('=')
@@ -173,6 +176,13 @@ fn parse_args(args: &[String]) -> Result<State, String> {
             "l1i" => l1i = Some(CacheGeometry::parse(value)?),
             "l1d" => l1d = Some(CacheGeometry::parse(value)?),
             "l2" => l2 = Some(CacheGeometry::parse(value)?),
+            "attribute" => {
+                for k in value.split(':') {
+                    attribute.push(k.parse().map_err(|e| {
+                        format!("attribute={value}: {k:?} is not a segment number ({e})")
+                    })?);
+                }
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -183,6 +193,7 @@ fn parse_args(args: &[String]) -> Result<State, String> {
             l1i.ok_or_else(|| need("l1i"))?,
             l1d.ok_or_else(|| need("l1d"))?,
             l2.ok_or_else(|| need("l2"))?,
+            attribute,
         ),
         out: out.ok_or_else(|| need("out"))?,
     })
@@ -259,5 +270,9 @@ mod tests {
         assert!(err(&["marks=zz"]).contains("not a hex address"));
         assert!(err(&["bogus=1"]).contains("unknown argument"));
         assert!(err(&["l2"]).contains("not key=value"));
+        let mut attributed = strings(&good);
+        attributed.push("attribute=31:33".into());
+        assert!(parse_args(&attributed).is_ok());
+        assert!(err(&["attribute=3:x"]).contains("not a segment number"));
     }
 }
