@@ -281,10 +281,11 @@ pub struct CoresConfig {
     /// target cost while one counter priced both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycles_per_target: Option<u64>,
-    /// Cycles per node-table entry the ISP engine clears after a job (a probe to find it, a
-    /// store). Optional: without it, `cycles_per_edge_sampled`, as for targets.
+    /// Cycles per node the ISP engine adds to a job's node list (its node-table entry and its
+    /// place in the list; the probe that found it new is the target's or sampled edge's).
+    /// Optional: without it, `cycles_per_edge_sampled`, as for targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cycles_per_node_cleared: Option<u64>,
+    pub cycles_per_node_added: Option<u64>,
     /// Cycles per KiB of data the cores copy.
     pub cycles_per_kib_copied: u64,
     /// Cycles per key per radix-sort pass of the ISP engine (count, then scatter).
@@ -320,10 +321,10 @@ impl CoresConfig {
         self.cycles_per_radix_pass.unwrap_or(0)
     }
 
-    /// Cycles per node-table entry cleared: `cycles_per_node_cleared`, else
+    /// Cycles per node added to a job's node list: `cycles_per_node_added`, else
     /// `cycles_per_edge_sampled`.
-    pub fn node_cleared_cycles(&self) -> u64 {
-        self.cycles_per_node_cleared
+    pub fn node_added_cycles(&self) -> u64 {
+        self.cycles_per_node_added
             .unwrap_or(self.cycles_per_edge_sampled)
     }
 }
@@ -897,9 +898,9 @@ impl HwConfig {
             "cores.cycles_per_radix_pass",
         )?;
         at_most(
-            c.node_cleared_cycles(),
+            c.node_added_cycles(),
             MAX_CYCLES,
-            "cores.cycles_per_node_cleared",
+            "cores.cycles_per_node_added",
         )?;
         at_most(
             c.cycles_per_kib_copied,
@@ -1207,7 +1208,7 @@ pub(crate) mod tests {
         rejects("cores", "cycles_per_edge_scanned", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
         rejects("cores", "cycles_per_target", "2000000000", "at most");
-        rejects("cores", "cycles_per_node_cleared", "2000000000", "at most");
+        rejects("cores", "cycles_per_node_added", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_drawn", "2000000000", "at most");
         rejects("cores", "cycles_per_radix_pass", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");

@@ -12,7 +12,7 @@
 //!        + edges_sampled × cycles_per_edge_sampled
 //!        + edges_drawn   × cycles_per_edge_drawn
 //!        + targets_deduplicated × cycles_per_target
-//!        + nodes_cleared × cycles_per_node_cleared
+//!        + nodes_added × cycles_per_node_added
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
 //!        + sort_key_moves × cycles_per_sort_key_move
 //!        + radix_passes   × cycles_per_radix_pass
@@ -92,7 +92,7 @@ impl CoreModel {
             w.edges_sampled.saturating_mul(c.cycles_per_edge_sampled),
             w.edges_drawn.saturating_mul(c.edge_drawn_cycles()),
             w.targets_deduplicated.saturating_mul(c.target_cycles()),
-            w.nodes_cleared.saturating_mul(c.node_cleared_cycles()),
+            w.nodes_added.saturating_mul(c.node_added_cycles()),
             w.bytes_copied
                 .saturating_mul(c.cycles_per_kib_copied)
                 .div_ceil(1024),
@@ -134,7 +134,7 @@ mod tests {
             cycles_per_edge_sampled: 50,
             cycles_per_edge_drawn: Some(11),
             cycles_per_target: Some(70),
-            cycles_per_node_cleared: Some(30),
+            cycles_per_node_added: Some(30),
             cycles_per_kib_copied: 512,
             cycles_per_sort_key_move: 3,
             cycles_per_radix_pass: Some(500),
@@ -156,7 +156,7 @@ mod tests {
             edges_sampled: 6,
             edges_drawn: 10,
             targets_deduplicated: 8,
-            nodes_cleared: 9,
+            nodes_added: 9,
             bytes_copied: 2048,
             sort_key_moves: 7,
             radix_passes: 2,
@@ -188,11 +188,11 @@ mod tests {
     #[test]
     fn a_description_without_the_split_costs_prices_targets_and_clears_as_sampled_edges() {
         let mut config = model(1000).config;
-        (config.cycles_per_target, config.cycles_per_node_cleared) = (None, None);
+        (config.cycles_per_target, config.cycles_per_node_added) = (None, None);
         let m = CoreModel::new(&config);
         let w = |targets, cleared| WorkCounters {
             targets_deduplicated: targets,
-            nodes_cleared: cleared,
+            nodes_added: cleared,
             ..WorkCounters::default()
         };
         assert_eq!(m.cycles(&w(3, 0)), 3 * 50);

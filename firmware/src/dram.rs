@@ -5,6 +5,7 @@
 //! regions from the configuration and geometry; its total is what the integrator must provide.
 
 use sagessd_abi::ns_config::{MAX_LAYERS, ns_config_max_size_bytes};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::checkpoint::CHECKPOINT_WINDOWS;
 use crate::config::FirmwareConfig;
@@ -60,6 +61,22 @@ impl Region {
         self.bytes_mut(dram)[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
     }
 
+    /// The region as a slice of `T` (native-endian words: values that cross the host
+    /// boundary are stored `to_le`). Every region starts on a [`DRAM_REGION_ALIGN_BYTES`]
+    /// boundary of an arena the firmware checks is at least 8-aligned at boot, so the cast
+    /// cannot fail for a `T` of alignment 8 or less; a failure is a firmware bug (a panic).
+    pub fn words<'a, T: FromBytes + Immutable + KnownLayout>(&self, dram: &'a [u8]) -> &'a [T] {
+        as_words(self.bytes(dram))
+    }
+
+    /// The region as a mutable slice of `T` (see [`Self::words`]).
+    pub fn words_mut<'a, T: FromBytes + IntoBytes + KnownLayout>(
+        &self,
+        dram: &'a mut [u8],
+    ) -> &'a mut [T] {
+        as_words_mut(self.bytes_mut(dram))
+    }
+
     /// The sub-region `offset..offset + len` of this region; it must lie inside it.
     pub fn sub(&self, offset: usize, len: usize) -> Region {
         assert!(
@@ -72,6 +89,51 @@ impl Region {
             len,
         }
     }
+}
+
+/// `bytes` (a region's, or a page window's) as a slice of `T`, the bytes past the last whole
+/// `T` left out. A region's bytes are aligned for every `T` the firmware reads them as (see
+/// [`Region::words`]); a misaligned slice is a firmware bug (a panic).
+pub(crate) fn as_words<T: FromBytes + Immutable + KnownLayout>(bytes: &[u8]) -> &[T] {
+    let len = bytes.len() - bytes.len() % core::mem::size_of::<T>();
+    match <[T]>::ref_from_bytes(&bytes[..len]) {
+        Ok(words) => words,
+        Err(_) => panic!("DRAM words are not aligned"),
+    }
+}
+
+/// `bytes` as a mutable slice of `T` (see [`as_words`]).
+pub(crate) fn as_words_mut<T: FromBytes + IntoBytes + KnownLayout>(bytes: &mut [u8]) -> &mut [T] {
+    let len = bytes.len() - bytes.len() % core::mem::size_of::<T>();
+    match <[T]>::mut_from_bytes(&mut bytes[..len]) {
+        Ok(words) => words,
+        Err(_) => panic!("DRAM words are not aligned"),
+    }
+}
+
+/// The byte slices of `regions`, which must not overlap (a panic otherwise: a firmware bug),
+/// mutable at once and in the order given: what lets one loop read a page-buffer window and
+/// write two tables of the arena without copying any of them.
+pub(crate) fn split_mut<'a, const N: usize>(
+    dram: &'a mut [u8],
+    regions: [Region; N],
+) -> [&'a mut [u8]; N] {
+    let mut order: [usize; N] = core::array::from_fn(|i| i);
+    // A region of no bytes sorts before one that starts where it does.
+    order.sort_unstable_by_key(|&i| (regions[i].start, regions[i].len));
+    let mut out: [Option<&'a mut [u8]>; N] = [const { None }; N];
+    let mut rest = dram;
+    let mut at = 0usize;
+    for &i in &order {
+        let r = regions[i];
+        assert!(r.start >= at, "regions overlap at {}", r.start);
+        let (_, tail) = core::mem::take(&mut rest).split_at_mut(r.start - at);
+        let (mine, tail) = tail.split_at_mut(r.len);
+        out[i] = Some(mine);
+        rest = tail;
+        at = r.start + r.len;
+    }
+    out.map(|s| s.unwrap_or_default())
 }
 
 /// Per-sampling-slot regions: the job's NS_config and its result arrays, which the
@@ -92,19 +154,24 @@ pub(crate) struct SlotRegions {
     pub features: Region,
 }
 
-/// Per-lane regions: the working set of the job a sampling lane runs.
+/// Per-lane regions: the working set of the job a sampling lane runs (see [`crate::isp`]'s
+/// `generator` module for how a layer uses them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) struct LaneRegions {
-    /// Node-id → local-id hash table of the lane's job, `u32` (local id + 1, 0: empty).
-    pub node_hash: Region,
-    /// Global neighbour positions of the job's running layer, `u64` per sampled edge.
-    pub entries: Region,
-    /// Sort keys of the job's running gather (`page << 29 | item`), `u64` per item.
-    pub gather_keys: Region,
-    /// Second buffer of the gather keys' radix sort.
-    pub gather_scratch: Region,
-    /// Values the running gather read, `u64` per item.
-    pub gather_values: Region,
+    /// The node table of the lane's job: node id → its position in the job's node list, 16 B
+    /// an entry ([`crate::isp`]'s `node_table` module).
+    pub node_table: Region,
+    /// Sort keys of the running gather (`(node - lowest) << 32 | destination`), `u64` each.
+    pub keys: Region,
+    /// Second buffer of the keys' radix sort.
+    pub sort_scratch: Region,
+    /// Per destination of the running layer, 16 B: its list's bounds, then its edges' place.
+    pub destinations: Region,
+    /// Per sampled edge of the running layer, `u32`: its position in its list, where the list
+    /// was not taken whole.
+    pub positions: Region,
+    /// Per sampled edge of the running layer, `u32`: the neighbour id the gather read.
+    pub neighbours: Region,
 }
 
 /// Where every table sits in the arena.
@@ -144,6 +211,12 @@ pub(crate) struct DramLayout {
     pub total_bytes: usize,
 }
 
+/// Bytes of one node-table entry (node id, position, generation, padding).
+pub(crate) const NODE_TABLE_ENTRY_BYTES: usize = 16;
+
+/// Bytes of one destination's record in a lane's `destinations` region.
+pub(crate) const DESTINATION_BYTES: usize = 16;
+
 /// Bytes of metadata per page-buffer slot.
 pub(crate) const SLOT_META_BYTES: usize = 16;
 
@@ -181,15 +254,17 @@ impl DramLayout {
         let gc_page = take(page)?;
         let checkpoint_windows = take(CHECKPOINT_WINDOWS.checked_mul(page)?)?;
         let trim_log = take(TRIM_LOG_REGION_WINDOWS.checked_mul(page)?)?;
-        let gather_items = nodes.checked_mul(2)?.max(edges);
         let mut lanes = [LaneRegions::default(); crate::config::MAX_ISP_LANES];
         for lane in lanes.iter_mut().take(usize::from(config.isp_lanes)) {
             *lane = LaneRegions {
-                node_hash: take(hash_capacity(config.max_subgraph_nodes).checked_mul(4)?)?,
-                entries: take(edges.checked_mul(8)?)?,
-                gather_keys: take(gather_items.checked_mul(8)?)?,
-                gather_scratch: take(gather_items.checked_mul(8)?)?,
-                gather_values: take(gather_items.checked_mul(8)?)?,
+                node_table: take(
+                    hash_capacity(config.max_subgraph_nodes).checked_mul(NODE_TABLE_ENTRY_BYTES)?,
+                )?,
+                keys: take(nodes.checked_mul(8)?)?,
+                sort_scratch: take(nodes.checked_mul(8)?)?,
+                destinations: take(nodes.checked_mul(DESTINATION_BYTES)?)?,
+                positions: take(edges.checked_mul(4)?)?,
+                neighbours: take(edges.checked_mul(4)?)?,
             };
         }
         let mut slot_regions = [SlotRegions::default(); crate::config::MAX_ISP_SLOTS];
@@ -246,39 +321,43 @@ pub struct DramRegion {
     pub formula: &'static str,
 }
 
-/// Most regions an arena has: the shared ones plus five per sampling lane and six per
-/// sampling slot.
-const MAX_REGIONS: usize = 12 + 5 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
+/// Most regions an arena has: the shared ones plus six per sampling lane and six per sampling
+/// slot.
+const MAX_REGIONS: usize = 12 + 6 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-lane regions (one row per sampling lane).
-const LANE_REGION_NAMES: [[&str; 5]; 4] = [
+const LANE_REGION_NAMES: [[&str; 6]; 4] = [
     [
-        "lane0.node_hash",
-        "lane0.entries",
-        "lane0.gather_keys",
-        "lane0.gather_scratch",
-        "lane0.gather_values",
+        "lane0.node_table",
+        "lane0.keys",
+        "lane0.sort_scratch",
+        "lane0.destinations",
+        "lane0.positions",
+        "lane0.neighbours",
     ],
     [
-        "lane1.node_hash",
-        "lane1.entries",
-        "lane1.gather_keys",
-        "lane1.gather_scratch",
-        "lane1.gather_values",
+        "lane1.node_table",
+        "lane1.keys",
+        "lane1.sort_scratch",
+        "lane1.destinations",
+        "lane1.positions",
+        "lane1.neighbours",
     ],
     [
-        "lane2.node_hash",
-        "lane2.entries",
-        "lane2.gather_keys",
-        "lane2.gather_scratch",
-        "lane2.gather_values",
+        "lane2.node_table",
+        "lane2.keys",
+        "lane2.sort_scratch",
+        "lane2.destinations",
+        "lane2.positions",
+        "lane2.neighbours",
     ],
     [
-        "lane3.node_hash",
-        "lane3.entries",
-        "lane3.gather_keys",
-        "lane3.gather_scratch",
-        "lane3.gather_values",
+        "lane3.node_table",
+        "lane3.keys",
+        "lane3.sort_scratch",
+        "lane3.destinations",
+        "lane3.positions",
+        "lane3.neighbours",
     ],
 ];
 const _: () = assert!(LANE_REGION_NAMES.len() == crate::config::MAX_ISP_LANES);
@@ -433,17 +512,17 @@ impl DramLayout {
             self.trim_log,
             "(page_size_bytes + 64 B spare) x 3",
         );
-        let gather = "8 B x max(2 x max_subgraph_nodes, max_subgraph_edges)";
         for (lane, names) in self.lanes.iter().zip(LANE_REGION_NAMES).take(isp_lanes) {
             push(
                 names[0],
-                lane.node_hash,
-                "4 B x next power of two of 2 x max_subgraph_nodes",
+                lane.node_table,
+                "16 B x next power of two of 2 x max_subgraph_nodes",
             );
-            push(names[1], lane.entries, "8 B x max_subgraph_edges");
-            push(names[2], lane.gather_keys, gather);
-            push(names[3], lane.gather_scratch, gather);
-            push(names[4], lane.gather_values, gather);
+            push(names[1], lane.keys, "8 B x max_subgraph_nodes");
+            push(names[2], lane.sort_scratch, "8 B x max_subgraph_nodes");
+            push(names[3], lane.destinations, "16 B x max_subgraph_nodes");
+            push(names[4], lane.positions, "4 B x max_subgraph_edges");
+            push(names[5], lane.neighbours, "4 B x max_subgraph_edges");
         }
         for (slot, names) in self.slots.iter().zip(SLOT_REGION_NAMES).take(isp_slots) {
             push(
@@ -549,7 +628,7 @@ mod tests {
             let count = regions.iter().count();
             assert_eq!(
                 count,
-                12 + 5 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
+                12 + 6 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
             );
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(
@@ -560,8 +639,10 @@ mod tests {
             assert_eq!(find("p2l"), 4 * 64 * 8);
             assert_eq!(find("page_buffer_data"), 16 * (2048 + 64));
             for lane in 0..isp_lanes {
-                assert_eq!(find(&std::format!("lane{lane}.node_hash")), 4 * 2048);
-                assert_eq!(find(&std::format!("lane{lane}.gather_keys")), 8 * 3000);
+                assert_eq!(find(&std::format!("lane{lane}.node_table")), 16 * 2048);
+                assert_eq!(find(&std::format!("lane{lane}.keys")), 8 * 1000);
+                assert_eq!(find(&std::format!("lane{lane}.destinations")), 16 * 1000);
+                assert_eq!(find(&std::format!("lane{lane}.neighbours")), 4 * 3000);
             }
             assert_eq!(find("slot0.config"), 32 + 8 * 100 + 16 * 4);
             assert_eq!(find("slot0.minibatches"), 112 * 4);

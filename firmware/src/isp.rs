@@ -9,8 +9,11 @@
 //! up to `isp_lanes` jobs at once, one per *sampling lane* (the job's working regions in DRAM,
 //! its cursors and the pages it pins), each lane a poll-driven state machine stepped on its own.
 
+mod gather;
 mod generator;
 mod minibatch;
+mod node_table;
+mod sort;
 
 pub(crate) use minibatch::STATE_BYTES;
 
@@ -23,16 +26,14 @@ use sagessd_abi::subgraph::SubgraphLayout;
 
 use crate::config::{MAX_ISP_LANES, MAX_ISP_SLOTS};
 use crate::dram::{DramLayout, LaneRegions, Region, SlotRegions, hash_capacity};
-use crate::hal::Sectors;
+use crate::hal::{SECTORS_PER_PAGE, Sectors};
 use crate::host::{CommandId, DmaError, HostInterface};
+use gather::Cursor;
 use minibatch::{MinibatchState, PHASES};
+use node_table::NodeTable;
 
 /// Most pages one lane's issuer keeps pinned ahead of its consumer.
 const MAX_WINDOW: usize = crate::config::MAX_LANE_WINDOW_PAGES as usize;
-/// Bits of a gather key that hold the item; the page is above them.
-const ITEM_BITS: u32 = 29;
-/// Bits of the page the radix sort handles per pass.
-const RADIX_BITS: u32 = 11;
 
 /// The graph of a free slot (never sampled: jobs are queued with the graph attached then).
 const NO_GRAPH: GraphDescriptor = GraphDescriptor {
@@ -125,11 +126,11 @@ fn feature_section_fits(node_count: u32, row_bytes: u32, buffer_bytes: usize) ->
 /// Which gather is running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Gather {
-    /// Item `2i` is `indptr[v]`, item `2i + 1` is `indptr[v + 1]`, for destination `i` = `v`.
+    /// Each destination's `indptr[v]` and `indptr[v + 1]`.
     Bounds,
-    /// Item `e` is the neighbour id at sampled position `e` of this layer.
+    /// The neighbour id at each sampled position of each destination's list.
     Neighbours,
-    /// Item `j` is the feature row of node `j` of the node list.
+    /// Each node's feature row.
     Features,
 }
 
@@ -140,29 +141,54 @@ struct Run {
     graph: GraphDescriptor,
     layer: usize,
     gather: Gather,
-    item_count: u32,
-    issued: u32,
+    /// Keys of the running gather: the layer's destinations, or the job's nodes.
+    key_count: u32,
+    /// Whether the sorted keys are in the lane's `sort_scratch` region (else in `keys`; the
+    /// other holds each destination's edges in local order, once the sample pass ran).
+    sorted_in_scratch: bool,
+    /// Items of the running gather.
+    items: u32,
+    /// Where the issuer is in the gather.
+    issued: Cursor,
+    /// Items the consumer has copied out.
     consumed: u32,
-    last_issued: Option<u32>,
     /// The pass after a completed gather (the sample pass after a bounds gather, the dedup
     /// pass after a neighbour gather), while it runs: the minibatch it is at and that
     /// minibatch's next item; `None` while gathering.
     pass: Option<(u16, u32)>,
     /// Index of this layer's first edge in the slot's indices region.
     edge_base: u32,
-    /// Edges sampled in this layer so far, all minibatches together.
+    /// Edges the sample pass placed in this layer so far, all minibatches together (in key
+    /// order).
     layer_edges: u32,
+    /// Edges the local pass has recorded in this layer so far, all minibatches together (in
+    /// local order).
+    local_edges: u32,
     /// Destinations of this layer, all minibatches together.
     dst_count: u32,
+}
+
+/// A page the issuer pinned for the consumer.
+#[derive(Clone, Copy, Debug)]
+struct WindowPage {
+    /// The logical page.
+    page: u32,
+    /// Its page-buffer slot.
+    slot: u32,
+    /// The sectors its items need.
+    want: Sectors,
+    /// How many of the gather's items it serves, in a row.
+    items: u32,
 }
 
 /// A sampling lane: the job it runs, that job's working regions and the pages it pins.
 #[derive(Debug)]
 struct Lane {
     regions: LaneRegions,
+    table: NodeTable,
     run: Option<Run>,
-    /// Pinned pages ahead of the consumer: (page, slot, the sectors its items need).
-    window: Deque<(u32, u32, Sectors), MAX_WINDOW>,
+    /// Pinned pages ahead of the consumer.
+    window: Deque<WindowPage, MAX_WINDOW>,
     /// Read-aheads the lane's passes started that have not landed (each holds a slot).
     prefetching: u32,
     /// Read-aheads the lane started, all told (for tests).
@@ -178,10 +204,9 @@ pub(crate) struct Isp {
     regions: [SlotRegions; MAX_ISP_SLOTS],
     lanes: [Lane; MAX_ISP_LANES],
     lane_count: usize,
-    hash_mask: usize,
     /// The radix sort's histogram: a sort runs to its end within one step, so the lanes
     /// share it.
-    radix_counts: [u32; 1 << RADIX_BITS],
+    radix_counts: [u32; sort::BUCKETS],
     max_nodes: u32,
     max_edges: u32,
     max_feature_bytes: usize,
@@ -196,6 +221,10 @@ pub(crate) struct Isp {
     scratch: [u64; MAX_FANOUT as usize],
     block_size_bytes: u64,
     page_size_bytes: u64,
+    /// log2 of the page size, if it is a power of two (a shift instead of a division).
+    page_shift: Option<u32>,
+    /// log2 of a sector (a sixteenth of a page), if the page is a power of two.
+    sector_shift: Option<u32>,
 }
 
 /// What `NS_COLLECT` finds for a tag.
@@ -220,14 +249,17 @@ impl Isp {
     ) -> Self {
         let lane_count = usize::from(config.isp_lanes);
         for lane in &layout.lanes[..lane_count] {
-            lane.node_hash.bytes_mut(dram).fill(0);
+            lane.node_table.bytes_mut(dram).fill(0);
         }
+        let page = u64::from(page_size_bytes);
+        let page_shift = page.is_power_of_two().then(|| page.trailing_zeros());
         Self {
             jobs: [Job::FREE; MAX_ISP_SLOTS],
             slot_count: usize::from(config.isp_slots),
             regions: layout.slots,
             lanes: core::array::from_fn(|l| Lane {
                 regions: layout.lanes[l],
+                table: NodeTable::new(hash_capacity(config.max_subgraph_nodes)),
                 run: None,
                 window: Deque::new(),
                 prefetching: 0,
@@ -235,8 +267,7 @@ impl Isp {
                 read_aheads: 0,
             }),
             lane_count,
-            hash_mask: hash_capacity(config.max_subgraph_nodes) - 1,
-            radix_counts: [0; 1 << RADIX_BITS],
+            radix_counts: [0; sort::BUCKETS],
             max_nodes: config.max_subgraph_nodes,
             max_edges: config.max_subgraph_edges,
             max_feature_bytes: config.max_feature_bytes as usize,
@@ -246,7 +277,9 @@ impl Isp {
             read_ahead: config.isp_read_ahead,
             scratch: [0; MAX_FANOUT as usize],
             block_size_bytes: u64::from(config.block_size_bytes()),
-            page_size_bytes: u64::from(page_size_bytes),
+            page_size_bytes: page,
+            page_shift,
+            sector_shift: page_shift.map(|s| s - SECTORS_PER_PAGE.trailing_zeros()),
         }
     }
 
@@ -493,10 +526,13 @@ impl Isp {
         let mut out = std::string::String::new();
         for (l, lane) in self.lanes[..self.lane_count].iter().enumerate() {
             out += &std::format!("lane {l}: {:?}\n", lane.run);
-            for (page, slot, want) in lane.window.iter() {
+            for w in lane.window.iter() {
                 out += &std::format!(
-                    "  page {page} want {want:?}: {}\n",
-                    backend.buffer.describe_slot(dram, *slot)
+                    "  page {} want {:?} items {}: {}\n",
+                    w.page,
+                    w.want,
+                    w.items,
+                    backend.buffer.describe_slot(dram, w.slot)
                 );
             }
         }

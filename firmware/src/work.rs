@@ -24,9 +24,10 @@ pub struct WorkCounters {
     /// Targets the ISP engine deduplicated into a job's node list at its start: each loaded,
     /// probed in the node table and written (no draw).
     pub targets_deduplicated: u64,
-    /// Node-table entries the ISP engine cleared after a job: each found by a probe, then
-    /// zeroed.
-    pub nodes_cleared: u64,
+    /// Nodes the ISP engine added to a job's node list (a target or a neighbour seen for the
+    /// first time in its minibatch): each written to the list and into the node table. Its
+    /// probe is counted with the target or sampled edge it came from.
+    pub nodes_added: u64,
     /// Bytes moved by the cores or DMA between host and DRAM.
     pub bytes_copied: u64,
     /// Keys moved by the ISP engine's radix-sort passes (each pass counts and scatters every
@@ -61,7 +62,7 @@ impl WorkCounters {
         "edges_sampled",
         "edges_drawn",
         "targets_deduplicated",
-        "nodes_cleared",
+        "nodes_added",
         "bytes_copied",
         "sort_key_moves",
         "radix_passes",
@@ -81,7 +82,7 @@ impl WorkCounters {
             self.edges_sampled,
             self.edges_drawn,
             self.targets_deduplicated,
-            self.nodes_cleared,
+            self.nodes_added,
             self.bytes_copied,
             self.sort_key_moves,
             self.radix_passes,
@@ -102,7 +103,7 @@ impl WorkCounters {
             edges_sampled,
             edges_drawn,
             targets_deduplicated,
-            nodes_cleared,
+            nodes_added,
             bytes_copied,
             sort_key_moves,
             radix_passes,
@@ -119,7 +120,7 @@ impl WorkCounters {
             edges_sampled,
             edges_drawn,
             targets_deduplicated,
-            nodes_cleared,
+            nodes_added,
             bytes_copied,
             sort_key_moves,
             radix_passes,

@@ -369,7 +369,7 @@ fn in_storage_sampling_runs_through_the_queue_pair() {
         .sum();
     assert_eq!(work.targets_deduplicated, 5);
     assert_eq!(work.edges_sampled, edges);
-    assert_eq!(work.nodes_cleared, view.nodes().len() as u64);
+    assert_eq!(work.nodes_added, view.nodes().len() as u64);
     assert!(
         after.nand_pages_read > before.nand_pages_read,
         "the sampler read flash"

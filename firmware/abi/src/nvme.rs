@@ -314,11 +314,14 @@ pub enum VendorStatus {
     NoFreeSlot = 0x0F,
     /// A hyperbatch's minibatch count is 0 or above the device's limit.
     BadMinibatchCount = 0x10,
+    /// The attached graph is beyond what the device samples: more than 2^32 − 1 nodes (at
+    /// GRAPH_ATTACH), or a node with 2^32 or more neighbours (when a job reaches it).
+    GraphTooLarge = 0x11,
 }
 
 impl VendorStatus {
     /// Every vendor status, for tables and tests.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::BadMagic,
         Self::BadVersion,
         Self::BadLayerCount,
@@ -335,6 +338,7 @@ impl VendorStatus {
         Self::BadDescriptor,
         Self::NoFreeSlot,
         Self::BadMinibatchCount,
+        Self::GraphTooLarge,
     ];
 
     /// The vendor status carried by an NVMe status, if it is one.

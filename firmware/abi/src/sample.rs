@@ -42,6 +42,52 @@ pub fn sample_count(degree: u64, fanout: u16) -> usize {
     degree.min(u64::from(fanout)) as usize
 }
 
+/// Lists up to this long keep the drawn set as a bitmap on the stack (256 bytes): a draw's
+/// membership test and insertion are a bit each, and the set comes out sorted by scanning the
+/// bitmap. Longer lists keep it as a list, tested by scanning and sorted at the end.
+const BITMAP_BITS: usize = 2048;
+/// Lists up to this long (most) use a bitmap of this many bits (32 bytes), which costs a
+/// few stores to clear where the large one costs a call to clear 256 bytes.
+const SMALL_BITMAP_BITS: usize = 256;
+
+/// `(r × m) >> 64` (the specification's draw in `0..m`) for `m < 2^32`, in 32-bit pieces: two
+/// 32 × 32-bit multiplies, where the 128-bit product costs a 32-bit core a call into its
+/// runtime library.
+#[inline(always)]
+fn scale(r: u64, m: u32) -> u32 {
+    let lo = u64::from(r as u32) * u64::from(m);
+    let hi = (r >> 32) * u64::from(m) + (lo >> 32);
+    (hi >> 32) as u32
+}
+
+/// Robert Floyd's algorithm with the set as a bitmap of `W` words (`degree ≤ 32 W`): draws
+/// `out.len()` positions of `0..degree`, from the counter before the first draw's, and writes
+/// them ascending.
+#[inline(always)]
+fn floyd_bitmap<const W: usize>(mut counter: u64, degree: u32, out: &mut [u64]) {
+    let mut set = [0u32; W];
+    for j in degree - out.len() as u32..degree {
+        counter = counter.wrapping_add(GOLDEN);
+        let t = scale(mix(counter), j + 1);
+        // j is not in the set yet: every earlier pick is at most an earlier j.
+        let pick = if set[(t / 32) as usize] & (1 << (t % 32)) != 0 {
+            j
+        } else {
+            t
+        };
+        set[(pick / 32) as usize] |= 1 << (pick % 32);
+    }
+    let mut n = 0;
+    for (w, &word) in set[..(degree as usize).div_ceil(32)].iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            out[n] = u64::from(32 * w as u32 + bits.trailing_zeros());
+            n += 1;
+            bits &= bits - 1;
+        }
+    }
+}
+
 /// Writes the sampled positions (ascending) into `out[..k]` and returns `k`, the
 /// [`sample_count`]. Returns `None` if `out` is shorter than `k` or `fanout > MAX_FANOUT`.
 pub fn sample_positions(
@@ -64,9 +110,23 @@ pub fn sample_positions(
         return Some(k);
     }
     let key = mix(mix(seed ^ GOLDEN.wrapping_mul(u64::from(layer) + 1)) ^ node);
+    // r(i) = mix(key + G × (i + 1)): the counter steps by G.
+    let mut counter = key;
+    if degree <= SMALL_BITMAP_BITS as u64 {
+        floyd_bitmap::<{ SMALL_BITMAP_BITS / 32 }>(counter, degree as u32, out);
+        return Some(k);
+    }
+    if degree <= BITMAP_BITS as u64 {
+        floyd_bitmap::<{ BITMAP_BITS / 32 }>(counter, degree as u32, out);
+        return Some(k);
+    }
     for (i, j) in (degree - k as u64..degree).enumerate() {
-        let r = mix(key.wrapping_add(GOLDEN.wrapping_mul(i as u64 + 1)));
-        let t = ((u128::from(r) * (u128::from(j) + 1)) >> 64) as u64;
+        counter = counter.wrapping_add(GOLDEN);
+        let r = mix(counter);
+        let t = match u32::try_from(j + 1) {
+            Ok(m) => u64::from(scale(r, m)),
+            Err(_) => ((u128::from(r) * (u128::from(j) + 1)) >> 64) as u64,
+        };
         // `out[..i]` holds the set drawn so far.
         out[i] = if out[..i].contains(&t) { j } else { t };
     }
@@ -119,6 +179,70 @@ mod tests {
             positions(3, 2, 77, 1 << 40, 4),
             vec![77903375392, 122378620022, 126424448013, 1040838884852]
         );
+    }
+
+    /// The specification, written as it reads (128-bit products, a list scanned for
+    /// membership, sorted at the end): the oracle of the implementation's shortcuts.
+    fn specification(seed: u64, layer: u8, node: u64, degree: u64, fanout: u16) -> Vec<u64> {
+        let k = degree.min(u64::from(fanout));
+        if degree <= u64::from(fanout) {
+            return (0..degree).collect();
+        }
+        let key = mix(mix(seed ^ GOLDEN.wrapping_mul(u64::from(layer) + 1)) ^ node);
+        let mut set: Vec<u64> = Vec::new();
+        for (i, j) in (degree - k..degree).enumerate() {
+            let r = mix(key.wrapping_add(GOLDEN.wrapping_mul(i as u64 + 1)));
+            let t = ((u128::from(r) * (u128::from(j) + 1)) >> 64) as u64;
+            set.push(if set.contains(&t) { j } else { t });
+        }
+        set.sort_unstable();
+        set
+    }
+
+    #[test]
+    fn the_fast_paths_draw_what_the_specification_says() {
+        let degrees = [
+            11u64,
+            26,
+            31,
+            255,
+            256,
+            257,
+            32,
+            33,
+            100,
+            2047,
+            2048,
+            2049,
+            5000,
+            u32::MAX as u64 - 1,
+            u32::MAX as u64,
+            u32::MAX as u64 + 1,
+            1 << 40,
+            u64::MAX,
+        ];
+        for seed in 0..40u64 {
+            for &degree in &degrees {
+                for fanout in [1u16, 10, 25, 64, 1024] {
+                    let node = sagessd_abi_mix_node(seed, degree);
+                    let want = specification(seed, (seed % 3) as u8, node, degree, fanout);
+                    let got = positions(seed, (seed % 3) as u8, node, degree, fanout);
+                    assert_eq!(got, want, "seed {seed} degree {degree} fanout {fanout}");
+                }
+            }
+        }
+        // The 32-bit draw is the 128-bit one.
+        for i in 0..10_000u64 {
+            let r = mix(i);
+            for m in [1u32, 2, 3, 1000, u32::MAX] {
+                let want = ((u128::from(r) * u128::from(m)) >> 64) as u32;
+                assert_eq!(scale(r, m), want);
+            }
+        }
+    }
+
+    fn sagessd_abi_mix_node(seed: u64, degree: u64) -> u64 {
+        mix(seed ^ degree.rotate_left(17))
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub const WORKLOADS: [Workload; 16] = [
     },
     Workload {
         name: "isp_spread_sampling",
-        aim: Aim::Unit("nodes_cleared"),
+        aim: Aim::Unit("nodes_added"),
         what: "4 jobs of 1,024 nodes of degree 32 with neighbours all over, fanout 16 (new nodes)",
     },
     Workload {

@@ -206,6 +206,11 @@ impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
                     self.namespace_blocks,
                 )
                 .map_err(vendor)?;
+                // The sampler keeps node ids in 32 bits (its node table, its sort keys, the
+                // neighbours it gathers), with u32::MAX never an id.
+                if g.node_count > u64::from(u32::MAX) {
+                    return Err(vendor(VendorStatus::GraphTooLarge));
+                }
                 // Feature rows are gathered a page at a time: none may straddle two pages.
                 let page = u64::from(self.backend.geometry.page_size_bytes);
                 if let Some(f) = g.features {

@@ -1,34 +1,36 @@
 //! The subgraph generator: one job per sampling lane, layer by layer, as a poll-driven state
 //! machine. A job's minibatches (one, or a hyperbatch's) go through each layer together. Each
-//! layer has two *gathers* that read flash for all of them, each followed by an in-order pass,
-//! minibatch after minibatch, that does not:
+//! layer sorts its destinations by node id, then has two *gathers* that read flash for all of
+//! them in that order ([`super::gather`]), each followed by an in-order pass, minibatch after
+//! minibatch, that does not:
 //!
 //! 1. **Bounds gather**: read `indptr[v]` and `indptr[v + 1]` of every destination node;
 //!    **sample pass**: for each destination in order, draw the sampled positions with
-//!    [`sample_positions`] and append their global edge positions;
+//!    [`sample_positions`] (unless its whole list is taken), place its edges after the ones
+//!    before it, and fill the layer's local `indptr`;
 //! 2. **Neighbour gather**: read the neighbour id at every sampled position;
-//!    **dedup pass**: for each sampled edge in order, deduplicate its neighbour into the node list
-//!    and record its local index.
+//!    **dedup pass**: for each sampled edge in order, deduplicate its neighbour into the node
+//!    list ([`super::node_table`]) and record its local index.
 //!
-//! A gather sorts its reads by logical page (`page << 29 | item` keys, an LSD radix sort on the
-//! page, stable so items of a page stay in order), so every page is read once per gather however
-//! many items, of however many minibatches, it serves, and consecutive pages, which the FTL
-//! striped over dies, are read in parallel. Two cursors walk the sorted keys: the *issuer* runs
-//! ahead pinning up to the lane's share of the window of pages in the page buffer (starting
-//! their flash reads), the *consumer* copies each item's value out as its page arrives. The passes after a gather run in item
-//! order, so the output never depends on the order pages arrive in, nor on which lane runs the
-//! job or what the other lanes do; and a minibatch's passes read only its own items, so its
-//! subgraph is the same in a hyperbatch as alone.
+//! The passes run in local-id order, so the output never depends on the order pages arrive
+//! in, nor on which lane runs the job or what the other lanes do; and a minibatch's passes
+//! read only its own items, so its subgraph is the same in a hyperbatch as alone. Each pass
+//! also reads ahead the pages the next gather will want (the sample pass the neighbour
+//! lists', the dedup pass the new nodes' `indptr`), so that flash works while the core does.
+//!
+//! Every table is read and written as aligned native words of the arena; what crosses to the
+//! host (the node list, `indptr`, `indices`) is stored little-endian.
 
 use sagessd_abi::nvme::{Status, VendorStatus};
 use sagessd_abi::sample::sample_positions;
 
-use super::minibatch::{MinibatchState, PHASES};
-use super::{Gather, ITEM_BITS, Isp, JobState, RADIX_BITS, Run, feature_section_fits};
+use super::gather::{DRAWN, Destination, WIDE};
+use super::minibatch::MinibatchState;
+use super::node_table::{Entry, NodeTable, Probe};
+use super::{Gather, Isp, JobState, Run, feature_section_fits};
 use crate::backend::{Backend, ReadAhead};
-use crate::dram::{LaneRegions, SlotRegions};
+use crate::dram::{Region, as_words, as_words_mut, split_mut};
 use crate::hal::Sectors;
-use crate::page_buffer::Acquire;
 use crate::work::WorkCounters;
 
 /// Items of a pass one step runs: between two chunks the lane's core lets the others (and, when
@@ -58,6 +60,59 @@ impl Ahead {
                 self.stopped |= self.present_run >= PRESENT_RUN_LIMIT;
             }
             ReadAhead::NoRoom => self.stopped = true,
+        }
+    }
+}
+
+/// A job's deduplication into one minibatch's node list: the lane's node table, the slot's
+/// node list and its length, shared by the targets at a job's start and the dedup pass.
+struct Dedup<'a> {
+    table: NodeTable,
+    entries: &'a mut [Entry],
+    /// The slot's node list (little-endian `u64`s, as the host gets them).
+    nodes: &'a mut [u64],
+    /// Nodes in it, all minibatches together.
+    node_count: &'a mut u32,
+    max_nodes: u32,
+    /// The minibatch.
+    m: u32,
+    /// Whether the job has one minibatch: its positions are its local ids.
+    alone: bool,
+}
+
+impl Dedup<'_> {
+    /// The local id of `node` in the minibatch (state `st`), adding it to the node list and to
+    /// the minibatch's `phase` segment if new; `None` if the node list is full. Counts a new
+    /// node in `work`.
+    #[inline(always)]
+    fn local_id(
+        &mut self,
+        st: &mut MinibatchState,
+        phase: usize,
+        node: u32,
+        work: &mut WorkCounters,
+    ) -> Option<u32> {
+        let home = self.table.home(node, self.m);
+        let alone = self.alone;
+        let probe = self.table.probe(self.entries, node, home, |position| {
+            alone || st.local_id(position).is_some()
+        });
+        match probe {
+            Probe::Found(position) if alone => Some(position),
+            Probe::Found(position) => st.local_id(position),
+            Probe::Free(at) => {
+                let position = *self.node_count;
+                if position >= self.max_nodes {
+                    return None;
+                }
+                let local = if alone { position } else { st.node_count() };
+                self.nodes[position as usize] = u64::from(node).to_le();
+                self.table.insert(self.entries, at, node, position);
+                *self.node_count += 1;
+                st.segment_len[phase] += 1;
+                work.nodes_added += 1;
+                Some(local)
+            }
         }
     }
 }
@@ -98,7 +153,7 @@ impl Isp {
     }
 
     /// Runs the next chunk of `lane`'s pass; when the pass is over, starts what follows it
-    /// (the neighbour gather after a sample pass, the next layer after a dedup pass).
+    /// (the neighbour gather after the sample pass, the next layer after the local pass).
     fn pass_step(
         &mut self,
         lane: usize,
@@ -111,36 +166,41 @@ impl Isp {
         let Some((m, from)) = run.pass else {
             return Ok(());
         };
-        let states = self.regions[run.slot].minibatches;
-        let mut st = MinibatchState::load(states, dram, usize::from(m));
-        let (end, sampling) = match run.gather {
-            Gather::Bounds => (st.nodes_through(run.layer), true),
-            Gather::Neighbours => (st.edge_count[run.layer], false),
+        match run.gather {
+            Gather::Bounds => {
+                let to = run.key_count.min(from.saturating_add(PASS_CHUNK_ITEMS));
+                let first_edge = run.layer_edges;
+                self.sample_pass(lane, dram, backend, &mut run, from, to)?;
+                if self.read_ahead {
+                    self.read_ahead_lists(lane, dram, backend, &run, from, to, first_edge);
+                }
+                if to < run.key_count {
+                    run.pass = Some((0, to));
+                    self.lanes[lane].run = Some(run);
+                } else {
+                    self.start_gather(lane, dram, backend, run, Gather::Neighbours);
+                }
+            }
+            Gather::Neighbours => {
+                let states = self.regions[run.slot].minibatches;
+                let mut st = MinibatchState::load(states, dram, usize::from(m));
+                let end = st.nodes_through(run.layer);
+                let done = self.local_pass(lane, dram, backend, &mut run, m, &mut st, from, end);
+                // Stored even after a failure: the job's end reads every minibatch's state.
+                st.store(states, dram, usize::from(m));
+                let to = done?;
+                if to < end {
+                    run.pass = Some((m, to));
+                    self.lanes[lane].run = Some(run);
+                } else if m + 1 < self.jobs[run.slot].minibatch_count {
+                    run.pass = Some((m + 1, 0));
+                    self.lanes[lane].run = Some(run);
+                } else {
+                    self.next_layer(lane, dram, backend, run);
+                }
+            }
             // No pass follows a feature gather.
             Gather::Features => return Err(Status::INTERNAL_ERROR),
-        };
-        let to = end.min(from.saturating_add(PASS_CHUNK_ITEMS));
-        let done = if sampling {
-            self.sample_pass(lane, dram, backend, &mut run, &mut st, from, to)
-        } else {
-            self.dedup_pass(lane, dram, backend, &run, m, &mut st, from, to)
-        };
-        if to == end && sampling {
-            st.edge_count[run.layer] = run.layer_edges - st.edge_first;
-        }
-        // Stored even after a failure: the job's end clears the node table from it.
-        st.store(states, dram, usize::from(m));
-        done?;
-        if to < end {
-            run.pass = Some((m, to));
-            self.lanes[lane].run = Some(run);
-        } else if m + 1 < self.jobs[run.slot].minibatch_count {
-            run.pass = Some((m + 1, 0));
-            self.lanes[lane].run = Some(run);
-        } else if sampling {
-            self.start_gather(lane, dram, backend, run, Gather::Neighbours);
-        } else {
-            self.next_layer(lane, dram, backend, run);
         }
         Ok(())
     }
@@ -171,28 +231,26 @@ impl Isp {
         ahead.saw(what);
     }
 
-    /// The page of byte `address` of the namespace (a shift for the usual power-of-two page:
-    /// the A9 has no divide instruction, and a 64-bit division in software costs it more than
-    /// the rest of a gather item).
-    fn page_of(&self, address: u64) -> u32 {
-        let page = if self.page_size_bytes.is_power_of_two() {
-            address >> self.page_size_bytes.trailing_zeros()
-        } else {
-            address / self.page_size_bytes
-        };
-        // Validated descriptors keep addresses inside the namespace, whose pages fit in u32.
-        page as u32
-    }
-
-    /// The offset of byte `address` of the namespace in its page (a mask for a power-of-two
-    /// page, as [`Self::page_of`]).
-    fn offset_in_page(&self, address: u64) -> usize {
-        let offset = if self.page_size_bytes.is_power_of_two() {
-            address & (self.page_size_bytes - 1)
-        } else {
-            address % self.page_size_bytes
-        };
-        offset as usize
+    /// A deduplication into minibatch `m` of job `slot`, which `lane` runs, over the lane's
+    /// node table (`entries`) and the slot's node list (`nodes`).
+    fn dedup<'a>(
+        &'a mut self,
+        lane: usize,
+        slot: usize,
+        m: usize,
+        entries: &'a mut [u8],
+        nodes: &'a mut [u8],
+    ) -> Dedup<'a> {
+        let alone = self.jobs[slot].minibatch_count == 1;
+        Dedup {
+            table: self.lanes[lane].table,
+            entries: as_words_mut(entries),
+            nodes: as_words_mut(nodes),
+            node_count: &mut self.jobs[slot].node_count,
+            max_nodes: self.max_nodes,
+            m: m as u32,
+            alone,
+        }
     }
 
     /// Starts the oldest queued job on `lane`: deduplicates each minibatch's targets into its
@@ -206,32 +264,42 @@ impl Isp {
         self.jobs[slot].state = JobState::Running;
         self.jobs[slot].node_count = 0;
         self.jobs[slot].indptr_words = 0;
-        let SlotRegions {
-            config,
-            minibatches: states,
-            ..
-        } = self.regions[slot];
+        let regions = self.regions[slot];
+        let table_region = self.lanes[lane].regions.node_table;
+        {
+            let mut table = self.lanes[lane].table;
+            table.begin_job(table_region.words_mut(dram));
+            self.lanes[lane].table = table;
+        }
         for m in 0..usize::from(self.jobs[slot].minibatch_count) {
+            let [config, states, entries, nodes] = split_mut(
+                dram,
+                [regions.config, regions.minibatches, table_region, regions.nodes],
+            );
+            let states_region = Region {
+                start: 0,
+                len: states.len(),
+            };
             // As accepted: its seed and targets, nothing sampled.
-            let mut st = MinibatchState::load(states, dram, m);
+            let mut st = MinibatchState::load(states_region, states, m);
             st.segment_start[0] = self.jobs[slot].node_count;
+            let targets = as_words::<u64>(config);
+            let first = st.target_word as usize;
+            let work = &mut backend.work;
+            let mut dedup = self.dedup(lane, slot, m, entries, nodes);
             let mut fits = true;
-            for i in 0..st.target_count as usize {
-                let target = config.u64(dram, st.target_word as usize + i);
-                if self
-                    .dedup(lane, dram, slot, m, &mut st, 0, target)
-                    .is_none()
-                {
+            for &target in &targets[first..first + st.target_count as usize] {
+                // Targets are below the node count (checked at submit), which fits u32.
+                let target = u64::from_le(target) as u32;
+                if dedup.local_id(&mut st, 0, target, work).is_none() {
                     fits = false;
                     break;
                 }
             }
-            // Stored even when full: the job's end clears the node table from it.
-            st.store(states, dram, m);
+            st.store(states_region, states, m);
             if !fits {
-                // The minibatches not reached yet have no nodes to clear.
                 let too_large = Some(VendorStatus::ResultTooLarge.into());
-                self.finish(lane, dram, &mut backend.work, slot, too_large);
+                self.finish(dram, slot, too_large);
                 return true;
             }
             backend.work.targets_deduplicated += u64::from(st.target_count);
@@ -242,454 +310,244 @@ impl Isp {
             graph,
             layer: 0,
             gather: Gather::Bounds,
-            item_count: 0,
-            issued: 0,
+            key_count: 0,
+            sorted_in_scratch: false,
+            items: 0,
+            issued: super::Cursor::default(),
             consumed: 0,
-            last_issued: None,
             pass: None,
             edge_base: 0,
             layer_edges: 0,
+            local_edges: 0,
             dst_count: dst,
         };
         self.start_gather(lane, dram, backend, run, Gather::Bounds);
         true
     }
 
-    /// The byte address (on the namespace) of gather item `item` of `lane`'s `run`.
-    fn item_address(&self, lane: usize, dram: &[u8], run: &Run, item: u32) -> u64 {
-        match run.gather {
-            Gather::Bounds => {
-                // The destination's id waits in the item's value slot until it is read.
-                let v = self.lanes[lane]
-                    .regions
-                    .gather_values
-                    .u64(dram, item as usize);
-                run.graph.indptr.slba * self.block_size_bytes + 8 * (v + u64::from(item & 1))
-            }
-            Gather::Neighbours => {
-                let e = self.lanes[lane].regions.entries.u64(dram, item as usize);
-                run.graph.indices.slba * self.block_size_bytes
-                    + u64::from(run.graph.id_width_bytes) * e
-            }
-            Gather::Features => {
-                let v = self.regions[run.slot].nodes.u64(dram, item as usize);
-                // Attached graphs with features always have a region (checked at submit).
-                run.graph.features.map_or(0, |f| {
-                    f.range.slba * self.block_size_bytes + v * f.stride_bytes()
-                })
-            }
-        }
-    }
-
-    /// Builds and sorts the keys of a gather and makes it `lane`'s running one.
-    fn start_gather(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        backend: &mut Backend,
-        mut run: Run,
-        gather: Gather,
-    ) {
-        run.gather = gather;
-        run.item_count = match gather {
-            Gather::Bounds => 2 * run.dst_count,
-            Gather::Neighbours => run.layer_edges,
-            Gather::Features => self.jobs[run.slot].node_count,
-        };
-        run.issued = 0;
-        run.consumed = 0;
-        run.last_issued = None;
-        run.pass = None;
-        if gather == Gather::Bounds {
-            self.place_destinations(lane, dram, &run);
-        }
-        let keys = self.lanes[lane].regions.gather_keys;
-        for item in 0..run.item_count {
-            let page = u64::from(self.page_of(self.item_address(lane, dram, &run, item)));
-            keys.set_u64(dram, item as usize, (page << ITEM_BITS) | u64::from(item));
-        }
-        self.sort_keys(lane, dram, backend, run.item_count as usize);
-        self.lanes[lane].run = Some(run);
-    }
-
-    /// Puts each destination's id of `run`'s layer in the value slots of its two bounds items
-    /// (item `2j` and `2j + 1` for the layer's destination `j`, the minibatches one after
-    /// another, each in local-id order), and notes where each minibatch's destinations start.
-    fn place_destinations(&self, lane: usize, dram: &mut [u8], run: &Run) {
-        let states = self.regions[run.slot].minibatches;
-        let nodes = self.regions[run.slot].nodes;
-        let values = self.lanes[lane].regions.gather_values;
-        let mut item = 0usize;
-        for m in 0..usize::from(self.jobs[run.slot].minibatch_count) {
-            let mut st = MinibatchState::load(states, dram, m);
-            st.dst_first = (item / 2) as u32;
-            st.store(states, dram, m);
-            for p in 0..=run.layer {
-                let start = st.segment_start[p] as usize;
-                for position in start..start + st.segment_len[p] as usize {
-                    let v = nodes.u64(dram, position);
-                    values.set_u64(dram, item, v);
-                    values.set_u64(dram, item + 1, v);
-                    item += 2;
-                }
-            }
-        }
-    }
-
-    /// Sorts the first `n` gather keys by page: least-significant-digit radix passes of
-    /// [`RADIX_BITS`] over the page's offset from the lowest page, as many as the page range
-    /// needs. Stable, so a page's items stay in item order. Counts the passes and the keys
-    /// they move (and copy back after an odd number of passes) as sort work; building a key
-    /// and finding the range are part of its gather item's work (`edges_scanned`).
-    fn sort_keys(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend, n: usize) {
-        let page = |key: u64| key >> ITEM_BITS;
-        let LaneRegions {
-            gather_keys: keys,
-            gather_scratch: keys_scratch,
-            ..
-        } = self.lanes[lane].regions;
-        let (lo, hi) = (0..n)
-            .map(|i| page(keys.u64(dram, i)))
-            .fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
-        if n < 2 || lo == hi {
-            return;
-        }
-        let bits = u64::BITS - (hi - lo).leading_zeros();
-        let passes = bits.div_ceil(RADIX_BITS);
-        let (mut src, mut dst) = (keys, keys_scratch);
-        for pass in 0..passes {
-            let digit = |key: u64| {
-                ((page(key) - lo) >> (pass * RADIX_BITS)) as usize & ((1 << RADIX_BITS) - 1)
-            };
-            self.radix_counts.fill(0);
-            for i in 0..n {
-                self.radix_counts[digit(src.u64(dram, i))] += 1;
-            }
-            let mut sum = 0;
-            for c in self.radix_counts.iter_mut() {
-                let count = *c;
-                *c = sum;
-                sum += count;
-            }
-            for i in 0..n {
-                let key = src.u64(dram, i);
-                let d = digit(key);
-                dst.set_u64(dram, self.radix_counts[d] as usize, key);
-                self.radix_counts[d] += 1;
-            }
-            core::mem::swap(&mut src, &mut dst);
-        }
-        if src != keys {
-            dram.copy_within(src.start..src.start + 8 * n, keys.start);
-        }
-        backend.work.sort_key_moves += n as u64 * u64::from(passes + passes % 2);
-        backend.work.radix_passes += u64::from(passes);
-    }
-
-    /// The page and item of sorted key `k` of `lane`'s running gather.
-    fn key(&self, lane: usize, dram: &[u8], k: u32) -> (u32, u32) {
-        let key = self.lanes[lane].regions.gather_keys.u64(dram, k as usize);
-        // Validated descriptors keep addresses inside the namespace, whose pages fit in u32.
-        (
-            (key >> ITEM_BITS) as u32,
-            (key & ((1 << ITEM_BITS) - 1)) as u32,
-        )
-    }
-
-    /// The width in bytes of one item of the running gather.
-    fn item_width(&self, run: &Run) -> usize {
-        match run.gather {
-            Gather::Bounds => 8,
-            Gather::Neighbours => usize::from(run.graph.id_width_bytes),
-            Gather::Features => self.jobs[run.slot].feature_row_bytes as usize,
-        }
-    }
-
-    /// The sectors of `page` that the items from sorted key `from` on need (the keys of a
-    /// page are consecutive); looking at a key is part of its gather item's work.
-    fn page_sectors(&self, lane: usize, dram: &[u8], run: &Run, page: u32, from: u32) -> Sectors {
-        let width = self.item_width(run);
-        let page_size = self.page_size_bytes as usize;
-        let mut want = Sectors::NONE;
-        let mut k = from;
-        while k < run.item_count {
-            let (p, item) = self.key(lane, dram, k);
-            if p != page {
-                break;
-            }
-            let offset = self.offset_in_page(self.item_address(lane, dram, run, item));
-            want = want.union(Sectors::covering(offset, width, page_size));
-            k += 1;
-        }
-        want
-    }
-
-    /// Pins pages ahead of `lane`'s consumer, up to its window, each with the sectors its
-    /// items need.
-    fn issue(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend) -> bool {
-        let Some(mut run) = self.lanes[lane].run else {
-            return false;
-        };
-        let mut progress = false;
-        while run.issued < run.item_count {
-            let (page, _) = self.key(lane, dram, run.issued);
-            if run.last_issued != Some(page) {
-                if self.lanes[lane].window.len() >= self.window_pages {
-                    // A full window whose items are all consumed holds only the last page
-                    // (the consumer releases a page when it moves past it): release it, or a
-                    // one-page window would wait for itself.
-                    if run.consumed < run.issued {
-                        break;
-                    }
-                    if let Some((_, slot, _)) = self.lanes[lane].window.pop_front() {
-                        backend.buffer.unpin(dram, slot);
-                        backend.work.pages_scanned += 1;
-                    }
-                }
-                let want = self.page_sectors(lane, dram, &run, page, run.issued);
-                match backend.request_page(dram, page, want) {
-                    Acquire::Full => break,
-                    Acquire::Valid(slot)
-                    | Acquire::Loading(slot)
-                    | Acquire::Failed(slot)
-                    | Acquire::Miss(slot, _) => {
-                        // The window has room (checked above).
-                        let _ = self.lanes[lane].window.push_back((page, slot, want));
-                        run.last_issued = Some(page);
-                        progress = true;
-                    }
-                }
-            }
-            run.issued += 1;
-        }
-        self.lanes[lane].run = Some(run);
-        progress
-    }
-
-    /// The front window page's slot once it holds the sectors its items need: `Ok(None)` while
-    /// a read is in flight (or none can start yet). A read that landed with another reader's
-    /// sectors is followed by one for ours.
-    fn front_page(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        backend: &mut Backend,
-    ) -> Result<Option<u32>, Status> {
-        let Some(&(page, slot, want)) = self.lanes[lane].window.front() else {
-            return Err(Status::INTERNAL_ERROR);
-        };
-        if backend.buffer.is_failed(dram, slot) {
-            return Err(Status::UNRECOVERED_READ_ERROR);
-        }
-        if backend.buffer.is_loading(dram, slot) {
-            return Ok(None);
-        }
-        if backend.buffer.has(dram, slot, want) {
-            return Ok(Some(slot));
-        }
-        let (again, ready) = match backend.request_page(dram, page, want) {
-            Acquire::Full => return Ok(None),
-            Acquire::Valid(again) => (again, true),
-            Acquire::Loading(again) | Acquire::Failed(again) | Acquire::Miss(again, _) => {
-                (again, false)
-            }
-        };
-        // The new request holds its own pin.
-        backend.buffer.unpin(dram, slot);
-        if let Some(front) = self.lanes[lane].window.front_mut() {
-            front.1 = again;
-        }
-        Ok(ready.then_some(again))
-    }
-
-    /// Copies issued items' values out of their pages, in key order, while pages are present;
-    /// runs the in-order pass and the next gather when the gather is complete.
-    fn consume(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        backend: &mut Backend,
-    ) -> Result<bool, Status> {
-        let Some(mut run) = self.lanes[lane].run else {
-            return Ok(false);
-        };
-        let mut progress = false;
-        let width = self.item_width(&run);
-        let values = self.lanes[lane].regions.gather_values;
-        while run.consumed < run.issued {
-            let (page, item) = self.key(lane, dram, run.consumed);
-            let window = &mut self.lanes[lane].window;
-            while window.front().is_some_and(|(p, _, _)| *p != page) {
-                if let Some((_, slot, _)) = window.pop_front() {
-                    backend.buffer.unpin(dram, slot);
-                    backend.work.pages_scanned += 1;
-                }
-            }
-            let Some(slot) = self.front_page(lane, dram, backend)? else {
-                break;
-            };
-            let offset = self.offset_in_page(self.item_address(lane, dram, &run, item));
-            if run.gather == Gather::Features {
-                // A whole row: rows never straddle a page (checked at GRAPH_ATTACH).
-                let from = backend.slot(slot).start + offset;
-                // In bounds: the section (node count × width) fit the region before the gather.
-                let to = self.regions[run.slot]
-                    .features
-                    .sub(item as usize * width, width);
-                dram.copy_within(from..from + width, to.start);
-                backend.work.bytes_copied += width as u64;
-            } else {
-                let mut b = [0u8; 8];
-                b[..width].copy_from_slice(&backend.slot(slot).bytes(dram)[offset..offset + width]);
-                values.set_u64(dram, item as usize, u64::from_le_bytes(b));
-            }
-            backend.work.edges_scanned += 1;
-            run.consumed += 1;
-            progress = true;
-        }
-        self.lanes[lane].run = Some(run);
-        if run.consumed == run.item_count {
-            self.drain_window(lane, dram, backend);
-            if run.gather == Gather::Features {
-                self.lanes[lane].run = None;
-                self.finish(lane, dram, &mut backend.work, run.slot, None);
-            } else {
-                // Its pass runs in chunks from the next step on.
-                run.pass = Some((0, 0));
-                self.lanes[lane].run = Some(run);
-            }
-            progress = true;
-        }
-        Ok(progress)
-    }
-
-    /// For destinations `from..to`, in order: check its bounds, draw its sampled positions
-    /// (counted as draws where its degree exceeds the fanout) and append their global edge
-    /// positions, filling the layer's local `indptr`; and read ahead the pages of the
-    /// neighbour ids at those positions, which the neighbour gather will want.
-    #[allow(clippy::too_many_arguments)]
+    /// For keys `from..to` of the layer's sorted destinations, in order: check the
+    /// destination's bounds, draw its sampled positions where its degree exceeds the fanout
+    /// (counted as draws; with the seed of its minibatch), and place its edges after the ones
+    /// of the keys before it: its record then says where they are for the neighbour gather,
+    /// and its entry in local order for the local pass.
     fn sample_pass(
         &mut self,
         lane: usize,
         dram: &mut [u8],
         backend: &mut Backend,
         run: &mut Run,
-        st: &mut MinibatchState,
         from: u32,
         to: u32,
     ) -> Result<(), Status> {
-        let fanout = self.jobs[run.slot].fanouts[run.layer];
-        // One minibatch: its local ids are positions (see `dedup`).
-        let alone = self.jobs[run.slot].minibatch_count == 1;
-        let SlotRegions { indptr, nodes, .. } = self.regions[run.slot];
-        let LaneRegions {
-            entries,
-            gather_values: values,
-            ..
-        } = self.lanes[lane].regions;
-        if from == 0 {
-            // This minibatch's row of the layer, after the rows before it.
-            let dst_count = st.nodes_through(run.layer);
-            let job = &mut self.jobs[run.slot];
-            st.indptr_row[run.layer] = job.indptr_words;
-            job.indptr_words += dst_count + 1;
-            st.edge_first = run.layer_edges;
-            st.edge_start[run.layer] = run.edge_base + run.layer_edges;
-            indptr.set_u32(dram, st.indptr_row[run.layer] as usize, 0);
-        }
-        let row = st.indptr_row[run.layer] as usize;
-        let width = usize::from(run.graph.id_width_bytes);
-        let base = run.graph.indices.slba * self.block_size_bytes;
-        // Consecutive positions of a page are read ahead once.
-        let mut last_page = None;
-        let mut ahead = Ahead {
-            stopped: !self.read_ahead,
-            present_run: 0,
-        };
-        for i in from..to {
-            let v = nodes.u64(dram, if alone { i } else { st.position(i) } as usize);
-            let j = (st.dst_first + i) as usize;
-            let (start, end) = (values.u64(dram, 2 * j), values.u64(dram, 2 * j + 1));
+        let job = &self.jobs[run.slot];
+        let fanout = job.fanouts[run.layer];
+        let minibatches = usize::from(job.minibatch_count);
+        let shift = u32::from(run.graph.id_width_bytes).trailing_zeros();
+        let lane_regions = self.lanes[lane].regions;
+        let [keys, destinations, positions, local, states] = split_mut(
+            dram,
+            [
+                self.sorted_keys(lane, run),
+                lane_regions.destinations,
+                lane_regions.positions,
+                self.spare_buffer(lane, run),
+                self.regions[run.slot].minibatches,
+            ],
+        );
+        let keys = as_words::<u64>(keys);
+        let destinations = as_words_mut::<Destination>(destinations);
+        let positions = as_words_mut::<u32>(positions);
+        let local = as_words_mut::<u64>(local);
+        let states = &as_words::<MinibatchState>(states)[..minibatches];
+        for q in from..to {
+            let key = keys[q as usize];
+            let (v, j) = (key >> 32, key as u32);
+            // The minibatch whose destinations (numbered from its `dst_first` on) hold j.
+            let m = states.partition_point(|s| s.dst_first <= j) - 1;
+            let d = &mut destinations[q as usize];
+            let (start, end) = (d.start, d.end());
             if start > end || end > run.graph.edge_count {
                 return Err(VendorStatus::GraphCorrupt.into());
             }
-            let k = sample_positions(
-                st.seed,
-                run.layer as u8,
-                v,
-                end - start,
-                fanout,
-                &mut self.scratch,
-            )
-            .ok_or(Status::INTERNAL_ERROR)?;
-            if end - start > u64::from(fanout) {
+            let degree = end - start;
+            let drawn = degree > u64::from(fanout);
+            let k = if drawn {
+                // Positions are kept in 32 bits: a list of 2^32 or more is refused.
+                if degree > u64::from(u32::MAX) {
+                    return Err(VendorStatus::GraphTooLarge.into());
+                }
+                let seed = states[m].seed;
+                let k = sample_positions(seed, run.layer as u8, v, degree, fanout, &mut self.scratch)
+                    .ok_or(Status::INTERNAL_ERROR)?;
                 backend.work.edges_drawn += k as u64;
-            }
-            if u64::from(run.edge_base) + u64::from(run.layer_edges) + k as u64
+                k as u32
+            } else {
+                degree as u32
+            };
+            if u64::from(run.edge_base) + u64::from(run.layer_edges) + u64::from(k)
                 > u64::from(self.max_edges)
             {
                 return Err(VendorStatus::ResultTooLarge.into());
             }
-            for j in 0..k {
-                let position = start + self.scratch[j];
-                entries.set_u64(dram, run.layer_edges as usize, position);
-                run.layer_edges += 1;
-                if !ahead.stopped {
-                    let page = self.page_of(base + width as u64 * position);
-                    if last_page != Some(page) {
-                        self.read_ahead(lane, dram, backend, page, &mut ahead);
-                        last_page = Some(page);
-                    }
+            let row = run.layer_edges;
+            if drawn {
+                let out = &mut positions[row as usize..(row + k) as usize];
+                for (o, p) in out.iter_mut().zip(&self.scratch) {
+                    // Below the degree, which fits u32 (checked above).
+                    *o = *p as u32;
                 }
             }
-            indptr.set_u32(dram, row + i as usize + 1, run.layer_edges - st.edge_first);
+            // An item's offset from the list's page in 32 bits, if it fits.
+            let list = run.graph.indices.slba * self.block_size_bytes + (start << shift);
+            let (_, list_offset) = self.split_address(list);
+            let wide = u64::from(list_offset) + (degree << shift) > u64::from(u32::MAX);
+            d.place(
+                row,
+                k | if drawn { DRAWN } else { 0 } | if wide { WIDE } else { 0 },
+            );
+            local[j as usize] = u64::from(row) | u64::from(k) << 32;
+            run.layer_edges += k;
         }
         Ok(())
     }
 
-    /// For sampled edges `from..to`, in order: deduplicate its neighbour and record its local
-    /// index; and, when another layer follows, read ahead the page of each new node's `indptr`
-    /// entries, which its bounds gather will want. Counted once per edge as "sampled" (a
-    /// probe and a write; the draw that chose it, if its list was not taken whole, was counted
-    /// by the sample pass).
+    /// Reads ahead the pages of the neighbour ids that keys `from..to` placed, whose edges
+    /// start at `first_edge`: each run of consecutive positions on one page once.
     #[allow(clippy::too_many_arguments)]
-    fn dedup_pass(
+    fn read_ahead_lists(
         &mut self,
         lane: usize,
         dram: &mut [u8],
         backend: &mut Backend,
         run: &Run,
+        from: u32,
+        to: u32,
+        first_edge: u32,
+    ) {
+        let lane_regions = self.lanes[lane].regions;
+        let base = run.graph.indices.slba * self.block_size_bytes;
+        let shift = u32::from(run.graph.id_width_bytes).trailing_zeros();
+        let mut ahead = Ahead::default();
+        let mut last_page = None;
+        let mut edge = first_edge;
+        for q in from..to {
+            let d = lane_regions.destinations.words::<Destination>(dram)[q as usize];
+            let k = d.taken() & !(DRAWN | WIDE);
+            for n in 0..k {
+                if ahead.stopped || edge >= run.layer_edges {
+                    return;
+                }
+                let p = if d.taken() & DRAWN != 0 {
+                    lane_regions.positions.words::<u32>(dram)[(d.row() + n) as usize]
+                } else {
+                    n
+                };
+                let page = self.page_of(base + ((d.start + u64::from(p)) << shift));
+                if last_page != Some(page) {
+                    self.read_ahead(lane, dram, backend, page, &mut ahead);
+                    last_page = Some(page);
+                }
+                edge += 1;
+            }
+        }
+    }
+
+    /// For destinations `from..end` of minibatch `m` (state `st`), in local order, until about
+    /// [`PASS_CHUNK_ITEMS`] edges are done: fill the layer's local `indptr` row, and for each
+    /// of its sampled edges deduplicate the neighbour the gather read and record its local
+    /// index; then, when another layer follows, read ahead the page of each new node's
+    /// `indptr` entries, which its bounds gather will want. Returns the destination it stopped
+    /// before. Counted once per edge as "sampled" (a probe and a write; the draw that chose
+    /// it, if its list was not taken whole, was counted by the sample pass), and once per new
+    /// node as "added".
+    #[allow(clippy::too_many_arguments)]
+    fn local_pass(
+        &mut self,
+        lane: usize,
+        dram: &mut [u8],
+        backend: &mut Backend,
+        run: &mut Run,
         m: u16,
         st: &mut MinibatchState,
         from: u32,
-        to: u32,
-    ) -> Result<(), Status> {
-        let values = self.lanes[lane].regions.gather_values;
+        end: u32,
+    ) -> Result<u32, Status> {
         let phase = run.layer + 1;
+        let regions = self.regions[run.slot];
         if from == 0 {
-            st.segment_start[phase] = self.jobs[run.slot].node_count;
+            // This minibatch's row of the layer, after the rows before it.
+            let job = &mut self.jobs[run.slot];
+            st.indptr_row[run.layer] = job.indptr_words;
+            job.indptr_words += end + 1;
+            st.edge_first = run.local_edges;
+            st.edge_start[run.layer] = run.edge_base + run.local_edges;
+            st.segment_start[phase] = job.node_count;
+            regions.indptr.words_mut::<u32>(dram)[st.indptr_row[run.layer] as usize] = 0;
+        }
+        let known = self.jobs[run.slot].node_count;
+        let lane_regions = self.lanes[lane].regions;
+        let node_count = run.graph.node_count;
+        let row = st.indptr_row[run.layer] as usize;
+        let result = {
+            let [local, neighbours, entries, nodes, indices, indptr] = split_mut(
+                dram,
+                [
+                    self.spare_buffer(lane, run),
+                    lane_regions.neighbours,
+                    lane_regions.node_table,
+                    regions.nodes,
+                    regions.indices,
+                    regions.indptr,
+                ],
+            );
+            let local = as_words::<u64>(local);
+            let neighbours = as_words::<u32>(neighbours);
+            let indices = as_words_mut::<u32>(indices);
+            let indptr = as_words_mut::<u32>(indptr);
+            let work = &mut backend.work;
+            let mut dedup = self.dedup(lane, run.slot, usize::from(m), entries, nodes);
+            let (mut i, mut done) = (from, 0u32);
+            let mut result = Ok(end);
+            'destinations: while i < end {
+                let placed = local[(st.dst_first + i) as usize];
+                let (first, k) = (placed as u32, (placed >> 32) as u32);
+                for &id in &neighbours[first as usize..(first + k) as usize] {
+                    if u64::from(id) >= node_count {
+                        result = Err(VendorStatus::GraphCorrupt.into());
+                        break 'destinations;
+                    }
+                    let Some(local) = dedup.local_id(st, phase, id, work) else {
+                        result = Err(VendorStatus::ResultTooLarge.into());
+                        break 'destinations;
+                    };
+                    indices[(run.edge_base + run.local_edges) as usize] = local.to_le();
+                    run.local_edges += 1;
+                }
+                indptr[row + i as usize + 1] = (run.local_edges - st.edge_first).to_le();
+                work.edges_sampled += u64::from(k);
+                i += 1;
+                done += k + 1;
+                if done >= PASS_CHUNK_ITEMS && i < end {
+                    result = Ok(i);
+                    break;
+                }
+            }
+            result
+        };
+        if result == Ok(end) {
+            st.edge_count[run.layer] = run.local_edges - st.edge_first;
         }
         let another_layer = run.layer + 1 < usize::from(self.jobs[run.slot].layer_count);
-        let base = run.graph.indptr.slba * self.block_size_bytes;
-        let mut ahead = Ahead {
-            stopped: !(self.read_ahead && another_layer),
-            present_run: 0,
-        };
-        let mut last_page = None;
-        for k in from..to {
-            let e = st.edge_first + k;
-            let id = values.u64(dram, e as usize);
-            if id >= run.graph.node_count {
-                return Err(VendorStatus::GraphCorrupt.into());
-            }
-            let known = self.jobs[run.slot].node_count;
-            let local = self
-                .dedup(lane, dram, run.slot, usize::from(m), st, phase, id)
-                .ok_or(Status::from(VendorStatus::ResultTooLarge))?;
-            self.regions[run.slot]
-                .indices
-                .set_u32(dram, (run.edge_base + e) as usize, local);
-            if !ahead.stopped && self.jobs[run.slot].node_count > known {
+        if self.read_ahead && another_layer && result.is_ok() {
+            // The nodes this chunk added, in the order it added them.
+            let base = run.graph.indptr.slba * self.block_size_bytes;
+            let mut ahead = Ahead::default();
+            let mut last_page = None;
+            for position in known..self.jobs[run.slot].node_count {
+                if ahead.stopped {
+                    break;
+                }
+                let id = u64::from_le(regions.nodes.words::<u64>(dram)[position as usize]);
                 let page = self.page_of(base + 8 * id);
                 if last_page != Some(page) {
                     self.read_ahead(lane, dram, backend, page, &mut ahead);
@@ -697,8 +555,7 @@ impl Isp {
                 }
             }
         }
-        backend.work.edges_sampled += u64::from(to - from);
-        Ok(())
+        result
     }
 
     /// Starts the next layer, or the feature gather, or finishes the job.
@@ -713,10 +570,10 @@ impl Isp {
             let feature_row_bytes = job.feature_row_bytes;
             self.lanes[lane].run = None;
             if feature_row_bytes == 0 {
-                self.finish(lane, dram, &mut backend.work, run.slot, None);
+                self.finish(dram, run.slot, None);
             } else if !fits {
                 let too_large = Some(VendorStatus::ResultTooLarge.into());
-                self.finish(lane, dram, &mut backend.work, run.slot, too_large);
+                self.finish(dram, run.slot, too_large);
             } else {
                 self.start_gather(lane, dram, backend, run, Gather::Features);
             }
@@ -725,14 +582,15 @@ impl Isp {
         run.layer += 1;
         run.edge_base += run.layer_edges;
         run.layer_edges = 0;
+        run.local_edges = 0;
         run.dst_count = job.node_count;
         self.start_gather(lane, dram, backend, run, Gather::Bounds);
     }
 
     /// Releases every page `lane` pinned.
     fn drain_window(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend) {
-        while let Some((_, slot, _)) = self.lanes[lane].window.pop_front() {
-            backend.buffer.unpin(dram, slot);
+        while let Some(w) = self.lanes[lane].window.pop_front() {
+            backend.buffer.unpin(dram, w.slot);
             backend.work.pages_scanned += 1;
         }
     }
@@ -740,46 +598,17 @@ impl Isp {
     fn fail_run(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend, status: Status) {
         self.drain_window(lane, dram, backend);
         if let Some(run) = self.lanes[lane].run.take() {
-            self.finish(lane, dram, &mut backend.work, run.slot, Some(status));
+            self.finish(dram, run.slot, Some(status));
         }
     }
 
-    /// Ends job `slot`, which `lane` ran (successfully if `error` is `None`), and clears its
-    /// minibatches' entries from the lane's node table, one probe per node.
-    fn finish(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        work: &mut WorkCounters,
-        slot: usize,
-        error: Option<Status>,
-    ) {
-        let SlotRegions {
-            nodes,
-            minibatches: states,
-            ..
-        } = self.regions[slot];
-        let node_hash = self.lanes[lane].regions.node_hash;
+    /// Ends job `slot` (successfully if `error` is `None`). Its lane's node table needs no
+    /// clearing: the lane's next job starts a new generation of it.
+    pub(super) fn finish(&mut self, dram: &[u8], slot: usize, error: Option<Status>) {
+        let states = self.regions[slot].minibatches;
         let job = self.jobs[slot];
-        let mut fits = true;
-        for m in 0..usize::from(job.minibatch_count) {
-            let st = MinibatchState::load(states, dram, m);
-            fits &= job.layout(&st).is_some();
-            for p in 0..PHASES {
-                let start = st.segment_start[p];
-                for position in start..start + st.segment_len[p] {
-                    let node = nodes.u64(dram, position as usize);
-                    let mut h = self.home(node, m);
-                    // Deleting in arbitrary order would cut probe chains, so find each entry by
-                    // value.
-                    while node_hash.u32(dram, h) != position + 1 {
-                        h = (h + 1) & self.hash_mask;
-                    }
-                    node_hash.set_u32(dram, h, 0);
-                }
-            }
-        }
-        work.nodes_cleared += u64::from(job.node_count);
+        let fits = (0..usize::from(job.minibatch_count))
+            .all(|m| job.layout(&MinibatchState::load(states, dram, m)).is_some());
         let job = &mut self.jobs[slot];
         job.state = match error {
             _ if job.orphaned => JobState::Free,
@@ -787,70 +616,5 @@ impl Isp {
             None => JobState::Failed(VendorStatus::ResultTooLarge.into()),
             Some(s) => JobState::Failed(s),
         };
-    }
-
-    /// Where (`node`, minibatch `m`) starts probing the node table: the minibatches of a
-    /// hyperbatch share nodes, and each one's probe for a shared node starts elsewhere.
-    fn home(&self, node: u64, m: usize) -> usize {
-        // Minibatch 0 (every plain NS_config's) keys on the node alone.
-        let key = if m == 0 {
-            node
-        } else {
-            node ^ (m as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
-        };
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.hash_mask
-    }
-
-    /// The local id of `node` in minibatch `m` (state `st`) of job `slot`, which `lane` runs,
-    /// adding it to the node array and to the minibatch's `phase` segment if new; `None` if the
-    /// node array is full. A table entry is a node's position in the node array + 1. Inlined
-    /// into its two callers' loops: with this many arguments a call passes most of them on the
-    /// stack, which the embedded cores pay for on every sampled edge.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn dedup(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        slot: usize,
-        m: usize,
-        st: &mut MinibatchState,
-        phase: usize,
-        node: u64,
-    ) -> Option<u32> {
-        let nodes = self.regions[slot].nodes;
-        let node_hash = self.lanes[lane].regions.node_hash;
-        // A job of one minibatch holds only its nodes, in order: a position is a local id (the
-        // segment arithmetic would say the same, at a cost on every probe).
-        let alone = self.jobs[slot].minibatch_count == 1;
-        let mut h = self.home(node, m);
-        loop {
-            let e = node_hash.u32(dram, h);
-            if e == 0 {
-                let job = &mut self.jobs[slot];
-                if job.node_count >= self.max_nodes {
-                    return None;
-                }
-                let local = if alone {
-                    job.node_count
-                } else {
-                    st.node_count()
-                };
-                nodes.set_u64(dram, job.node_count as usize, node);
-                job.node_count += 1;
-                node_hash.set_u32(dram, h, job.node_count);
-                st.segment_len[phase] += 1;
-                return Some(local);
-            }
-            if nodes.u64(dram, e as usize - 1) == node {
-                if alone {
-                    return Some(e - 1);
-                }
-                if let Some(local) = st.local_id(e - 1) {
-                    return Some(local);
-                }
-            }
-            h = (h + 1) & self.hash_mask;
-        }
     }
 }

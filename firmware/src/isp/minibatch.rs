@@ -78,20 +78,6 @@ impl MinibatchState {
         self.segment_len[..=phase].iter().sum()
     }
 
-    /// The position in the slot's node list of its node with local id `local`, which must be
-    /// below [`Self::node_count`].
-    pub fn position(&self, local: u32) -> u32 {
-        let mut before = 0;
-        for p in 0..PHASES {
-            if local < before + self.segment_len[p] {
-                return self.segment_start[p] + (local - before);
-            }
-            before += self.segment_len[p];
-        }
-        // Unreachable for a local id below the node count.
-        u32::MAX
-    }
-
     /// The local id of the node at `position` of the slot's node list, if it is this
     /// minibatch's (another minibatch of the hyperbatch may hold the same node elsewhere).
     pub fn local_id(&self, position: u32) -> Option<u32> {
@@ -125,19 +111,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn local_ids_and_positions_invert_each_other_over_segments() {
+    fn local_ids_run_over_the_segments_in_phase_order() {
         let mut s = MinibatchState::default();
         // Targets at 10..13, layer 0's new nodes at 20..22, layer 1's at 40..44.
         s.segment_start[..3].copy_from_slice(&[10, 20, 40]);
         s.segment_len[..3].copy_from_slice(&[3, 2, 4]);
         assert_eq!(s.node_count(), 9);
         assert_eq!(s.nodes_through(1), 5);
-        for local in 0..9 {
-            let p = s.position(local);
-            assert_eq!(s.local_id(p), Some(local), "local {local} at {p}");
+        // Local ids run over the segments in phase order.
+        let positions = [10, 11, 12, 20, 21, 40, 41, 42, 43];
+        for (local, p) in positions.into_iter().enumerate() {
+            assert_eq!(s.local_id(p), Some(local as u32), "local {local} at {p}");
         }
-        assert_eq!(s.position(3), 20);
-        assert_eq!(s.position(8), 43);
         for foreign in [0, 9, 13, 19, 22, 39, 44] {
             assert_eq!(s.local_id(foreign), None, "{foreign}");
         }

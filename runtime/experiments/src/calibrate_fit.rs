@@ -75,8 +75,8 @@ pub const UNITS: [Unit; WorkCounters::COUNT] = [
         per: 1,
     },
     Unit {
-        counter: "nodes_cleared",
-        field: "cycles_per_node_cleared",
+        counter: "nodes_added",
+        field: "cycles_per_node_added",
         per: 1,
     },
     Unit {
@@ -122,7 +122,7 @@ pub fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
         cores.cycles_per_edge_sampled,
         cores.edge_drawn_cycles(),
         cores.target_cycles(),
-        cores.node_cleared_cycles(),
+        cores.node_added_cycles(),
         cores.cycles_per_kib_copied,
         cores.cycles_per_sort_key_move,
         cores.radix_pass_cycles(),
