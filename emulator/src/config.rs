@@ -71,7 +71,8 @@ pub struct HwConfig {
 /// `[core_timing]`: the caches and latencies of the core that runs the firmware, for
 /// calibration. Cycles of a run are
 /// `instructions × base_cycles_per_1000_instructions / 1000 + (L1 misses that hit L2) ×
-/// l2_hit_penalty_cycles + (L2 misses) × dram_penalty_ns × clock`, instruction fetches and
+/// l2_hit_penalty_cycles + (L2 misses) × (dram_penalty_cycles + dram_penalty_ns × clock)`,
+/// instruction fetches and
 /// data accesses alike, with the misses counted by replaying the run's accesses through
 /// caches of this shape.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,7 +96,11 @@ pub struct CoreTimingConfig {
     pub base_cycles_per_1000_instructions: u32,
     /// Cycles an L1 miss that hits L2 adds.
     pub l2_hit_penalty_cycles: u32,
-    /// Nanoseconds an L2 miss adds (DRAM), converted at `cores.clock_mhz`.
+    /// Cycles an L2 miss adds on the core's side of the memory controller (the L2 lookup
+    /// and the path to the controller), beside [`Self::dram_penalty_ns`].
+    #[serde(default)]
+    pub dram_penalty_cycles: u32,
+    /// Nanoseconds an L2 miss adds in DRAM, converted at `cores.clock_mhz`.
     pub dram_penalty_ns: u32,
     /// Cycles the board's glue spends per NVMe command outside the firmware library (reading
     /// the command from the controller, posting its completion: uncached register accesses
@@ -741,6 +746,11 @@ impl HwConfig {
             m.l2_hit_penalty_cycles.into(),
             10_000,
             "core_timing.l2_hit_penalty_cycles",
+        )?;
+        at_most(
+            m.dram_penalty_cycles.into(),
+            10_000,
+            "core_timing.dram_penalty_cycles",
         )?;
         at_most(
             m.dram_penalty_ns.into(),

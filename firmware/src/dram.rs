@@ -167,10 +167,8 @@ pub(crate) struct LaneRegions {
     pub sort_scratch: Region,
     /// Per destination of the running layer, 16 B: its list's bounds, then its edges' place.
     pub destinations: Region,
-    /// Per sampled edge of the running layer, `u32`: its position in its list, where the list
-    /// was not taken whole.
-    pub positions: Region,
-    /// Per sampled edge of the running layer, `u32`: the neighbour id the gather read.
+    /// Per sampled edge of the running layer, in key order, `u32`: the offset in its page the
+    /// issuer staged, then the neighbour id the gather read there.
     pub neighbours: Region,
 }
 
@@ -263,7 +261,6 @@ impl DramLayout {
                 keys: take(nodes.checked_mul(8)?)?,
                 sort_scratch: take(nodes.checked_mul(8)?)?,
                 destinations: take(nodes.checked_mul(DESTINATION_BYTES)?)?,
-                positions: take(edges.checked_mul(4)?)?,
                 neighbours: take(edges.checked_mul(4)?)?,
             };
         }
@@ -321,18 +318,17 @@ pub struct DramRegion {
     pub formula: &'static str,
 }
 
-/// Most regions an arena has: the shared ones plus six per sampling lane and six per sampling
+/// Most regions an arena has: the shared ones plus five per sampling lane and six per sampling
 /// slot.
-const MAX_REGIONS: usize = 12 + 6 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
+const MAX_REGIONS: usize = 12 + 5 * crate::config::MAX_ISP_LANES + 6 * crate::config::MAX_ISP_SLOTS;
 
 /// The names of the per-lane regions (one row per sampling lane).
-const LANE_REGION_NAMES: [[&str; 6]; 4] = [
+const LANE_REGION_NAMES: [[&str; 5]; 4] = [
     [
         "lane0.node_table",
         "lane0.keys",
         "lane0.sort_scratch",
         "lane0.destinations",
-        "lane0.positions",
         "lane0.neighbours",
     ],
     [
@@ -340,7 +336,6 @@ const LANE_REGION_NAMES: [[&str; 6]; 4] = [
         "lane1.keys",
         "lane1.sort_scratch",
         "lane1.destinations",
-        "lane1.positions",
         "lane1.neighbours",
     ],
     [
@@ -348,7 +343,6 @@ const LANE_REGION_NAMES: [[&str; 6]; 4] = [
         "lane2.keys",
         "lane2.sort_scratch",
         "lane2.destinations",
-        "lane2.positions",
         "lane2.neighbours",
     ],
     [
@@ -356,7 +350,6 @@ const LANE_REGION_NAMES: [[&str; 6]; 4] = [
         "lane3.keys",
         "lane3.sort_scratch",
         "lane3.destinations",
-        "lane3.positions",
         "lane3.neighbours",
     ],
 ];
@@ -521,8 +514,7 @@ impl DramLayout {
             push(names[1], lane.keys, "8 B x max_subgraph_nodes");
             push(names[2], lane.sort_scratch, "8 B x max_subgraph_nodes");
             push(names[3], lane.destinations, "16 B x max_subgraph_nodes");
-            push(names[4], lane.positions, "4 B x max_subgraph_edges");
-            push(names[5], lane.neighbours, "4 B x max_subgraph_edges");
+            push(names[4], lane.neighbours, "4 B x max_subgraph_edges");
         }
         for (slot, names) in self.slots.iter().zip(SLOT_REGION_NAMES).take(isp_slots) {
             push(
@@ -628,7 +620,7 @@ mod tests {
             let count = regions.iter().count();
             assert_eq!(
                 count,
-                12 + 6 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
+                12 + 5 * usize::from(isp_lanes) + 6 * usize::from(isp_slots)
             );
             let sum: usize = regions.iter().map(|r| r.size_bytes).sum();
             assert!(

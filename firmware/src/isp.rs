@@ -144,22 +144,21 @@ struct Run {
     /// Keys of the running gather: the layer's destinations, or the job's nodes.
     key_count: u32,
     /// Whether the sorted keys are in the lane's `sort_scratch` region (else in `keys`; the
-    /// other holds each destination's edges in local order, once the sample pass ran).
+    /// other holds the issuer's staged offsets, then each destination's edges in local order).
     sorted_in_scratch: bool,
-    /// Items of the running gather.
-    items: u32,
+    /// Keys of the running neighbour gather the issuer has sampled (the first ones).
+    sampled: u32,
     /// Where the issuer is in the gather.
     issued: Cursor,
     /// Items the consumer has copied out.
     consumed: u32,
-    /// The pass after a completed gather (the sample pass after a bounds gather, the dedup
-    /// pass after a neighbour gather), while it runs: the minibatch it is at and that
-    /// minibatch's next item; `None` while gathering.
+    /// The local pass after a completed neighbour gather, while it runs: the minibatch it is
+    /// at and that minibatch's next destination; `None` while gathering.
     pass: Option<(u16, u32)>,
     /// Index of this layer's first edge in the slot's indices region.
     edge_base: u32,
-    /// Edges the sample pass placed in this layer so far, all minibatches together (in key
-    /// order).
+    /// Edges the neighbour gather's issuer placed in this layer so far, all minibatches
+    /// together (in key order).
     layer_edges: u32,
     /// Edges the local pass has recorded in this layer so far, all minibatches together (in
     /// local order).

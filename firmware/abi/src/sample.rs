@@ -60,7 +60,8 @@ fn scale(r: u64, m: u32) -> u32 {
     (hi >> 32) as u32
 }
 
-/// Robert Floyd's algorithm with the set as a bitmap of `W` words (`degree ≤ 32 W`): draws
+/// Robert Floyd's algorithm with the set as a bitmap of `W` words (`W` a power of two,
+/// `degree ≤ 32 W`): draws
 /// `out.len()` positions of `0..degree`, from the counter before the first draw's, and writes
 /// them ascending.
 #[inline(always)]
@@ -69,13 +70,14 @@ fn floyd_bitmap<const W: usize>(mut counter: u64, degree: u32, out: &mut [u64]) 
     for j in degree - out.len() as u32..degree {
         counter = counter.wrapping_add(GOLDEN);
         let t = scale(mix(counter), j + 1);
-        // j is not in the set yet: every earlier pick is at most an earlier j.
-        let pick = if set[(t / 32) as usize] & (1 << (t % 32)) != 0 {
+        // j is not in the set yet: every earlier pick is at most an earlier j. Both are below
+        // 32 W (W a power of two), so the mask only spares the bounds checks.
+        let pick = if set[(t / 32) as usize & (W - 1)] & (1 << (t % 32)) != 0 {
             j
         } else {
             t
         };
-        set[(pick / 32) as usize] |= 1 << (pick % 32);
+        set[(pick / 32) as usize & (W - 1)] |= 1 << (pick % 32);
     }
     let mut n = 0;
     for (w, &word) in set[..(degree as usize).div_ceil(32)].iter().enumerate() {

@@ -9,9 +9,10 @@
 //! gather in key order:
 //!
 //! * bounds: two per key, `indptr[v]` and `indptr[v + 1]`, into the key's [`Destination`];
-//! * neighbours: one per sampled position of the key's list (the positions the sample pass
-//!   drew, or the whole list), into the lane's `neighbours`, where the sample pass gave the
-//!   key's edges their place in key order;
+//! * neighbours: one per sampled position of the key's list, into the lane's `neighbours`, in
+//!   key order. The issuer samples each key as it first reaches it ([`Isp::sample_key`]): it
+//!   checks its bounds, gives its edges their place after the keys before it, and draws their
+//!   positions (unless the whole list is taken);
 //! * features: one per key, the node's feature row, into the slot's feature array.
 //!
 //! Two cursors walk the items. The *issuer* runs ahead: it finds the run of items on the next
@@ -20,7 +21,8 @@
 //! need (starting its flash read), up to the lane's share of the window. The *consumer* follows, page by page: once a page is there it reads
 //! each of the issuer's items at the offset the issuer left, and releases the page.
 
-use sagessd_abi::nvme::Status;
+use sagessd_abi::nvme::{Status, VendorStatus};
+use sagessd_abi::sample::sample_positions;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::minibatch::MinibatchState;
@@ -30,52 +32,44 @@ use crate::backend::Backend;
 use crate::dram::{Region, as_words, as_words_mut, split_mut};
 use crate::hal::Sectors;
 use crate::page_buffer::Acquire;
+use crate::work::WorkCounters;
 
-/// Bit of [`Destination::taken`] set when the destination's positions were drawn (stored in
-/// the lane's `positions`), clear when its whole list is taken (positions `0..k`).
-pub(crate) const DRAWN: u32 = 1 << 31;
+/// Items the issuer stages in one step at most (it stops at the page it is at): a step's
+/// work on the lane's core stays bounded, draws included, before the others run.
+const ISSUE_CHUNK_ITEMS: u32 = 4096;
 
 /// A destination's record in the lane's `destinations`, in key order: its list's first
-/// position, and then one past its last (after the bounds gather) or, once the sample pass
-/// placed its edges, where they are. (Items `2q` and `2q + 1` of a bounds gather are the two
-/// words of key `q`'s record.)
+/// position, and then one past its last (after the bounds gather) or, once the issuer has
+/// sampled it, its list's length. (Items `2q` and `2q + 1` of a bounds gather are the two
+/// words of key `q`'s record; its edges' place in key order is the issuer's item count when
+/// it reaches it.)
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Debug, Default)]
 pub(crate) struct Destination {
     /// `indptr[v]`: its list's first position.
     pub start: u64,
-    /// `indptr[v + 1]`, then its row and edge count ([`Self::place`]).
+    /// `indptr[v + 1]`, then its degree ([`Self::place`]).
     rest: u64,
 }
 
 const _: () = assert!(core::mem::size_of::<Destination>() == crate::dram::DESTINATION_BYTES);
 
 impl Destination {
-    /// One past its list's last position (before the sample pass).
+    /// One past its list's last position (before it is sampled).
     pub fn end(&self) -> u64 {
         self.rest
     }
 
-    /// Records its edges: the first at `row` among the layer's, `taken` of them (with
-    /// [`DRAWN`] if their positions were drawn).
-    pub fn place(&mut self, row: u32, taken: u32) {
-        self.rest = u64::from(row) | u64::from(taken) << 32;
+    /// Records that it was sampled: its list has `degree` entries.
+    pub fn place(&mut self, degree: u32) {
+        self.rest = u64::from(degree);
     }
 
-    /// Its first sampled edge among the layer's (after [`Self::place`]).
-    pub fn row(&self) -> u32 {
+    /// Its list's length (once placed).
+    pub fn degree(&self) -> u32 {
         self.rest as u32
     }
-
-    /// Its sampled edges, with [`DRAWN`] (after [`Self::place`]).
-    pub fn taken(&self) -> u32 {
-        (self.rest >> 32) as u32
-    }
 }
-
-/// Bit of [`Destination::taken`] set when an item's offset from its list's page does not fit
-/// 32 bits (a list of gigabytes): its addresses are computed in 64 bits.
-pub(crate) const WIDE: u32 = 1 << 30;
 
 /// The issuer's place in a gather: a key, one of its items, and that item's number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,43 +79,23 @@ pub(crate) struct Cursor {
     pub n: u32,
 }
 
-/// One key's items: where they are on the namespace.
+/// One bounds or feature key's items: where they are on the namespace.
 #[derive(Clone, Copy, Debug)]
 struct Key {
-    /// Byte address of the key's position 0.
+    /// Byte address of the key's first item.
     base: u64,
-    /// Its page, and its offset in that page (when the page size is a power of two).
-    page: u32,
-    offset: u32,
-    /// Its items.
+    /// Its items (8 bytes apart).
     count: u32,
-    /// Whether its positions were drawn (item `n`'s is `positions[n]`; else they are
-    /// `0..count`).
-    drawn: bool,
-    /// Whether every item's offset from the key's page fits 32 bits, with a power-of-two
-    /// page: an item's page and offset are then a 32-bit add, shift and mask.
-    narrow: bool,
-    /// Neighbours: whether another minibatch's key has the same node next to it. Their
-    /// positions interleave, so the walk visits the list's pages once per key: each page is
-    /// read whole the first time, so that the next key finds every sector it needs.
-    shared: bool,
 }
 
-/// What a gather reads, as its issuer sees it: the sorted keys and, for neighbours, the
-/// records and positions the sample pass left.
+/// What a bounds or feature gather reads, as its issuer sees it: the sorted keys.
 struct Stream<'a> {
     gather: Gather,
     keys: &'a [u64],
-    destinations: &'a [Destination],
-    positions: &'a [u32],
-    /// Byte address of the region the gather reads (`indptr`, `indices` or the features).
+    /// Byte address of the region the gather reads (`indptr` or the features).
     base: u64,
-    /// log2 of an item's step: 8-byte bounds, 4- or 8-byte ids.
-    shift: u32,
     /// A feature row's stride in bytes.
     stride: u64,
-    /// log2 of the page size, if it is a power of two.
-    page_shift: Option<u32>,
 }
 
 impl Stream<'_> {
@@ -129,56 +103,135 @@ impl Stream<'_> {
     #[inline(always)]
     fn key(&self, q: u32) -> Key {
         let node = self.keys[q as usize] >> 32;
-        let (base, count, drawn, wide, shared) = match self.gather {
-            Gather::Bounds => (self.base + (node << 3), 2, false, false, false),
-            Gather::Neighbours => {
-                let d = self.destinations[q as usize];
-                let same = |k: Option<&u64>| k.is_some_and(|k| k >> 32 == node);
-                let q = q as usize;
-                let taken = d.taken();
-                (
-                    self.base + (d.start << self.shift),
-                    taken & !(DRAWN | WIDE),
-                    taken & DRAWN != 0,
-                    taken & WIDE != 0,
-                    same(self.keys.get(q + 1))
-                        || q.checked_sub(1).is_some_and(|p| same(self.keys.get(p))),
-                )
-            }
-            Gather::Features => (self.base + node * self.stride, 1, false, false, false),
-        };
-        let (page, offset) = match self.page_shift {
-            Some(ps) => ((base >> ps) as u32, (base & ((1 << ps) - 1)) as u32),
-            None => (0, 0),
-        };
-        Key {
-            base,
-            page,
-            offset,
-            count,
-            drawn,
-            narrow: !wide && self.page_shift.is_some(),
-            shared,
+        match self.gather {
+            Gather::Features => Key {
+                base: self.base + node * self.stride,
+                count: 1,
+            },
+            _ => Key {
+                base: self.base + (node << 3),
+                count: 2,
+            },
         }
     }
+}
 
-    /// The page and in-page offset of item `i` of key `k`, the gather's item `n`;
-    /// `split(address)` divides a 64-bit address.
+/// A neighbour list as [`stage_run`] walks it: its first position's page and offset there, in
+/// a power-of-two page of sectors that are powers of two.
+#[derive(Clone, Copy, Debug)]
+struct StagedList {
+    first_page: u32,
+    first_offset: u32,
+    /// log2 of an id's bytes.
+    shift: u32,
+    page_shift: u32,
+    sector_shift: u32,
+}
+
+/// What [`stage_run`] staged.
+#[derive(Clone, Copy, Debug)]
+struct StagedRun {
+    page: u32,
+    items: u32,
+    sectors: u32,
+}
+
+impl StagedList {
+    /// The page and the offset in it of position `p`.
     #[inline(always)]
-    fn item(&self, k: &Key, i: u32, n: u32, split: impl Fn(u64) -> (u32, u32)) -> (u32, u32) {
-        let p = if k.drawn {
-            self.positions[n as usize]
-        } else {
-            i
-        };
-        match self.page_shift {
-            Some(ps) if k.narrow => {
-                let byte = k.offset + (p << self.shift);
-                (k.page + (byte >> ps), byte & ((1 << ps) - 1))
-            }
-            _ => split(k.base + (u64::from(p) << self.shift)),
-        }
+    fn place(&self, p: u32) -> (u32, u32) {
+        let byte = self.first_offset + (p << self.shift);
+        (
+            self.first_page + (byte >> self.page_shift),
+            byte & ((1 << self.page_shift) - 1),
+        )
     }
+}
+
+/// Stages the offsets of a list's items `items` (`positions[i]`, or `i` where the list is
+/// taken whole: `positions` empty) that lie on one page into `staged[0..]`, up to the first
+/// item on another page than `page` (the run's, if it has one yet; else the first item's).
+/// `items` is not empty.
+fn stage_run(
+    positions: &[u64],
+    list: StagedList,
+    items: core::ops::Range<u32>,
+    staged: &mut [u32],
+    page: Option<u32>,
+) -> StagedRun {
+    if positions.is_empty() {
+        return stage_whole(list, items, staged, page);
+    }
+    let positions = &positions[items.start as usize..items.end as usize];
+    // Below the degree, which fits u32.
+    let page = page.unwrap_or(list.place(positions[0] as u32).0);
+    let (n, sectors) = stage_drawn(positions, list, staged, page);
+    StagedRun {
+        page,
+        items: n,
+        sectors,
+    }
+}
+
+/// [`stage_run`] of drawn positions: stages each one's offset while it lies on `page`;
+/// returns how many did and their sectors. Its own function, so that its loop keeps every
+/// value in a register.
+#[inline(never)]
+fn stage_drawn(positions: &[u64], list: StagedList, staged: &mut [u32], page: u32) -> (u32, u32) {
+    let mut sectors = 0u32;
+    let mut n = 0u32;
+    for (&p, slot) in positions.iter().zip(staged.iter_mut()) {
+        let (pg, offset) = list.place(p as u32);
+        if pg != page {
+            break;
+        }
+        *slot = offset;
+        sectors |= 1 << (offset >> list.sector_shift);
+        n += 1;
+    }
+    (n, sectors)
+}
+
+/// [`stage_run`] of a whole list's positions `items`: consecutive, so the run on one page is
+/// found by arithmetic, and its sectors are the range they cover.
+fn stage_whole(
+    list: StagedList,
+    items: core::ops::Range<u32>,
+    staged: &mut [u32],
+    page: Option<u32>,
+) -> StagedRun {
+    let (first_page, first) = list.place(items.start);
+    let page = page.unwrap_or(first_page);
+    if first_page != page {
+        return StagedRun {
+            page,
+            items: 0,
+            sectors: 0,
+        };
+    }
+    let left_on_page = ((1u32 << list.page_shift) - first) >> list.shift;
+    let n = (items.end - items.start).min(left_on_page);
+    let width = 1u32 << list.shift;
+    for (i, slot) in staged[..n as usize].iter_mut().enumerate() {
+        *slot = first + (i as u32) * width;
+    }
+    let last = first + (n - 1) * width;
+    let sectors = (2u32 << (last >> list.sector_shift)) - (1 << (first >> list.sector_shift));
+    StagedRun {
+        page,
+        items: n,
+        sectors,
+    }
+}
+
+/// What the issuer found: the run of items on its next page.
+#[derive(Clone, Copy, Debug)]
+struct Scan {
+    page: u32,
+    want: Sectors,
+    items: u32,
+    /// The issuer's place after them.
+    next: Cursor,
 }
 
 impl Isp {
@@ -221,21 +274,17 @@ impl Isp {
         }
     }
 
-    /// The byte address of the region a gather of `run` reads, the shift of its items and the
-    /// stride of its rows.
-    fn stream_geometry(&self, run: &Run) -> (u64, u32, u64) {
+    /// The byte address of the region a gather of `run` reads and the stride of its rows.
+    fn stream_geometry(&self, run: &Run) -> (u64, u64) {
         let bs = self.block_size_bytes;
         match run.gather {
-            Gather::Bounds => (run.graph.indptr.slba * bs, 3, 0),
-            Gather::Neighbours => (
-                run.graph.indices.slba * bs,
-                u32::from(run.graph.id_width_bytes).trailing_zeros(),
-                0,
-            ),
+            Gather::Bounds => (run.graph.indptr.slba * bs, 0),
+            Gather::Neighbours => (run.graph.indices.slba * bs, 0),
             // Attached graphs with features always have a region (checked at submit).
-            Gather::Features => run.graph.features.map_or((0, 0, 0), |f| {
-                (f.range.slba * bs, 0, f.stride_bytes())
-            }),
+            Gather::Features => run
+                .graph
+                .features
+                .map_or((0, 0), |f| (f.range.slba * bs, f.stride_bytes())),
         }
     }
 
@@ -273,7 +322,7 @@ impl Isp {
 
     /// Makes `gather` `lane`'s running one: for bounds and features builds its keys (the
     /// layer's destinations, or the job's nodes) and sorts them; neighbours keep the bounds
-    /// gather's keys, with the items the sample pass placed.
+    /// gather's keys, each sampled as the issuer reaches it.
     pub(super) fn start_gather(
         &mut self,
         lane: usize,
@@ -285,17 +334,14 @@ impl Isp {
         run.gather = gather;
         run.issued = Cursor::default();
         run.consumed = 0;
+        run.sampled = 0;
         run.pass = None;
         match gather {
-            Gather::Neighbours => run.items = run.layer_edges,
+            Gather::Neighbours => {}
             _ => {
                 run.key_count = match gather {
                     Gather::Bounds => run.dst_count,
                     _ => self.jobs[run.slot].node_count,
-                };
-                run.items = match gather {
-                    Gather::Bounds => 2 * run.key_count,
-                    _ => run.key_count,
                 };
                 let highest = self.place_keys(lane, dram, &run);
                 let r = self.lanes[lane].regions;
@@ -317,6 +363,7 @@ impl Isp {
     /// minibatches one after another, each in local-id order, noting where each one's
     /// destinations start), for features each node's of the job's node list. Returns the
     /// highest node id.
+    #[inline(never)]
     fn place_keys(&self, lane: usize, dram: &mut [u8], run: &Run) -> u32 {
         let regions = self.regions[run.slot];
         let [keys, nodes, states] = split_mut(
@@ -357,18 +404,44 @@ impl Isp {
         highest
     }
 
-    /// Pins pages ahead of `lane`'s consumer, up to its window, each with the sectors its
-    /// items need; returns whether it pinned any.
-    pub(super) fn issue(&mut self, lane: usize, dram: &mut [u8], backend: &mut Backend) -> bool {
+    /// Pins pages ahead of `lane`'s consumer, up to its window and about [`ISSUE_CHUNK_ITEMS`]
+    /// items a step, each with the sectors its items need; returns whether it pinned any, or
+    /// the status a key it sampled fails the job with.
+    pub(super) fn issue(
+        &mut self,
+        lane: usize,
+        dram: &mut [u8],
+        backend: &mut Backend,
+    ) -> Result<bool, Status> {
         let Some(mut run) = self.lanes[lane].run else {
-            return false;
+            return Ok(false);
         };
         let mut progress = false;
-        while run.issued.n < run.items && self.lanes[lane].window.len() < self.window_pages {
-            let Some((page, want, items, next)) = self.scan_page(lane, dram, &run) else {
+        // The key whose drawn positions are in the shared scratch (none yet in this step: the
+        // lanes share it, and a key resumed in a later step draws them again).
+        let mut drawn = None;
+        let mut issued = 0u32;
+        while run.issued.key < run.key_count
+            && self.lanes[lane].window.len() < self.window_pages
+            && issued < ISSUE_CHUNK_ITEMS
+        {
+            let scan = match run.gather {
+                Gather::Neighbours => {
+                    self.scan_neighbours(lane, dram, &mut backend.work, &mut run, &mut drawn)
+                }
+                _ => Ok(self.scan_page(lane, dram, &run)),
+            };
+            // A key placed before a failure stays placed: the job fails.
+            self.lanes[lane].run = Some(run);
+            let Some(scan) = scan? else {
+                run.issued = Cursor {
+                    key: run.key_count,
+                    item: 0,
+                    n: run.issued.n,
+                };
                 break;
             };
-            let slot = match backend.request_page(dram, page, want) {
+            let slot = match backend.request_page(dram, scan.page, scan.want) {
                 Acquire::Full => break,
                 Acquire::Valid(slot)
                 | Acquire::Loading(slot)
@@ -377,56 +450,37 @@ impl Isp {
             };
             // The window has room (checked above).
             let _ = self.lanes[lane].window.push_back(WindowPage {
-                page,
+                page: scan.page,
                 slot,
-                want,
-                items,
+                want: scan.want,
+                items: scan.items,
             });
-            run.issued = next;
+            run.issued = scan.next;
+            issued += scan.items;
             progress = true;
         }
         self.lanes[lane].run = Some(run);
-        progress
+        Ok(progress)
     }
 
-    /// The run of items from `run`'s issuer on that lie on one page: their page, the sectors
-    /// they need, how many they are and the cursor after them, each one's offset in the page
-    /// staged for the consumer; `None` if no item is left. Finding an item's page and sectors
-    /// is part of its gather item's work.
-    fn scan_page(
-        &self,
-        lane: usize,
-        dram: &mut [u8],
-        run: &Run,
-    ) -> Option<(u32, Sectors, u32, Cursor)> {
-        let r = self.lanes[lane].regions;
-        let (base, shift, stride) = self.stream_geometry(run);
-        let staged_in = match run.gather {
-            Gather::Neighbours => r.neighbours,
-            _ => self.spare_buffer(lane, run),
-        };
-        let [keys, destinations, positions, staged] = split_mut(
+    /// The run of items from `run`'s issuer on that lie on one page of a bounds or feature
+    /// gather, each one's offset in the page staged for the consumer; `None` if no item is
+    /// left. Finding an item's page and sectors is part of its gather item's work.
+    #[inline(never)]
+    fn scan_page(&self, lane: usize, dram: &mut [u8], run: &Run) -> Option<Scan> {
+        let (base, stride) = self.stream_geometry(run);
+        let [keys, staged] = split_mut(
             dram,
-            [
-                self.sorted_keys(lane, run),
-                r.destinations,
-                r.positions,
-                staged_in,
-            ],
+            [self.sorted_keys(lane, run), self.spare_buffer(lane, run)],
         );
         let stream = Stream {
             gather: run.gather,
             keys: as_words(keys),
-            destinations: as_words(destinations),
-            positions: as_words(positions),
             base,
-            shift,
             stride,
-            page_shift: self.page_shift,
         };
         let staged = as_words_mut::<u32>(staged);
         let bytes = self.item_bytes(run);
-        let split = |address| self.split_address(address);
         let mut c = run.issued;
         let mut page = None;
         let mut want = Sectors::NONE;
@@ -434,18 +488,21 @@ impl Isp {
         while c.key < run.key_count {
             let k = stream.key(c.key);
             while c.item < k.count {
-                let (p, offset) = stream.item(&k, c.item, c.n, split);
+                let (p, offset) = self.split_address(k.base + 8 * u64::from(c.item));
                 match page {
                     None => page = Some(p),
-                    Some(q) if q != p => return Some((q, want, items, c)),
+                    Some(q) if q != p => {
+                        return Some(Scan {
+                            page: q,
+                            want,
+                            items,
+                            next: c,
+                        });
+                    }
                     Some(_) => {}
                 }
                 staged[c.n as usize] = offset;
-                want = if k.shared {
-                    Sectors::ALL
-                } else {
-                    want.union(self.sectors_of(offset, bytes))
-                };
+                want = want.union(self.sectors_of(offset, bytes));
                 items += 1;
                 c.item += 1;
                 c.n += 1;
@@ -453,12 +510,193 @@ impl Isp {
             c.key += 1;
             c.item = 0;
         }
-        page.map(|p| (p, want, items, c))
+        page.map(|page| Scan {
+            page,
+            want,
+            items,
+            next: c,
+        })
+    }
+
+    /// The run of items from `run`'s issuer on that lie on one page of a neighbour gather,
+    /// each one's offset in the page staged in its slot of `neighbours`; `None` if no item is
+    /// left. Each key is sampled when first reached; `drawn` names the key whose drawn
+    /// positions the scratch holds.
+    #[inline(never)]
+    fn scan_neighbours(
+        &mut self,
+        lane: usize,
+        dram: &mut [u8],
+        work: &mut WorkCounters,
+        run: &mut Run,
+        drawn: &mut Option<u32>,
+    ) -> Result<Option<Scan>, Status> {
+        let r = self.lanes[lane].regions;
+        let [keys, destinations, local, states, staged] = split_mut(
+            dram,
+            [
+                self.sorted_keys(lane, run),
+                r.destinations,
+                self.spare_buffer(lane, run),
+                self.regions[run.slot].minibatches,
+                r.neighbours,
+            ],
+        );
+        let keys = as_words::<u64>(keys);
+        let destinations = as_words_mut::<Destination>(destinations);
+        let local = as_words_mut::<u64>(local);
+        let minibatches = usize::from(self.jobs[run.slot].minibatch_count);
+        let states = &as_words::<MinibatchState>(states)[..minibatches];
+        let staged = as_words_mut::<u32>(staged);
+        let fanout = self.jobs[run.slot].fanouts[run.layer];
+        let shift = u32::from(run.graph.id_width_bytes).trailing_zeros();
+        let bytes = u32::from(run.graph.id_width_bytes);
+        let base = run.graph.indices.slba * self.block_size_bytes;
+        let mut c = run.issued;
+        let mut page = None;
+        let mut want = Sectors::NONE;
+        let mut items = 0u32;
+        while c.key < run.key_count {
+            let q = c.key as usize;
+            let key = keys[q];
+            let (v, j) = (key >> 32, key as u32);
+            if c.key >= run.sampled {
+                self.place_key(run, &mut destinations[q], &mut local[j as usize])?;
+            }
+            let d = destinations[q];
+            let (degree, k) = (d.degree(), u32::from(fanout).min(d.degree()));
+            if degree > u32::from(fanout) && *drawn != Some(c.key) {
+                // The minibatch whose destinations (numbered from its `dst_first` on) hold j.
+                let m = states.partition_point(|s| s.dst_first <= j) - 1;
+                let seed = states[m].seed;
+                let layer = run.layer as u8;
+                sample_positions(seed, layer, v, u64::from(degree), fanout, &mut self.scratch)
+                    .ok_or(Status::INTERNAL_ERROR)?;
+                work.edges_drawn += u64::from(k);
+                *drawn = Some(c.key);
+            }
+            let list = base + (d.start << shift);
+            let (first_page, first_offset) = self.split_address(list);
+            // Another minibatch's key with the same node next to it: their positions
+            // interleave, so the walk visits the list's pages once per key; each page is read
+            // whole the first time, so that the next key finds every sector it needs.
+            let same = |k: Option<&u64>| k.is_some_and(|k| k >> 32 == v);
+            let shared =
+                same(keys.get(q + 1)) || q.checked_sub(1).is_some_and(|p| same(keys.get(p)));
+            let drawn_positions: &[u64] = if degree > u32::from(fanout) {
+                &self.scratch[..k as usize]
+            } else {
+                &[]
+            };
+            let position = |i: u32| match drawn_positions.get(i as usize) {
+                // Below the degree, which fits u32.
+                Some(&p) => p as u32,
+                None => i,
+            };
+            // The usual case: a power-of-two page, each item's offset from the list's page in
+            // 32 bits (unless the list is gigabytes), each item in one sector.
+            let fast = match (self.page_shift, self.sector_shift) {
+                (Some(ps), Some(ss))
+                    if u64::from(first_offset) + (u64::from(degree) << shift)
+                        <= u64::from(u32::MAX) =>
+                {
+                    Some((ps, ss))
+                }
+                _ => None,
+            };
+            if c.item >= k {
+                // No items (a node without neighbours).
+            } else if let Some((ps, ss)) = fast {
+                let run = stage_run(
+                    drawn_positions,
+                    StagedList {
+                        first_page,
+                        first_offset,
+                        shift,
+                        page_shift: ps,
+                        sector_shift: ss,
+                    },
+                    c.item..k,
+                    &mut staged[c.n as usize..],
+                    if items == 0 { None } else { page },
+                );
+                page = Some(run.page);
+                items += run.items;
+                c.item += run.items;
+                c.n += run.items;
+                want = if shared {
+                    Sectors::ALL
+                } else {
+                    want.union(Sectors(run.sectors as u16))
+                };
+            } else {
+                while c.item < k {
+                    let (pg, offset) =
+                        self.split_address(list + (u64::from(position(c.item)) << shift));
+                    if items == 0 {
+                        page = Some(pg);
+                    } else if page != Some(pg) {
+                        break;
+                    }
+                    staged[c.n as usize] = offset;
+                    want = if shared {
+                        Sectors::ALL
+                    } else {
+                        want.union(self.sectors_of(offset, bytes))
+                    };
+                    items += 1;
+                    c.item += 1;
+                    c.n += 1;
+                }
+            }
+            if c.item < k {
+                // The next item is on another page.
+                return Ok(page.map(|page| Scan {
+                    page,
+                    want,
+                    items,
+                    next: c,
+                }));
+            }
+            c.key += 1;
+            c.item = 0;
+        }
+        Ok(page.map(|page| Scan {
+            page,
+            want,
+            items,
+            next: c,
+        }))
+    }
+
+    /// Samples a key of `run`'s neighbour gather the first time the issuer reaches it: checks
+    /// its bounds and places its edges after those of the keys before it (its entry in local
+    /// order, `local`, says where: `row | count << 32`; its record `d` keeps its degree).
+    #[inline(always)]
+    fn place_key(&self, run: &mut Run, d: &mut Destination, local: &mut u64) -> Result<(), Status> {
+        let (start, end) = (d.start, d.end());
+        if start > end || end > run.graph.edge_count {
+            return Err(VendorStatus::GraphCorrupt.into());
+        }
+        // A degree is kept in 32 bits: a list of 2^32 or more is refused.
+        let degree = u32::try_from(end - start).map_err(|_| VendorStatus::GraphTooLarge)?;
+        let k = u32::from(self.jobs[run.slot].fanouts[run.layer]).min(degree);
+        if u64::from(run.edge_base) + u64::from(run.layer_edges) + u64::from(k)
+            > u64::from(self.max_edges)
+        {
+            return Err(VendorStatus::ResultTooLarge.into());
+        }
+        d.place(degree);
+        *local = u64::from(run.layer_edges) | u64::from(k) << 32;
+        run.layer_edges += k;
+        run.sampled += 1;
+        Ok(())
     }
 
     /// Copies the items of each page at the front of `lane`'s window out as it arrives, and
-    /// releases it; once the gather is complete, starts the pass after it (or ends the job
-    /// after the features). Returns whether anything happened.
+    /// releases it; once the gather is complete, starts what follows it (the neighbour gather
+    /// after the bounds, the local pass after the neighbours, the job's end after the
+    /// features). Returns whether anything happened.
     pub(super) fn consume(
         &mut self,
         lane: usize,
@@ -483,14 +721,18 @@ impl Isp {
             progress = true;
         }
         self.lanes[lane].run = Some(run);
-        if run.consumed == run.items {
-            if run.gather == Gather::Features {
-                self.lanes[lane].run = None;
-                self.finish(dram, run.slot, None);
-            } else {
-                // Its pass runs in chunks from the next step on.
-                run.pass = Some((0, 0));
-                self.lanes[lane].run = Some(run);
+        if run.issued.key == run.key_count && self.lanes[lane].window.is_empty() {
+            match run.gather {
+                Gather::Bounds => self.start_gather(lane, dram, backend, run, Gather::Neighbours),
+                Gather::Neighbours => {
+                    // The local pass runs in chunks from the next step on.
+                    run.pass = Some((0, 0));
+                    self.lanes[lane].run = Some(run);
+                }
+                Gather::Features => {
+                    self.lanes[lane].run = None;
+                    self.finish(dram, run.slot, None);
+                }
             }
             progress = true;
         }
@@ -499,6 +741,7 @@ impl Isp {
 
     /// Reads the next `items` items of `run`'s consumer out of the page in `slot`, each at the
     /// offset the issuer staged.
+    #[inline(never)]
     fn copy_out(
         &self,
         lane: usize,

@@ -1,30 +1,28 @@
 //! The subgraph generator: one job per sampling lane, layer by layer, as a poll-driven state
 //! machine. A job's minibatches (one, or a hyperbatch's) go through each layer together. Each
-//! layer sorts its destinations by node id, then has two *gathers* that read flash for all of
-//! them in that order ([`super::gather`]), each followed by an in-order pass, minibatch after
-//! minibatch, that does not:
+//! layer sorts its destinations by node id, then reads flash for all of them in that order
+//! with two *gathers* ([`super::gather`]), then runs a pass, minibatch after minibatch, that
+//! does not:
 //!
 //! 1. **Bounds gather**: read `indptr[v]` and `indptr[v + 1]` of every destination node;
-//!    **sample pass**: for each destination in order, draw the sampled positions with
-//!    [`sample_positions`] (unless its whole list is taken), place its edges after the ones
-//!    before it, and fill the layer's local `indptr`;
-//! 2. **Neighbour gather**: read the neighbour id at every sampled position;
-//!    **dedup pass**: for each sampled edge in order, deduplicate its neighbour into the node
-//!    list ([`super::node_table`]) and record its local index.
+//! 2. **Neighbour gather**: sample each destination as it is reached (check its bounds, place
+//!    its edges, draw its positions with `sample_positions` unless its whole list is taken)
+//!    and read the neighbour id at every sampled position;
+//! 3. **Local pass**: for each destination in local order, fill the layer's local `indptr`;
+//!    for each of its sampled edges, deduplicate its neighbour into the node list
+//!    ([`super::node_table`]) and record its local index.
 //!
-//! The passes run in local-id order, so the output never depends on the order pages arrive
-//! in, nor on which lane runs the job or what the other lanes do; and a minibatch's passes
-//! read only its own items, so its subgraph is the same in a hyperbatch as alone. Each pass
-//! also reads ahead the pages the next gather will want (the sample pass the neighbour
-//! lists', the dedup pass the new nodes' `indptr`), so that flash works while the core does.
+//! The local pass runs in local-id order, so the output never depends on the order pages
+//! arrive in, nor on which lane runs the job or what the other lanes do; and a minibatch's
+//! pass reads only its own items, so its subgraph is the same in a hyperbatch as alone. The
+//! pass also reads ahead the pages of the new nodes' `indptr`, which the next bounds gather
+//! will want, so that flash works while the core does.
 //!
 //! Every table is read and written as aligned native words of the arena; what crosses to the
 //! host (the node list, `indptr`, `indices`) is stored little-endian.
 
 use sagessd_abi::nvme::{Status, VendorStatus};
-use sagessd_abi::sample::sample_positions;
 
-use super::gather::{DRAWN, Destination, WIDE};
 use super::minibatch::MinibatchState;
 use super::node_table::{Entry, NodeTable, Probe};
 use super::{Gather, Isp, JobState, Run, feature_section_fits};
@@ -74,8 +72,8 @@ struct Dedup<'a> {
     /// Nodes in it, all minibatches together.
     node_count: &'a mut u32,
     max_nodes: u32,
-    /// The minibatch.
-    m: u32,
+    /// The minibatch's salt of the table's hash ([`NodeTable::salt`]).
+    salt: u32,
     /// Whether the job has one minibatch: its positions are its local ids.
     alone: bool,
 }
@@ -92,7 +90,7 @@ impl Dedup<'_> {
         node: u32,
         work: &mut WorkCounters,
     ) -> Option<u32> {
-        let home = self.table.home(node, self.m);
+        let home = self.table.home(node, self.salt);
         let alone = self.alone;
         let probe = self.table.probe(self.entries, node, home, |position| {
             alone || st.local_id(position).is_some()
@@ -142,9 +140,11 @@ impl Isp {
             }
             return true;
         }
-        let issued = self.issue(lane, dram, backend);
-        match self.consume(lane, dram, backend) {
-            Ok(consumed) => issued || consumed,
+        let done = self
+            .issue(lane, dram, backend)
+            .and_then(|issued| Ok(self.consume(lane, dram, backend)? || issued));
+        match done {
+            Ok(progress) => progress,
             Err(status) => {
                 self.fail_run(lane, dram, backend, status);
                 true
@@ -152,8 +152,8 @@ impl Isp {
         }
     }
 
-    /// Runs the next chunk of `lane`'s pass; when the pass is over, starts what follows it
-    /// (the neighbour gather after the sample pass, the next layer after the local pass).
+    /// Runs the next chunk of `lane`'s local pass; when the pass is over, starts the next
+    /// layer (or the features, or the job's end).
     fn pass_step(
         &mut self,
         lane: usize,
@@ -167,20 +167,6 @@ impl Isp {
             return Ok(());
         };
         match run.gather {
-            Gather::Bounds => {
-                let to = run.key_count.min(from.saturating_add(PASS_CHUNK_ITEMS));
-                let first_edge = run.layer_edges;
-                self.sample_pass(lane, dram, backend, &mut run, from, to)?;
-                if self.read_ahead {
-                    self.read_ahead_lists(lane, dram, backend, &run, from, to, first_edge);
-                }
-                if to < run.key_count {
-                    run.pass = Some((0, to));
-                    self.lanes[lane].run = Some(run);
-                } else {
-                    self.start_gather(lane, dram, backend, run, Gather::Neighbours);
-                }
-            }
             Gather::Neighbours => {
                 let states = self.regions[run.slot].minibatches;
                 let mut st = MinibatchState::load(states, dram, usize::from(m));
@@ -199,8 +185,8 @@ impl Isp {
                     self.next_layer(lane, dram, backend, run);
                 }
             }
-            // No pass follows a feature gather.
-            Gather::Features => return Err(Status::INTERNAL_ERROR),
+            // No pass follows a bounds or feature gather.
+            Gather::Bounds | Gather::Features => return Err(Status::INTERNAL_ERROR),
         }
         Ok(())
     }
@@ -248,7 +234,7 @@ impl Isp {
             nodes: as_words_mut(nodes),
             node_count: &mut self.jobs[slot].node_count,
             max_nodes: self.max_nodes,
-            m: m as u32,
+            salt: NodeTable::salt(m as u32),
             alone,
         }
     }
@@ -274,7 +260,12 @@ impl Isp {
         for m in 0..usize::from(self.jobs[slot].minibatch_count) {
             let [config, states, entries, nodes] = split_mut(
                 dram,
-                [regions.config, regions.minibatches, table_region, regions.nodes],
+                [
+                    regions.config,
+                    regions.minibatches,
+                    table_region,
+                    regions.nodes,
+                ],
             );
             let states_region = Region {
                 start: 0,
@@ -312,7 +303,7 @@ impl Isp {
             gather: Gather::Bounds,
             key_count: 0,
             sorted_in_scratch: false,
-            items: 0,
+            sampled: 0,
             issued: super::Cursor::default(),
             consumed: 0,
             pass: None,
@@ -325,133 +316,6 @@ impl Isp {
         true
     }
 
-    /// For keys `from..to` of the layer's sorted destinations, in order: check the
-    /// destination's bounds, draw its sampled positions where its degree exceeds the fanout
-    /// (counted as draws; with the seed of its minibatch), and place its edges after the ones
-    /// of the keys before it: its record then says where they are for the neighbour gather,
-    /// and its entry in local order for the local pass.
-    fn sample_pass(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        backend: &mut Backend,
-        run: &mut Run,
-        from: u32,
-        to: u32,
-    ) -> Result<(), Status> {
-        let job = &self.jobs[run.slot];
-        let fanout = job.fanouts[run.layer];
-        let minibatches = usize::from(job.minibatch_count);
-        let shift = u32::from(run.graph.id_width_bytes).trailing_zeros();
-        let lane_regions = self.lanes[lane].regions;
-        let [keys, destinations, positions, local, states] = split_mut(
-            dram,
-            [
-                self.sorted_keys(lane, run),
-                lane_regions.destinations,
-                lane_regions.positions,
-                self.spare_buffer(lane, run),
-                self.regions[run.slot].minibatches,
-            ],
-        );
-        let keys = as_words::<u64>(keys);
-        let destinations = as_words_mut::<Destination>(destinations);
-        let positions = as_words_mut::<u32>(positions);
-        let local = as_words_mut::<u64>(local);
-        let states = &as_words::<MinibatchState>(states)[..minibatches];
-        for q in from..to {
-            let key = keys[q as usize];
-            let (v, j) = (key >> 32, key as u32);
-            // The minibatch whose destinations (numbered from its `dst_first` on) hold j.
-            let m = states.partition_point(|s| s.dst_first <= j) - 1;
-            let d = &mut destinations[q as usize];
-            let (start, end) = (d.start, d.end());
-            if start > end || end > run.graph.edge_count {
-                return Err(VendorStatus::GraphCorrupt.into());
-            }
-            let degree = end - start;
-            let drawn = degree > u64::from(fanout);
-            let k = if drawn {
-                // Positions are kept in 32 bits: a list of 2^32 or more is refused.
-                if degree > u64::from(u32::MAX) {
-                    return Err(VendorStatus::GraphTooLarge.into());
-                }
-                let seed = states[m].seed;
-                let k = sample_positions(seed, run.layer as u8, v, degree, fanout, &mut self.scratch)
-                    .ok_or(Status::INTERNAL_ERROR)?;
-                backend.work.edges_drawn += k as u64;
-                k as u32
-            } else {
-                degree as u32
-            };
-            if u64::from(run.edge_base) + u64::from(run.layer_edges) + u64::from(k)
-                > u64::from(self.max_edges)
-            {
-                return Err(VendorStatus::ResultTooLarge.into());
-            }
-            let row = run.layer_edges;
-            if drawn {
-                let out = &mut positions[row as usize..(row + k) as usize];
-                for (o, p) in out.iter_mut().zip(&self.scratch) {
-                    // Below the degree, which fits u32 (checked above).
-                    *o = *p as u32;
-                }
-            }
-            // An item's offset from the list's page in 32 bits, if it fits.
-            let list = run.graph.indices.slba * self.block_size_bytes + (start << shift);
-            let (_, list_offset) = self.split_address(list);
-            let wide = u64::from(list_offset) + (degree << shift) > u64::from(u32::MAX);
-            d.place(
-                row,
-                k | if drawn { DRAWN } else { 0 } | if wide { WIDE } else { 0 },
-            );
-            local[j as usize] = u64::from(row) | u64::from(k) << 32;
-            run.layer_edges += k;
-        }
-        Ok(())
-    }
-
-    /// Reads ahead the pages of the neighbour ids that keys `from..to` placed, whose edges
-    /// start at `first_edge`: each run of consecutive positions on one page once.
-    #[allow(clippy::too_many_arguments)]
-    fn read_ahead_lists(
-        &mut self,
-        lane: usize,
-        dram: &mut [u8],
-        backend: &mut Backend,
-        run: &Run,
-        from: u32,
-        to: u32,
-        first_edge: u32,
-    ) {
-        let lane_regions = self.lanes[lane].regions;
-        let base = run.graph.indices.slba * self.block_size_bytes;
-        let shift = u32::from(run.graph.id_width_bytes).trailing_zeros();
-        let mut ahead = Ahead::default();
-        let mut last_page = None;
-        let mut edge = first_edge;
-        for q in from..to {
-            let d = lane_regions.destinations.words::<Destination>(dram)[q as usize];
-            let k = d.taken() & !(DRAWN | WIDE);
-            for n in 0..k {
-                if ahead.stopped || edge >= run.layer_edges {
-                    return;
-                }
-                let p = if d.taken() & DRAWN != 0 {
-                    lane_regions.positions.words::<u32>(dram)[(d.row() + n) as usize]
-                } else {
-                    n
-                };
-                let page = self.page_of(base + ((d.start + u64::from(p)) << shift));
-                if last_page != Some(page) {
-                    self.read_ahead(lane, dram, backend, page, &mut ahead);
-                    last_page = Some(page);
-                }
-                edge += 1;
-            }
-        }
-    }
-
     /// For destinations `from..end` of minibatch `m` (state `st`), in local order, until about
     /// [`PASS_CHUNK_ITEMS`] edges are done: fill the layer's local `indptr` row, and for each
     /// of its sampled edges deduplicate the neighbour the gather read and record its local
@@ -461,6 +325,7 @@ impl Isp {
     /// it, if its list was not taken whole, was counted by the sample pass), and once per new
     /// node as "added".
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn local_pass(
         &mut self,
         lane: usize,

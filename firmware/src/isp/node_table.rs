@@ -63,12 +63,17 @@ impl NodeTable {
         }
     }
 
-    /// The entry where the probe for `node` of minibatch `m` starts: a multiplicative hash,
-    /// its top bits (a plain NS_config's minibatch 0 keys on the node alone).
+    /// What minibatch `m` mixes into its nodes' hash (0 for minibatch 0: a plain NS_config
+    /// keys on the node alone).
+    pub fn salt(m: u32) -> u32 {
+        m.wrapping_mul(0x85EB_CA6B)
+    }
+
+    /// The entry where the probe for `node` of the minibatch with `salt` starts: a
+    /// multiplicative hash, its top bits.
     #[inline(always)]
-    pub fn home(&self, node: u32, m: u32) -> usize {
-        let key = node ^ m.wrapping_mul(0x85EB_CA6B);
-        (key.wrapping_mul(0x9E37_79B1) >> (32 - self.bits)) as usize
+    pub fn home(&self, node: u32, salt: u32) -> usize {
+        ((node ^ salt).wrapping_mul(0x9E37_79B1) >> (32 - self.bits)) as usize
     }
 
     /// Probes for `node` from `home`; a hit must satisfy `ours` (its position is the
@@ -120,26 +125,29 @@ mod tests {
         t.begin_job(&mut entries);
         let all = |_| true;
         for node in [5u32, 21, 37] {
-            let h = t.home(node, 0);
+            let h = t.home(node, NodeTable::salt(0));
             let Probe::Free(at) = t.probe(&entries, node, h, all) else {
                 panic!("{node} found in an empty table");
             };
             t.insert(&mut entries, at, node, node + 100);
         }
-        assert_eq!(t.probe(&entries, 21, t.home(21, 0), all), Probe::Found(121));
+        assert_eq!(
+            t.probe(&entries, 21, t.home(21, NodeTable::salt(0)), all),
+            Probe::Found(121)
+        );
         // A hit that is not the caller's (another minibatch's position) is passed over.
         assert!(matches!(
-            t.probe(&entries, 21, t.home(21, 0), |p| p != 121),
+            t.probe(&entries, 21, t.home(21, NodeTable::salt(0)), |p| p != 121),
             Probe::Free(_)
         ));
         t.begin_job(&mut entries);
         assert!(matches!(
-            t.probe(&entries, 21, t.home(21, 0), all),
+            t.probe(&entries, 21, t.home(21, NodeTable::salt(0)), all),
             Probe::Free(_)
         ));
         // The generation wraps: the table is wiped, and nothing old is found.
         t.generation = u32::MAX;
-        let h = t.home(9, 0);
+        let h = t.home(9, NodeTable::salt(0));
         let Probe::Free(at) = t.probe(&entries, 9, h, all) else {
             panic!()
         };
@@ -148,6 +156,6 @@ mod tests {
         assert_eq!(t.generation, 1);
         assert!(matches!(t.probe(&entries, 9, h, all), Probe::Free(_)));
         // Minibatches start their probes apart.
-        assert_ne!(t.home(9, 0), t.home(9, 1));
+        assert_ne!(t.home(9, NodeTable::salt(0)), t.home(9, NodeTable::salt(1)));
     }
 }

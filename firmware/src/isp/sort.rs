@@ -12,6 +12,7 @@ pub(crate) const BUCKETS: usize = 1 << RADIX_BITS;
 /// buffer and `counts` as the histogram; `highest` is the largest `key >> 32`. Returns the
 /// number of passes and whether the sorted keys ended in `scratch` (after an odd number of
 /// passes: they are not copied back).
+#[inline(never)]
 pub(crate) fn sort_by_node(
     keys: &mut [u64],
     scratch: &mut [u64],
@@ -70,8 +71,7 @@ mod tests {
             let mut scratch = std::vec![0; keys.len()];
             let mut want = keys.clone();
             want.sort_by_key(|k| k >> 32); // stable
-            let (passes, in_scratch) =
-                sort_by_node(&mut keys, &mut scratch, &mut counts, highest);
+            let (passes, in_scratch) = sort_by_node(&mut keys, &mut scratch, &mut counts, highest);
             assert_eq!(passes, (32 - highest.leading_zeros()).div_ceil(RADIX_BITS));
             let got = if in_scratch { &scratch } else { &keys };
             assert_eq!(*got, want, "highest {highest}");

@@ -152,10 +152,11 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         out,
-        "cycles = instructions x {:.3} + L2 hits x {} + DRAM accesses x {} ns; caches L1I {} KiB, \
+        "cycles = instructions x {:.3} + L2 hits x {} + DRAM accesses x ({} + {} ns); caches L1I {} KiB, \
          L1D {} KiB ({}-way), L2 {} KiB ({}-way), {} B lines",
         f64::from(timing.base_cycles_per_1000_instructions) / 1000.0,
         timing.l2_hit_penalty_cycles,
+        timing.dram_penalty_cycles,
         timing.dram_penalty_ns,
         timing.l1i_bytes >> 10,
         timing.l1d_bytes >> 10,

@@ -14,7 +14,8 @@ pub fn cycles(segment: &Segment, model: &CoreTimingConfig, clock_mhz: u32) -> f6
     let m = &segment.misses;
     let l2_hits = (m.l1d_misses - m.l2_data_misses) + (m.l1i_misses - m.l2_instruction_misses);
     let l2_misses = m.l2_data_misses + m.l2_instruction_misses;
-    let dram_cycles = f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
+    let dram_cycles = f64::from(model.dram_penalty_cycles)
+        + f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
     segment.instructions as f64 * f64::from(model.base_cycles_per_1000_instructions) / 1000.0
         + l2_hits as f64 * f64::from(model.l2_hit_penalty_cycles)
         + l2_misses as f64 * dram_cycles
@@ -352,6 +353,7 @@ mod tests {
             line_bytes: 32,
             base_cycles_per_1000_instructions: 1500,
             l2_hit_penalty_cycles: 20,
+            dram_penalty_cycles: 0,
             dram_penalty_ns: 100,
             board_cycles_per_command: 0,
             board_cycles_per_flash_op: 0,
