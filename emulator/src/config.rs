@@ -272,10 +272,14 @@ pub struct CoresConfig {
     pub cycles_per_page_lookup: u64,
     /// Cycles of per-page bookkeeping when the ISP engine scans a flash page.
     pub cycles_per_page_scanned: u64,
-    /// Cycles per neighbour-list entry the ISP engine looks at.
-    pub cycles_per_edge_scanned: u64,
+    /// Cycles per feature row the ISP engine gathers (found in its page and copied out).
+    pub cycles_per_row_gathered: u64,
     /// Cycles per neighbour the ISP engine samples (deduplication, output).
     pub cycles_per_edge_sampled: u64,
+    /// Cycles a sampled neighbour's probe adds when its node was added long before (its
+    /// node-table entry most likely out of the caches). Optional: without it 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_stale_repeat: Option<u64>,
     /// Cycles per neighbour position the ISP engine draws at random (a node whose degree
     /// exceeds the fanout). Optional: without it 0, as when `cycles_per_edge_sampled` priced
     /// the draw with the rest of a sampled edge.
@@ -291,6 +295,11 @@ pub struct CoresConfig {
     /// Optional: without it, `cycles_per_edge_sampled`, as for targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycles_per_node_added: Option<u64>,
+    /// Cycles per destination the ISP engine samples in a layer (its sort key, its bounds
+    /// checked, its edges placed, its local `indptr` entry). Optional: without it 0, as when
+    /// the gather items priced a destination's work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_destination: Option<u64>,
     /// Cycles per KiB of data the cores copy.
     pub cycles_per_kib_copied: u64,
     /// Cycles per key per radix-sort pass of the ISP engine (count, then scatter).
@@ -324,6 +333,16 @@ impl CoresConfig {
     /// Cycles per radix-sort pass: `cycles_per_radix_pass`, else 0.
     pub fn radix_pass_cycles(&self) -> u64 {
         self.cycles_per_radix_pass.unwrap_or(0)
+    }
+
+    /// Cycles per stale repeat: `cycles_per_stale_repeat`, else 0.
+    pub fn stale_repeat_cycles(&self) -> u64 {
+        self.cycles_per_stale_repeat.unwrap_or(0)
+    }
+
+    /// Cycles per destination sampled: `cycles_per_destination`, else 0.
+    pub fn destination_cycles(&self) -> u64 {
+        self.cycles_per_destination.unwrap_or(0)
     }
 
     /// Cycles per node added to a job's node list: `cycles_per_node_added`, else
@@ -887,9 +906,9 @@ impl HwConfig {
             "cores.cycles_per_page_scanned",
         )?;
         at_most(
-            c.cycles_per_edge_scanned,
+            c.cycles_per_row_gathered,
             MAX_CYCLES,
-            "cores.cycles_per_edge_scanned",
+            "cores.cycles_per_row_gathered",
         )?;
         at_most(
             c.cycles_per_edge_sampled,
@@ -911,6 +930,16 @@ impl HwConfig {
             c.node_added_cycles(),
             MAX_CYCLES,
             "cores.cycles_per_node_added",
+        )?;
+        at_most(
+            c.stale_repeat_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_stale_repeat",
+        )?;
+        at_most(
+            c.destination_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_destination",
         )?;
         at_most(
             c.cycles_per_kib_copied,
@@ -1215,10 +1244,12 @@ pub(crate) mod tests {
         rejects("cores", "cycles_per_flash_op", "2000000000", "at most");
         rejects("cores", "cycles_per_page_lookup", "2000000000", "at most");
         rejects("cores", "cycles_per_page_scanned", "2000000000", "at most");
-        rejects("cores", "cycles_per_edge_scanned", "2000000000", "at most");
+        rejects("cores", "cycles_per_row_gathered", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_sampled", "2000000000", "at most");
         rejects("cores", "cycles_per_target", "2000000000", "at most");
         rejects("cores", "cycles_per_node_added", "2000000000", "at most");
+        rejects("cores", "cycles_per_destination", "2000000000", "at most");
+        rejects("cores", "cycles_per_stale_repeat", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_drawn", "2000000000", "at most");
         rejects("cores", "cycles_per_radix_pass", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");

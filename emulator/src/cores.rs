@@ -8,11 +8,13 @@
 //!        + flash_ops     × cycles_per_flash_op
 //!        + page_lookups  × cycles_per_page_lookup
 //!        + pages_scanned × cycles_per_page_scanned
-//!        + edges_scanned × cycles_per_edge_scanned
+//!        + rows_gathered × cycles_per_row_gathered
 //!        + edges_sampled × cycles_per_edge_sampled
+//!        + stale_repeats × cycles_per_stale_repeat
 //!        + edges_drawn   × cycles_per_edge_drawn
 //!        + targets_deduplicated × cycles_per_target
 //!        + nodes_added × cycles_per_node_added
+//!        + destinations × cycles_per_destination
 //!        + ceil(bytes_copied × cycles_per_kib_copied / 1024)
 //!        + sort_key_moves × cycles_per_sort_key_move
 //!        + radix_passes   × cycles_per_radix_pass
@@ -88,11 +90,13 @@ impl CoreModel {
             w.flash_ops.saturating_mul(c.cycles_per_flash_op),
             w.page_lookups.saturating_mul(c.cycles_per_page_lookup),
             w.pages_scanned.saturating_mul(c.cycles_per_page_scanned),
-            w.edges_scanned.saturating_mul(c.cycles_per_edge_scanned),
+            w.rows_gathered.saturating_mul(c.cycles_per_row_gathered),
             w.edges_sampled.saturating_mul(c.cycles_per_edge_sampled),
+            w.stale_repeats.saturating_mul(c.stale_repeat_cycles()),
             w.edges_drawn.saturating_mul(c.edge_drawn_cycles()),
             w.targets_deduplicated.saturating_mul(c.target_cycles()),
             w.nodes_added.saturating_mul(c.node_added_cycles()),
+            w.destinations.saturating_mul(c.destination_cycles()),
             w.bytes_copied
                 .saturating_mul(c.cycles_per_kib_copied)
                 .div_ceil(1024),
@@ -130,11 +134,13 @@ mod tests {
             cycles_per_flash_op: 100,
             cycles_per_page_lookup: 10,
             cycles_per_page_scanned: 20,
-            cycles_per_edge_scanned: 2,
+            cycles_per_row_gathered: 2,
             cycles_per_edge_sampled: 50,
             cycles_per_edge_drawn: Some(11),
             cycles_per_target: Some(70),
             cycles_per_node_added: Some(30),
+            cycles_per_destination: Some(13),
+            cycles_per_stale_repeat: Some(19),
             cycles_per_kib_copied: 512,
             cycles_per_sort_key_move: 3,
             cycles_per_radix_pass: Some(500),
@@ -152,11 +158,13 @@ mod tests {
             flash_ops: 2,
             page_lookups: 3,
             pages_scanned: 4,
-            edges_scanned: 5,
+            rows_gathered: 5,
             edges_sampled: 6,
+            stale_repeats: 2,
             edges_drawn: 10,
             targets_deduplicated: 8,
             nodes_added: 9,
+            destinations: 4,
             bytes_copied: 2048,
             sort_key_moves: 7,
             radix_passes: 2,
@@ -171,9 +179,11 @@ mod tests {
                 + 80
                 + 10
                 + 300
+                + 2 * 19
                 + 10 * 11
                 + 8 * 70
                 + 9 * 30
+                + 4 * 13
                 + 1024
                 + 21
                 + 2 * 500
@@ -181,7 +191,7 @@ mod tests {
                 + 80
                 + 18
         );
-        assert_eq!(m.ns(&w), 4723);
+        assert_eq!(m.ns(&w), 4813);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
     }
 

@@ -12,12 +12,17 @@ pub struct WorkCounters {
     pub page_lookups: u64,
     /// Flash pages whose contents the ISP engine scanned.
     pub pages_scanned: u64,
-    /// Items the ISP engine's gathers read out of flash pages (`indptr` bounds, neighbour ids,
-    /// feature rows): each one's sort key built and range-checked, its page's sectors found,
-    /// and its value copied out when the page is there.
-    pub edges_scanned: u64,
-    /// Neighbours the ISP engine sampled: each probed in the node table and written out.
+    /// Feature rows the ISP engine gathered (a job that asks for features: one per node of
+    /// its node list), each found in its page and copied out. (A gather's other items are
+    /// counted with their destination or sampled edge.)
+    pub rows_gathered: u64,
+    /// Neighbours the ISP engine sampled: each one's offset in its page staged, its id copied
+    /// out of the page, probed in the node table and its local index written out.
     pub edges_sampled: u64,
+    /// Sampled edges (and targets) whose node the node table already held since more than
+    /// 4,096 nodes were added after it: the probe finds its entry where the caches have most
+    /// likely lost it (counted beside the edge: the extra cost of that miss).
+    pub stale_repeats: u64,
     /// Neighbour positions the ISP engine drew at random: a node whose degree exceeds its
     /// fanout gets `fanout` draws; a list taken whole draws nothing.
     pub edges_drawn: u64,
@@ -28,6 +33,11 @@ pub struct WorkCounters {
     /// first time in its minibatch): each written to the list and into the node table. Its
     /// probe is counted with the target or sampled edge it came from.
     pub nodes_added: u64,
+    /// Destinations the ISP engine sampled, one per node of a job's node list per layer it
+    /// is a destination of: its sort key built and placed, its bounds checked and its edges
+    /// placed (the gather's two bounds items and its draws are counted on their own), its
+    /// row of the local `indptr` written.
+    pub destinations: u64,
     /// Bytes moved by the cores or DMA between host and DRAM.
     pub bytes_copied: u64,
     /// Keys moved by the ISP engine's radix-sort passes (each pass counts and scatters every
@@ -49,7 +59,7 @@ pub struct WorkCounters {
 
 impl WorkCounters {
     /// Number of counters.
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 17;
 
     /// The counters' names (their field names), in the order of [`WorkCounters::values`]: how
     /// reports and `sagessd firmware calibrate` name each unit of work.
@@ -58,11 +68,13 @@ impl WorkCounters {
         "flash_ops",
         "page_lookups",
         "pages_scanned",
-        "edges_scanned",
+        "rows_gathered",
         "edges_sampled",
+        "stale_repeats",
         "edges_drawn",
         "targets_deduplicated",
         "nodes_added",
+        "destinations",
         "bytes_copied",
         "sort_key_moves",
         "radix_passes",
@@ -78,11 +90,13 @@ impl WorkCounters {
             self.flash_ops,
             self.page_lookups,
             self.pages_scanned,
-            self.edges_scanned,
+            self.rows_gathered,
             self.edges_sampled,
+            self.stale_repeats,
             self.edges_drawn,
             self.targets_deduplicated,
             self.nodes_added,
+            self.destinations,
             self.bytes_copied,
             self.sort_key_moves,
             self.radix_passes,
@@ -99,11 +113,13 @@ impl WorkCounters {
             flash_ops,
             page_lookups,
             pages_scanned,
-            edges_scanned,
+            rows_gathered,
             edges_sampled,
+            stale_repeats,
             edges_drawn,
             targets_deduplicated,
             nodes_added,
+            destinations,
             bytes_copied,
             sort_key_moves,
             radix_passes,
@@ -116,11 +132,13 @@ impl WorkCounters {
             flash_ops,
             page_lookups,
             pages_scanned,
-            edges_scanned,
+            rows_gathered,
             edges_sampled,
+            stale_repeats,
             edges_drawn,
             targets_deduplicated,
             nodes_added,
+            destinations,
             bytes_copied,
             sort_key_moves,
             radix_passes,

@@ -30,7 +30,7 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The unit workloads' graph, in three ranges:
+/// The unit workloads' graph, in four ranges:
 ///
 /// * [`UnitGraph::ISOLATED`]: [`UnitGraph::ISOLATED_NODES`] nodes of degree 0 (targets whose
 ///   sampling does nothing but be deduplicated, gathered and cleared; their `indptr` fills
@@ -38,7 +38,11 @@ pub fn mix(mut z: u64) -> u64 {
 /// * [`UnitGraph::SPREAD`]: [`UnitGraph::RANGE`] nodes of degree [`UnitGraph::DEGREE`],
 ///   neighbours hashed over the whole graph (deduplication misses: new nodes);
 /// * [`UnitGraph::LOCAL`]: [`UnitGraph::RANGE`] nodes of degree [`UnitGraph::DEGREE`],
-///   neighbours among the first 64 nodes (deduplication hits a few hot entries).
+///   neighbours among the first 64 nodes (deduplication hits a few hot entries);
+/// * [`UnitGraph::REPEAT`]: [`UnitGraph::RANGE`] nodes of degree [`UnitGraph::DEGREE`],
+///   neighbours among the first [`UnitGraph::REPEAT_SET`] nodes, more than the caches hold
+///   entries of (deduplication finds each node again, in an entry the caches lost: a large
+///   graph's repeated neighbours).
 #[derive(Clone, Copy, Debug)]
 pub struct UnitGraph;
 
@@ -53,13 +57,17 @@ impl UnitGraph {
     pub const SPREAD: u64 = Self::ISOLATED_NODES;
     /// First node of the local range.
     pub const LOCAL: u64 = Self::SPREAD + Self::RANGE;
+    /// First node of the repeat range.
+    pub const REPEAT: u64 = Self::LOCAL + Self::RANGE;
+    /// Nodes the repeat range's neighbours are drawn among.
+    pub const REPEAT_SET: u64 = 1 << 15;
     /// Degree of the spread and local nodes.
     pub const DEGREE: u32 = 32;
 }
 
 impl Graph for UnitGraph {
     fn node_count(&self) -> u64 {
-        Self::LOCAL + Self::RANGE
+        Self::REPEAT + Self::RANGE
     }
 
     fn degree(&self, v: u64) -> u32 {
@@ -70,13 +78,15 @@ impl Graph for UnitGraph {
         let h = mix(v << 8 | u64::from(j));
         if v < Self::LOCAL {
             (h % self.node_count()) as u32
-        } else {
+        } else if v < Self::REPEAT {
             (h % 64) as u32
+        } else {
+            (h % Self::REPEAT_SET) as u32
         }
     }
 
     fn edge_count(&self) -> u64 {
-        2 * Self::RANGE * u64::from(Self::DEGREE)
+        3 * Self::RANGE * u64::from(Self::DEGREE)
     }
 }
 
@@ -105,6 +115,27 @@ impl Graph for SkewedGraph {
         let u = mix(v << 12 | u64::from(j)) >> 32; // uniform in [0, 2^32)
         let skewed = (u * u) >> 32; // density ∝ 1/sqrt
         ((skewed * self.node_count()) >> 32) as u32
+    }
+}
+
+/// A graph with no structure: 262,144 nodes of degree 4 to 27 (15.5 on average), each
+/// neighbour drawn uniformly over the graph, so that a minibatch's nodes are nearly all new
+/// and its lists spread over every page: the other end from [`SkewedGraph`], for realistic
+/// minibatches the fit learns from.
+#[derive(Clone, Copy, Debug)]
+pub struct UniformGraph;
+
+impl Graph for UniformGraph {
+    fn node_count(&self) -> u64 {
+        1 << 18
+    }
+
+    fn degree(&self, v: u64) -> u32 {
+        4 + (mix(v ^ 0x5EED) % 24) as u32
+    }
+
+    fn neighbour(&self, v: u64, j: u32) -> u32 {
+        (mix(v << 8 | u64::from(j) | 1 << 63) % self.node_count()) as u32
     }
 }
 

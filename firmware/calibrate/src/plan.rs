@@ -14,8 +14,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Magic number of a plan: the bytes `SGCP`.
 pub const PLAN_MAGIC: [u8; 4] = *b"SGCP";
-/// The plan version this crate writes and reads.
-pub const PLAN_VERSION: u16 = 1;
+/// The plan version this crate writes and reads (2: the arena's offset).
+pub const PLAN_VERSION: u16 = 2;
 
 /// The flash geometry and firmware configuration of the device to calibrate.
 #[repr(C)]
@@ -59,8 +59,8 @@ pub struct PlanWire {
     pub max_transfer_bytes: U32,
     /// `FirmwareConfig::checkpoint_interval_pages`.
     pub checkpoint_interval_pages: U32,
-    /// Reserved, 0.
-    pub reserved_tail: U32,
+    /// [`Plan::arena_offset_bytes`].
+    pub arena_offset_bytes: U32,
 }
 
 const _: () = {
@@ -91,6 +91,10 @@ pub struct Plan {
     pub geometry: Geometry,
     /// The firmware's sizes. Features and the tunnel are off: the workloads use neither.
     pub config: FirmwareConfig,
+    /// Where the arena starts past the image's 1 MiB boundary (a multiple of the arena's
+    /// region alignment): a calibration measures several placements, so that where the
+    /// tables fall in the caches' sets is averaged out rather than measured once.
+    pub arena_offset_bytes: u32,
 }
 
 impl Plan {
@@ -117,7 +121,7 @@ impl Plan {
             max_subgraph_edges: c.max_subgraph_edges.into(),
             max_transfer_bytes: c.max_transfer_bytes.into(),
             checkpoint_interval_pages: c.checkpoint_interval_pages.into(),
-            reserved_tail: 0.into(),
+            arena_offset_bytes: self.arena_offset_bytes.into(),
         }
     }
 
@@ -161,6 +165,7 @@ impl Plan {
                 max_feature_bytes: 0,
                 checkpoint_interval_pages: w.checkpoint_interval_pages.get(),
             },
+            arena_offset_bytes: w.arena_offset_bytes.get(),
         })
     }
 }
@@ -184,6 +189,7 @@ mod tests {
                 tunnel: false,
                 ..FirmwareConfig::default()
             },
+            arena_offset_bytes: 16448,
         };
         // The plan carries no hyperbatch size: the image samples plain NS_configs.
         plan.config.limits.max_minibatches = 1;

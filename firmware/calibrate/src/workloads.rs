@@ -3,7 +3,8 @@
 //! realistic minibatch mix, and other mixes of the same units) that the fitted costs must
 //! predict.
 //!
-//! A run boots the device, stores [`UnitGraph`], [`SkewedGraph`] and a plain data region, and
+//! A run boots the device, stores [`UnitGraph`], [`SkewedGraph`], [`UniformGraph`] and a plain
+//! data region, and
 //! then runs every workload in [`WORKLOADS`] order. Each workload's firmware work is one
 //! profiling segment ([`Marks::segment`] before and after it); what the harness does between
 //! workloads (warming or emptying the page buffer) falls in segments no workload claims. For
@@ -22,14 +23,17 @@ use sagessd_abi::ns_config::{MAX_LAYERS, NS_CONFIG_MAGIC, NS_CONFIG_VERSION, NsC
 use sagessd_firmware::work::WorkCounters;
 use zerocopy::IntoBytes;
 
-use crate::graphs::{Graph, SkewedGraph, UnitGraph, mix, store};
+use crate::graphs::{Graph, SkewedGraph, UniformGraph, UnitGraph, mix, store};
 use crate::{CalibrateError, Device, Marks, Plan};
 
-/// What a workload is meant to measure: a counted unit, or the check.
+/// What a workload is meant to measure: a counted unit, a realistic mix, or a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Aim {
-    /// Mostly this unit of [`WorkCounters::NAMES`].
+    /// Mostly this unit of [`WorkCounters::NAMES`]: where the fit learns its cost.
     Unit(&'static str),
+    /// A realistic mix of the units, fitted too: it keeps the costs true to work that is not
+    /// one unit at a time (the caches see several tables at once).
+    Mix,
     /// Not fitted: the fitted costs must predict it (a realistic mix, or another mix of the
     /// units than the fitted workloads').
     Check,
@@ -47,7 +51,7 @@ pub struct Workload {
 }
 
 /// Every workload, in run order.
-pub const WORKLOADS: [Workload; 16] = [
+pub const WORKLOADS: [Workload; 23] = [
     Workload {
         name: "idle_polls",
         aim: Aim::Unit("polls"),
@@ -74,14 +78,25 @@ pub const WORKLOADS: [Workload; 16] = [
         what: "512 Reads of one block, each from another page, after the page buffer was emptied",
     },
     Workload {
+        name: "flash_page_reads",
+        aim: Aim::Unit("flash_ops"),
+        what: "256 Reads of a whole page each (4 blocks), after the page buffer was emptied",
+    },
+    Workload {
         name: "isp_repeated_targets",
         aim: Aim::Unit("targets_deduplicated"),
         what: "4 jobs of max_targets copies of one degree-0 node, fanout 1",
     },
     Workload {
         name: "isp_distinct_targets",
-        aim: Aim::Unit("edges_scanned"),
-        what: "4 jobs of the 2,047 degree-0 nodes whose bounds fill one page, fanout 1",
+        aim: Aim::Unit("destinations"),
+        what: "4 jobs of 511 degree-0 nodes, every fourth of the first page's bounds, fanout 1",
+    },
+    Workload {
+        name: "isp_high_ids",
+        aim: Aim::Unit("sort_key_moves"),
+        what: "the same on a never-written graph of 2^23 nodes, ids past 2^22 (three radix \
+               passes, not one)",
     },
     Workload {
         name: "isp_local_sampling",
@@ -89,9 +104,15 @@ pub const WORKLOADS: [Workload; 16] = [
         what: "4 jobs of 1,024 nodes of degree 32 with neighbours among 64 nodes, fanout 16",
     },
     Workload {
+        name: "isp_local_narrow",
+        aim: Aim::Unit("edges_drawn"),
+        what: "the same with fanout 4",
+    },
+    Workload {
         name: "isp_spread_sampling",
         aim: Aim::Unit("nodes_added"),
-        what: "4 jobs of 1,024 nodes of degree 32 with neighbours all over, fanout 16 (new nodes)",
+        what: "4 jobs of 4,096 nodes of degree 32 with neighbours all over, fanout 16 (new nodes, \
+               a minibatch's worth)",
     },
     Workload {
         name: "isp_spread_pages",
@@ -106,22 +127,44 @@ pub const WORKLOADS: [Workload; 16] = [
     Workload {
         name: "isp_one_page_gathers",
         aim: Aim::Unit("edges_sampled"),
-        what: "4 jobs of the nodes whose lists fill one page, fanout 32 (nothing to sort)",
+        what: "4 jobs of the nodes whose lists fill one page, fanout 32 (every list whole)",
     },
     Workload {
         name: "isp_whole_lists",
-        aim: Aim::Unit("sort_key_moves"),
+        aim: Aim::Unit("edges_sampled"),
         what: "4 jobs of 256 consecutive nodes of degree 32, fanout 32 (every list whole)",
     },
     Workload {
-        name: "isp_wide_gathers",
-        aim: Aim::Check,
-        what: "4 jobs of max_targets nodes spread over the graph's pages, fanout 1",
+        name: "isp_repeated_neighbours",
+        aim: Aim::Unit("stale_repeats"),
+        what: "4 jobs of 4,096 nodes of degree 32 with neighbours among 32,768, fanout 32 (each \
+               neighbour found again, mostly not in the caches)",
     },
     Workload {
         name: "isp_tiny_jobs",
         aim: Aim::Unit("radix_passes"),
         what: "64 jobs of 2 degree-0 nodes whose bounds lie 256 pages apart, fanout 1",
+    },
+    Workload {
+        name: "uniform_minibatch",
+        aim: Aim::Mix,
+        what: "2 jobs of 1,024 random nodes of a uniform graph, fanouts 10,10",
+    },
+    Workload {
+        name: "skewed_minibatch",
+        aim: Aim::Mix,
+        what: "2 jobs of 1,024 random nodes of a skewed graph, fanouts 25,10 (other seeds than \
+               the check's)",
+    },
+    Workload {
+        name: "uniform_wide_fanout",
+        aim: Aim::Mix,
+        what: "1 job of 1,024 random nodes of the uniform graph, fanouts 25,10",
+    },
+    Workload {
+        name: "uniform_three_layers",
+        aim: Aim::Check,
+        what: "2 jobs of 256 random nodes of the uniform graph, fanouts 10,10,10",
     },
     Workload {
         name: "check_minibatch",
@@ -130,10 +173,17 @@ pub const WORKLOADS: [Workload; 16] = [
     },
 ];
 
-/// Jobs per ISP workload, but for `isp_tiny_jobs`.
+/// Jobs per ISP workload, but for `isp_tiny_jobs` and the minibatches.
 const JOBS: u32 = 4;
+/// Jobs of `check_minibatch` (each one SmartSAGE minibatch).
+pub const CHECK_JOBS: u32 = JOBS;
 /// Jobs of `isp_tiny_jobs`.
 const TINY_JOBS: u32 = 64;
+/// Jobs of the fitted and checked minibatches but `check_minibatch`.
+const MIX_JOBS: u32 = 2;
+/// Nodes of the never-written graph `isp_high_ids` samples: 2^23, so that ids near the top
+/// take three radix passes of 11 bits.
+const ZERO_GRAPH_NODES: u64 = 1 << 23;
 /// Bytes of the plain data region the read workloads use.
 const READ_REGION_BYTES: u64 = 8 << 20;
 
@@ -142,6 +192,11 @@ const READ_REGION_BYTES: u64 = 8 << 20;
 struct Layout {
     unit: sagessd_abi::graph::GraphDescriptor,
     skewed: sagessd_abi::graph::GraphDescriptor,
+    uniform: sagessd_abi::graph::GraphDescriptor,
+    /// [`ZERO_GRAPH_NODES`] nodes of degree 0 whose `indptr` is never written (its pages are
+    /// unmapped, so they read as zeros): targets with ids past 2^22, whose keys sort in three
+    /// radix passes.
+    zeros: sagessd_abi::graph::GraphDescriptor,
     /// First block of the read region.
     reads: u64,
     /// Blocks per flash page.
@@ -167,7 +222,17 @@ pub fn run<K: Marks, W: Write>(
     let unit = store(&mut device, &UnitGraph, 0, page / bs, chunk)?;
     let skewed_at = round_up(unit.indices.slba + unit.indices.block_count);
     let skewed = store(&mut device, &SkewedGraph, skewed_at, page / bs, chunk)?;
-    let reads = round_up(skewed.indices.slba + skewed.indices.block_count);
+    let uniform_at = round_up(skewed.indices.slba + skewed.indices.block_count);
+    let uniform = store(&mut device, &UniformGraph, uniform_at, page / bs, chunk)?;
+    let reads = round_up(uniform.indices.slba + uniform.indices.block_count);
+    let zeros_at = round_up(reads + READ_REGION_BYTES / bs);
+    let zeros = sagessd_abi::graph::GraphDescriptor::csr_layout(
+        ZERO_GRAPH_NODES,
+        0,
+        zeros_at,
+        device.block_size_bytes(),
+    )
+    .ok_or(CalibrateError::HostBuffer)?;
     for lba in (0..READ_REGION_BYTES / bs).step_by(chunk / bs as usize) {
         fill(device.buffer(), lba);
         device.write(reads + lba, chunk)?;
@@ -176,6 +241,8 @@ pub fn run<K: Marks, W: Write>(
     let layout = Layout {
         unit,
         skewed,
+        uniform,
+        zeros,
         reads,
         blocks_per_page: page / bs,
         warm_blocks: buffered.clamp(chunk as u64, 2 << 20) / bs,
@@ -265,14 +332,18 @@ fn prepare<K: Marks>(
                 device.read(layout.reads + lba, step as u32)?;
             }
         }
-        "isp_repeated_targets" => device.attach(&layout.unit)?,
+        "isp_repeated_targets" | "isp_local_sampling" => device.attach(&layout.unit)?,
+        "isp_high_ids" => device.attach(&layout.zeros)?,
         "isp_warm_pages" => {
             // Its pages in the page buffer: the first job's, read here.
             let len = job_config(device, plan, name, 0)?;
             device.sample(len)?;
             return Ok(());
         }
-        "check_minibatch" => device.attach(&layout.skewed)?,
+        "skewed_minibatch" | "check_minibatch" => device.attach(&layout.skewed)?,
+        "uniform_minibatch" | "uniform_wide_fanout" | "uniform_three_layers" => {
+            device.attach(&layout.uniform)?
+        }
         _ => {}
     }
     if !name.starts_with("buffered") {
@@ -322,11 +393,21 @@ fn perform<K: Marks>(
                 device.read(layout.reads + i * layout.blocks_per_page, 1)?;
             }
         }
+        "flash_page_reads" => {
+            let pages = READ_REGION_BYTES / bs / layout.blocks_per_page;
+            for i in 0..256u64.min(pages) {
+                device.read(
+                    layout.reads + i * layout.blocks_per_page,
+                    layout.blocks_per_page as u32,
+                )?;
+            }
+        }
         _ => {
-            let jobs = if name == "isp_tiny_jobs" {
-                TINY_JOBS
-            } else {
-                JOBS
+            let jobs = match name {
+                "isp_tiny_jobs" => TINY_JOBS,
+                "uniform_minibatch" | "skewed_minibatch" | "uniform_three_layers" => MIX_JOBS,
+                "uniform_wide_fanout" => 1,
+                _ => JOBS,
             };
             for job in 0..jobs {
                 let len = job_config(device, plan, name, job)?;
@@ -356,15 +437,25 @@ fn job_config<K: Marks>(
         "isp_repeated_targets" => {
             ns_config(device, seed, &[1], max_targets, |_| UnitGraph::ISOLATED)
         }
-        "isp_distinct_targets" => {
-            // The nodes whose bounds fill one page of indptr (8 B an entry; the last node's
-            // end bound is the next page's first entry, so one fewer): nothing to sort.
+        "isp_distinct_targets" | "isp_high_ids" => {
+            // Every fourth node of one page of indptr (8 B an entry), so that each target's
+            // bounds lie in a cache line of their own, as a random minibatch's do: the first
+            // page's ids sort in one radix pass, those of a page of the never-written graph
+            // past 2^22 in three.
             let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
-            let first = UnitGraph::ISOLATED + per_page * u64::from(job);
-            ns_config(device, seed, &[1], per_page - 1, |i| first + i)
+            let first = if name == "isp_high_ids" {
+                ZERO_GRAPH_NODES - per_page * (1 + u64::from(job))
+            } else {
+                UnitGraph::ISOLATED
+            };
+            ns_config(device, seed, &[1], per_page / 4 - 1, |i| first + 4 * i)
         }
         "isp_local_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::LOCAL + i),
-        "isp_spread_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::SPREAD + i),
+        "isp_local_narrow" => ns_config(device, seed, &[4], 1024, |i| UnitGraph::LOCAL + i),
+        "isp_spread_sampling" => {
+            let first = UnitGraph::SPREAD + 4096 * u64::from(job % 2);
+            ns_config(device, seed, &[16], 4096, |i| first + i)
+        }
         "isp_spread_pages" | "isp_warm_pages" => {
             // An indptr entry is 8 B: one target's bounds per page.
             let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
@@ -384,10 +475,29 @@ fn job_config<K: Marks>(
             let far = UnitGraph::ISOLATED_NODES / 2;
             ns_config(device, seed, &[1], 2, |i| i * far + u64::from(job))
         }
-        "isp_wide_gathers" => {
-            let n = UnitGraph.node_count();
-            let t = |i: u64| (i * n / max_targets + u64::from(job)) % n;
-            ns_config(device, seed, &[1], max_targets, t)
+        "uniform_minibatch" => {
+            let n = UniformGraph.node_count();
+            ns_config(device, seed, &[10, 10], 1024, |i| mix(seed << 32 | i) % n)
+        }
+        "uniform_three_layers" => {
+            let n = UniformGraph.node_count();
+            ns_config(device, seed, &[10, 10, 10], 256, |i| {
+                mix(seed << 32 | i) % n
+            })
+        }
+        "uniform_wide_fanout" => {
+            let n = UniformGraph.node_count();
+            ns_config(device, seed, &[25, 10], 1024, |i| mix(seed << 32 | i) % n)
+        }
+        "isp_repeated_neighbours" => {
+            let first = UnitGraph::REPEAT + 4096 * u64::from(job % 2);
+            ns_config(device, seed, &[32], 4096, |i| first + i)
+        }
+        "skewed_minibatch" => {
+            // Other seeds than the check minibatch's (0x5A9E_0000 on).
+            let seed = seed ^ 0x7777_0000;
+            let n = SkewedGraph.node_count();
+            ns_config(device, seed, &[25, 10], 1024, |i| mix(seed << 32 | i) % n)
         }
         _ => {
             let n = SkewedGraph.node_count();
@@ -447,6 +557,7 @@ mod tests {
     #[test]
     fn every_workload_runs_and_reports() {
         let plan = Plan {
+            arena_offset_bytes: 0,
             geometry: Geometry {
                 channels: 8,
                 ways: 8,
@@ -473,7 +584,7 @@ mod tests {
         let mut memory = vec![0u8; 600 << 20];
         let mut out = String::new();
         run(&plan, &mut memory, 16 << 20, NoMarks, &mut out).unwrap();
-        assert!(out.ends_with("calibrate done segments 32\n"), "{out}");
+        assert!(out.ends_with("calibrate done segments 46\n"), "{out}");
         // Each workload's line reads back, in order, with the segment after its preparation's.
         let reports: Vec<_> = out.lines().filter_map(parse_report).collect();
         assert_eq!(reports.len(), WORKLOADS.len());

@@ -562,6 +562,7 @@ impl Isp {
             let (v, j) = (key >> 32, key as u32);
             if c.key >= run.sampled {
                 self.place_key(run, &mut destinations[q], &mut local[j as usize])?;
+                work.destinations += 1;
             }
             let d = destinations[q];
             let (degree, k) = (d.degree(), u32::from(fanout).min(d.degree()));
@@ -713,7 +714,9 @@ impl Isp {
             };
             self.copy_out(lane, dram, backend, &run, slot, front.items);
             run.consumed += front.items;
-            backend.work.edges_scanned += u64::from(front.items);
+            if run.gather == Gather::Features {
+                backend.work.rows_gathered += u64::from(front.items);
+            }
             if let Some(done) = self.lanes[lane].window.pop_front() {
                 backend.buffer.unpin(dram, done.slot);
                 backend.work.pages_scanned += 1;

@@ -39,6 +39,13 @@ const PASS_CHUNK_ITEMS: u32 = 512;
 /// ahead: the pages its pass needs are cached, and each look costs a page lookup.
 const PRESENT_RUN_LIMIT: u32 = 32;
 
+/// Nodes added since a node's own addition after which finding it again is counted as a stale
+/// repeat (`WorkCounters::stale_repeats`): a node table's entries take a cache line each, and
+/// the embedded cores' L2 caches hold 16,384 lines (512 KiB of 32-byte lines on the Cortex-A9,
+/// 1 MiB of 64-byte ones on a Cortex-A53 cluster), shared with the pages and tables a job
+/// streams through, so an entry that 4,096 others followed is likely gone.
+const STALE_AFTER_NODES: u32 = 4096;
+
 /// A pass's read-aheads within one chunk: whether it still reads ahead, and how many looks in a
 /// row found their page present.
 #[derive(Clone, Copy, Debug, Default)]
@@ -95,6 +102,10 @@ impl Dedup<'_> {
         let probe = self.table.probe(self.entries, node, home, |position| {
             alone || st.local_id(position).is_some()
         });
+        if let Probe::Found(position) = probe {
+            // Found again long after it was added: its entry has most likely left the caches.
+            work.stale_repeats += u64::from(*self.node_count - position > STALE_AFTER_NODES);
+        }
         match probe {
             Probe::Found(position) if alone => Some(position),
             Probe::Found(position) => st.local_id(position),

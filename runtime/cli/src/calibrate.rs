@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use sagessd_calibrate::workloads::Aim;
+use sagessd_calibrate::workloads::{Aim, CHECK_JOBS};
 use sagessd_experiments::calibrate::{calibrate, rewrite};
 use sagessd_experiments::calibrate_fit::{UNITS, priced};
 use sagessd_experiments::firmware_profile::{Grouping, profile};
@@ -144,8 +144,14 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let mut out = String::new();
     writeln!(
         out,
-        "Firmware calibration: {} ({source}), {} at {} MHz; QEMU vexpress-a9 run {:.0} s",
-        hw.device.name, timing.cpu, hw.cores.clock_mhz, c.qemu_s
+        "Firmware calibration: {} ({source}), {} at {} MHz; QEMU {} runs, {:.0} s in all \
+         (arena placements {:?})",
+        hw.device.name,
+        timing.cpu,
+        hw.cores.clock_mhz,
+        c.placements.len(),
+        c.qemu_s,
+        c.placements
     )?;
     if let Some(note) = &c.note {
         writeln!(out, "note: {note}")?;
@@ -167,20 +173,28 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     )?;
     writeln!(out)?;
     // The costs as a description holds them (whole cycles), and what they make of each
-    // workload: the fit's error per workload, and the check's.
+    // workload: the fit's residual per workload, and the checks' error.
     writeln!(
         out,
-        "{:<26} {:>14} {:>10} {:>10} {:>9} {:>5} {:>7}  fitted unit",
-        "workload", "instructions", "L1D miss", "DRAM", "Mcycles", "IPC", "priced"
+        "least squares over {} fitted workloads for {} units (each workload's relative error \
+         weighs the same); cycles are the placements' mean",
+        c.measured.iter().filter(|m| m.aim != Aim::Check).count(),
+        c.fitted.len()
+    )?;
+    writeln!(
+        out,
+        "{:<26} {:>14} {:>10} {:>10} {:>9} {:>5} {:>9}  fitted unit",
+        "workload", "instructions", "L1D miss", "DRAM", "Mcycles", "IPC", "residual"
     )?;
     for m in &c.measured {
         let unit = match m.aim {
             Aim::Unit(name) => name,
+            Aim::Mix => "(a mix, fitted)",
             Aim::Check => "(check, not fitted)",
         };
         writeln!(
             out,
-            "{:<26} {:>14} {:>10} {:>10} {:>9.2} {:>5.2} {:>+6.1}%  {unit}",
+            "{:<26} {:>14} {:>10} {:>10} {:>9.2} {:>5.2} {:>+8.1}%  {unit}",
             m.name,
             m.profile.instructions,
             m.profile.misses.l1d_misses,
@@ -195,8 +209,8 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     // spends outside the library on the units that touch hardware registers.
     writeln!(
         out,
-        "{:<28} {:>9} {:>8} {:>9} {:>11}  {:>7}",
-        "[cores] cost", "firmware", "+ board", "measured", "configured", "ratio"
+        "{:<28} {:>9} {:>8} {:>9} {:>11}  {:>7} {:>9}",
+        "[cores] cost", "firmware", "+ board", "measured", "configured", "ratio", "placement"
     )?;
     for (u, unit) in UNITS.iter().enumerate() {
         let old = c.configured[u];
@@ -211,16 +225,27 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         let m = c.described[u];
         writeln!(
             out,
-            "{:<28} {:>9.0} {:>8} {:>9} {:>11}  {:>6.2}x",
+            "{:<28} {:>9.0} {:>8} {:>9} {:>11}  {:>6.2}x {:>8.1}%",
             unit.field,
             c.costs[u],
             c.board[u],
             m,
             old,
-            m as f64 / old.max(1) as f64
+            m as f64 / old.max(1) as f64,
+            100.0 * c.spread[u]
         )?;
     }
+    writeln!(
+        out,
+        "(placement: the most a unit's cost fitted on one arena placement differs from the \
+         costs fitted on their mean)"
+    )?;
     writeln!(out)?;
+    writeln!(
+        out,
+        "held-out checks (not fitted): what the firmware measured beside what the fitted costs \
+         predict"
+    )?;
     for (name, measured, fitted, configured) in c.checks() {
         writeln!(
             out,
@@ -231,6 +256,15 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
             100.0 * (fitted / measured - 1.0),
             configured / 1e6,
             100.0 * (configured / measured - 1.0)
+        )?;
+    }
+    if let Some(m) = c.measured.iter().find(|m| m.name == "check_minibatch") {
+        writeln!(
+            out,
+            "check minibatch (1,024 targets, fanouts 25,10): {:.1} Mcycles a minibatch on the \
+             firmware (the mean of its {} jobs)",
+            m.cycles / 1e6 / CHECK_JOBS as f64,
+            CHECK_JOBS
         )?;
     }
     print!("{out}");

@@ -33,9 +33,14 @@ pub struct Calibration {
     pub timing: CoreTimingConfig,
     /// Why the image ran with fewer ISP slots than described, if it did.
     pub note: Option<String>,
-    /// QEMU's run, seconds of wall clock.
+    /// QEMU's runs, seconds of wall clock.
     pub qemu_s: f64,
-    /// Each workload.
+    /// The arena placements measured ([`PLACEMENTS`]).
+    pub placements: Vec<u32>,
+    /// Per unit, the largest relative difference between its cost fitted on one placement and
+    /// on their average: how much the layout of the tables in the caches moves it.
+    pub spread: [f64; WorkCounters::COUNT],
+    /// Each workload, its cycles averaged over the placements.
     pub measured: Vec<Measured>,
     /// The fitted cost per unit (cycles), in [`UNITS`] order.
     pub costs: [f64; WorkCounters::COUNT],
@@ -89,10 +94,22 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
     let (plan, note) = plan_for(hw)?;
     let (elf, plugin) = build()?;
     let started = std::time::Instant::now();
-    let (uart, profile) = run_qemu(&elf, &plugin, &plan, &timing, timeout_s, &[])?;
+    let runs = run_placements(&elf, &plugin, &plan, &timing, timeout_s)?;
     let qemu_s = started.elapsed().as_secs_f64();
-    let measured = measure(&uart, &profile, &timing, hw.cores.clock_mhz)?;
+    let per_placement: Vec<Vec<Measured>> = runs
+        .iter()
+        .map(|(uart, profile)| measure(uart, profile, &timing, hw.cores.clock_mhz))
+        .collect::<anyhow::Result<_>>()?;
+    let measured = average(&per_placement)?;
     let (costs, fitted) = fit_costs(&measured, hw)?;
+    // Each placement fitted on its own: how far a unit moves with where the arena lies.
+    let mut spread = [0.0f64; WorkCounters::COUNT];
+    for one in &per_placement {
+        let (c, _) = fit_costs(one, hw)?;
+        for u in &fitted {
+            spread[*u] = spread[*u].max((c[*u] / costs[*u] - 1.0).abs());
+        }
+    }
     let old = configured(&hw.cores);
     let held: [f64; WorkCounters::COUNT] = std::array::from_fn(|u| {
         if fitted.contains(&u) {
@@ -120,6 +137,8 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
         timing,
         note,
         qemu_s,
+        placements: PLACEMENTS.to_vec(),
+        spread,
         measured,
         costs,
         fitted,
@@ -129,6 +148,75 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
         configured: old,
         stale,
     })
+}
+
+/// Where the arena starts past the image's 1 MiB boundary in each run: offsets that put the
+/// tables in other sets of every modelled cache (the L1s' 8 KiB ways, a Cortex-A9 L2's 64 KiB
+/// and a Cortex-A53 L2's 64 KiB ways), so that the costs are those of no one layout.
+pub const PLACEMENTS: [u32; 4] = [0, 16_448 + 8_256, 33_344 + 1_088, 50_240 + 4_672];
+
+/// Runs the image once per placement of [`PLACEMENTS`], as many at once as the machine has
+/// cores; returns each run's UART output and profile, in placement order.
+fn run_placements(
+    elf: &Path,
+    plugin: &Path,
+    plan: &Plan,
+    timing: &CoreTimingConfig,
+    timeout_s: u64,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut out: Vec<Option<anyhow::Result<(String, String)>>> =
+        (0..PLACEMENTS.len()).map(|_| None).collect();
+    for batch in (0..PLACEMENTS.len()).collect::<Vec<_>>().chunks(parallel) {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = batch
+                .iter()
+                .map(|&k| {
+                    let plan = Plan {
+                        arena_offset_bytes: PLACEMENTS[k],
+                        ..*plan
+                    };
+                    let tag = format!("placement{k}");
+                    scope.spawn(move || run_qemu(elf, plugin, &plan, timing, timeout_s, &[], &tag))
+                })
+                .collect();
+            for (&k, h) in batch.iter().zip(handles) {
+                out[k] = Some(
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a QEMU run's thread panicked"))),
+                );
+            }
+        });
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("a placement did not run"))))
+        .collect()
+}
+
+/// The workloads of several runs with their cycles averaged: each run must have counted the
+/// same work (the firmware's work does not depend on where its tables lie).
+fn average(runs: &[Vec<Measured>]) -> anyhow::Result<Vec<Measured>> {
+    let first = runs.first().ok_or_else(|| anyhow::anyhow!("no run"))?;
+    let mut out = first.clone();
+    for (i, m) in out.iter_mut().enumerate() {
+        for run in &runs[1..] {
+            anyhow::ensure!(
+                run[i].work == m.work,
+                "{} counted other work in another placement: {:?} against {:?}",
+                m.name,
+                run[i].work,
+                m.work
+            );
+        }
+        m.cycles = runs.iter().map(|r| r[i].cycles).sum::<f64>() / runs.len() as f64;
+        // The profile shown: the runs' counts added up, then divided (to the nearest count).
+        let mut sum = Segment::default();
+        for run in runs {
+            sum.add(&run[i].profile);
+        }
+        m.profile = sum.divided(runs.len() as u64);
+    }
+    Ok(out)
 }
 
 /// What one workload measured.
@@ -193,7 +281,14 @@ pub(crate) fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> 
             config.isp_slots
         )
     });
-    Ok((Plan { geometry, config }, note))
+    Ok((
+        Plan {
+            geometry,
+            config,
+            arena_offset_bytes: 0,
+        },
+        note,
+    ))
 }
 
 /// The repository the binary was built from (the image and plugin build from its sources).
@@ -234,7 +329,8 @@ fn geometry_arg(bytes: u32, ways: u32, line: u32) -> String {
 }
 
 /// Boots the image under QEMU with the plugin, the segments in `attribute` also counted per
-/// instruction address; returns the UART output and the profile.
+/// instruction address; returns the UART output and the profile. `tag` names the run's files
+/// beside the image (runs at once need their own).
 pub(crate) fn run_qemu(
     elf: &Path,
     plugin: &Path,
@@ -242,14 +338,15 @@ pub(crate) fn run_qemu(
     timing: &CoreTimingConfig,
     timeout_s: u64,
     attribute: &[usize],
+    tag: &str,
 ) -> anyhow::Result<(String, String)> {
     let dir = elf
         .parent()
         .ok_or_else(|| anyhow::anyhow!("{} has no folder", elf.display()))?;
-    let plan_path = dir.join("plan.bin");
+    let plan_path = dir.join(format!("plan-{tag}.bin"));
     std::fs::write(&plan_path, plan.encode().as_bytes())
         .with_context(|| format!("writing {}", plan_path.display()))?;
-    let profile_path = dir.join("profile.txt");
+    let profile_path = dir.join(format!("profile-{tag}.txt"));
     let _ = std::fs::remove_file(&profile_path);
     let mut plugin_arg = format!(
         "{},marks={MARKS_ADDRESS:#x},out={},l1i={},l1d={},l2={}",
@@ -351,12 +448,12 @@ fn fit_costs(
         .iter()
         .filter_map(|m| match m.aim {
             Aim::Unit(name) => UNITS.iter().position(|u| u.counter == name),
-            Aim::Check => None,
+            Aim::Mix | Aim::Check => None,
         })
         .collect();
     fitted.sort_unstable();
     fitted.dedup();
-    let fixed = configured(&hw.cores).map(|c| c as f64);
+    let fixed = image_costs(&configured(&hw.cores).map(|c| c as f64));
     let rows: Vec<(WorkCounters, f64)> = measured
         .iter()
         .filter(|m| m.aim != Aim::Check)
@@ -364,6 +461,19 @@ fn fit_costs(
         .collect();
     let costs = fit(&rows, &fitted, &fixed)?;
     Ok((costs, fitted))
+}
+
+/// `costs` as the calibration image pays them: the units it runs at their price, the bytes
+/// copied at none (the image's DMA stands in for a DMA engine; a board's per-request glue is
+/// what `cycles_per_kib_copied` prices, and it is not in the image).
+pub fn image_costs(costs: &[f64; WorkCounters::COUNT]) -> [f64; WorkCounters::COUNT] {
+    std::array::from_fn(|u| {
+        if UNITS[u].field == "cycles_per_kib_copied" {
+            0.0
+        } else {
+            costs[u]
+        }
+    })
 }
 
 /// Rounds a fitted cost to the whole cycles a description holds (at least 1).

@@ -56,13 +56,18 @@ pub const UNITS: [Unit; WorkCounters::COUNT] = [
         per: 1,
     },
     Unit {
-        counter: "edges_scanned",
-        field: "cycles_per_edge_scanned",
+        counter: "rows_gathered",
+        field: "cycles_per_row_gathered",
         per: 1,
     },
     Unit {
         counter: "edges_sampled",
         field: "cycles_per_edge_sampled",
+        per: 1,
+    },
+    Unit {
+        counter: "stale_repeats",
+        field: "cycles_per_stale_repeat",
         per: 1,
     },
     Unit {
@@ -78,6 +83,11 @@ pub const UNITS: [Unit; WorkCounters::COUNT] = [
     Unit {
         counter: "nodes_added",
         field: "cycles_per_node_added",
+        per: 1,
+    },
+    Unit {
+        counter: "destinations",
+        field: "cycles_per_destination",
         per: 1,
     },
     Unit {
@@ -119,11 +129,13 @@ pub fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
         cores.cycles_per_flash_op,
         cores.cycles_per_page_lookup,
         cores.cycles_per_page_scanned,
-        cores.cycles_per_edge_scanned,
+        cores.cycles_per_row_gathered,
         cores.cycles_per_edge_sampled,
+        cores.stale_repeat_cycles(),
         cores.edge_drawn_cycles(),
         cores.target_cycles(),
         cores.node_added_cycles(),
+        cores.destination_cycles(),
         cores.cycles_per_kib_copied,
         cores.cycles_per_sort_key_move,
         cores.radix_pass_cycles(),

@@ -85,7 +85,15 @@ pub fn profile(
     let (plan, _) = plan_for(hw)?;
     let (elf, plugin) = build()?;
     let started = std::time::Instant::now();
-    let (_, report) = run_qemu(&elf, &plugin, &plan, &timing, timeout_s, &[segment])?;
+    let (_, report) = run_qemu(
+        &elf,
+        &plugin,
+        &plan,
+        &timing,
+        timeout_s,
+        &[segment],
+        "profile",
+    )?;
     let qemu_s = started.elapsed().as_secs_f64();
     let total = report
         .lines()

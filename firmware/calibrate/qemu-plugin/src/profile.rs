@@ -122,6 +122,23 @@ impl Segment {
         format!("segment {index}{}", self.pairs())
     }
 
+    /// Each count divided by `n` (rounded to the nearest): the mean of `n` segments added up.
+    pub fn divided(&self, n: u64) -> Self {
+        let d = |x: u64| (x + n / 2) / n.max(1);
+        let m = &self.misses;
+        Self {
+            instructions: d(self.instructions),
+            misses: MissCounts {
+                data_accesses: d(m.data_accesses),
+                l1d_misses: d(m.l1d_misses),
+                l2_data_misses: d(m.l2_data_misses),
+                fetches: d(m.fetches),
+                l1i_misses: d(m.l1i_misses),
+                l2_instruction_misses: d(m.l2_instruction_misses),
+            },
+        }
+    }
+
     /// Adds another's counts.
     pub fn add(&mut self, other: &Self) {
         let (a, b) = (&mut self.misses, &other.misses);
