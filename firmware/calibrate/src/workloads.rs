@@ -95,8 +95,8 @@ pub const WORKLOADS: [Workload; 23] = [
     Workload {
         name: "isp_high_ids",
         aim: Aim::Unit("sort_key_moves"),
-        what: "the same on a never-written graph of 2^23 nodes, ids past 2^22 (three radix \
-               passes, not one)",
+        what: "4 jobs of 2,047 such nodes of a never-written graph of 2^23 nodes, ids past 2^22 \
+               (three radix passes, not one)",
     },
     Workload {
         name: "isp_local_sampling",
@@ -438,17 +438,17 @@ fn job_config<K: Marks>(
             ns_config(device, seed, &[1], max_targets, |_| UnitGraph::ISOLATED)
         }
         "isp_distinct_targets" | "isp_high_ids" => {
-            // Every fourth node of one page of indptr (8 B an entry), so that each target's
-            // bounds lie in a cache line of their own, as a random minibatch's do: the first
-            // page's ids sort in one radix pass, those of a page of the never-written graph
-            // past 2^22 in three.
+            // Every fourth node of indptr (8 B an entry), so that each target's bounds lie in a
+            // cache line of their own, as a random minibatch's do: the first page's 511 sort
+            // in one radix pass, four pages' worth of the never-written graph past 2^22 in
+            // three.
             let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
-            let first = if name == "isp_high_ids" {
-                ZERO_GRAPH_NODES - per_page * (1 + u64::from(job))
+            if name == "isp_high_ids" {
+                let first = ZERO_GRAPH_NODES - 4 * per_page * (1 + u64::from(job));
+                ns_config(device, seed, &[1], per_page - 1, |i| first + 4 * i)
             } else {
-                UnitGraph::ISOLATED
-            };
-            ns_config(device, seed, &[1], per_page / 4 - 1, |i| first + 4 * i)
+                ns_config(device, seed, &[1], per_page / 4 - 1, |i| 4 * i)
+            }
         }
         "isp_local_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::LOCAL + i),
         "isp_local_narrow" => ns_config(device, seed, &[4], 1024, |i| UnitGraph::LOCAL + i),

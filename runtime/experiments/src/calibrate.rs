@@ -545,41 +545,45 @@ mod isolation {
     use sagessd_calibrate::workloads::run;
     use sagessd_calibrate::{HOST_BUFFER_BYTES, NoMarks};
 
-    /// Each unit workload isolates its unit: it is where the fit learns that unit's cost. Run
-    /// natively, the workloads count the same work as on the A9; cycles priced at the shipped
-    /// Cosmos+ costs stand in for a measurement. When one workload's cycles rise by 10 %, the
-    /// refit must put most of that rise on the unit it aims at (the change of each unit's cost
-    /// times its count in that workload).
+    /// The workloads determine every fitted unit, and what the costs predict does not hang on
+    /// one workload. Run natively, the workloads count the same work as on the A9; cycles
+    /// priced at the shipped Cosmos+ costs stand in for a measurement. The fit must give those
+    /// costs back; in each workload aimed at a unit, that unit must be a large part of the
+    /// cycles (15 % at least: it is where the fit learns its cost); and when any one fitted
+    /// workload's cycles rise by 10 %, no held-out check's prediction may move by more than 7 %
+    /// (a check made mostly of one unit moves with that unit's workload; a unit collinear with
+    /// another, a page lookup with a page scanned, can move more: what counts is what their
+    /// sum prices).
     #[test]
-    fn each_unit_workload_is_where_its_unit_is_priced() {
+    fn the_workloads_determine_each_unit_where_they_aim() {
         let hw = HwConfig::cosmos_plus();
         let (plan, _) = plan_for(&hw).unwrap();
-        let mut memory = vec![0u8; 600 << 20];
+        let mut memory = vec![0u8; 700 << 20];
         let mut out = String::new();
         run(&plan, &mut memory, HOST_BUFFER_BYTES, NoMarks, &mut out).unwrap();
-        let shipped = configured(&hw.cores).map(|c| c as f64);
-        let rows: Vec<(Aim, WorkCounters, f64)> = out
+        let shipped = image_costs(&configured(&hw.cores).map(|c| c as f64));
+        let rows: Vec<(&str, Aim, WorkCounters, f64)> = out
             .lines()
             .filter_map(parse_report)
             .map(|(name, _, work)| {
                 let w = WORKLOADS.iter().find(|w| w.name == name).unwrap();
-                (w.aim, work, priced(&work, &shipped))
+                (w.name, w.aim, work, priced(&work, &shipped))
             })
-            .filter(|r| r.0 != Aim::Check)
+            .filter(|r| r.1 != Aim::Check)
             .collect();
-        assert_eq!(rows.len(), 12, "one workload per fitted unit");
-        let unit_of = |aim: Aim| match aim {
-            Aim::Unit(name) => UNITS.iter().position(|u| u.counter == name).unwrap(),
-            Aim::Check => unreachable!(),
+        let aimed = |aim: Aim| match aim {
+            Aim::Unit(name) => UNITS.iter().position(|u| u.counter == name),
+            _ => None,
         };
-        let mut fitted: Vec<usize> = rows.iter().map(|r| unit_of(r.0)).collect();
+        let mut fitted: Vec<usize> = rows.iter().filter_map(|r| aimed(r.1)).collect();
         fitted.sort_unstable();
         fitted.dedup();
+        assert!(rows.len() > fitted.len(), "more workloads than units");
         let fit_with = |bumped: Option<usize>| {
             let rows: Vec<(WorkCounters, f64)> = rows
                 .iter()
                 .enumerate()
-                .map(|(i, r)| (r.1, if Some(i) == bumped { r.2 * 1.1 } else { r.2 }))
+                .map(|(i, r)| (r.2, if Some(i) == bumped { r.3 * 1.1 } else { r.3 }))
                 .collect();
             fit(&rows, &fitted, &shipped).unwrap()
         };
@@ -591,31 +595,39 @@ mod isolation {
                 UNITS[*u].field
             );
         }
-        let names: Vec<&str> = WORKLOADS
-            .iter()
-            .filter(|w| w.aim != Aim::Check)
-            .map(|w| w.name)
+        let checks: Vec<(&str, WorkCounters)> = out
+            .lines()
+            .filter_map(parse_report)
+            .filter(|(name, ..)| {
+                WORKLOADS
+                    .iter()
+                    .any(|w| w.name == *name && w.aim == Aim::Check)
+            })
+            .map(|(name, _, work)| (name, work))
             .collect();
+        assert!(!checks.is_empty());
         let mut wrong = Vec::new();
-        for (i, row) in rows.iter().enumerate() {
-            let moved = fit_with(Some(i));
-            let counts = row.1.values();
-            let change = |u: usize| {
-                (moved[u] - base[u]).abs() * counts[u] as f64 / UNITS[u].per as f64 / row.2
-            };
-            let aim = unit_of(row.0);
-            let most = *fitted
-                .iter()
-                .max_by(|a, b| change(**a).total_cmp(&change(**b)))
-                .unwrap();
-            if most != aim {
+        for (name, aim, work, cycles) in &rows {
+            let Some(u) = aimed(*aim) else { continue };
+            let share = work.values()[u] as f64 / UNITS[u].per as f64 * shipped[u] / cycles;
+            if share < 0.15 {
                 wrong.push(format!(
-                    "{}: of its +10 % cycles the refit put {:.1} % on {}, {:.1} % on its own unit",
-                    names[i],
-                    100.0 * change(most),
-                    UNITS[most].field,
-                    100.0 * change(aim)
+                    "{name}: {} is {:.1} % of its cycles",
+                    UNITS[u].field,
+                    100.0 * share
                 ));
+            }
+        }
+        for (i, (name, ..)) in rows.iter().enumerate() {
+            let moved = fit_with(Some(i));
+            for (check, work) in &checks {
+                let change = priced(work, &moved) / priced(work, &base) - 1.0;
+                if change.abs() > 0.07 {
+                    wrong.push(format!(
+                        "{name} +10 % moved the prediction of {check} by {:+.1} %",
+                        100.0 * change
+                    ));
+                }
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
