@@ -31,11 +31,61 @@ pub use plan::{Plan, PlanError, PlanWire};
 pub use sagessd_firmware::work::WorkCounters;
 pub use sparse_flash::SparseFlash;
 
-/// Where the calibration image expects its plan (QEMU `-device loader,addr=`): the last MiB
-/// of a 1 GiB vexpress-a9 RAM.
-pub const PLAN_ADDRESS: u32 = 0x9FF0_0000;
-/// Where the calibration image's marker words are ([`Marks`]), just below the plan.
-pub const MARKS_ADDRESS: u32 = 0x9FEF_F000;
+/// A machine QEMU emulates for the calibration image: where its RAM is, and so where the
+/// host loads the plan and the image keeps its marker words. The image is built for one of
+/// them ([`IMAGE_BOARD`]); the host runs the one a description's core asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Board {
+    /// QEMU's machine and CPU (`-M`, `-cpu`) and its system emulator.
+    pub qemu: &'static str,
+    /// `-M`.
+    pub machine: &'static str,
+    /// `-cpu`.
+    pub cpu: &'static str,
+    /// The Rust target the image is built for.
+    pub target: &'static str,
+    /// Where RAM starts.
+    pub ram_base: u64,
+}
+
+impl Board {
+    /// Where the image expects its plan (QEMU `-device loader,addr=`): the last MiB of
+    /// [`RAM_MIB`] of RAM.
+    pub const fn plan_address(&self) -> u64 {
+        self.ram_base + ((RAM_MIB as u64) << 20) - (1 << 20)
+    }
+
+    /// Where the image's marker words are ([`Marks`]), just below the plan.
+    pub const fn marks_address(&self) -> u64 {
+        self.plan_address() - 0x1000
+    }
+}
+
+/// QEMU's vexpress-a9 with a Cortex-A9: the Cosmos+ OpenSSD's core, in ARM state (ARMv7-A).
+pub const VEXPRESS_A9: Board = Board {
+    qemu: "qemu-system-arm",
+    machine: "vexpress-a9",
+    cpu: "cortex-a9",
+    target: "armv7a-none-eabi",
+    ram_base: 0x6000_0000,
+};
+
+/// QEMU's virt with a Cortex-A53 in AArch64: a Newport-class SSD's ISP cores.
+pub const VIRT_A53: Board = Board {
+    qemu: "qemu-system-aarch64",
+    machine: "virt",
+    cpu: "cortex-a53",
+    target: "aarch64-unknown-none",
+    ram_base: 0x4000_0000,
+};
+
+/// The board this build of the image runs on.
+#[cfg(target_arch = "aarch64")]
+pub const IMAGE_BOARD: Board = VIRT_A53;
+/// The board this build of the image runs on.
+#[cfg(not(target_arch = "aarch64"))]
+pub const IMAGE_BOARD: Board = VEXPRESS_A9;
+
 /// Bytes of host buffer the calibration image gives the workloads: a check minibatch's
 /// subgraph (1,024 targets, fanouts 25,10: at most 282,624 nodes and 281,600 edges, under
 /// 4 MiB) with room to spare.

@@ -90,13 +90,14 @@ pub const WORKLOADS: [Workload; 23] = [
     Workload {
         name: "isp_distinct_targets",
         aim: Aim::Unit("destinations"),
-        what: "4 jobs of 511 degree-0 nodes, every fourth of the first page's bounds, fanout 1",
+        what: "4 jobs of 16,000 degree-0 nodes, every fourth of the first 32 pages' bounds, \
+               fanout 1",
     },
     Workload {
         name: "isp_high_ids",
         aim: Aim::Unit("sort_key_moves"),
-        what: "4 jobs of 2,047 such nodes of a never-written graph of 2^23 nodes, ids past 2^22 \
-               (three radix passes, not one)",
+        what: "the same of a never-written graph of 2^23 nodes, ids past 2^22 (three radix \
+               passes, not two)",
     },
     Workload {
         name: "isp_local_sampling",
@@ -181,6 +182,8 @@ pub const CHECK_JOBS: u32 = JOBS;
 const TINY_JOBS: u32 = 64;
 /// Jobs of the fitted and checked minibatches but `check_minibatch`.
 const MIX_JOBS: u32 = 2;
+/// Targets of `isp_distinct_targets` and `isp_high_ids`: a layer's worth of destinations.
+const DESTINATION_TARGETS: u64 = 16_000;
 /// Nodes of the never-written graph `isp_high_ids` samples: 2^23, so that ids near the top
 /// take three radix passes of 11 bits.
 const ZERO_GRAPH_NODES: u64 = 1 << 23;
@@ -439,15 +442,16 @@ fn job_config<K: Marks>(
         }
         "isp_distinct_targets" | "isp_high_ids" => {
             // Every fourth node of indptr (8 B an entry), so that each target's bounds lie in a
-            // cache line of their own, as a random minibatch's do: the first page's 511 sort
-            // in one radix pass, four pages' worth of the never-written graph past 2^22 in
-            // three.
-            let per_page = u64::from(plan.geometry.page_size_bytes) / 8;
+            // cache line of their own, as a random minibatch's do, and as many as a layer of a
+            // real minibatch has (its records and sort keys as far out of the caches): those
+            // of the unit graph's first 32 pages sort in two radix passes, those of the
+            // never-written graph past 2^22 in three.
+            let count = DESTINATION_TARGETS;
             if name == "isp_high_ids" {
-                let first = ZERO_GRAPH_NODES - 4 * per_page * (1 + u64::from(job));
-                ns_config(device, seed, &[1], per_page - 1, |i| first + 4 * i)
+                let first = ZERO_GRAPH_NODES - 4 * count * (1 + u64::from(job));
+                ns_config(device, seed, &[1], count, |i| first + 4 * i)
             } else {
-                ns_config(device, seed, &[1], per_page / 4 - 1, |i| 4 * i)
+                ns_config(device, seed, &[1], count, |i| 4 * i)
             }
         }
         "isp_local_sampling" => ns_config(device, seed, &[16], 1024, |i| UnitGraph::LOCAL + i),

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::Context as _;
 use sagessd_calibrate::workloads::{Aim, WORKLOADS, parse_report};
-use sagessd_calibrate::{HOST_BUFFER_BYTES, MARKS_ADDRESS, PLAN_ADDRESS, Plan, RAM_MIB};
+use sagessd_calibrate::{Board, HOST_BUFFER_BYTES, Plan, RAM_MIB, VEXPRESS_A9, VIRT_A53};
 use sagessd_emulator::HwConfig;
 use sagessd_emulator::config::CoreTimingConfig;
 use sagessd_firmware::work::WorkCounters;
@@ -31,6 +31,8 @@ use crate::calibrate_fit::{UNITS, configured, cycles, fit, priced};
 pub struct Calibration {
     /// The core's timing model (`[core_timing]`).
     pub timing: CoreTimingConfig,
+    /// The machine QEMU emulated.
+    pub machine: Board,
     /// Why the image ran with fewer ISP slots than described, if it did.
     pub note: Option<String>,
     /// QEMU's runs, seconds of wall clock.
@@ -92,9 +94,10 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
         )
     })?;
     let (plan, note) = plan_for(hw)?;
-    let (elf, plugin) = build()?;
+    let machine = board_for(&timing)?;
+    let (elf, plugin) = build(&machine)?;
     let started = std::time::Instant::now();
-    let runs = run_placements(&elf, &plugin, &plan, &timing, timeout_s)?;
+    let runs = run_placements(&machine, &elf, &plugin, &plan, &timing, timeout_s)?;
     let qemu_s = started.elapsed().as_secs_f64();
     let per_placement: Vec<Vec<Measured>> = runs
         .iter()
@@ -135,6 +138,7 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
         .collect();
     Ok(Calibration {
         timing,
+        machine,
         note,
         qemu_s,
         placements: PLACEMENTS.to_vec(),
@@ -158,6 +162,7 @@ pub const PLACEMENTS: [u32; 4] = [0, 16_448 + 8_256, 33_344 + 1_088, 50_240 + 4_
 /// Runs the image once per placement of [`PLACEMENTS`], as many at once as the machine has
 /// cores; returns each run's UART output and profile, in placement order.
 fn run_placements(
+    board: &Board,
     elf: &Path,
     plugin: &Path,
     plan: &Plan,
@@ -177,7 +182,9 @@ fn run_placements(
                         ..*plan
                     };
                     let tag = format!("placement{k}");
-                    scope.spawn(move || run_qemu(elf, plugin, &plan, timing, timeout_s, &[], &tag))
+                    scope.spawn(move || {
+                        run_qemu(board, elf, plugin, &plan, timing, timeout_s, &[], &tag)
+                    })
                 })
                 .collect();
             for (&k, h) in batch.iter().zip(handles) {
@@ -296,8 +303,21 @@ pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Builds the image and the plugin; returns their paths.
-pub(crate) fn build() -> anyhow::Result<(PathBuf, PathBuf)> {
+/// The board QEMU emulates for a description's `[core_timing]` core: the Cortex-A9 in ARM
+/// state (ARMv7-A) on vexpress-a9, the Cortex-A53 in AArch64 on virt.
+pub fn board_for(timing: &CoreTimingConfig) -> anyhow::Result<Board> {
+    match timing.cpu.as_str() {
+        "Cortex-A9" => Ok(VEXPRESS_A9),
+        "Cortex-A53" => Ok(VIRT_A53),
+        other => anyhow::bail!(
+            "[core_timing] cpu = {other:?}: the calibration image runs on a Cortex-A9 \
+             (vexpress-a9) or a Cortex-A53 (virt)"
+        ),
+    }
+}
+
+/// Builds the image for `board` and the plugin; returns their paths.
+pub(crate) fn build(board: &Board) -> anyhow::Result<(PathBuf, PathBuf)> {
     let script = repo_root().join("firmware/calibrate/board/build.sh");
     anyhow::ensure!(
         script.exists(),
@@ -305,7 +325,13 @@ pub(crate) fn build() -> anyhow::Result<(PathBuf, PathBuf)> {
          built from",
         script.display()
     );
+    let arch = if *board == VIRT_A53 {
+        "aarch64"
+    } else {
+        "armv7a"
+    };
     let out = Command::new(&script)
+        .arg(arch)
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
@@ -331,7 +357,9 @@ fn geometry_arg(bytes: u32, ways: u32, line: u32) -> String {
 /// Boots the image under QEMU with the plugin, the segments in `attribute` also counted per
 /// instruction address; returns the UART output and the profile. `tag` names the run's files
 /// beside the image (runs at once need their own).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_qemu(
+    board: &Board,
     elf: &Path,
     plugin: &Path,
     plan: &Plan,
@@ -349,8 +377,9 @@ pub(crate) fn run_qemu(
     let profile_path = dir.join(format!("profile-{tag}.txt"));
     let _ = std::fs::remove_file(&profile_path);
     let mut plugin_arg = format!(
-        "{},marks={MARKS_ADDRESS:#x},out={},l1i={},l1d={},l2={}",
+        "{},marks={:#x},out={},l1i={},l1d={},l2={}",
         plugin.display(),
+        board.marks_address(),
         profile_path.display(),
         geometry_arg(timing.l1i_bytes, timing.l1_ways, timing.line_bytes),
         geometry_arg(timing.l1d_bytes, timing.l1_ways, timing.line_bytes),
@@ -361,12 +390,13 @@ pub(crate) fn run_qemu(
         plugin_arg += &format!(",attribute={}", segments.join(":"));
     }
     let loader = format!(
-        "loader,file={},addr={PLAN_ADDRESS:#x},force-raw=on",
-        plan_path.display()
+        "loader,file={},addr={:#x},force-raw=on",
+        plan_path.display(),
+        board.plan_address()
     );
-    let out = Command::new("timeout")
-        .arg(timeout_s.to_string())
-        .args(["qemu-system-arm", "-M", "vexpress-a9", "-cpu", "cortex-a9"])
+    let mut qemu = Command::new("timeout");
+    qemu.arg(timeout_s.to_string())
+        .args([board.qemu, "-M", board.machine, "-cpu", board.cpu])
         .args(["-m", &format!("{RAM_MIB}M")])
         .args([
             "-nographic",
@@ -376,15 +406,19 @@ pub(crate) fn run_qemu(
             "stdio",
             "-nic",
             "none",
-        ])
-        .args(["-audiodev", "none,id=snd", "-global", "pl041.audiodev=snd"])
+        ]);
+    if *board == VEXPRESS_A9 {
+        // Its sound device wants a backend, or QEMU warns on every run.
+        qemu.args(["-audiodev", "none,id=snd", "-global", "pl041.audiodev=snd"]);
+    }
+    let out = qemu
         .args(["-semihosting-config", "enable=on,target=native"])
         .args(["-device", &loader, "-plugin", &plugin_arg, "-d", "plugin"])
         .arg("-kernel")
         .arg(elf)
         .stdin(Stdio::null())
         .output()
-        .context("running qemu-system-arm (apt-get install qemu-system-arm)")?;
+        .with_context(|| format!("running {} (apt-get install qemu-system-arm)", board.qemu))?;
     let uart = String::from_utf8_lossy(&out.stdout).replace('\r', "");
     let failed = uart.lines().find(|l| l.starts_with("calibrate FAIL"));
     anyhow::ensure!(

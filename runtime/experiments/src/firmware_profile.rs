@@ -19,7 +19,7 @@ use sagessd_calibrate::workloads::{WORKLOADS, segment_of};
 use sagessd_emulator::HwConfig;
 use sagessd_qemu_a9_profile::profile::{PcLine, Segment};
 
-use crate::calibrate::{build, plan_for, repo_root, run_qemu};
+use crate::calibrate::{board_for, build, plan_for, repo_root, run_qemu};
 use crate::calibrate_fit::cycles;
 
 /// How a profile groups instruction addresses.
@@ -83,9 +83,11 @@ pub fn profile(
         anyhow::anyhow!("the description has no [core_timing] table: profiling prices with it")
     })?;
     let (plan, _) = plan_for(hw)?;
-    let (elf, plugin) = build()?;
+    let board = board_for(&timing)?;
+    let (elf, plugin) = build(&board)?;
     let started = std::time::Instant::now();
     let (_, report) = run_qemu(
+        &board,
         &elf,
         &plugin,
         &plan,
@@ -111,7 +113,12 @@ pub fn profile(
         "the plugin attributed nothing to segment {segment}"
     );
     let addresses: Vec<u64> = lines.iter().map(|l| l.address).collect();
-    let frames = symbolize(&elf, &addresses)?;
+    let addr2line = if board == sagessd_calibrate::VIRT_A53 {
+        "aarch64-linux-gnu-addr2line"
+    } else {
+        "arm-none-eabi-addr2line"
+    };
+    let frames = symbolize(addr2line, &elf, &addresses)?;
     let root = repo_root()
         .canonicalize()
         .unwrap_or_else(|_| repo_root())
@@ -154,16 +161,19 @@ pub struct Frames {
     pub frames: Vec<(String, String)>,
 }
 
-/// Maps `addresses` of `elf` to their inline chains with `arm-none-eabi-addr2line`.
-fn symbolize(elf: &Path, addresses: &[u64]) -> anyhow::Result<Vec<Frames>> {
-    let mut child = Command::new("arm-none-eabi-addr2line")
+/// Maps `addresses` of `elf` to their inline chains with `addr2line` (the image's binutils:
+/// `arm-none-eabi-addr2line` or `aarch64-linux-gnu-addr2line`).
+fn symbolize(addr2line: &str, elf: &Path, addresses: &[u64]) -> anyhow::Result<Vec<Frames>> {
+    let mut child = Command::new(addr2line)
         .args(["-a", "-f", "-i", "-C", "-e"])
         .arg(elf)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("running arm-none-eabi-addr2line (apt-get install binutils-arm-none-eabi)")?;
+        .with_context(|| {
+            format!("running {addr2line} (apt-get install binutils-arm-none-eabi binutils-aarch64-linux-gnu)")
+        })?;
     let input: String = addresses.iter().map(|a| format!("{a:#x}\n")).collect();
     let mut stdin = child.stdin.take().context("addr2line's stdin")?;
     // addr2line answers as it reads: feed it from another thread so neither pipe fills up.
@@ -175,7 +185,7 @@ fn symbolize(elf: &Path, addresses: &[u64]) -> anyhow::Result<Vec<Frames>> {
         .context("writing addresses to addr2line")?;
     anyhow::ensure!(
         out.status.success(),
-        "arm-none-eabi-addr2line failed ({}): {}",
+        "{addr2line} failed ({}): {}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

@@ -1,24 +1,31 @@
-//! The calibration image's entry point on QEMU's vexpress-a9 (Cortex-A9, 1 GiB, MMU and
-//! caches off): reads the plan the host loaded at `PLAN_ADDRESS`, gives the RAM between the
-//! image and the marker page to the workloads, runs them with marker stores at
-//! `MARKS_ADDRESS` for the profiling plugin, and prints their reports on the UART
-//! (`tests/board/platform_vexpress.c`). Built only for `target_os = "none"`; `build.sh` links it
-//! with `tests/board/startup.S` and `vexpress-a9.ld`.
+//! The calibration image's entry point under QEMU: reads the plan the host loaded at its
+//! board's `plan_address`, gives the RAM between the image and the marker page to the
+//! workloads, runs them with marker stores at `marks_address` for the profiling plugin, and
+//! prints their reports on the UART. Built only for `target_os = "none"`, for two boards
+//! ([`sagessd_calibrate::Board`]):
+//!
+//! * `armv7a-none-eabi`, QEMU's vexpress-a9 (Cortex-A9, MMU and caches off): `build.sh` links
+//!   the static library with `tests/board/startup.S`, `platform_vexpress.c` and
+//!   `vexpress-a9.ld`;
+//! * `aarch64-unknown-none`, QEMU's virt (Cortex-A53 in AArch64): the library carries its own
+//!   start-up code ([`platform`]), and `build.sh` links it with `rust-lld` and
+//!   `aarch64-virt.ld`.
 #![cfg_attr(target_os = "none", no_std)]
+
+#[cfg(all(target_os = "none", target_arch = "aarch64"))]
+mod platform;
 
 #[cfg(target_os = "none")]
 mod image {
     use core::fmt::Write;
 
-    use sagessd_calibrate::{
-        HOST_BUFFER_BYTES, MARKS_ADDRESS, Marks, PLAN_ADDRESS, Plan, workloads,
-    };
+    use sagessd_calibrate::{HOST_BUFFER_BYTES, IMAGE_BOARD, Marks, Plan, workloads};
 
     unsafe extern "C" {
         fn platform_init();
         fn platform_putc(c: core::ffi::c_char);
         fn platform_exit(code: i32) -> !;
-        /// End of the image's DDR section (vexpress-a9.ld): free RAM starts after it.
+        /// End of the image's sections (its linker script): free RAM starts after it.
         static __ddr_end: u8;
     }
 
@@ -28,7 +35,7 @@ mod image {
     impl Write for Uart {
         fn write_str(&mut self, s: &str) -> core::fmt::Result {
             for b in s.bytes() {
-                // SAFETY: platform_putc writes one byte to the PL011's data register.
+                // SAFETY: platform_putc writes one byte to the UART's data register.
                 unsafe { platform_putc(b as core::ffi::c_char) };
             }
             Ok(())
@@ -41,9 +48,9 @@ mod image {
 
     impl BoardMarks {
         fn store(word: usize) {
-            let at = (MARKS_ADDRESS as usize + 4 * word) as *mut u32;
+            let at = (IMAGE_BOARD.marks_address() as usize + 4 * word) as *mut u32;
             // SAFETY: the marker page lies in RAM below the plan, outside every other use
-            // (main hands out RAM only up to MARKS_ADDRESS).
+            // (main hands out RAM only up to the marker page).
             unsafe { at.write_volatile(1) };
         }
     }
@@ -63,7 +70,7 @@ mod image {
         }
     }
 
-    /// The image's `main`, called by startup.S.
+    /// The image's `main`, called by the start-up code.
     #[unsafe(no_mangle)]
     pub extern "C" fn main() -> i32 {
         // SAFETY: sets up the UART; called once, first.
@@ -72,8 +79,9 @@ mod image {
         let _ = writeln!(out, "calibrate start");
         // SAFETY: the host loaded the plan there (QEMU's loader) before the CPU started; the
         // page is RAM that nothing else uses.
-        let plan_bytes =
-            unsafe { core::slice::from_raw_parts(PLAN_ADDRESS as usize as *const u8, 64) };
+        let plan_bytes = unsafe {
+            core::slice::from_raw_parts(IMAGE_BOARD.plan_address() as usize as *const u8, 64)
+        };
         let plan = match Plan::decode(plan_bytes) {
             Ok(plan) => plan,
             Err(e) => {
@@ -89,13 +97,13 @@ mod image {
         // it (a Newport-class L2 flipped a page lookup between 455 and 625 cycles). Then the
         // plan's offset: the host runs several placements and averages them.
         let start = start.next_multiple_of(1 << 20) + plan.arena_offset_bytes as usize;
-        let end = MARKS_ADDRESS as usize;
+        let end = IMAGE_BOARD.marks_address() as usize;
         if end <= start {
             let _ = writeln!(out, "calibrate FAIL no RAM after the image");
             return 1;
         }
         // SAFETY: RAM from the end of the image's sections to the marker page belongs to no
-        // one else (startup.S's stacks and the DDR section lie below it); QEMU starts it
+        // one else (the start-up code's stacks and sections lie below it); QEMU starts it
         // zero-filled, as the firmware's arena must be.
         let memory = unsafe { core::slice::from_raw_parts_mut(start as *mut u8, end - start) };
         match workloads::run(&plan, memory, HOST_BUFFER_BYTES, BoardMarks, &mut out) {
