@@ -9,12 +9,17 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
 # --- 1. Rust targets -------------------------------------------------------------------------
-# Bare-metal targets the firmware must keep building for: the Cosmos+ OpenSSD's Cortex-A9, and a
-# Cortex-M as a second, stricter no_std target (no 64-bit atomics).
-rustup target add armv7a-none-eabi thumbv7em-none-eabihf
+# Bare-metal targets the firmware must keep building for: the Cosmos+ OpenSSD's Cortex-A9, a
+# Cortex-M as a second, stricter no_std target (no 64-bit atomics), and AArch64 (a Newport-class
+# SSD's Cortex-A53 ISP cores, which `sagessd firmware calibrate` measures the firmware on).
+rustup target add armv7a-none-eabi thumbv7em-none-eabihf aarch64-unknown-none
 
 # --- 2. apt packages -------------------------------------------------------------------------
-#   gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm   the board self-test (tests/board)
+#   gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm   the board self-test (tests/board),
+#                                                                  the calibration (qemu-system-arm
+#                                                                  also ships qemu-system-aarch64)
+#   binutils-aarch64-linux-gnu                                     `firmware profile` of the
+#                                                                  AArch64 image (its addr2line)
 #   qemu-system-x86, busybox-static, nvme-cli, kmod, cpio,         the Linux guest (tests/qemu)
 #   e2fsprogs                                                      (its ext4 survives a SIGKILL)
 #   fio                                                            (its writes checked by crc32c)
@@ -26,7 +31,7 @@ rustup target add armv7a-none-eabi thumbv7em-none-eabihf
 # installed, newer qemu-utils unless told to take the release's own and allowed to downgrade.
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
 packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-x86 fonts-dejavu-core
-          busybox-static nvme-cli kmod cpio e2fsprogs fio valgrind xz-utils)
+          busybox-static nvme-cli kmod cpio e2fsprogs fio valgrind xz-utils binutils-aarch64-linux-gnu)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,6 +18,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 step bare-metal firmware builds
 cargo build -p sagessd-firmware --target armv7a-none-eabi
 cargo build -p sagessd-firmware --target thumbv7em-none-eabihf
+cargo build -p sagessd-firmware --target aarch64-unknown-none
 cargo clippy -p sagessd-firmware-ffi --target armv7a-none-eabi -- -D warnings
 firmware/ffi/tests/arm_link.sh
 # The same library on an emulated Cortex-A9 (QEMU vexpress-a9) samples exactly as on the host.

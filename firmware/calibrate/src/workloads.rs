@@ -51,7 +51,7 @@ pub struct Workload {
 }
 
 /// Every workload, in run order.
-pub const WORKLOADS: [Workload; 23] = [
+pub const WORKLOADS: [Workload; 24] = [
     Workload {
         name: "idle_polls",
         aim: Aim::Unit("polls"),
@@ -161,6 +161,12 @@ pub const WORKLOADS: [Workload; 23] = [
         name: "uniform_wide_fanout",
         aim: Aim::Mix,
         what: "1 job of 1,024 random nodes of the uniform graph, fanouts 25,10",
+    },
+    Workload {
+        name: "uniform_three_layer_mix",
+        aim: Aim::Mix,
+        what: "1 job of 256 random nodes of the uniform graph, fanouts 10,10,10 (other seeds \
+               than the check's)",
     },
     Workload {
         name: "uniform_three_layers",
@@ -344,9 +350,10 @@ fn prepare<K: Marks>(
             return Ok(());
         }
         "skewed_minibatch" | "check_minibatch" => device.attach(&layout.skewed)?,
-        "uniform_minibatch" | "uniform_wide_fanout" | "uniform_three_layers" => {
-            device.attach(&layout.uniform)?
-        }
+        "uniform_minibatch"
+        | "uniform_wide_fanout"
+        | "uniform_three_layer_mix"
+        | "uniform_three_layers" => device.attach(&layout.uniform)?,
         _ => {}
     }
     if !name.starts_with("buffered") {
@@ -409,7 +416,7 @@ fn perform<K: Marks>(
             let jobs = match name {
                 "isp_tiny_jobs" => TINY_JOBS,
                 "uniform_minibatch" | "skewed_minibatch" | "uniform_three_layers" => MIX_JOBS,
-                "uniform_wide_fanout" => 1,
+                "uniform_wide_fanout" | "uniform_three_layer_mix" => 1,
                 _ => JOBS,
             };
             for job in 0..jobs {
@@ -588,7 +595,7 @@ mod tests {
         let mut memory = vec![0u8; 600 << 20];
         let mut out = String::new();
         run(&plan, &mut memory, 16 << 20, NoMarks, &mut out).unwrap();
-        assert!(out.ends_with("calibrate done segments 46\n"), "{out}");
+        assert!(out.ends_with("calibrate done segments 48\n"), "{out}");
         // Each workload's line reads back, in order, with the segment after its preparation's.
         let reports: Vec<_> = out.lines().filter_map(parse_report).collect();
         assert_eq!(reports.len(), WORKLOADS.len());

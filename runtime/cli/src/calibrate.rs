@@ -144,14 +144,16 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let mut out = String::new();
     writeln!(
         out,
-        "Firmware calibration: {} ({source}), {} at {} MHz; QEMU {} runs, {:.0} s in all \
-         (arena placements {:?})",
+        "Firmware calibration: {} ({source}), {} at {} MHz; QEMU {} {} runs, {:.0} s in all \
+         (arena placements {:?}; {} kept from an identical earlier run)",
         hw.device.name,
         timing.cpu,
         hw.cores.clock_mhz,
+        c.machine.machine,
         c.placements.len(),
         c.qemu_s,
-        c.placements
+        c.placements,
+        c.kept
     )?;
     if let Some(note) = &c.note {
         writeln!(out, "note: {note}")?;

@@ -1,8 +1,11 @@
 //! `sagessd firmware calibrate`: the shipped descriptions' measured `[cores]` costs are what
-//! the firmware measures today, and a description whose cost is wrong is caught; `sagessd
-//! firmware profile` attributes a workload's cycles to the code. Each run
-//! boots the calibration image under QEMU (about 30 s) and builds it first (cargo,
-//! gcc-arm-none-eabi, qemu-system-arm: `scripts/setup.sh` installs them).
+//! the firmware measures today, every held-out check is predicted within 10 %, the check
+//! minibatch costs at most 100 M cycles, and a description whose cost is wrong is caught;
+//! `sagessd firmware profile` attributes a workload's cycles to the code. Each calibration
+//! boots the calibration image under QEMU four times (the arena's placements, about a minute
+//! on two cores; a run identical to an earlier one is read back instead) and builds it first
+//! (cargo, gcc-arm-none-eabi, qemu-system-arm: `scripts/setup.sh` installs them). Cosmos+ runs
+//! on an emulated Cortex-A9 (ARMv7), the Newport-class description on a Cortex-A53 (AArch64).
 
 use std::process::Command;
 
@@ -26,19 +29,32 @@ fn the_shipped_costs_are_current_and_a_wrong_one_is_caught() {
         let (ok, stdout) = calibrate_check(&["--config", &path]);
         assert!(ok, "{description}:\n{stdout}");
         assert!(stdout.contains("OK: every measured cost"), "{stdout}");
-        // The realistic check workload is predicted within 25 % by the fitted costs.
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("check check_minibatch:"))
-            .unwrap_or_else(|| panic!("no check line:\n{stdout}"));
-        // "... its fitted costs predict 1344.5 (-16.9 %); ..."
-        let error: f64 = line
-            .split_once("predict ")
-            .and_then(|(_, r)| r.split_once('('))
+        // "check NAME: the firmware measured M Mcycles; its fitted costs predict P (+E %); ..."
+        let checks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("check ")).collect();
+        assert!(
+            checks.len() >= 4,
+            "{description}: the held-out checks:\n{stdout}"
+        );
+        for line in checks.iter().filter(|l| l.contains("predict")) {
+            let error: f64 = line
+                .split_once("predict ")
+                .and_then(|(_, r)| r.split_once('('))
+                .and_then(|(_, r)| r.split_once(' '))
+                .and_then(|(p, _)| p.parse().ok())
+                .unwrap_or_else(|| panic!("no prediction error in {line:?}"));
+            assert!(error.abs() <= 10.0, "{description}: {line}");
+        }
+        // "check minibatch (...): X Mcycles a minibatch on the firmware ..."
+        let line = checks
+            .iter()
+            .find(|l| l.starts_with("check minibatch"))
+            .unwrap_or_else(|| panic!("no check minibatch line:\n{stdout}"));
+        let cycles: f64 = line
+            .split_once("): ")
             .and_then(|(_, r)| r.split_once(' '))
-            .and_then(|(p, _)| p.parse().ok())
-            .unwrap_or_else(|| panic!("no prediction error in {line:?}"));
-        assert!(error.abs() < 25.0, "{description}: {line}");
+            .and_then(|(m, _)| m.parse().ok())
+            .unwrap_or_else(|| panic!("no cycles in {line:?}"));
+        assert!(cycles <= 100.0, "{description}: {line}");
     }
     // Double one measured cost: the check must name it.
     let text = std::fs::read_to_string(format!("{root}/hw-configs/cosmos-plus.toml")).unwrap();

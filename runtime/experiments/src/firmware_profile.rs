@@ -86,7 +86,7 @@ pub fn profile(
     let board = board_for(&timing)?;
     let (elf, plugin) = build(&board)?;
     let started = std::time::Instant::now();
-    let (_, report) = run_qemu(
+    let report = run_qemu(
         &board,
         &elf,
         &plugin,
@@ -95,7 +95,8 @@ pub fn profile(
         timeout_s,
         &[segment],
         "profile",
-    )?;
+    )?
+    .profile;
     let qemu_s = started.elapsed().as_secs_f64();
     let total = report
         .lines()
