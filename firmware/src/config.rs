@@ -41,9 +41,9 @@ pub struct FirmwareConfig {
     /// keep its dies busy), not of the buffer's size: a smaller buffer only makes the issuers
     /// wait for free slots more often.
     pub isp_window_pages: u32,
-    /// Whether the sampling passes read ahead the pages the next gather will want (the
-    /// neighbour ids at the positions a sample pass draws, the `indptr` entries of the nodes a
-    /// dedup pass adds), so that the flash reads them while the core runs the rest of the pass.
+    /// Whether the local pass reads ahead the pages the next gather will want (the `indptr`
+    /// entries of the nodes it adds), so that the flash reads them while the core runs the rest
+    /// of the pass.
     /// Off by default: with the measured embedded-core costs a job is core-bound, and reading
     /// ahead cost more than it saved on every shipped description (docs/model.md).
     pub isp_read_ahead: bool,

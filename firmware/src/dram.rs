@@ -302,7 +302,7 @@ impl DramLayout {
     }
 }
 
-/// Entries of the node hash table: the power of two at least twice `max_nodes`.
+/// Entries of the node table (open addressing): the power of two at least twice `max_nodes`.
 pub(crate) fn hash_capacity(max_nodes: u32) -> usize {
     (2 * max_nodes as usize).next_power_of_two()
 }

@@ -174,11 +174,11 @@ pub struct HostStackConfig {
     /// (Linux's `VM_READAHEAD_PAGES`).
     pub read_ahead_kb: u32,
     /// Host sampling compute per sampled neighbour (RNG draw, deduplication hash probe, output
-    /// write), beyond its memory loads. Default 33 ns \[measured: `sagessd validate
+    /// write), beyond its memory loads. Default 29 ns \[measured: `sagessd validate
     /// host-compute`, this project's sampler on an AMD EPYC Zen 4\].
     pub edge_sampled_ns: u64,
     /// Host sampling compute per destination node of a layer (loop, sample-count choice,
-    /// relabelling). Default 22 ns \[measured: `sagessd validate host-compute`\].
+    /// relabelling). Default 31 ns \[measured: `sagessd validate host-compute`\].
     pub node_ns: u64,
     /// Whether the mmap sampler's workers are threads sharing one mapping (default; what
     /// `compare` and the experiments model) or processes mapping the file each.
@@ -201,8 +201,8 @@ impl Default for HostStackConfig {
             uring_queue_depth: 32,
             page_cache_bytes: 64 << 20,
             read_ahead_kb: 128,
-            edge_sampled_ns: 33,
-            node_ns: 22,
+            edge_sampled_ns: 29,
+            node_ns: 31,
             mmap_workers: MmapWorkers::Threads,
         }
     }

@@ -184,6 +184,21 @@ pub const WORKLOADS: [Workload; 24] = [
 const JOBS: u32 = 4;
 /// Jobs of `check_minibatch` (each one SmartSAGE minibatch).
 pub const CHECK_JOBS: u32 = JOBS;
+/// The check minibatch's fanouts (SmartSAGE's).
+pub const CHECK_FANOUTS: [u16; 2] = [25, 10];
+/// Targets of each check minibatch.
+pub const CHECK_TARGETS: u64 = 1024;
+
+/// The seed of ISP job `job` of a workload (the check minibatch's among them).
+pub fn job_seed(job: u32) -> u64 {
+    0x5A9E_0000 + u64::from(job)
+}
+
+/// Target `i` of the check minibatch with `seed`: a node of [`SkewedGraph`] (what its floor is
+/// derived from, too).
+pub fn check_target(seed: u64, i: u64) -> u64 {
+    mix(seed << 32 | i) % SkewedGraph.node_count()
+}
 /// Jobs of `isp_tiny_jobs`.
 const TINY_JOBS: u32 = 64;
 /// Jobs of the fitted and checked minibatches but `check_minibatch`.
@@ -440,7 +455,7 @@ fn job_config<K: Marks>(
     job: u32,
 ) -> Result<usize, CalibrateError> {
     let max_targets = u64::from(plan.config.limits.max_targets);
-    let seed = 0x5A9E_0000 + u64::from(job);
+    let seed = job_seed(job);
     // A list of the unit graph is 128 B: a page holds this many.
     let lists_per_page = u64::from(plan.geometry.page_size_bytes) / 128;
     match name {
@@ -510,11 +525,9 @@ fn job_config<K: Marks>(
             let n = SkewedGraph.node_count();
             ns_config(device, seed, &[25, 10], 1024, |i| mix(seed << 32 | i) % n)
         }
-        _ => {
-            let n = SkewedGraph.node_count();
-            let t = |i: u64| mix(seed << 32 | i) % n;
-            ns_config(device, seed, &[25, 10], 1024, t)
-        }
+        _ => ns_config(device, seed, &CHECK_FANOUTS, CHECK_TARGETS, |i| {
+            check_target(seed, i)
+        }),
     }
 }
 
@@ -581,7 +594,7 @@ mod tests {
                 page_buffer_pages: 1024,
                 isp_slots: 2,
                 limits: NsLimits {
-                    max_targets: 4096,
+                    max_targets: 16_384,
                     max_fanout: 64,
                     max_minibatches: 1,
                 },

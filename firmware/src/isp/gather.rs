@@ -310,7 +310,7 @@ impl Isp {
 
     /// The sort buffer not holding `run`'s sorted keys: the issuer's staged offsets during a
     /// bounds or feature gather, then each destination's `(row, count)` of edges in local
-    /// order, once the sample pass has placed them.
+    /// order, once the neighbour gather's issuer has placed them.
     pub(super) fn spare_buffer(&self, lane: usize, run: &Run) -> Region {
         let r = &self.lanes[lane].regions;
         if run.sorted_in_scratch {

@@ -70,7 +70,7 @@ impl Ahead {
 }
 
 /// A job's deduplication into one minibatch's node list: the lane's node table, the slot's
-/// node list and its length, shared by the targets at a job's start and the dedup pass.
+/// node list and its length, shared by the targets at a job's start and the local pass.
 struct Dedup<'a> {
     table: NodeTable,
     entries: &'a mut [Entry],
@@ -333,7 +333,7 @@ impl Isp {
     /// index; then, when another layer follows, read ahead the page of each new node's
     /// `indptr` entries, which its bounds gather will want. Returns the destination it stopped
     /// before. Counted once per edge as "sampled" (a probe and a write; the draw that chose
-    /// it, if its list was not taken whole, was counted by the sample pass), and once per new
+    /// it, if its list was not taken whole, was counted by the issuer that drew it), and once per new
     /// node as "added".
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]

@@ -20,6 +20,7 @@ use clap::Args;
 use sagessd_calibrate::workloads::{Aim, CHECK_JOBS};
 use sagessd_experiments::calibrate::{calibrate, rewrite};
 use sagessd_experiments::calibrate_fit::{UNITS, priced};
+use sagessd_experiments::calibrate_floor::{InstructionFloor, check_minibatch_floor};
 use sagessd_experiments::firmware_profile::{Grouping, profile};
 use sagessd_qemu_a9_profile::profile::Segment;
 
@@ -261,12 +262,29 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     if let Some(m) = c.measured.iter().find(|m| m.name == "check_minibatch") {
+        let per_job = m.cycles / f64::from(CHECK_JOBS);
         writeln!(
             out,
             "check minibatch (1,024 targets, fanouts 25,10): {:.1} Mcycles a minibatch on the \
              firmware (the mean of its {} jobs)",
-            m.cycles / 1e6 / CHECK_JOBS as f64,
+            per_job / 1e6,
             CHECK_JOBS
+        )?;
+        let isa = if c.machine == sagessd_calibrate::VIRT_A53 {
+            InstructionFloor::AARCH64
+        } else {
+            InstructionFloor::ARMV7
+        };
+        let (floor, dram, instructions, _) =
+            check_minibatch_floor(timing, hw.cores.clock_mhz, &isa, CHECK_JOBS);
+        writeln!(
+            out,
+            "its floor (docs/model.md): {:.1} Mcycles ({:.0} k DRAM accesses it cannot avoid, \
+             {:.1} M instructions it needs); the firmware is {:.2}x the floor",
+            floor / 1e6,
+            dram / 1e3,
+            instructions / 1e6,
+            per_job / floor
         )?;
     }
     print!("{out}");

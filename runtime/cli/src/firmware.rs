@@ -56,13 +56,13 @@ const FOOTPRINT_IN_WORDS: &str = "\
 In words: the arena is the sum of five parts.
 * FTL mapping scales with flash capacity: about 8 B per physical page (4 B of l2p per logical
   page, 4 B of p2l per physical page), plus 9 B per erase block and 16 B per die.
-* The page buffer is page_buffer_pages x (page_size_bytes + 12 B), plus one page for GC and
-  16 for the checkpoint writer.
+* The page buffer is page_buffer_pages x (page_size_bytes + 64 B spare + 16 B of state), plus
+  a page for GC, 16 for the checkpoint writer and 3 for the trim log.
 * Each sampling lane (a job running; one per ISP core, or per core when sampling time-shares
-  the firmware's) has its working set: 4 B x next_pow2(2 x max_subgraph_nodes) for the node
-  hash, 8 B x max_subgraph_edges for a layer's entries, and 3 x 8 B x
-  max(2 x max_subgraph_nodes, max_subgraph_edges) for the page-sorted gathers. A board runs
-  one lane.
+  the firmware's) has its working set: 16 B x next_pow2(2 x max_subgraph_nodes) for the node
+  table, 2 x 8 B x max_subgraph_nodes for the destinations' sort keys and their radix sort's
+  second buffer, 16 B x max_subgraph_nodes for the destinations' list bounds and places, and
+  4 B x max_subgraph_edges for a layer's sampled neighbours. A board runs one lane.
 * Each of the isp_slots pending-subgraph buffers holds its NS_config (32 B + 8 B x max_targets,
   + 16 B x max_minibatches when hyperbatches are taken), 112 B of state per minibatch, and its
   result: 8 B x max_subgraph_nodes (node ids) + 16 B x (max_subgraph_nodes + max_minibatches)

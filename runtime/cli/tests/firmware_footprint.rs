@@ -34,8 +34,8 @@ fn footprint_total_is_the_firmware_dram_size() {
         "l2p",
         "p2l",
         "page_buffer_data",
-        "lane0.node_hash",
-        "lane1.gather_values",
+        "lane0.node_table",
+        "lane1.neighbours",
         "slot0.nodes",
         "slot3.indices",
     ] {

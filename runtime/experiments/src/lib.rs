@@ -15,6 +15,7 @@ pub mod bench_train;
 mod bgl;
 pub mod calibrate;
 pub mod calibrate_fit;
+pub mod calibrate_floor;
 pub mod compare_rows;
 pub mod demo;
 pub mod device_bench;
