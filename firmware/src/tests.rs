@@ -1109,6 +1109,35 @@ fn a_huge_deallocate_does_not_hold_up_other_commands() {
 }
 
 #[test]
+fn a_read_larger_than_the_page_buffer_looks_each_waiting_page_up_once_a_step() {
+    // 32 pages through a 16-slot buffer: half the read waits for slots the other half holds.
+    // A step starts its pages in order and stops at the first that finds no slot, so the
+    // pages behind it cost no page-buffer lookup until a later step (a page lookup is the
+    // dearest unit a plain read pays on the embedded core).
+    let config = FirmwareConfig {
+        max_transfer_bytes: 64 * 1024,
+        ..small_config()
+    };
+    let mut d = Device::new(small_geometry(), config, 21);
+    let a: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    assert_eq!(d.write(0, &a), Status::SUCCESS);
+    // Another 64 KiB so that none of the first write's pages is still in the buffer.
+    assert_eq!(d.write(256, &[7u8; 64 * 1024]), Status::SUCCESS);
+    d.settle();
+    let before = d.fw.work();
+    assert_eq!(d.read(0, 128), (Status::SUCCESS, a));
+    let work = d.fw.work().since(&before);
+    // One lookup per page that gets its slot, plus at most one that finds none per step.
+    assert!(
+        work.page_lookups <= 32 + work.parked_checked,
+        "{} page lookups in {} steps of a 32-page read",
+        work.page_lookups,
+        work.parked_checked
+    );
+    assert!(work.page_lookups > 32, "the read never waited for a slot");
+}
+
+#[test]
 fn the_tunnel_window_carries_the_same_exchange_in_writes_and_reads() {
     let config = FirmwareConfig {
         tunnel: true,

@@ -156,11 +156,12 @@ impl Io<'_> {
     ) -> (bool, bool) {
         let mut progress = false;
         let mut waits_on_loads = true;
+        // Set once a page could not be started: the pages after it are started in a later
+        // step, in order, rather than each paying a futile page-buffer lookup now.
+        let mut starved = false;
         let page_size = self.backend.geometry.page_size_bytes as usize;
         for i in 0..t.page_count {
             let lpn = t.first_lpn + i as u32;
-            let (in_page, in_host, len) = self.page_span(t, i);
-            let want = Sectors::covering(in_page, len, page_size);
             let dram = &mut *self.dram;
             let before = self.pages.get(dram, me, i);
             if before == PageIo::Todo && !status.is_success() {
@@ -169,6 +170,13 @@ impl Io<'_> {
                 progress = true;
                 continue;
             }
+            if before == PageIo::Todo && starved {
+                waits_on_loads = false;
+                continue;
+            }
+            let (in_page, in_host, len) = self.page_span(t, i);
+            let want = Sectors::covering(in_page, len, page_size);
+            let dram = &mut *self.dram;
             let mut page = before;
             let next = page_contents(self.backend, dram, lpn, (&mut page, want), status, true);
             if page != before {
@@ -181,6 +189,7 @@ impl Io<'_> {
                     continue;
                 }
                 Next::Wait => {
+                    starved |= before == PageIo::Todo;
                     waits_on_loads &= matches!(before, PageIo::Waiting(_) | PageIo::Done);
                     continue;
                 }
