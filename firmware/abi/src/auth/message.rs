@@ -387,7 +387,7 @@ fn take(bytes: &[u8], n: usize) -> Result<(&[u8], &[u8]), Explanation> {
         .ok_or(Explanation::IncorrectPayload)
 }
 
-#[cfg(feature = "std")]
+#[cfg(any(test, feature = "std"))]
 mod encode {
     use std::vec::Vec;
 
