@@ -493,6 +493,18 @@ fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
+/// Prefetches `array[keys[i + PREFETCH_AHEAD]]`, the element a loop over `keys` will read at
+/// random [`PREFETCH_AHEAD`] turns from now (nothing past either end).
+#[inline(always)]
+fn prefetch_ahead<T>(keys: &[u64], i: usize, array: &[T]) {
+    if let Some(e) = keys
+        .get(i + PREFETCH_AHEAD)
+        .and_then(|&k| array.get(k as usize))
+    {
+        prefetch(e);
+    }
+}
+
 fn too_big() -> SamplerError {
     SamplerError::Subgraph(SubgraphError::Inconsistent("subgraph too large"))
 }
@@ -625,11 +637,8 @@ impl SubgraphBuilder {
         }
         let mut indices = Vec::with_capacity(neighbours.len());
         for (i, &n) in neighbours.iter().enumerate() {
-            if let (NodeIndex::Table { slots, .. }, Some(&ahead)) =
-                (&self.place, neighbours.get(i + PREFETCH_AHEAD))
-                && let Some(slot) = slots.get(ahead as usize)
-            {
-                prefetch(slot);
+            if let NodeIndex::Table { slots, .. } = &self.place {
+                prefetch_ahead(neighbours, i, slots);
             }
             if n >= self.node_count {
                 return Err(SamplerError::GraphCorrupt(format!(
@@ -713,12 +722,7 @@ impl NeighbourSource for CsrSource<'_> {
             .iter()
             .enumerate()
             .map(|(i, &v)| {
-                if let Some(e) = nodes
-                    .get(i + PREFETCH_AHEAD)
-                    .and_then(|&a| indptr.get(a as usize))
-                {
-                    prefetch(e);
-                }
+                prefetch_ahead(nodes, i, indptr);
                 EdgeRange {
                     start: indptr[v as usize],
                     degree: indptr[v as usize + 1] - indptr[v as usize],
@@ -733,12 +737,7 @@ impl NeighbourSource for CsrSource<'_> {
             .iter()
             .enumerate()
             .map(|(i, &p)| {
-                if let Some(e) = positions
-                    .get(i + PREFETCH_AHEAD)
-                    .and_then(|&a| indices.get(a as usize))
-                {
-                    prefetch(e);
-                }
+                prefetch_ahead(positions, i, indices);
                 u64::from(indices[p as usize])
             })
             .collect())
