@@ -14,11 +14,21 @@ pub fn cycles(segment: &Segment, model: &CoreTimingConfig, clock_mhz: u32) -> f6
     let m = &segment.misses;
     let l2_hits = (m.l1d_misses - m.l2_data_misses) + (m.l1i_misses - m.l2_instruction_misses);
     let l2_misses = m.l2_data_misses + m.l2_instruction_misses;
-    let dram_cycles = f64::from(model.dram_penalty_cycles)
-        + f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
-    segment.instructions as f64 * f64::from(model.base_cycles_per_1000_instructions) / 1000.0
+    instruction_cycles(segment.instructions as f64, model)
         + l2_hits as f64 * f64::from(model.l2_hit_penalty_cycles)
-        + l2_misses as f64 * dram_cycles
+        + l2_misses as f64 * dram_access_cycles(model, clock_mhz)
+}
+
+/// Cycles `instructions` take at the core's base CPI (every access an L1 hit).
+pub fn instruction_cycles(instructions: f64, model: &CoreTimingConfig) -> f64 {
+    instructions * f64::from(model.base_cycles_per_1000_instructions) / 1000.0
+}
+
+/// What an access that misses both caches adds, in cycles at `clock_mhz`: the penalty's
+/// cycles and its nanoseconds.
+pub fn dram_access_cycles(model: &CoreTimingConfig, clock_mhz: u32) -> f64 {
+    f64::from(model.dram_penalty_cycles)
+        + f64::from(model.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0
 }
 
 /// One counted unit: its name in [`WorkCounters::NAMES`], its cost field in `[cores]`, and

@@ -26,6 +26,14 @@
 //! them free.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Add;
+
+use sagessd_abi::sample::sample_positions;
+use sagessd_calibrate::graphs::{Graph, SkewedGraph};
+use sagessd_calibrate::workloads::{CHECK_FANOUTS, CHECK_TARGETS, check_target, job_seed};
+use sagessd_emulator::config::CoreTimingConfig;
+
+use crate::calibrate_fit::{dram_access_cycles, instruction_cycles};
 
 /// A Fenwick tree of counts over positions `1..n`.
 #[derive(Debug)]
@@ -64,11 +72,6 @@ impl Fenwick {
         self.total
     }
 }
-
-use sagessd_abi::sample::sample_positions;
-use sagessd_calibrate::graphs::{Graph, SkewedGraph};
-use sagessd_calibrate::workloads::{CHECK_FANOUTS, CHECK_TARGETS, check_target, job_seed};
-use sagessd_emulator::config::CoreTimingConfig;
 
 /// The instructions one unit of the minibatch's work needs at the least, on a core.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -126,6 +129,23 @@ pub struct MinibatchWork {
     /// Lines of the ids held between the gather's order and the local order (written, then
     /// read).
     pub id_lines: u64,
+}
+
+impl Add for MinibatchWork {
+    type Output = Self;
+
+    fn add(self, o: Self) -> Self {
+        Self {
+            destinations: self.destinations + o.destinations,
+            edges: self.edges + o.edges,
+            draws: self.draws + o.draws,
+            nodes: self.nodes + o.nodes,
+            page_lines: self.page_lines + o.page_lines,
+            far_repeats: self.far_repeats + o.far_repeats,
+            output_lines: self.output_lines + o.output_lines,
+            id_lines: self.id_lines + o.id_lines,
+        }
+    }
 }
 
 /// The check minibatch's job `job` sampled on the host, its work counted for caches of
@@ -221,18 +241,9 @@ pub fn check_minibatch_floor(
 ) -> (f64, f64, f64, MinibatchWork) {
     let line = u64::from(timing.line_bytes);
     let l2_lines = (timing.l2_bytes / timing.line_bytes) as usize;
-    let mut sum = MinibatchWork::default();
-    for job in 0..jobs {
-        let w = check_minibatch_work(job, line, l2_lines);
-        sum.destinations += w.destinations;
-        sum.edges += w.edges;
-        sum.draws += w.draws;
-        sum.nodes += w.nodes;
-        sum.page_lines += w.page_lines;
-        sum.far_repeats += w.far_repeats;
-        sum.output_lines += w.output_lines;
-        sum.id_lines += w.id_lines;
-    }
+    let sum = (0..jobs)
+        .map(|job| check_minibatch_work(job, line, l2_lines))
+        .fold(MinibatchWork::default(), Add::add);
     let mean = |x: u64| x as f64 / f64::from(jobs);
     let dram = mean(sum.page_lines)
         + mean(sum.nodes)
@@ -243,10 +254,8 @@ pub fn check_minibatch_floor(
         + mean(sum.edges) * floor.edge
         + mean(sum.destinations) * floor.destination
         + mean(sum.nodes) * floor.node;
-    let penalty = f64::from(timing.dram_penalty_cycles)
-        + f64::from(timing.dram_penalty_ns) * f64::from(clock_mhz) / 1000.0;
-    let cycles = instructions * f64::from(timing.base_cycles_per_1000_instructions) / 1000.0
-        + dram * penalty;
+    let cycles =
+        instruction_cycles(instructions, timing) + dram * dram_access_cycles(timing, clock_mhz);
     (cycles, dram, instructions, sum)
 }
 
@@ -260,13 +269,7 @@ mod tests {
         // report, run natively: runtime/experiments' isolation test has the same run).
         let w = (0..4)
             .map(|job| check_minibatch_work(job, 32, 16_384))
-            .fold(MinibatchWork::default(), |mut a, w| {
-                a.destinations += w.destinations;
-                a.edges += w.edges;
-                a.draws += w.draws;
-                a.nodes += w.nodes;
-                a
-            });
+            .fold(MinibatchWork::default(), Add::add);
         assert_eq!(w.destinations, 67_438);
         assert_eq!(w.edges, 650_734);
         assert_eq!(w.nodes, 217_657);
