@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Version of this interface; sagessd_fw_abi_version() must return the same number. */
-#define SAGESSD_FW_ABI_VERSION 4u
+#define SAGESSD_FW_ABI_VERSION 5u
 
 /* ---- Return codes of every function: >= 0 success, < 0 error. ---------------------------- */
 #define SAGESSD_OK              0
@@ -144,9 +144,14 @@ typedef struct sagessd_config {
    d % channels, way (d / channels) % ways). dram_page lies inside the arena given to
    sagessd_fw_init: a PROGRAM's page must be read (cache cleaned) before it completes, a READ's
    page written (cache invalidated) before it is reported. The firmware leaves the page alone
-   until then. */
+   until then. `sectors` says which part of a READ's data the firmware needs: bit i for bytes
+   i * page_size_bytes / 16 up to (i + 1) * page_size_bytes / 16 of the page (0: the spare
+   alone); a board may bring in the whole page, but the firmware relies on these bytes and the
+   spare only, so a board whose flash DMA does not snoop the core's caches need invalidate no
+   more than them. 0 for PROGRAM and ERASE (a PROGRAM stores the whole window). */
 typedef struct sagessd_flash_ops {
-    int32_t (*submit)(void *ctx, uint32_t tag, uint32_t kind, uint32_t address, uint8_t *dram_page);
+    int32_t (*submit)(void *ctx, uint32_t tag, uint32_t kind, uint32_t address, uint8_t *dram_page,
+                      uint32_t sectors);
     void *ctx;                 /* passed back to submit unchanged */
 } sagessd_flash_ops;           /* 2 pointers */
 

@@ -199,6 +199,142 @@ int32_t __wrap_sagessd_fw_reset(void)
     return __real_sagessd_fw_reset();
 }
 
+/* ---- The NSC's view of DDR: zero-copy page moves and the A9's caches ---------------------- */
+
+#define LINE SAGESSD_COSMOS_CACHE_LINE
+#define PAGE_DATA BYTES_PER_DATA_REGION_OF_PAGE
+#define SECTOR (PAGE_DATA / 16u)
+#define PAGE_LINES (PAGE_DATA / LINE)
+
+/* One flash operation as the library asked for it (cosmos_model_flash_submitting). */
+typedef struct {
+    uint32_t tag, kind, sectors;
+    uint8_t *window;
+} library_op;
+static library_op submitting; /* the operation the glue's submit is building */
+static int submitting_valid;
+static library_op request_op[AVAILABLE_OUNTSTANDING_REQ_COUNT]; /* per scheduler request */
+
+/* The cache maintenance the glue did since the library's last submit. */
+#define CACHE_LOG 32u
+static struct {
+    uintptr_t start, end;
+    int clean;
+} cache_log[CACHE_LOG];
+static unsigned cache_log_count;
+
+/* Reads the NSC finished whose page the core does not see until it invalidates the lines. */
+#define PENDING_READS 16u
+typedef struct {
+    int used;
+    uint32_t tag, sectors;
+    uint8_t *window;
+    uint8_t data[PAGE_DATA];                 /* what the NSC wrote to DDR */
+    uint8_t record[SAGESSD_FW_SPARE_BYTES];  /* the page's spare record */
+    uint8_t seen[PAGE_LINES];                /* lines invalidated since the NSC wrote them */
+} pending_read;
+static pending_read pending[PENDING_READS];
+
+static void cache_op(INTPTR adr, u32 len, int clean)
+{
+    uintptr_t start = (uintptr_t)adr, end = start + len;
+    if ((start & (LINE - 1u)) != 0 || (len & (LINE - 1u)) != 0 || len == 0)
+        fail("cache", "maintenance of a range that is not whole 32-byte lines (an edge line "
+                      "would be cleaned over the NSC's data), length",
+             len);
+    if (submitting_valid) { /* inside the glue's submit: what SelectLowLevelReqQ checks */
+        if (cache_log_count == CACHE_LOG)
+            fail("model", "more cache operations in one flash submit than the model keeps",
+                 cache_log_count);
+        cache_log[cache_log_count].start = start;
+        cache_log[cache_log_count].end = end;
+        cache_log[cache_log_count++].clean = clean;
+    }
+    /* The lines are gone from the caches: the core now sees what DDR holds, which for a read
+     * the NSC has finished is the page. */
+    for (unsigned i = 0; i < PENDING_READS; i++) {
+        pending_read *p = &pending[i];
+        uintptr_t w = (uintptr_t)p->window;
+        if (!p->used || end <= w || start >= w + PAGE_DATA)
+            continue;
+        for (uint32_t l = 0; l < PAGE_LINES; l++) {
+            uintptr_t a = w + l * LINE;
+            if (a >= start && a + LINE <= end) {
+                for (uint32_t b = 0; b < LINE; b++)
+                    p->window[l * LINE + b] = p->data[l * LINE + b];
+                p->seen[l] = 1;
+            }
+        }
+    }
+}
+
+void Xil_DCacheFlushRange(INTPTR adr, u32 len)
+{
+    stats.lines_cleaned += len / LINE;
+    cache_op(adr, len, 1);
+}
+
+void Xil_DCacheInvalidateRange(INTPTR adr, u32 len)
+{
+    stats.lines_invalidated += len / LINE;
+    cache_op(adr, len, 0);
+}
+
+/* Whether this submit's cache operations cover [start, end), with cleaning if `clean`. */
+static int covered(uintptr_t start, uintptr_t end, int clean)
+{
+    for (uintptr_t a = start; a < end; a += LINE) {
+        int hit = 0;
+        for (unsigned i = 0; i < cache_log_count && !hit; i++)
+            hit = cache_log[i].start <= a && a + LINE <= cache_log[i].end &&
+                  (cache_log[i].clean || !clean);
+        if (!hit)
+            return 0;
+    }
+    return 1;
+}
+
+void cosmos_model_flash_submitting(uint32_t tag, uint32_t kind, const uint8_t *dram_page,
+                                   uint32_t sectors)
+{
+    submitting = (library_op){tag, kind, sectors, (uint8_t *)(uintptr_t)dram_page};
+    submitting_valid = 1;
+    cache_log_count = 0;
+}
+
+static pending_read *pending_of(uint32_t tag)
+{
+    for (unsigned i = 0; i < PENDING_READS; i++)
+        if (pending[i].used && pending[i].tag == tag)
+            return &pending[i];
+    return NULL;
+}
+
+/* What the core sees of a finished read when the library hears of it: the named sectors must
+ * have been invalidated since the NSC wrote them, and then hold the page, as must the record. */
+static void check_read_delivered(const pending_read *p)
+{
+    for (uint32_t i = 0; i < 16u; i++) {
+        if (!(p->sectors >> i & 1u))
+            continue;
+        for (uint32_t l = i * (SECTOR / LINE); l < (i + 1) * (SECTOR / LINE); l++)
+            if (!p->seen[l])
+                fail("stale read", "a read reported to the library before its named sectors "
+                                   "were invalidated after the NSC wrote them, tag",
+                     p->tag);
+        for (uint32_t b = i * SECTOR; b < (i + 1) * SECTOR; b++)
+            if (p->window[b] != p->data[b])
+                fail("cache", "a read's named sector in the library's window differs from the "
+                              "page, byte",
+                     b);
+    }
+    for (uint32_t b = 0; b < SAGESSD_FW_SPARE_BYTES; b++)
+        if (p->window[PAGE_DATA + b] != p->record[b])
+            fail("cache", "a read's spare record in the library's window differs from the "
+                          "page's, byte",
+                 b);
+}
+
 /* What the library must hear for each NAND request, in the order the scheduler retired them
  * (the glue reports in that order): success only for DONE, or a WARNING on a read (a corrected
  * read still delivers its data); a media failure for anything else. */
@@ -221,8 +357,13 @@ int32_t __wrap_sagessd_fw_flash_complete(uint32_t tag, uint32_t status);
 
 int32_t __wrap_sagessd_fw_flash_complete(uint32_t tag, uint32_t status)
 {
+    pending_read *read = pending_of(tag);
+    if (read != NULL && status == SAGESSD_FLASH_OK)
+        check_read_delivered(read);
     int32_t rc = __real_sagessd_fw_flash_complete(tag, status);
     if (rc == SAGESSD_OK) {
+        if (read != NULL)
+            read->used = 0;
         if (expected_count == 0)
             fail("flash status", "a NAND completion reported that the scheduler never retired",
                  tag);
@@ -668,6 +809,10 @@ void cosmos_model_init(void)
         sq_valid[q] = 0;
     g_nvmeTask.status = NVME_TASK_IDLE;
     g_nvmeTask.cacheEn = 0;
+    submitting_valid = 0;
+    cache_log_count = 0;
+    for (unsigned i = 0; i < PENDING_READS; i++)
+        pending[i].used = 0;
     pool_init();
     static uint8_t probe;
     if ((uintptr_t)&probe > 0xFFFFFFFFu)
@@ -827,6 +972,26 @@ void SelectLowLevelReqQ(unsigned int r)
         q->reqOpt.rowAddrDependencyCheck != REQ_OPT_ROW_ADDR_DEPENDENCY_NONE ||
         q->prevBlockingReq != REQ_SLOT_TAG_NONE || q->nextBlockingReq != REQ_SLOT_TAG_NONE)
         fail("nand", "a request not built as GreedyFTL's raw NAND requests are, slot", r);
+    if (!submitting_valid)
+        fail("nand", "a request queued outside the library's flash submit, slot", r);
+    submitting_valid = 0;
+    if (q->reqCode != REQ_CODE_ERASE) {
+        uintptr_t w = (uintptr_t)submitting.window;
+        if (q->reqOpt.dataBufFormat != REQ_OPT_DATA_BUF_ADDR || q->dataBufInfo.addr != w)
+            fail("zero copy", "the NSC is given a buffer other than the library's window",
+                 q->dataBufInfo.addr);
+        if (q->reqCode == REQ_CODE_WRITE && !covered(w, w + PAGE_DATA, 1))
+            fail("unclean program", "a page queued for programming before its window's data "
+                                    "was cleaned from the caches, tag",
+                 submitting.tag);
+        for (uint32_t i = 0; i < 16u; i++)
+            if (q->reqCode == REQ_CODE_READ && submitting.sectors >> i & 1u &&
+                !covered(w + i * SECTOR, w + (i + 1) * SECTOR, 0))
+                fail("cache", "a read queued before its named sectors were invalidated (a dirty "
+                              "line could be written back over the NSC's data), sector",
+                     i);
+    }
+    request_op[r] = submitting;
     unsigned d = q->nandInfo.virtualSliceAddr % USER_DIES;
     pool.reqPool[r].nextReq = REQ_SLOT_TAG_NONE;
     if (die_tail[d] == REQ_SLOT_TAG_NONE)
@@ -858,22 +1023,65 @@ void SchedulingNandReq(void)
         uint32_t kind = q->reqCode == REQ_CODE_READ    ? SAGESSD_FLASH_READ
                         : q->reqCode == REQ_CODE_WRITE ? SAGESSD_FLASH_PROGRAM
                                                        : SAGESSD_FLASH_ERASE;
-        uint8_t *data = NULL;
+        uint8_t *data = NULL, *spare = NULL;
         if (kind != SAGESSD_FLASH_ERASE) {
             if (q->reqOpt.dataBufFormat != REQ_OPT_DATA_BUF_ADDR)
                 fail("nand", "a page request without a data buffer address, slot", r);
             data = (uint8_t *)(uintptr_t)q->dataBufInfo.addr;
+            /* GenerateSpareDataBufAddr with the board's one-line patch: the glue's spare
+             * buffer, or (unpatched, or not the glue's request) right after the data. */
+            unsigned int s = sagessd_cosmos_spare_addr(r);
+            if (s == 0)
+                fail("nand", "a request with no spare buffer of the glue's (its 256 spare bytes "
+                             "would land after the window's data, over the next window), slot",
+                     r);
+            spare = (uint8_t *)(uintptr_t)s;
+            if (((uintptr_t)data | (uintptr_t)spare) & 3u)
+                fail("nand", "an NSC buffer not on its 4-byte beats, slot", r);
         }
         uint32_t nand_block = d * USER_BLOCKS_PER_DIE + block;
         uint32_t address = kind == SAGESSD_FLASH_ERASE ? nand_block
                                                        : nand_block * USER_PAGES_PER_BLOCK + page;
-        unsigned int status = cosmos_nand_execute(kind, address, data);
-        /* GenerateSpareDataBufAddr: a read also lands the page's spare region after its data:
-         * the library's record (which the RAM NAND keeps) and, past it, bytes the glue must
-         * not copy into the library's window. */
-        if (kind == SAGESSD_FLASH_READ)
-            for (unsigned i = SAGESSD_FW_SPARE_BYTES; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
-                data[BYTES_PER_DATA_REGION_OF_PAGE + i] = 0x5Au;
+        /* The page as the RAM NAND keeps it: its data, then the library's record. */
+        static uint8_t page_window[PAGE_DATA + SAGESSD_FW_SPARE_BYTES];
+        if (kind == SAGESSD_FLASH_PROGRAM) {
+            for (uint32_t i = SAGESSD_FW_SPARE_BYTES; i < BYTES_PER_SPARE_REGION_OF_PAGE; i++)
+                if (spare[i] != 0xFFu)
+                    fail("nand", "a program's spare region past the library's record is not "
+                                 "erased, byte",
+                         i);
+            for (uint32_t i = 0; i < PAGE_DATA; i++)
+                page_window[i] = data[i]; /* cleaned to DDR, so the NSC reads what the core wrote */
+            for (uint32_t i = 0; i < SAGESSD_FW_SPARE_BYTES; i++)
+                page_window[PAGE_DATA + i] = spare[i];
+            stats.nand_programs++;
+        }
+        unsigned int status =
+            cosmos_nand_execute(kind, address, kind == SAGESSD_FLASH_ERASE ? NULL : page_window);
+        if (kind == SAGESSD_FLASH_READ) {
+            /* The NSC writes the page to DDR, where the core sees it only once it invalidates
+             * the lines, and the whole spare region to the spare buffer: the record, then
+             * bytes the glue must not copy into the library's window. */
+            unsigned i = 0;
+            while (i < PENDING_READS && pending[i].used)
+                i++;
+            if (i == PENDING_READS)
+                fail("model", "more finished reads not reported than the model keeps", i);
+            pending_read *p = &pending[i];
+            p->used = 1;
+            p->tag = request_op[r].tag;
+            p->sectors = request_op[r].sectors;
+            p->window = data;
+            for (uint32_t b = 0; b < PAGE_DATA; b++)
+                p->data[b] = page_window[b];
+            for (uint32_t b = 0; b < SAGESSD_FW_SPARE_BYTES; b++)
+                spare[b] = p->record[b] = page_window[PAGE_DATA + b];
+            for (uint32_t b = SAGESSD_FW_SPARE_BYTES; b < BYTES_PER_SPARE_REGION_OF_PAGE; b++)
+                spare[b] = 0x5Au;
+            for (uint32_t l = 0; l < PAGE_LINES; l++)
+                p->seen[l] = 0;
+            stats.nand_reads++;
+        }
         /* GetFromNandReqQ, with the board's one-line hook before PutToFreeReqQ. */
         expect_result(status, kind);
         sagessd_cosmos_nand_done(r, status);

@@ -16,7 +16,14 @@
  *    aligned or sized, crossing a host page), or an auto DMA goes past the command's length,
  *  - a command is released without a completion that the host still waits for, a CQE is posted
  *    for a command of a deleted submission queue (the controller would drop it and keep the
- *    slot), or slots are left holding commands after shutdown (leaks).
+ *    slot), or slots are left holding commands after shutdown (leaks),
+ *  - a page moves through the NAND scheduler other than straight between the flash and the
+ *    library's window, or its caches are not kept: the NSC does not snoop the A9's caches, so a
+ *    program must clean its window's data before it is queued, and a read must invalidate the
+ *    sectors the library named before it is queued and again before the library hears of it.
+ *    The model's NSC writes a read's page where the core sees it only when those lines are
+ *    invalidated after the DMA (the worst a cache can do), and checks the named bytes and the
+ *    spare record the library is handed against the page (stale read, unclean program, cache).
  * Host memory is the test's own buffers: each command's data buffer through a device window of
  * its own whose pages are in reverse order (as an IOMMU scatters them), PRP lists at
  * 0x1_0000_0000 + their address. Host→device and device→host DMA run apart, each in order.
@@ -156,6 +163,12 @@ void SelectLowLevelReqQ(unsigned int reqSlotTag);
 void SchedulingNandReq(void);
 void CheckDoneNvmeDmaReq(void);
 #define RESERVED_DATA_BUFFER_BASE_ADDR 0x10451000u
+
+/* ---- The standalone BSP's cache maintenance (xil_cache.h), on the NSC's view of DDR. ---- */
+typedef intptr_t INTPTR;
+typedef uint32_t u32;
+void Xil_DCacheFlushRange(INTPTR adr, u32 len);
+void Xil_DCacheInvalidateRange(INTPTR adr, u32 len);
 void UpdateBadBlockTableForGrownBadBlock(unsigned int tempBufAddr);
 
 /* ---- The test's side. ---- */
@@ -194,14 +207,22 @@ unsigned int cosmos_model_nand_queued(void);
 /* Counts for the transcript: auto and direct DMA requests, CQEs by the hardware itself. */
 typedef struct {
     uint32_t auto_units, direct_requests, hardware_cqes, firmware_cqes, slot_releases, bbt_updates;
+    /* Pages the NSC moved, and the cache lines the glue cleaned and invalidated around them. */
+    uint32_t nand_reads, nand_programs, lines_cleaned, lines_invalidated;
 } cosmos_model_stats;
 cosmos_model_stats cosmos_model_counts(void);
+
+/* The test hands the library a flash HAL that calls this before each call of the glue's submit:
+ * what the library asked for (the model cannot see the sectors in the scheduler's request). */
+void cosmos_model_flash_submitting(uint32_t tag, uint32_t kind, const uint8_t *dram_page,
+                                   uint32_t sectors);
 
 /* Implemented by the test program: report a failed check and stop. */
 void cosmos_model_fail(const char *check, const char *what, uint32_t value)
     __attribute__((noreturn));
 /* Implemented by the test program: run one NAND operation on its RAM NAND (kind
- * SAGESSD_FLASH_*, `page` the array's page number, `block` its block number for an erase);
+ * SAGESSD_FLASH_*, `page` the array's page number, `block` its block number for an erase) with
+ * `data` a window as the library's are (the page's data, then its SAGESSD_FW_SPARE_BYTES record);
  * returns REQ_STATUS_DONE or REQ_STATUS_FAIL. */
 unsigned int cosmos_nand_execute(uint32_t kind, uint32_t address, uint8_t *data);
 

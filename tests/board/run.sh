@@ -4,7 +4,7 @@
 # same checksum of the sampled subgraphs — in fact the same transcript, line for line. Built with
 # -DSELFTEST_COSMOS, the same program runs through the Cosmos+ board glue
 # (firmware/board/cosmos/) over a model of the board's NVMe host controller and NAND scheduler
-# (cosmos_hw_model.c), on the host and on the A9: it must pass with the same checksum, and three
+# (cosmos_hw_model.c), on the host and on the A9: it must pass with the same checksum, and five
 # deliberately broken variants of the glue must each be caught by the model's check for them.
 #
 #   tests/board/run.sh            (from any directory; needs cargo, gcc, gcc-arm-none-eabi,
@@ -15,7 +15,7 @@
 #   <target>/board/selftest.elf          (arm-none-eabi-gcc, ARM state, soft float, no libc)
 #   <target>/board/selftest-hardfp.elf   (the same, C side hard-float as a Xilinx SDK build)
 #   <target>/board/selftest-cosmos-host, selftest-cosmos.elf   (through the glue and the model)
-#   <target>/board/selftest-cosmos-fault-{early,double,overrun}  (broken glue variants, host)
+#   <target>/board/selftest-cosmos-fault-{early,double,overrun,stale,unclean}  (broken glue variants)
 # Runs them (QEMU under a 120 s timeout each), keeps their output in <target>/board/*.log,
 # compares. Exit status 0 only if all passed with equal checksums and equal transcripts (within
 # the direct builds and within the glue builds) and every broken variant failed as it must.
@@ -59,13 +59,13 @@ gcc "${warn[@]}" -O2 -g "${include[@]}" -o "$out/selftest-host" \
 # The glue, unchanged, over the model: its GreedyFTL names come from cosmos_hw_model.h, and the
 # library's results reach the model through ld --wrap, independently of the glue. Board sizes of
 # the self-test's device: 8 commands in the glue with 256 KiB staging each (the largest
-# NS_COLLECT buffer), 12 NAND bounce buffers, the library's 16 blocks per die on the model's 18
+# NS_COLLECT buffer), 12 NAND operations in flight, the library's 16 blocks per die on the model's 18
 # virtual blocks (2 bad). Board addresses are 32-bit, so the host build is not position
 # independent.
 cosmos_src=("$here/cosmos_hw_model.c" "$root/firmware/board/cosmos/cosmos_host.c"
             "$root/firmware/board/cosmos/cosmos_nand.c")
 cosmos_flags=(-DSELFTEST_COSMOS -DSAGESSD_COSMOS_MODEL -DSAGESSD_COSMOS_SLOTS=8u
-              -DSAGESSD_COSMOS_NAND_BOUNCES=12u -DSAGESSD_COSMOS_BLOCKS_PER_DIE=16u
+              -DSAGESSD_COSMOS_NAND_SLOTS=12u -DSAGESSD_COSMOS_BLOCKS_PER_DIE=16u
               -DCOSMOS_STAGING_BYTES=262144u -I"$root/firmware/board/cosmos"
               -Wl,--wrap=sagessd_fw_submit -Wl,--wrap=sagessd_fw_next_completion
               -Wl,--wrap=sagessd_fw_reset -Wl,--wrap=sagessd_fw_poll
@@ -82,6 +82,8 @@ build_cosmos_host selftest-cosmos-host
 build_cosmos_host selftest-cosmos-fault-early -DSAGESSD_COSMOS_FAULT=1
 build_cosmos_host selftest-cosmos-fault-double -DSAGESSD_COSMOS_FAULT=2
 build_cosmos_host selftest-cosmos-fault-overrun -DSAGESSD_COSMOS_FAULT=3
+build_cosmos_host selftest-cosmos-fault-stale -DSAGESSD_COSMOS_FAULT=4
+build_cosmos_host selftest-cosmos-fault-unclean -DSAGESSD_COSMOS_FAULT=5
 
 # ARM state, Cortex-A9, no unaligned accesses (the image runs with the MMU off and alignment
 # checking on), no libc and no libgcc: the library must be self-contained. The memcpy/memset
@@ -157,7 +159,7 @@ say "running $out/selftest-cosmos-host"
 cosmos_host_rc=$?
 run_qemu selftest-cosmos.elf cosmos-board
 cosmos_board_rc=$?
-for fault in early double overrun; do
+for fault in early double overrun stale unclean; do
     say "running $out/selftest-cosmos-fault-$fault (must fail)"
     "$out/selftest-cosmos-fault-$fault" >"$out/cosmos-fault-$fault.log" 2>&1
 done
@@ -212,7 +214,8 @@ if [ "$ok" -eq 1 ]; then
     compare_logs cosmos-host cosmos-board
 fi
 # Each broken glue must be stopped by the model's check for its defect, not by anything else.
-for pair in "early:early completion" "double:double completion" "overrun:overrun"; do
+for pair in "early:early completion" "double:double completion" "overrun:overrun" \
+    "stale:stale read" "unclean:unclean program"; do
     fault="${pair%%:*}" check="${pair#*:}"
     log="$out/cosmos-fault-$fault.log"
     if grep -q "^sagessd-selftest FAIL cosmos model: $check: " "$log"; then

@@ -42,15 +42,6 @@
 
 #include <stddef.h>
 
-/* Fault variants for tests/board/run.sh, which must see each caught by the controller model.
- * Never define SAGESSD_COSMOS_FAULT on a board. */
-#define SAGESSD_COSMOS_FAULT_EARLY 1   /* host→device data all by auto DMA (the old §4 design) */
-#define SAGESSD_COSMOS_FAULT_DOUBLE 2  /* a Read's CQE posted after the controller's own */
-#define SAGESSD_COSMOS_FAULT_OVERRUN 3 /* NS_COLLECT in whole units, any buffer length */
-#ifndef SAGESSD_COSMOS_FAULT
-#define SAGESSD_COSMOS_FAULT 0
-#endif
-
 #define UNIT_BYTES 4096u
 #define MAX_UNITS 256u /* CDW12 bits 7:0 + 1 */
 #define HOST_PAGE 4096u

@@ -21,10 +21,16 @@
 #include "request_allocation.h"
 #include "request_schedule.h"
 #include "request_transform.h"
+#include "xil_cache.h"
 extern volatile NVME_CONTEXT g_nvmeTask; /* nvme_main.c defines it volatile; no header declares it */
 #endif
 
 /* A board address as the host DMA engine takes it (devAddr): DDR addresses are 32-bit. */
 #define SAGESSD_COSMOS_DEV_ADDR(p) ((unsigned int)(uintptr_t)(p))
+
+/* An address as the standalone BSP's cache maintenance takes it (xil_cache.h:
+   Xil_DCacheFlushRange(INTPTR adr, u32 len), Xil_DCacheInvalidateRange(INTPTR adr, u32 len)).
+   A BSP older than INTPTR (xil_types.h) takes an unsigned int: change this line. */
+#define SAGESSD_COSMOS_CACHE_ADDR(p) ((INTPTR)(uintptr_t)(p))
 
 #endif /* SAGESSD_COSMOS_PORT_H */

@@ -19,6 +19,9 @@
  *   always:    CheckDoneNvmeDmaReq(); SchedulingNandReq();   (the stock scheduler step)
  *   and in request_allocation.c's GetFromNandReqQ, before PutToFreeReqQ(reqSlotTag):
  *              sagessd_cosmos_nand_done(reqSlotTag, reqStatus);
+ *   and in request_schedule.c's GenerateSpareDataBufAddr, REQ_OPT_DATA_BUF_ADDR case, first:
+ *              unsigned int spare = sagessd_cosmos_spare_addr(reqSlotTag);
+ *              if (spare != 0) return spare;
  *
  * All functions run on the firmware's one thread (the main loop), like the library's.
  */
@@ -36,12 +39,15 @@
 #define SAGESSD_COSMOS_SLOTS 16u
 #endif
 
-/* Flash operations in flight on the NAND scheduler at once: one bounce buffer of a page plus its
- * spare region each (BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE). At most 255,
- * and fewer than the scheduler's request pool (AVAILABLE_OUNTSTANDING_REQ_COUNT). */
-#ifndef SAGESSD_COSMOS_NAND_BOUNCES
-#define SAGESSD_COSMOS_NAND_BOUNCES 32u
+/* Flash operations in flight on the NAND scheduler at once: one spare buffer of a page's spare
+ * region each (BYTES_PER_SPARE_REGION_OF_PAGE; the data moves straight into the library's window).
+ * At most 255, and fewer than the scheduler's request pool (AVAILABLE_OUNTSTANDING_REQ_COUNT). */
+#ifndef SAGESSD_COSMOS_NAND_SLOTS
+#define SAGESSD_COSMOS_NAND_SLOTS 32u
 #endif
+
+/* Bytes of a line of the A9's L1 data cache and of its PL310 L2: the unit of cache maintenance. */
+#define SAGESSD_COSMOS_CACHE_LINE 32u
 
 /* Library polls (sagessd_fw_poll) one sagessd_cosmos_poll runs at most. The main loop fetches
  * commands, admin ones too, and runs the NAND scheduler only between turns, so a long sampling
@@ -65,6 +71,17 @@
  * page). Both with Do Not Retry. */
 #define SAGESSD_COSMOS_STATUS_INVALID_FIELD      ((uint16_t)((1u << 15) | (0x02u << 1)))
 #define SAGESSD_COSMOS_STATUS_PRP_OFFSET_INVALID ((uint16_t)((1u << 15) | (0x13u << 1)))
+
+/* Fault variants for tests/board/run.sh, which must see each caught by the controller model.
+ * Never define SAGESSD_COSMOS_FAULT on a board. */
+#define SAGESSD_COSMOS_FAULT_EARLY 1   /* host→device data all by auto DMA (the old §4 design) */
+#define SAGESSD_COSMOS_FAULT_DOUBLE 2  /* a Read's CQE posted after the controller's own */
+#define SAGESSD_COSMOS_FAULT_OVERRUN 3 /* NS_COLLECT in whole units, any buffer length */
+#define SAGESSD_COSMOS_FAULT_STALE 4   /* a flash read reported without invalidating its page */
+#define SAGESSD_COSMOS_FAULT_UNCLEAN 5 /* a page programmed without cleaning it from the cache */
+#ifndef SAGESSD_COSMOS_FAULT
+#define SAGESSD_COSMOS_FAULT 0
+#endif
 
 /* Bytes of the staging area for staging buffers of `slot_bytes`: one per slot, and 64 bytes the
    glue's own small DMAs use (fetching PRP list entries). */
@@ -111,17 +128,16 @@ void sagessd_cosmos_reset(void);
    complete (CSTS.SHST = 2). Blocks until done. */
 void sagessd_cosmos_shutdown(void);
 
-/* Bytes of one NAND bounce buffer: a page's data and spare regions. */
-#define SAGESSD_COSMOS_BOUNCE_BYTES (BYTES_PER_DATA_REGION_OF_PAGE + BYTES_PER_SPARE_REGION_OF_PAGE)
-
-/* Bytes of the NAND area: the bounce buffers, then the table of good blocks (2 bytes per die and
-   library block). */
-#define SAGESSD_COSMOS_NAND_AREA_BYTES                                         \
-    ((uint32_t)SAGESSD_COSMOS_NAND_BOUNCES * SAGESSD_COSMOS_BOUNCE_BYTES +     \
+/* Bytes of the NAND area: a spare buffer per operation slot, then the table of good blocks
+   (2 bytes per die and library block). */
+#define SAGESSD_COSMOS_NAND_AREA_BYTES                                                \
+    ((uint32_t)SAGESSD_COSMOS_NAND_SLOTS * (uint32_t)BYTES_PER_SPARE_REGION_OF_PAGE + \
      2u * (uint32_t)USER_DIES * (uint32_t)SAGESSD_COSMOS_BLOCKS_PER_DIE)
 
 /* Before sagessd_fw_init, after InitFTL (which finds the bad blocks): `area` is
-   SAGESSD_COSMOS_NAND_AREA_BYTES of uncached DDR that nothing else uses, 16-byte aligned.
+   SAGESSD_COSMOS_NAND_AREA_BYTES of uncached DDR that nothing else uses, 16-byte aligned. The
+   library's arena may be cached: the glue cleans and invalidates its page windows around the
+   NSC's DMA.
    Returns 0, or -1 if `area` is unusable or a die has fewer than SAGESSD_COSMOS_BLOCKS_PER_DIE
    good blocks. */
 int sagessd_cosmos_nand_init(uint8_t *area);
@@ -134,6 +150,13 @@ void sagessd_cosmos_geometry(sagessd_geometry *geometry);
 /* The library's flash HAL on GreedyFTL's NAND request scheduler (cosmos_nand.c): pass as
    sagessd_fw_init's `flash` argument. */
 extern const sagessd_flash_ops sagessd_cosmos_flash_ops;
+
+/* Called first by GreedyFTL's GenerateSpareDataBufAddr for a REQ_OPT_DATA_BUF_ADDR request (the
+   one-line patch above): the device address of the spare buffer of the glue's request in
+   `reqSlotTag`, or 0 for a request that is not the glue's (GreedyFTL's own rule, the spare after
+   the data, then applies). The data goes straight into the library's page window, whose spare
+   record is 64 bytes, not the NAND's 256, so the spare region must land elsewhere. */
+unsigned int sagessd_cosmos_spare_addr(unsigned int reqSlotTag);
 
 /* Called by GreedyFTL's GetFromNandReqQ for every NAND request it retires, with the request's
    slot and REQ_STATUS_*: records the result of the glue's own requests (others are ignored).

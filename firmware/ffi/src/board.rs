@@ -79,19 +79,25 @@ impl Flash for BoardFlash {
                 _ => Err(FlashError::OutOfRange),
             }
         };
-        let (kind, address, dram_page) = match op {
-            // The board reads whole pages (its controller decodes a page's codewords together),
-            // which the HAL allows: a read may bring in more than the sectors it names.
+        let (kind, address, dram_page, sectors) = match op {
+            // A board may read whole pages (its controller decodes a page's codewords together),
+            // which the HAL allows: a read may bring in more than the sectors it names. It is
+            // told them all the same, so that it maintains its caches for those alone.
             FlashOp::Read {
                 ppn,
                 dram_offset_bytes,
-                sectors: _,
-            } => (FLASH_READ, ppn.0, window(dram_offset_bytes)?),
+                sectors,
+            } => (
+                FLASH_READ,
+                ppn.0,
+                window(dram_offset_bytes)?,
+                u32::from(sectors.0),
+            ),
             FlashOp::Program {
                 ppn,
                 dram_offset_bytes,
-            } => (FLASH_PROGRAM, ppn.0, window(dram_offset_bytes)?),
-            FlashOp::Erase { block } => (FLASH_ERASE, block.0, core::ptr::null_mut()),
+            } => (FLASH_PROGRAM, ppn.0, window(dram_offset_bytes)?, 0),
+            FlashOp::Erase { block } => (FLASH_ERASE, block.0, core::ptr::null_mut(), 0),
         };
         let in_range = match op {
             FlashOp::Erase { .. } => address < self.geometry.block_count(),
@@ -119,7 +125,7 @@ impl Flash for BoardFlash {
         // inside the arena
         // (checked above); the arena stays valid for the library's life. The header's contract
         // is that `submit` only starts the operation and returns.
-        let rc = unsafe { (self.submit)(self.ctx, tag, kind, address, dram_page) };
+        let rc = unsafe { (self.submit)(self.ctx, tag, kind, address, dram_page, sectors) };
         if rc == FLASH_SUBMIT_STARTED {
             return Ok(());
         }

@@ -10,7 +10,7 @@ use sagessd_firmware::hal::Geometry;
 use sagessd_firmware::{ConfigError, FirmwareConfig};
 
 /// `SAGESSD_FW_ABI_VERSION`: bumped on every incompatible change of the header.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// `SAGESSD_OK`: success.
 pub const OK: i32 = 0;
@@ -236,6 +236,7 @@ pub type FlashSubmitFn = unsafe extern "C" fn(
     kind: u32,
     address: u32,
     dram_page: *mut u8,
+    sectors: u32,
 ) -> i32;
 
 /// `sagessd_flash_ops`: the board's flash HAL.

@@ -27,7 +27,7 @@ HAS_TYPE(sagessd_fw_poll, int32_t (*)(void));
 HAS_TYPE(sagessd_fw_next_completion, int32_t (*)(sagessd_completion *));
 HAS_TYPE(sagessd_fw_flash_complete, int32_t (*)(uint32_t, uint32_t));
 HAS_TYPE(((sagessd_flash_ops *)0)->submit,
-         int32_t (**)(void *, uint32_t, uint32_t, uint32_t, uint8_t *));
+         int32_t (**)(void *, uint32_t, uint32_t, uint32_t, uint8_t *, uint32_t));
 
 #define VALUE(name) printf("%s %lld\n", #name, (long long)(name))
 #define SIZE(type) printf("sizeof(%s) %zu\n", #type, sizeof(type))

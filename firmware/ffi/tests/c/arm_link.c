@@ -19,11 +19,11 @@ static uint8_t link_check_sqe[SAGESSD_SQE_BYTES];
 static uint8_t link_check_data[4096];
 
 static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t address,
-                            uint8_t *dram_page)
+                            uint8_t *dram_page, uint32_t sectors)
 {
     (void)ctx;
     (void)dram_page;
-    sink = tag ^ kind ^ address;
+    sink = tag ^ kind ^ address ^ sectors;
     return SAGESSD_FLASH_SUBMIT_STARTED;
 }
 

@@ -77,6 +77,7 @@ static uint32_t next_page[BLOCKS]; /* programs of a block must come in page orde
 typedef struct {
     uint32_t tag, kind, address;
     uint8_t *dram_page;
+    uint32_t sectors;
 } flash_op;
 
 #define FLASH_QUEUE 8u /* operations the "NAND scheduler" holds; beyond that: busy */
@@ -88,9 +89,11 @@ static int reentry_checked;
 static const uint8_t *arena_start, *arena_end;
 
 static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t address,
-                            uint8_t *dram_page)
+                            uint8_t *dram_page, uint32_t sectors)
 {
     CHECK(ctx == (void *)nand, "ctx is passed back unchanged");
+    CHECK(kind == SAGESSD_FLASH_READ ? sectors <= 0xFFFFu : sectors == 0,
+          "sectors name a read's part of the page (0 for programs and erases): %u", sectors);
     CHECK(!in_flash_submit, "submit is not re-entered");
     if (!reentry_checked) {
         /* The library refuses calls from inside its own callback instead of corrupting state. */
@@ -116,7 +119,7 @@ static int32_t flash_submit(void *ctx, uint32_t tag, uint32_t kind, uint32_t add
         flash_busy_answers++;
         return SAGESSD_FLASH_SUBMIT_BUSY;
     }
-    pending[(pending_head + pending_count) % FLASH_QUEUE] = (flash_op){tag, kind, address, dram_page};
+    pending[(pending_head + pending_count) % FLASH_QUEUE] = (flash_op){tag, kind, address, dram_page, sectors};
     pending_count++;
     return SAGESSD_FLASH_SUBMIT_STARTED;
 }
@@ -133,7 +136,16 @@ static int complete_one_flash_op(void)
     switch (op.kind) {
     case SAGESSD_FLASH_READ:
         flash_reads++;
-        memcpy(op.dram_page, &nand[(size_t)op.address * WINDOW_BYTES], WINDOW_BYTES);
+        /* Only the sectors the library named, and the spare: the others are left as they were,
+         * so a library that relied on bytes it did not ask for reads stale data and the checks
+         * below fail. */
+        for (uint32_t i = 0; i < 16; i++)
+            if (op.sectors >> i & 1)
+                memcpy(op.dram_page + i * (PAGE_BYTES / 16),
+                       &nand[(size_t)op.address * WINDOW_BYTES + i * (PAGE_BYTES / 16)],
+                       PAGE_BYTES / 16);
+        memcpy(op.dram_page + PAGE_BYTES, &nand[(size_t)op.address * WINDOW_BYTES + PAGE_BYTES],
+               WINDOW_BYTES - PAGE_BYTES);
         break;
     case SAGESSD_FLASH_PROGRAM: {
         uint32_t block = op.address / PAGES_PER_BLOCK;
