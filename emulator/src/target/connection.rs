@@ -76,9 +76,36 @@ enum Event {
 }
 
 /// The budget one command's buffer holds, given back when the buffer goes: the connection's
-/// share, its controller's, and the target's.
+/// share, its controller's, and the target's, taken in that order.
+#[derive(Default)]
 pub(super) struct Held {
-    _grants: Vec<Grant>,
+    grants: Vec<Grant>,
+}
+
+impl Held {
+    /// How many levels have granted so far.
+    fn levels(&self) -> usize {
+        self.grants.len()
+    }
+
+    /// The next level's grant.
+    fn push(&mut self, grant: Grant) {
+        self.grants.push(grant);
+    }
+}
+
+impl Drop for Held {
+    /// Gives the grants back widest level first (the target's, then the controller's, then the
+    /// connection's), so that every command holding a wider level's bytes also holds the
+    /// narrower ones: a controller never holds more of the target's budget than its share,
+    /// not even for the moment between two releases (released narrowest first, a waiter on the
+    /// same controller took the freed share and then the target's bytes while the first
+    /// command still held its own).
+    fn drop(&mut self) {
+        while let Some(grant) = self.grants.pop() {
+            drop(grant);
+        }
+    }
 }
 
 /// The queue this connection carries, once connected.
@@ -141,7 +168,7 @@ struct Connection {
     waiting: VecDeque<Waiting>,
     /// What the front of `waiting` already has of its levels (the connection's share, the
     /// controller's, the target's) while it waits for the next.
-    front_grants: Vec<Grant>,
+    front_grants: Held,
     /// A budget owes the front of `waiting` a grant ([`Event::Granted`]).
     granting: bool,
     held_aers: Vec<u16>,
@@ -220,7 +247,7 @@ pub(super) fn serve(
         in_flight,
         incoming: HashMap::new(),
         waiting: VecDeque::new(),
-        front_grants: Vec::new(),
+        front_grants: Held::default(),
         granting: false,
         held_aers: Vec::new(),
         jobs: Arc::new(Mutex::new(HashMap::new())),
@@ -508,8 +535,8 @@ impl Connection {
             let Some(&w) = self.waiting.front() else {
                 return;
             };
-            while self.front_grants.len() < self.levels.len() {
-                match self.levels[self.front_grants.len()].take(w.len, || self.deliver()) {
+            while self.front_grants.levels() < self.levels.len() {
+                match self.levels[self.front_grants.levels()].take(w.len, || self.deliver()) {
                     Some(grant) => self.front_grants.push(grant),
                     None => {
                         self.granting = true;
@@ -518,9 +545,7 @@ impl Connection {
                 }
             }
             self.waiting.pop_front();
-            let held = Held {
-                _grants: std::mem::take(&mut self.front_grants),
-            };
+            let held = std::mem::take(&mut self.front_grants);
             self.start(w, held);
         }
     }
