@@ -143,10 +143,11 @@ pub struct DeviceLimits {
     pub controller_read_max_ns: u64,
     /// Controller time of one `max_transfer_bytes` write, without poll overhead.
     pub controller_write_max_ns: u64,
-    /// The work the firmware counts for those commands, without poll-loop overhead.
-    unit_read_4k: WorkCounters,
-    unit_read_max: WorkCounters,
-    unit_write_max: WorkCounters,
+    /// The work the firmware counts for those commands, without poll-loop overhead, and the
+    /// flash DMA they cause.
+    unit_read_4k: UnitCost,
+    unit_read_max: UnitCost,
+    unit_write_max: UnitCost,
     /// Largest transfer of one command.
     pub max_transfer_bytes: u64,
     /// Unloaded latency of one 4 KiB read (sum of stages).
@@ -163,26 +164,50 @@ struct UnitWork {
     /// Polls in `all` that found nothing to do, and the parked commands they looked at.
     idle_polls: u64,
     idle_parked: u64,
+    /// Page data the command's flash operations DMA'd into and out of DRAM (reads, programs).
+    dma_bytes: (u64, u64),
+}
+
+/// Counted work and the flash DMA that goes with it: what one command costs the cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct UnitCost {
+    work: WorkCounters,
+    dma_bytes: (u64, u64),
+}
+
+impl UnitCost {
+    /// Its cycles: the work's, and the glue's for keeping the DMA coherent.
+    fn cycles(&self, cores: &CoreModel) -> u64 {
+        cores
+            .cycles(&self.work)
+            .saturating_add(cores.flash_dma_cycles(self.dma_bytes.0, self.dma_bytes.1))
+    }
 }
 
 impl UnitWork {
     /// The work on the command's critical path: without the idle polls (the last pass of the
     /// poll loop before the firmware waits for flash, which ends long before the flash does).
-    fn critical(&self) -> WorkCounters {
-        WorkCounters {
-            polls: self.all.polls - self.idle_polls,
-            parked_checked: self.all.parked_checked - self.idle_parked,
-            ..self.all
+    fn critical(&self) -> UnitCost {
+        UnitCost {
+            work: WorkCounters {
+                polls: self.all.polls - self.idle_polls,
+                parked_checked: self.all.parked_checked - self.idle_parked,
+                ..self.all
+            },
+            dma_bytes: self.dma_bytes,
         }
     }
 
     /// The command's own work, without any poll-loop overhead (which a loaded controller
     /// shares among the commands of one sweep).
-    fn without_polling(&self) -> WorkCounters {
-        WorkCounters {
-            polls: 0,
-            parked_checked: 0,
-            ..self.all
+    fn without_polling(&self) -> UnitCost {
+        UnitCost {
+            work: WorkCounters {
+                polls: 0,
+                parked_checked: 0,
+                ..self.all
+            },
+            dma_bytes: self.dma_bytes,
         }
     }
 }
@@ -205,6 +230,10 @@ fn unit_work(config: &HwConfig, write: bool, bytes: u64) -> Result<UnitWork, Emu
         all: after.work.since(&before.work),
         idle_polls: after.idle_polls - before.idle_polls,
         idle_parked: after.idle_poll_parked_checked - before.idle_poll_parked_checked,
+        dma_bytes: (
+            after.nand_dma_read_bytes - before.nand_dma_read_bytes,
+            after.nand_dma_program_bytes - before.nand_dma_program_bytes,
+        ),
     })
 }
 
@@ -245,7 +274,7 @@ impl DeviceLimits {
         let read_4k = unit_work(config, false, SMALL_READ_BYTES)?;
         let read_max = unit_work(config, false, max)?;
         let write_max = unit_work(config, true, max)?;
-        let read_4k_critical = cores.ns(&read_4k.critical());
+        let read_4k_critical = cores.cycles_to_ns(read_4k.critical().cycles(cores));
         let p = &config.pcie;
         let c = &config.controller;
         let dram = Dram::new(&config.dram);
@@ -280,8 +309,8 @@ impl DeviceLimits {
             pcie_h2c_bytes_s: pcie_bytes_s,
             dram_bytes_s: dram.bytes_per_s(),
             controller_read_4k_ns: read_4k_critical,
-            controller_read_max_ns: cores.ns(&read_max.without_polling()),
-            controller_write_max_ns: cores.ns(&write_max.without_polling()),
+            controller_read_max_ns: cores.cycles_to_ns(read_max.without_polling().cycles(cores)),
+            controller_write_max_ns: cores.cycles_to_ns(write_max.without_polling().cycles(cores)),
             unit_read_4k: read_4k.without_polling(),
             unit_read_max: read_max.without_polling(),
             unit_write_max: write_max.without_polling(),
@@ -583,13 +612,13 @@ impl RunTiming {
     /// looks, divided by its commands). How many polls and looks a command shares depends on
     /// the load, so that part is observed, not derived; the core cannot be busier than the run
     /// is long, so this is still a ceiling on the rate.
-    fn controller_ns(&self, config: &HwConfig, cores: &CoreModel, unit: &WorkCounters) -> f64 {
+    fn controller_ns(&self, config: &HwConfig, cores: &CoreModel, unit: &UnitCost) -> f64 {
         let c = &config.cores;
         let per_command = self.count.max(1) as f64;
         let poll_cycles = (self.polls as f64 * c.cycles_per_poll as f64
             + self.parked_checked as f64 * c.cycles_per_parked_command as f64)
             / per_command;
-        let cycles = cores.cycles(unit) as f64 + poll_cycles;
+        let cycles = unit.cycles(cores) as f64 + poll_cycles;
         (cycles * 1000.0 / f64::from(c.clock_mhz.max(1))).max(1.0)
     }
 }

@@ -316,6 +316,16 @@ pub struct CoresConfig {
     /// Cycles to look at one parked command during a poll (load its record, test its state),
     /// whether or not it can move.
     pub cycles_per_parked_command: u64,
+    /// Cycles the board's glue spends per KiB of page data a flash read brings into DRAM (the
+    /// sectors it names), where the flash DMA does not snoop the cores' caches: invalidating
+    /// those lines before and after the transfer. Optional: without it 0 (a coherent DMA, or
+    /// a glue that does not touch the data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_kib_flash_read: Option<u64>,
+    /// The same per KiB a flash program takes from DRAM: cleaning the page's lines to DRAM
+    /// before the transfer. Optional: without it 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_kib_flash_program: Option<u64>,
 }
 
 impl CoresConfig {
@@ -328,6 +338,17 @@ impl CoresConfig {
     /// Cycles per random draw: `cycles_per_edge_drawn`, else 0.
     pub fn edge_drawn_cycles(&self) -> u64 {
         self.cycles_per_edge_drawn.unwrap_or(0)
+    }
+
+    /// Cycles per KiB of flash-read data kept coherent: `cycles_per_kib_flash_read`, else 0.
+    pub fn kib_flash_read_cycles(&self) -> u64 {
+        self.cycles_per_kib_flash_read.unwrap_or(0)
+    }
+
+    /// Cycles per KiB of flash-program data kept coherent: `cycles_per_kib_flash_program`,
+    /// else 0.
+    pub fn kib_flash_program_cycles(&self) -> u64 {
+        self.cycles_per_kib_flash_program.unwrap_or(0)
     }
 
     /// Cycles per radix-sort pass: `cycles_per_radix_pass`, else 0.
@@ -961,6 +982,16 @@ impl HwConfig {
             c.cycles_per_parked_command,
             MAX_CYCLES,
             "cores.cycles_per_parked_command",
+        )?;
+        at_most(
+            c.kib_flash_read_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_kib_flash_read",
+        )?;
+        at_most(
+            c.kib_flash_program_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_kib_flash_program",
         )
     }
 
@@ -1259,6 +1290,18 @@ pub(crate) mod tests {
         rejects(
             "cores",
             "cycles_per_parked_command",
+            "2000000000",
+            "at most",
+        );
+        rejects(
+            "cores",
+            "cycles_per_kib_flash_read",
+            "2000000000",
+            "at most",
+        );
+        rejects(
+            "cores",
+            "cycles_per_kib_flash_program",
             "2000000000",
             "at most",
         );

@@ -109,6 +109,22 @@ impl CoreModel {
         terms.iter().fold(0u64, |a, t| a.saturating_add(*t))
     }
 
+    /// Cycles the board's glue spends keeping flash DMA coherent with the cores' caches:
+    /// `read_bytes` of page data flash reads brought in, `program_bytes` programs took
+    /// (`NandStats::dma_read_bytes`, `dma_program_bytes`). Not counted by the firmware, so not
+    /// in [`Self::cycles`]: the emulator adds it to the call that issued the operations.
+    pub fn flash_dma_cycles(&self, read_bytes: u64, program_bytes: u64) -> u64 {
+        let c = &self.config;
+        read_bytes
+            .saturating_mul(c.kib_flash_read_cycles())
+            .div_ceil(1024)
+            .saturating_add(
+                program_bytes
+                    .saturating_mul(c.kib_flash_program_cycles())
+                    .div_ceil(1024),
+            )
+    }
+
     /// Nanoseconds `cycles` take at the core clock (rounded up).
     pub fn cycles_to_ns(&self, cycles: u64) -> u64 {
         let ns = (u128::from(cycles) * 1000).div_ceil(u128::from(self.config.clock_mhz.max(1)));
@@ -147,7 +163,26 @@ mod tests {
             cycles_per_block_scanned: 4,
             cycles_per_poll: 40,
             cycles_per_parked_command: 6,
+            cycles_per_kib_flash_read: Some(1280),
+            cycles_per_kib_flash_program: Some(640),
         })
+    }
+
+    #[test]
+    fn flash_dma_is_charged_per_kib_each_way_and_rounded_up() {
+        let m = model(1000);
+        // A one-sector read of a 16 KiB page (1 KiB), a program of the page, and a 4-byte
+        // remainder that still costs a whole cycle.
+        assert_eq!(m.flash_dma_cycles(1024, 0), 1280);
+        assert_eq!(m.flash_dma_cycles(0, 16384), 16 * 640);
+        assert_eq!(m.flash_dma_cycles(1024, 16384), 1280 + 16 * 640);
+        assert_eq!(m.flash_dma_cycles(4, 0), 5);
+        let mut coherent = m.config.clone();
+        (
+            coherent.cycles_per_kib_flash_read,
+            coherent.cycles_per_kib_flash_program,
+        ) = (None, None);
+        assert_eq!(CoreModel::new(&coherent).flash_dma_cycles(1024, 16384), 0);
     }
 
     #[test]

@@ -179,6 +179,33 @@ pub struct NandStats {
     pub uncorrectable_pages: u64,
     /// Pages whose data was freed when the firmware said they were dead (`Flash::forget`).
     pub pages_forgotten: u64,
+    /// Page data the flash DMA moves into the firmware's DRAM, counted when a read is
+    /// accepted: its named sectors (a board's glue keeps these coherent with the cores'
+    /// caches, `[cores] cycles_per_kib_flash_read`).
+    pub dma_read_bytes: u64,
+    /// Page data the flash DMA takes from the firmware's DRAM, counted when a program is
+    /// accepted (`[cores] cycles_per_kib_flash_program`).
+    pub dma_program_bytes: u64,
+}
+
+/// Page data the flash DMA has moved into DRAM (reads: their named sectors) and out of it
+/// (programs), cumulative: what a board's glue keeps coherent with the cores' caches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DmaBytes {
+    /// Into DRAM, by reads.
+    pub read: u64,
+    /// Out of DRAM, by programs.
+    pub program: u64,
+}
+
+impl DmaBytes {
+    /// What was moved since `before`.
+    pub fn since(self, before: DmaBytes) -> DmaBytes {
+        DmaBytes {
+            read: self.read - before.read,
+            program: self.program - before.program,
+        }
+    }
 }
 
 impl NandStats {
@@ -325,7 +352,7 @@ pub struct NandArray {
     next_op_id: u64,
     /// Operations submitted and not yet issued, with the work the firmware had counted when it
     /// submitted each (see [`Flash::note_work`]).
-    staged: Vec<(u64, Option<WorkCounters>)>,
+    staged: Vec<(u64, Option<WorkCounters>, DmaBytes)>,
     /// The work last told by [`Flash::note_work`], until the next submit takes it.
     noted: Option<WorkCounters>,
     events: EventQueue<(EventKind, u64)>,
@@ -503,17 +530,29 @@ impl NandArray {
 
     /// Issues every staged operation at `at_ns` (never earlier than the array's current time).
     pub fn issue_staged(&mut self, at_ns: u64) {
-        self.issue_staged_by(|_| at_ns);
+        self.issue_staged_by(|_, _| at_ns);
+    }
+
+    /// Page data the flash DMA has moved so far, reads and programs.
+    pub fn dma_bytes(&self) -> DmaBytes {
+        DmaBytes {
+            read: self.stats.dma_read_bytes,
+            program: self.stats.dma_program_bytes,
+        }
     }
 
     /// Issues every staged operation, in submission order, at the time `issue_at` gives for the
-    /// work the firmware had counted when it submitted it (`None`: it did not say), but never
-    /// earlier than the array's current time or than the operation staged before it.
-    pub fn issue_staged_by(&mut self, mut issue_at: impl FnMut(Option<&WorkCounters>) -> u64) {
+    /// work the firmware had counted when it submitted it (`None`: it did not say) and the page
+    /// data the DMA had moved by then, the operation's own included ([`Self::dma_bytes`]), but
+    /// never earlier than the array's current time or than the operation staged before it.
+    pub fn issue_staged_by(
+        &mut self,
+        mut issue_at: impl FnMut(Option<&WorkCounters>, DmaBytes) -> u64,
+    ) {
         let mut at_least = self.now_ns;
         self.noted = None;
-        for (op_id, work) in std::mem::take(&mut self.staged) {
-            let at_ns = issue_at(work.as_ref()).max(at_least);
+        for (op_id, work, dma) in std::mem::take(&mut self.staged) {
+            let at_ns = issue_at(work.as_ref(), dma).max(at_least);
             at_least = at_ns;
             self.schedule(at_ns, EventKind::Issue, op_id);
         }
@@ -724,6 +763,13 @@ impl Flash for NandArray {
         let plane = block % self.planes;
         let op_id = self.next_op_id;
         self.next_op_id += 1;
+        match &kind {
+            OpKind::Read { sectors, .. } => {
+                self.stats.dma_read_bytes += sectors.data_bytes(self.page_size_bytes) as u64
+            }
+            OpKind::Program { .. } => self.stats.dma_program_bytes += self.page_size_bytes as u64,
+            OpKind::Erase { .. } => {}
+        }
         if let (OpKind::Read { ppn, sectors, .. }, Some(s), Some(pool)) =
             (&kind, &self.synthetic, &self.page_pool)
             && let Some(read) = s.page_read(*ppn, *sectors)
@@ -740,7 +786,11 @@ impl Flash for NandArray {
                 kind,
             },
         );
-        self.staged.push((op_id, self.noted.take()));
+        let dma = DmaBytes {
+            read: self.stats.dma_read_bytes,
+            program: self.stats.dma_program_bytes,
+        };
+        self.staged.push((op_id, self.noted.take(), dma));
         Ok(())
     }
 

@@ -563,6 +563,8 @@ impl Ssd {
             nand_pages_programmed: nand.pages_programmed,
             nand_blocks_erased: nand.blocks_erased,
             nand_channel_bytes: nand.total_channel_bytes(),
+            nand_dma_read_bytes: nand.dma_read_bytes,
+            nand_dma_program_bytes: nand.dma_program_bytes,
             nand_die_busy_ns: nand.die_busy_ns,
             pcie_h2c_bytes: h2c.payload_bytes,
             pcie_c2h_bytes: c2h.payload_bytes,

@@ -41,6 +41,15 @@ pub struct DeviceStats {
     pub nand_blocks_erased: u64,
     /// Data bytes moved over the flash channels (all channels).
     pub nand_channel_bytes: u64,
+    /// Page data flash reads brought into DRAM (their named sectors) and programs took from it
+    /// ([`crate::nand::NandStats::dma_read_bytes`], `dma_program_bytes`).
+    pub nand_dma_read_bytes: u64,
+    /// See `nand_dma_read_bytes`.
+    pub nand_dma_program_bytes: u64,
+    /// Core time charged for keeping that DMA coherent with the cores' caches
+    /// (`[cores] cycles_per_kib_flash_read`, `cycles_per_kib_flash_program`), included in
+    /// `core_busy_ns` and `isp_core_busy_ns`.
+    pub flash_dma_core_ns: u64,
     /// Sum over dies of their busy time.
     pub nand_die_busy_ns: u64,
     /// Payload bytes moved host→device over PCIe (SQEs, write data, vendor payloads).
@@ -75,16 +84,19 @@ impl fmt::Display for DeviceStats {
         )?;
         writeln!(
             f,
-            "firmware: {} calls, {} ns core busy",
-            self.firmware_calls, self.core_busy_ns
+            "firmware: {} calls, {} ns core busy ({} ns of it keeping flash DMA coherent)",
+            self.firmware_calls, self.core_busy_ns, self.flash_dma_core_ns
         )?;
         writeln!(
             f,
-            "nand: {} pages read, {} pages programmed, {} blocks erased, {} channel bytes",
+            "nand: {} pages read, {} pages programmed, {} blocks erased, {} channel bytes \
+             ({} B DMA'd into DRAM by reads, {} B out by programs)",
             self.nand_pages_read,
             self.nand_pages_programmed,
             self.nand_blocks_erased,
-            self.nand_channel_bytes
+            self.nand_channel_bytes,
+            self.nand_dma_read_bytes,
+            self.nand_dma_program_bytes
         )?;
         write!(
             f,

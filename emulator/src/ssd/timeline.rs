@@ -10,6 +10,7 @@ use super::host_side::{EffectKind, Incoming};
 use super::{CQE_BYTES, Completed, LIVELOCK_CALLS, Ssd, Step};
 use crate::dram::Dram;
 use crate::error::EmulatorError;
+use crate::nand::DmaBytes;
 use crate::pcie::{Direction, PcieLink};
 
 impl Ssd {
@@ -94,6 +95,7 @@ impl Ssd {
         self.firmware.flash_mut().advance_to(start_ns);
         self.forget_dram();
         let before = self.firmware.work();
+        let dma_before = self.firmware.flash_mut().dma_bytes();
         let mut extra_cycles = 0;
         // A submit always makes progress in the sense that a poll must follow it (to run the
         // command, or to free a slot after "busy"); only a fruitless poll idles the firmware.
@@ -132,14 +134,19 @@ impl Ssd {
             progress
         };
         let work = self.firmware.work().since(&before);
-        let core_ns = self
-            .cores
-            .cycles_to_ns(self.cores.cycles(&work).saturating_add(extra_cycles));
+        let dma_cycles = self.flash_dma_cycles_since(dma_before);
+        let core_ns = self.cores.cycles_to_ns(
+            self.cores
+                .cycles(&work)
+                .saturating_add(extra_cycles)
+                .saturating_add(dma_cycles),
+        );
+        self.stats.flash_dma_core_ns += self.cores.cycles_to_ns(dma_cycles);
         let start_ns = self.wait_for_p2p(start_ns, &work);
         let end_ns = start_ns + core_ns;
         self.stats.firmware_calls += 1;
         self.stats.core_busy_ns += core_ns;
-        self.stamp_effects(start_ns, &before, end_ns);
+        self.stamp_effects(start_ns, (&before, dma_before), end_ns);
         self.fw_time_ns = end_ns;
         self.hot = progress || self.has_immediate_work();
         // What the call did (a job accepted, its pages read) may give the lane cores work.
@@ -204,14 +211,19 @@ impl Ssd {
     fn call_lane(&mut self, i: usize, start_ns: u64) -> Result<(), EmulatorError> {
         self.firmware.flash_mut().advance_to(start_ns);
         let before = self.firmware.work();
+        let dma_before = self.firmware.flash_mut().dma_bytes();
         let progress = self.firmware.poll_isp_lane(self.lane_cores[i].lane);
         let work = self.firmware.work().since(&before);
-        let core_ns = self.cores.ns(&work);
+        let dma_cycles = self.flash_dma_cycles_since(dma_before);
+        let core_ns = self
+            .cores
+            .cycles_to_ns(self.cores.cycles(&work).saturating_add(dma_cycles));
+        self.stats.flash_dma_core_ns += self.cores.cycles_to_ns(dma_cycles);
         let start_ns = self.wait_for_p2p(start_ns, &work);
         let end_ns = start_ns + core_ns;
         self.stats.isp_calls += 1;
         self.stats.isp_core_busy_ns += core_ns;
-        self.stamp_effects(start_ns, &before, end_ns);
+        self.stamp_effects(start_ns, (&before, dma_before), end_ns);
         self.lane_cores[i].time_ns = end_ns;
         self.lane_cores[i].hot = progress;
         // The firmware core and the other lanes see what the lane did (a finished job to
@@ -223,6 +235,16 @@ impl Ssd {
             self.wake_lanes(end_ns, Some(i));
         }
         self.count_livelock(core_ns, progress, end_ns)
+    }
+
+    /// What keeping the flash DMA issued since `before` coherent costs the issuing core: the
+    /// board's glue does it around each operation it starts and reports, which the firmware
+    /// does not count. All of it is charged before the operation is issued (a read's second
+    /// pass, after its transfer and before the firmware hears of it, is on the read's critical
+    /// path all the same).
+    fn flash_dma_cycles_since(&mut self, before: DmaBytes) -> u64 {
+        let d = self.firmware.flash_mut().dma_bytes().since(before);
+        self.cores.flash_dma_cycles(d.read, d.program)
     }
 
     fn count_livelock(
@@ -274,7 +296,12 @@ impl Ssd {
 
     /// Times what the last call (`start_ns` to `end_ns`, firmware work counted from `before`)
     /// did; see the module documentation for the rules.
-    fn stamp_effects(&mut self, start_ns: u64, before: &WorkCounters, end_ns: u64) {
+    fn stamp_effects(
+        &mut self,
+        start_ns: u64,
+        (before, dma_before): (&WorkCounters, DmaBytes),
+        end_ns: u64,
+    ) {
         let cores = &self.cores;
         let base_cycles = cores.cycles(before);
         // When the core had done the work counted up to `at`: the call's start plus the core
@@ -315,9 +342,13 @@ impl Ssd {
             let n = h2c.partition_point(|&(at, _)| at <= t);
             if n == 0 { t } else { t.max(h2c[n - 1].1) }
         };
-        self.firmware
-            .flash_mut()
-            .issue_staged_by(|w| h2c_by(dated(w)));
+        // A flash operation also waits for the glue's cache maintenance of the operations
+        // staged up to it, its own included.
+        self.firmware.flash_mut().issue_staged_by(|w, dma| {
+            let d = dma.since(dma_before);
+            let glue_ns = cores.cycles_to_ns(cores.flash_dma_cycles(d.read, d.program));
+            h2c_by((dated(w) + glue_ns).min(end_ns))
+        });
         // Device→host DMAs and completions in call order (a command's data before its CQE),
         // each requested when the core posted it; a completion also waits for the host→device
         // DMAs posted before it.
