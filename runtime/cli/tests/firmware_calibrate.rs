@@ -2,7 +2,7 @@
 //! the firmware measures today, every held-out check is predicted within 10 %, the check
 //! minibatch costs at most 100 M cycles, and a description whose cost is wrong is caught;
 //! `sagessd firmware profile` attributes a workload's cycles to the code. Each calibration
-//! boots the calibration image under QEMU four times (the arena's placements, about a minute
+//! boots the calibration image under QEMU sixteen times (the arena's placements, 3–5 minutes
 //! on two cores; a run identical to an earlier one is read back instead) and builds it first
 //! (cargo, gcc-arm-none-eabi, qemu-system-arm: `scripts/setup.sh` installs them). Cosmos+ runs
 //! on an emulated Cortex-A9 (ARMv7), the Newport-class description on a Cortex-A53 (AArch64).

@@ -37,13 +37,18 @@ pub struct Calibration {
     pub note: Option<String>,
     /// QEMU's runs, seconds of wall clock.
     pub qemu_s: f64,
-    /// The arena placements measured ([`PLACEMENTS`]).
+    /// The arena placements measured ([`PLACEMENTS`] unless asked otherwise).
     pub placements: Vec<u32>,
     /// How many of their runs were kept from an earlier identical run (not run again).
     pub kept: usize,
     /// Per unit, the largest relative difference between its cost fitted on one placement and
     /// on their average: how much the layout of the tables in the caches moves it.
     pub spread: [f64; WorkCounters::COUNT],
+    /// Per unit, the relative difference between its costs fitted on the mean of every other
+    /// placement (the even-numbered ones) and of the rest: how much a mean of that many
+    /// placements moves when as many others replace them, which bounds what a layout change
+    /// does to the mean of all of them. `None` with fewer than two placements.
+    pub halves: Option<[f64; WorkCounters::COUNT]>,
     /// Each workload, its cycles averaged over the placements.
     pub measured: Vec<Measured>,
     /// The fitted cost per unit (cycles), in [`UNITS`] order.
@@ -88,8 +93,15 @@ impl Calibration {
 }
 
 /// Builds the calibration image and plugin, runs them under QEMU (at most `timeout_s`) on
-/// `hw`'s device (`source` names where its description came from) and fits the costs.
-pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<Calibration> {
+/// `hw`'s device (`source` names where its description came from), once per arena placement of
+/// `placements` (see [`check_placements`]), and fits the costs to the runs' mean.
+pub fn calibrate(
+    hw: &HwConfig,
+    source: &str,
+    timeout_s: u64,
+    placements: &[u32],
+) -> anyhow::Result<Calibration> {
+    check_placements(placements)?;
     let timing = hw.core_timing.clone().ok_or_else(|| {
         anyhow::anyhow!(
             "{source} has no [core_timing] table: calibration needs the core's caches and latencies"
@@ -99,7 +111,9 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
     let machine = board_for(&timing)?;
     let (elf, plugin) = build(&machine)?;
     let started = std::time::Instant::now();
-    let runs = run_placements(&machine, &elf, &plugin, &plan, &timing, timeout_s)?;
+    let runs = run_placements(
+        &machine, &elf, &plugin, &plan, &timing, timeout_s, placements,
+    )?;
     let qemu_s = started.elapsed().as_secs_f64();
     let kept = runs.iter().filter(|r| r.kept).count();
     let per_placement: Vec<Vec<Measured>> = runs
@@ -116,6 +130,25 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
             spread[*u] = spread[*u].max((c[*u] / costs[*u] - 1.0).abs());
         }
     }
+    let halves = match per_placement.len() {
+        0 | 1 => None,
+        _ => {
+            let (even, odd): (Vec<_>, Vec<_>) = per_placement
+                .iter()
+                .enumerate()
+                .partition(|(k, _)| k % 2 == 0);
+            let fit_half = |half: Vec<(usize, &Vec<Measured>)>| {
+                let runs: Vec<Vec<Measured>> = half.into_iter().map(|(_, r)| r.clone()).collect();
+                fit_costs(&average(&runs)?, hw).map(|(c, _)| c)
+            };
+            let (a, b) = (fit_half(even)?, fit_half(odd)?);
+            let mut d = [0.0f64; WorkCounters::COUNT];
+            for u in &fitted {
+                d[*u] = (a[*u] / b[*u] - 1.0).abs();
+            }
+            Some(d)
+        }
+    };
     let old = configured(&hw.cores);
     let held: [f64; WorkCounters::COUNT] = std::array::from_fn(|u| {
         if fitted.contains(&u) {
@@ -144,9 +177,10 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
         machine,
         note,
         qemu_s,
-        placements: PLACEMENTS.to_vec(),
+        placements: placements.to_vec(),
         kept,
         spread,
+        halves,
         measured,
         costs,
         fitted,
@@ -160,10 +194,41 @@ pub fn calibrate(hw: &HwConfig, source: &str, timeout_s: u64) -> anyhow::Result<
 
 /// Where the arena starts past the image's 1 MiB boundary in each run: offsets that put the
 /// tables in other sets of every modelled cache (the L1s' 8 KiB ways, a Cortex-A9 L2's 64 KiB
-/// and a Cortex-A53 L2's 64 KiB ways), so that the costs are those of no one layout.
-pub const PLACEMENTS: [u32; 4] = [0, 16_448 + 8_256, 33_344 + 1_088, 50_240 + 4_672];
+/// and a Cortex-A53 L2's 64 KiB ways), so that the costs are those of no one layout. Offset k
+/// is `(k × 391 mod 1024) × 64`: 16 lines of 64 bytes spread over the L2's way, 448 bytes apart
+/// in the L1's. Sixteen, because the mean of four still moved a unit by 4.8 % when four other
+/// placements replaced them (the page scanned; `--placements`); the runs are short (about 17 s
+/// each on this machine), so sixteen cost about four minutes on two cores.
+pub const PLACEMENTS: [u32; 16] = [
+    0, 25_024, 50_048, 9_536, 34_560, 59_584, 19_072, 44_096, 3_584, 28_608, 53_632, 13_120,
+    38_144, 63_168, 22_656, 47_680,
+];
 
-/// Runs the image once per placement of [`PLACEMENTS`], as many at once as the machine has
+/// The arena's alignment past its 1 MiB boundary that a placement keeps: its cache line and
+/// its widest word, as at offset 0.
+pub const PLACEMENT_ALIGN: u32 = 64;
+/// Placements beyond the L2's 64 KiB way put the tables in sets a smaller offset reaches.
+pub const PLACEMENT_LIMIT: u32 = 64 << 10;
+
+/// Checks a set of arena placements: at least one, none repeated, each a multiple of
+/// [`PLACEMENT_ALIGN`] below [`PLACEMENT_LIMIT`]. Another set than [`PLACEMENTS`] measures
+/// whether a layout change moves the fitted costs (`firmware calibrate --placements … --check`).
+pub fn check_placements(placements: &[u32]) -> anyhow::Result<()> {
+    anyhow::ensure!(!placements.is_empty(), "no arena placement to run");
+    for (i, &p) in placements.iter().enumerate() {
+        anyhow::ensure!(
+            p % PLACEMENT_ALIGN == 0 && p < PLACEMENT_LIMIT,
+            "arena placement {p}: want a multiple of {PLACEMENT_ALIGN} below {PLACEMENT_LIMIT}"
+        );
+        anyhow::ensure!(
+            !placements[..i].contains(&p),
+            "arena placement {p} given twice"
+        );
+    }
+    Ok(())
+}
+
+/// Runs the image once per placement of `placements`, as many at once as the machine has
 /// cores; returns each run, in placement order.
 fn run_placements(
     board: &Board,
@@ -172,16 +237,17 @@ fn run_placements(
     plan: &Plan,
     timing: &CoreTimingConfig,
     timeout_s: u64,
+    placements: &[u32],
 ) -> anyhow::Result<Vec<Run>> {
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut out: Vec<Option<anyhow::Result<Run>>> = (0..PLACEMENTS.len()).map(|_| None).collect();
-    for batch in (0..PLACEMENTS.len()).collect::<Vec<_>>().chunks(parallel) {
+    let mut out: Vec<Option<anyhow::Result<Run>>> = (0..placements.len()).map(|_| None).collect();
+    for batch in (0..placements.len()).collect::<Vec<_>>().chunks(parallel) {
         std::thread::scope(|scope| {
             let handles: Vec<_> = batch
                 .iter()
                 .map(|&k| {
                     let plan = Plan {
-                        arena_offset_bytes: PLACEMENTS[k],
+                        arena_offset_bytes: placements[k],
                         ..*plan
                     };
                     let tag = format!("placement{k}");
@@ -661,6 +727,29 @@ pub fn rewrite(text: &str, values: &[(&str, u64)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placements_are_aligned_distinct_and_within_the_l2_way() {
+        check_placements(&PLACEMENTS).expect("the default set");
+        // Each in sets of its own in the L1's 8 KiB way as in the L2's 64 KiB one.
+        let mut l1: Vec<u32> = PLACEMENTS.iter().map(|p| p % 8192).collect();
+        l1.sort_unstable();
+        l1.dedup();
+        assert_eq!(l1.len(), PLACEMENTS.len());
+        for (k, p) in PLACEMENTS.iter().enumerate() {
+            assert_eq!(*p, (k as u32 * 391 % 1024) * 64, "offset {k} as documented");
+        }
+        check_placements(&[9_024, 20_416, 42_880, 62_784]).expect("another set");
+        for (bad, why) in [
+            (&[][..], "no arena placement"),
+            (&[0, 100][..], "multiple of 64"),
+            (&[65_536][..], "below 65536"),
+            (&[64, 128, 64][..], "given twice"),
+        ] {
+            let err = check_placements(bad).expect_err("refused").to_string();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
 
     #[test]
     fn rewrite_touches_only_cores_values() {
