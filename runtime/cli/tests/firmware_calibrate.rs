@@ -1,6 +1,7 @@
 //! `sagessd firmware calibrate`: the shipped descriptions' measured `[cores]` costs are what
-//! the firmware measures today, every held-out check is predicted within 10 %, the check
-//! minibatch costs at most 100 M cycles, and a description whose cost is wrong is caught;
+//! the firmware measures today, a layout change moves none by more than 3 % (the halves
+//! spread), every held-out check is predicted within 10 %, the check minibatch costs at most
+//! 100 M cycles, and a description whose cost is wrong is caught;
 //! `sagessd firmware profile` attributes a workload's cycles to the code. Each calibration
 //! boots the calibration image under QEMU sixteen times (the arena's placements, 3–5 minutes
 //! on two cores; a run identical to an earlier one is read back instead) and builds it first
@@ -43,6 +44,25 @@ fn the_shipped_costs_are_current_and_a_wrong_one_is_caught() {
                 .and_then(|(p, _)| p.parse().ok())
                 .unwrap_or_else(|| panic!("no prediction error in {line:?}"));
             assert!(error.abs() <= 10.0, "{description}: {line}");
+        }
+        // Each fitted cost's "halves" (its fits on every other arena placement and on the rest)
+        // within 3 %: a layout change moves no unit by more than that.
+        let rows: Vec<&str> = stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("[cores] cost"))
+            .skip(1)
+            .take_while(|l| l.starts_with("cycles_per_"))
+            .filter(|l| !l.ends_with("not measured"))
+            .collect();
+        assert!(rows.len() >= 10, "{description}: the cost rows:\n{stdout}");
+        for row in rows {
+            let halves: f64 = row
+                .split_whitespace()
+                .last()
+                .and_then(|h| h.strip_suffix('%'))
+                .and_then(|h| h.parse().ok())
+                .unwrap_or_else(|| panic!("no halves spread in {row:?}"));
+            assert!(halves <= 3.0, "{description}: {row}");
         }
         // "check minibatch (...): X Mcycles a minibatch on the firmware ..."
         let line = checks
