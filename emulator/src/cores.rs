@@ -112,7 +112,11 @@ impl CoreModel {
     /// Cycles the board's glue spends keeping flash DMA coherent with the cores' caches:
     /// `read_bytes` of page data flash reads brought in, `program_bytes` programs took
     /// (`NandStats::dma_read_bytes`, `dma_program_bytes`). Not counted by the firmware, so not
-    /// in [`Self::cycles`]: the emulator adds it to the call that issued the operations.
+    /// in [`Self::cycles`]: the emulator adds it to the call that issued the operations, both
+    /// of a read's invalidations, although on the Cosmos+ the second runs where the glue polls
+    /// for completions (core 0's main loop): a simplification that puts the second half of a
+    /// lane-1 read's upkeep on core 1 instead of core 0, and dates it before the read rather
+    /// than after.
     pub fn flash_dma_cycles(&self, read_bytes: u64, program_bytes: u64) -> u64 {
         let c = &self.config;
         read_bytes

@@ -77,7 +77,7 @@
 #define SAGESSD_COSMOS_FAULT_EARLY 1   /* host→device data all by auto DMA (the old §4 design) */
 #define SAGESSD_COSMOS_FAULT_DOUBLE 2  /* a Read's CQE posted after the controller's own */
 #define SAGESSD_COSMOS_FAULT_OVERRUN 3 /* NS_COLLECT in whole units, any buffer length */
-#define SAGESSD_COSMOS_FAULT_STALE 4   /* a flash read reported without invalidating its page */
+#define SAGESSD_COSMOS_FAULT_STALE 4   /* a read reported without invalidating its sectors after the DMA */
 #define SAGESSD_COSMOS_FAULT_UNCLEAN 5 /* a page programmed without cleaning it from the cache */
 #ifndef SAGESSD_COSMOS_FAULT
 #define SAGESSD_COSMOS_FAULT 0

@@ -258,8 +258,9 @@ pub(crate) fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     writeln!(
         out,
         "(placement: the most a unit's cost fitted on one arena placement differs from the \
-         costs fitted on their mean; halves: how far its costs fitted on every other placement \
-         and on the rest lie apart, what replacing half of them moves it by)"
+         costs fitted on their mean; halves: how far its costs fitted on the mean of every other \
+         placement and on the mean of the rest lie apart, what swapping one half of the \
+         placements for the other does to a mean of half of them)"
     )?;
     writeln!(out)?;
     writeln!(

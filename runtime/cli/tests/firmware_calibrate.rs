@@ -1,6 +1,6 @@
 //! `sagessd firmware calibrate`: the shipped descriptions' measured `[cores]` costs are what
-//! the firmware measures today, a layout change moves none by more than 3 % (the halves
-//! spread), every held-out check is predicted within 10 %, the check minibatch costs at most
+//! the firmware measures today, a mean of half the arena placements moves none by more than
+//! 3 % when the other half replace them (the halves spread), every held-out check is predicted within 10 %, the check minibatch costs at most
 //! 100 M cycles, and a description whose cost is wrong is caught;
 //! `sagessd firmware profile` attributes a workload's cycles to the code. Each calibration
 //! boots the calibration image under QEMU sixteen times (the arena's placements, 3–5 minutes
@@ -45,8 +45,9 @@ fn the_shipped_costs_are_current_and_a_wrong_one_is_caught() {
                 .unwrap_or_else(|| panic!("no prediction error in {line:?}"));
             assert!(error.abs() <= 10.0, "{description}: {line}");
         }
-        // Each fitted cost's "halves" (its fits on every other arena placement and on the rest)
-        // within 3 %: a layout change moves no unit by more than that.
+        // Each fitted cost's "halves" (its fits on the mean of every other arena placement and
+        // on the mean of the rest) within 3 %: a mean of eight placements moves no unit by more
+        // than that when eight others replace them (the mean of all sixteen moves less).
         let rows: Vec<&str> = stdout
             .lines()
             .skip_while(|l| !l.starts_with("[cores] cost"))

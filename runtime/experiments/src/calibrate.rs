@@ -45,9 +45,10 @@ pub struct Calibration {
     /// on their average: how much the layout of the tables in the caches moves it.
     pub spread: [f64; WorkCounters::COUNT],
     /// Per unit, the relative difference between its costs fitted on the mean of every other
-    /// placement (the even-numbered ones) and of the rest: how much a mean of that many
-    /// placements moves when as many others replace them, which bounds what a layout change
-    /// does to the mean of all of them. `None` with fewer than two placements.
+    /// placement (the even-numbered ones) and on the mean of the rest, relative to their
+    /// average: how much a mean of half the placements moves when the other half replace them,
+    /// an estimate (not a bound) of what a layout change does to a mean of that many, and more
+    /// than it does to the mean of all of them. `None` with fewer than two placements.
     pub halves: Option<[f64; WorkCounters::COUNT]>,
     /// Each workload, its cycles averaged over the placements.
     pub measured: Vec<Measured>,
@@ -144,7 +145,13 @@ pub fn calibrate(
             let (a, b) = (fit_half(even)?, fit_half(odd)?);
             let mut d = [0.0f64; WorkCounters::COUNT];
             for u in &fitted {
-                d[*u] = (a[*u] / b[*u] - 1.0).abs();
+                // A unit one half prices at nothing or less has no spread to speak of.
+                let mean = (a[*u] + b[*u]) / 2.0;
+                d[*u] = if mean > 0.0 && a[*u] > 0.0 && b[*u] > 0.0 {
+                    (a[*u] - b[*u]).abs() / mean
+                } else {
+                    f64::INFINITY
+                };
             }
             Some(d)
         }
@@ -197,8 +204,9 @@ pub fn calibrate(
 /// and a Cortex-A53 L2's 64 KiB ways), so that the costs are those of no one layout. Offset k
 /// is `(k × 391 mod 1024) × 64`: 16 lines of 64 bytes spread over the L2's way, 448 bytes apart
 /// in the L1's. Sixteen, because the mean of four still moved a unit by 4.8 % when four other
-/// placements replaced them (the page scanned; `--placements`); the runs are short (about 17 s
-/// each on this machine), so sixteen cost about four minutes on two cores.
+/// placements replaced them (the page scanned; `--placements`); the runs are short (about 35 s
+/// each on the A9 and 24 s on the A53, two at a time on this machine's two cores), so sixteen
+/// cost about five and three minutes.
 pub const PLACEMENTS: [u32; 16] = [
     0, 25_024, 50_048, 9_536, 34_560, 59_584, 19_072, 44_096, 3_584, 28_608, 53_632, 13_120,
     38_144, 63_168, 22_656, 47_680,
