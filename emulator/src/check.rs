@@ -97,7 +97,7 @@ use crate::config::HwConfig;
 use crate::cores::CoreModel;
 use crate::dram::Dram;
 use crate::error::EmulatorError;
-use crate::nand::NandTiming;
+use crate::nand::{DmaBytes, NandTiming};
 use crate::pcie::PcieLink;
 use crate::ssd::{Completed, Ssd};
 
@@ -164,15 +164,15 @@ struct UnitWork {
     /// Polls in `all` that found nothing to do, and the parked commands they looked at.
     idle_polls: u64,
     idle_parked: u64,
-    /// Page data the command's flash operations DMA'd into and out of DRAM (reads, programs).
-    dma_bytes: (u64, u64),
+    /// Page data the command's flash operations DMA'd into and out of DRAM.
+    dma: DmaBytes,
 }
 
 /// Counted work and the flash DMA that goes with it: what one command costs the cores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct UnitCost {
     work: WorkCounters,
-    dma_bytes: (u64, u64),
+    dma: DmaBytes,
 }
 
 impl UnitCost {
@@ -180,7 +180,7 @@ impl UnitCost {
     fn cycles(&self, cores: &CoreModel) -> u64 {
         cores
             .cycles(&self.work)
-            .saturating_add(cores.flash_dma_cycles(self.dma_bytes.0, self.dma_bytes.1))
+            .saturating_add(cores.flash_dma_cycles(self.dma))
     }
 }
 
@@ -194,7 +194,7 @@ impl UnitWork {
                 parked_checked: self.all.parked_checked - self.idle_parked,
                 ..self.all
             },
-            dma_bytes: self.dma_bytes,
+            dma: self.dma,
         }
     }
 
@@ -207,7 +207,7 @@ impl UnitWork {
                 parked_checked: 0,
                 ..self.all
             },
-            dma_bytes: self.dma_bytes,
+            dma: self.dma,
         }
     }
 }
@@ -230,10 +230,7 @@ fn unit_work(config: &HwConfig, write: bool, bytes: u64) -> Result<UnitWork, Emu
         all: after.work.since(&before.work),
         idle_polls: after.idle_polls - before.idle_polls,
         idle_parked: after.idle_poll_parked_checked - before.idle_poll_parked_checked,
-        dma_bytes: (
-            after.nand_dma_read_bytes - before.nand_dma_read_bytes,
-            after.nand_dma_program_bytes - before.nand_dma_program_bytes,
-        ),
+        dma: after.nand_dma.since(before.nand_dma),
     })
 }
 

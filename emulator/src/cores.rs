@@ -67,6 +67,7 @@
 use sagessd_firmware::work::WorkCounters;
 
 use crate::config::CoresConfig;
+use crate::nand::DmaBytes;
 
 /// Converts counted firmware work into core cycles and nanoseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,24 +110,19 @@ impl CoreModel {
         terms.iter().fold(0u64, |a, t| a.saturating_add(*t))
     }
 
-    /// Cycles the board's glue spends keeping flash DMA coherent with the cores' caches:
-    /// `read_bytes` of page data flash reads brought in, `program_bytes` programs took
-    /// (`NandStats::dma_read_bytes`, `dma_program_bytes`). Not counted by the firmware, so not
+    /// Cycles the board's glue spends keeping flash DMA coherent with the cores' caches for
+    /// `dma`: the page data flash reads brought in and programs took (`NandStats::dma`). Not
+    /// counted by the firmware, so not
     /// in [`Self::cycles`]: the emulator adds it to the call that issued the operations, both
     /// of a read's invalidations, although on the Cosmos+ the second runs where the glue polls
     /// for completions (core 0's main loop): a simplification that puts the second half of a
     /// lane-1 read's upkeep on core 1 instead of core 0, and dates it before the read rather
     /// than after.
-    pub fn flash_dma_cycles(&self, read_bytes: u64, program_bytes: u64) -> u64 {
+    pub fn flash_dma_cycles(&self, dma: DmaBytes) -> u64 {
         let c = &self.config;
-        read_bytes
-            .saturating_mul(c.kib_flash_read_cycles())
-            .div_ceil(1024)
-            .saturating_add(
-                program_bytes
-                    .saturating_mul(c.kib_flash_program_cycles())
-                    .div_ceil(1024),
-            )
+        let per_kib = |bytes: u64, cycles: u64| bytes.saturating_mul(cycles).div_ceil(1024);
+        per_kib(dma.read, c.kib_flash_read_cycles())
+            .saturating_add(per_kib(dma.program, c.kib_flash_program_cycles()))
     }
 
     /// Nanoseconds `cycles` take at the core clock (rounded up).
@@ -177,16 +173,20 @@ mod tests {
         let m = model(1000);
         // A one-sector read of a 16 KiB page (1 KiB), a program of the page, and a 4-byte
         // remainder that still costs a whole cycle.
-        assert_eq!(m.flash_dma_cycles(1024, 0), 1280);
-        assert_eq!(m.flash_dma_cycles(0, 16384), 16 * 640);
-        assert_eq!(m.flash_dma_cycles(1024, 16384), 1280 + 16 * 640);
-        assert_eq!(m.flash_dma_cycles(4, 0), 5);
+        let dma = |read, program| DmaBytes { read, program };
+        assert_eq!(m.flash_dma_cycles(dma(1024, 0)), 1280);
+        assert_eq!(m.flash_dma_cycles(dma(0, 16384)), 16 * 640);
+        assert_eq!(m.flash_dma_cycles(dma(1024, 16384)), 1280 + 16 * 640);
+        assert_eq!(m.flash_dma_cycles(dma(4, 0)), 5);
         let mut coherent = m.config.clone();
         (
             coherent.cycles_per_kib_flash_read,
             coherent.cycles_per_kib_flash_program,
         ) = (None, None);
-        assert_eq!(CoreModel::new(&coherent).flash_dma_cycles(1024, 16384), 0);
+        assert_eq!(
+            CoreModel::new(&coherent).flash_dma_cycles(dma(1024, 16384)),
+            0
+        );
     }
 
     #[test]

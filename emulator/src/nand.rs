@@ -179,13 +179,11 @@ pub struct NandStats {
     pub uncorrectable_pages: u64,
     /// Pages whose data was freed when the firmware said they were dead (`Flash::forget`).
     pub pages_forgotten: u64,
-    /// Page data the flash DMA moves into the firmware's DRAM, counted when a read is
-    /// accepted: its named sectors (a board's glue keeps these coherent with the cores'
-    /// caches, `[cores] cycles_per_kib_flash_read`).
-    pub dma_read_bytes: u64,
-    /// Page data the flash DMA takes from the firmware's DRAM, counted when a program is
-    /// accepted (`[cores] cycles_per_kib_flash_program`).
-    pub dma_program_bytes: u64,
+    /// Page data the flash DMA moves into the firmware's DRAM (a read's named sectors) and
+    /// takes from it (a program's page), counted when the operation is accepted: what a board's
+    /// glue keeps coherent with the cores' caches (`[cores] cycles_per_kib_flash_read`,
+    /// `cycles_per_kib_flash_program`).
+    pub dma: DmaBytes,
 }
 
 /// Page data the flash DMA has moved into DRAM (reads: their named sectors) and out of it
@@ -535,10 +533,7 @@ impl NandArray {
 
     /// Page data the flash DMA has moved so far, reads and programs.
     pub fn dma_bytes(&self) -> DmaBytes {
-        DmaBytes {
-            read: self.stats.dma_read_bytes,
-            program: self.stats.dma_program_bytes,
-        }
+        self.stats.dma
     }
 
     /// Issues every staged operation, in submission order, at the time `issue_at` gives for the
@@ -765,9 +760,9 @@ impl Flash for NandArray {
         self.next_op_id += 1;
         match &kind {
             OpKind::Read { sectors, .. } => {
-                self.stats.dma_read_bytes += sectors.data_bytes(self.page_size_bytes) as u64
+                self.stats.dma.read += sectors.data_bytes(self.page_size_bytes) as u64
             }
-            OpKind::Program { .. } => self.stats.dma_program_bytes += self.page_size_bytes as u64,
+            OpKind::Program { .. } => self.stats.dma.program += self.page_size_bytes as u64,
             OpKind::Erase { .. } => {}
         }
         if let (OpKind::Read { ppn, sectors, .. }, Some(s), Some(pool)) =
@@ -786,11 +781,7 @@ impl Flash for NandArray {
                 kind,
             },
         );
-        let dma = DmaBytes {
-            read: self.stats.dma_read_bytes,
-            program: self.stats.dma_program_bytes,
-        };
-        self.staged.push((op_id, self.noted.take(), dma));
+        self.staged.push((op_id, self.noted.take(), self.stats.dma));
         Ok(())
     }
 

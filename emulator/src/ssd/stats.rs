@@ -4,6 +4,8 @@ use std::fmt;
 
 use sagessd_firmware::work::WorkCounters;
 
+use crate::nand::DmaBytes;
+
 /// What the emulated device has done since it was built; all counts are cumulative.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceStats {
@@ -42,10 +44,8 @@ pub struct DeviceStats {
     /// Data bytes moved over the flash channels (all channels).
     pub nand_channel_bytes: u64,
     /// Page data flash reads brought into DRAM (their named sectors) and programs took from it
-    /// ([`crate::nand::NandStats::dma_read_bytes`], `dma_program_bytes`).
-    pub nand_dma_read_bytes: u64,
-    /// See `nand_dma_read_bytes`.
-    pub nand_dma_program_bytes: u64,
+    /// ([`crate::nand::NandStats::dma`]).
+    pub nand_dma: DmaBytes,
     /// Core time charged for keeping that DMA coherent with the cores' caches
     /// (`[cores] cycles_per_kib_flash_read`, `cycles_per_kib_flash_program`), included in
     /// `core_busy_ns` and `isp_core_busy_ns`.
@@ -95,8 +95,8 @@ impl fmt::Display for DeviceStats {
             self.nand_pages_programmed,
             self.nand_blocks_erased,
             self.nand_channel_bytes,
-            self.nand_dma_read_bytes,
-            self.nand_dma_program_bytes
+            self.nand_dma.read,
+            self.nand_dma.program
         )?;
         write!(
             f,

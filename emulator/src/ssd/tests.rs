@@ -340,7 +340,10 @@ fn a_single_read_costs_what_its_parts_add_up_to() {
     // block's lines in the caches (twice 4 KiB at 1,280 cycles a KiB: 5.1 us) on top of that.
     let glue = ssd
         .cores()
-        .cycles_to_ns(ssd.cores().flash_dma_cycles(BLOCK as u64, 0));
+        .cycles_to_ns(ssd.cores().flash_dma_cycles(crate::nand::DmaBytes {
+            read: BLOCK as u64,
+            program: 0,
+        }));
     assert!(glue > 0, "Cosmos+'s flash DMA is not coherent");
     assert!(lat >= flash + fixed + glue, "latency {lat}");
     assert!(lat < flash + fixed + glue + 20_000, "latency {lat}");
@@ -391,11 +394,10 @@ fn the_glue_keeping_flash_dma_coherent_is_charged_to_the_core_that_issued_it() {
         let mut config = small_config();
         config.cores.isp_cores = isp_cores;
         let (before, after, _, _) = sample_in_storage(&config);
-        let read = after.nand_dma_read_bytes - before.nand_dma_read_bytes;
-        let program = after.nand_dma_program_bytes - before.nand_dma_program_bytes;
-        assert!(read > 0, "the job read flash");
+        let dma = after.nand_dma.since(before.nand_dma);
+        assert!(dma.read > 0, "the job read flash");
         let cores = crate::cores::CoreModel::new(&config.cores);
-        let want = cores.cycles_to_ns(cores.flash_dma_cycles(read, program));
+        let want = cores.cycles_to_ns(cores.flash_dma_cycles(dma));
         let charged = after.flash_dma_core_ns - before.flash_dma_core_ns;
         // Each call's share is rounded up to a whole nanosecond on its own.
         let calls =
@@ -410,7 +412,7 @@ fn the_glue_keeping_flash_dma_coherent_is_charged_to_the_core_that_issued_it() {
         coherent.cores.cycles_per_kib_flash_program = None;
         let (b, a, _, _) = sample_in_storage(&coherent);
         assert_eq!(a.flash_dma_core_ns - b.flash_dma_core_ns, 0);
-        assert!(a.nand_dma_read_bytes - b.nand_dma_read_bytes > 0);
+        assert!(a.nand_dma.since(b.nand_dma).read > 0);
     }
 }
 

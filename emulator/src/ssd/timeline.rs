@@ -244,7 +244,7 @@ impl Ssd {
     /// path all the same).
     fn flash_dma_cycles_since(&mut self, before: DmaBytes) -> u64 {
         let d = self.firmware.flash_mut().dma_bytes().since(before);
-        self.cores.flash_dma_cycles(d.read, d.program)
+        self.cores.flash_dma_cycles(d)
     }
 
     fn count_livelock(
@@ -345,8 +345,7 @@ impl Ssd {
         // A flash operation also waits for the glue's cache maintenance of the operations
         // staged up to it, its own included.
         self.firmware.flash_mut().issue_staged_by(|w, dma| {
-            let d = dma.since(dma_before);
-            let glue_ns = cores.cycles_to_ns(cores.flash_dma_cycles(d.read, d.program));
+            let glue_ns = cores.cycles_to_ns(cores.flash_dma_cycles(dma.since(dma_before)));
             h2c_by((dated(w) + glue_ns).min(end_ns))
         });
         // Device→host DMAs and completions in call order (a command's data before its CQE),

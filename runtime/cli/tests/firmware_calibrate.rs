@@ -1,7 +1,8 @@
 //! `sagessd firmware calibrate`: the shipped descriptions' measured `[cores]` costs are what
 //! the firmware measures today, a mean of half the arena placements moves none by more than
-//! 3 % when the other half replace them (the halves spread), every held-out check is predicted within 10 %, the check minibatch costs at most
-//! 100 M cycles, and a description whose cost is wrong is caught;
+//! 3 % when the other half replace them (the halves spread), every held-out check is predicted
+//! within 10 %, the check minibatch costs at most 100 M cycles, and a description whose cost
+//! is wrong is caught;
 //! `sagessd firmware profile` attributes a workload's cycles to the code. Each calibration
 //! boots the calibration image under QEMU sixteen times (the arena's placements, 3–5 minutes
 //! on two cores; a run identical to an earlier one is read back instead) and builds it first

@@ -134,15 +134,17 @@ pub fn calibrate(
     let halves = match per_placement.len() {
         0 | 1 => None,
         _ => {
-            let (even, odd): (Vec<_>, Vec<_>) = per_placement
-                .iter()
-                .enumerate()
-                .partition(|(k, _)| k % 2 == 0);
-            let fit_half = |half: Vec<(usize, &Vec<Measured>)>| {
-                let runs: Vec<Vec<Measured>> = half.into_iter().map(|(_, r)| r.clone()).collect();
+            // The fit on the mean of every other placement, from the `first`.
+            let fit_half = |first: usize| {
+                let runs: Vec<Vec<Measured>> = per_placement
+                    .iter()
+                    .skip(first)
+                    .step_by(2)
+                    .cloned()
+                    .collect();
                 fit_costs(&average(&runs)?, hw).map(|(c, _)| c)
             };
-            let (a, b) = (fit_half(even)?, fit_half(odd)?);
+            let (a, b) = (fit_half(0)?, fit_half(1)?);
             let mut d = [0.0f64; WorkCounters::COUNT];
             for u in &fitted {
                 // A unit one half prices at nothing or less has no spread to speak of.
