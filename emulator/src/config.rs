@@ -276,6 +276,11 @@ pub struct CoresConfig {
     pub cycles_per_row_gathered: u64,
     /// Cycles per neighbour the ISP engine samples (deduplication, output).
     pub cycles_per_edge_sampled: u64,
+    /// Cycles per neighbour the ISP engine returns as a global id without deduplicating it
+    /// (the last layer of a job that returns its sampled ids). Optional: without it,
+    /// `cycles_per_edge_sampled` (an upper bound: the same work and a probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_edge_emitted: Option<u64>,
     /// Cycles a sampled neighbour's probe adds when its node was added long before (its
     /// node-table entry most likely out of the caches). Optional: without it 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -332,6 +337,13 @@ impl CoresConfig {
     /// Cycles per target deduplicated: `cycles_per_target`, else `cycles_per_edge_sampled`.
     pub fn target_cycles(&self) -> u64 {
         self.cycles_per_target
+            .unwrap_or(self.cycles_per_edge_sampled)
+    }
+
+    /// Cycles per neighbour emitted undeduplicated: `cycles_per_edge_emitted`, else
+    /// `cycles_per_edge_sampled`.
+    pub fn edge_emitted_cycles(&self) -> u64 {
+        self.cycles_per_edge_emitted
             .unwrap_or(self.cycles_per_edge_sampled)
     }
 
@@ -936,6 +948,11 @@ impl HwConfig {
             MAX_CYCLES,
             "cores.cycles_per_edge_sampled",
         )?;
+        at_most(
+            c.edge_emitted_cycles(),
+            MAX_CYCLES,
+            "cores.cycles_per_edge_emitted",
+        )?;
         at_most(c.target_cycles(), MAX_CYCLES, "cores.cycles_per_target")?;
         at_most(
             c.edge_drawn_cycles(),
@@ -1281,6 +1298,7 @@ pub(crate) mod tests {
         rejects("cores", "cycles_per_node_added", "2000000000", "at most");
         rejects("cores", "cycles_per_destination", "2000000000", "at most");
         rejects("cores", "cycles_per_stale_repeat", "2000000000", "at most");
+        rejects("cores", "cycles_per_edge_emitted", "2000000000", "at most");
         rejects("cores", "cycles_per_edge_drawn", "2000000000", "at most");
         rejects("cores", "cycles_per_radix_pass", "2000000000", "at most");
         rejects("cores", "cycles_per_kib_copied", "2000000000", "at most");

@@ -10,6 +10,7 @@
 //!        + pages_scanned × cycles_per_page_scanned
 //!        + rows_gathered × cycles_per_row_gathered
 //!        + edges_sampled × cycles_per_edge_sampled
+//!        + edges_emitted × cycles_per_edge_emitted
 //!        + stale_repeats × cycles_per_stale_repeat
 //!        + edges_drawn   × cycles_per_edge_drawn
 //!        + targets_deduplicated × cycles_per_target
@@ -93,6 +94,7 @@ impl CoreModel {
             w.pages_scanned.saturating_mul(c.cycles_per_page_scanned),
             w.rows_gathered.saturating_mul(c.cycles_per_row_gathered),
             w.edges_sampled.saturating_mul(c.cycles_per_edge_sampled),
+            w.edges_emitted.saturating_mul(c.edge_emitted_cycles()),
             w.stale_repeats.saturating_mul(c.stale_repeat_cycles()),
             w.edges_drawn.saturating_mul(c.edge_drawn_cycles()),
             w.targets_deduplicated.saturating_mul(c.target_cycles()),
@@ -152,6 +154,7 @@ mod tests {
             cycles_per_page_scanned: 20,
             cycles_per_row_gathered: 2,
             cycles_per_edge_sampled: 50,
+            cycles_per_edge_emitted: Some(17),
             cycles_per_edge_drawn: Some(11),
             cycles_per_target: Some(70),
             cycles_per_node_added: Some(30),
@@ -199,6 +202,7 @@ mod tests {
             pages_scanned: 4,
             rows_gathered: 5,
             edges_sampled: 6,
+            edges_emitted: 3,
             stale_repeats: 2,
             edges_drawn: 10,
             targets_deduplicated: 8,
@@ -218,6 +222,7 @@ mod tests {
                 + 80
                 + 10
                 + 300
+                + 3 * 17
                 + 2 * 19
                 + 10 * 11
                 + 8 * 70
@@ -230,7 +235,7 @@ mod tests {
                 + 80
                 + 18
         );
-        assert_eq!(m.ns(&w), 4813);
+        assert_eq!(m.ns(&w), 4864);
         assert_eq!(m.ns(&WorkCounters::default()), 0);
     }
 
@@ -248,6 +253,18 @@ mod tests {
         assert_eq!(m.cycles(&w(0, 4)), 4 * 50);
         // With them, each is its own price (70 and 30 in `model`).
         assert_eq!(model(1000).cycles(&w(3, 4)), 3 * 70 + 4 * 30);
+    }
+
+    #[test]
+    fn a_description_without_an_emitted_edge_cost_prices_it_as_a_sampled_edge() {
+        let mut config = model(1000).config;
+        config.cycles_per_edge_emitted = None;
+        let w = WorkCounters {
+            edges_emitted: 5,
+            ..WorkCounters::default()
+        };
+        assert_eq!(CoreModel::new(&config).cycles(&w), 5 * 50);
+        assert_eq!(model(1000).cycles(&w), 5 * 17);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::ns_config::{MAX_LAYERS, MAX_MINIBATCHES, NsConfig, NsLimits};
 use sagessd_abi::nvme::{Status, VendorStatus};
 use sagessd_abi::sample::MAX_FANOUT;
+use sagessd_abi::sampled_ids::{SampledCounts, SampledIdsLayout};
 use sagessd_abi::subgraph::SubgraphLayout;
 
 use crate::config::{MAX_ISP_LANES, MAX_ISP_SLOTS};
@@ -81,6 +82,10 @@ struct Job {
     indptr_words: u32,
     /// Bytes of each node's feature row the job returns (0: features not asked for).
     feature_row_bytes: u32,
+    /// Whether the job returns its sampled ids ([`sagessd_abi::sampled_ids`]) for the host to
+    /// build the subgraph from: its edges hold global ids, and its last layer deduplicates
+    /// nothing.
+    sampled_ids: bool,
     /// Minibatches collected (or discarded) so far, one bit each.
     collected: [u32; COLLECTED_WORDS],
     /// Abandoned while running: freed, not kept for a collect, when it ends.
@@ -99,6 +104,7 @@ impl Job {
         node_count: 0,
         indptr_words: 0,
         feature_row_bytes: 0,
+        sampled_ids: false,
         collected: [0; COLLECTED_WORDS],
         orphaned: false,
     };
@@ -108,6 +114,29 @@ impl Job {
         let layer_count = usize::from(self.layer_count);
         SubgraphLayout::new(&m.layers(layer_count)[..layer_count])?
             .with_features(self.feature_row_bytes)
+    }
+
+    /// The sampled-ids layout of the minibatch whose state is `m`.
+    fn sampled_ids_layout(&self, m: &MinibatchState) -> Option<SampledIdsLayout> {
+        let layer_count = usize::from(self.layer_count);
+        let mut counts = [SampledCounts::default(); MAX_LAYERS];
+        for (l, c) in counts.iter_mut().enumerate().take(layer_count) {
+            *c = SampledCounts {
+                dst_count: m.nodes_through(l),
+                edge_count: m.edge_count[l],
+            };
+        }
+        SampledIdsLayout::new(&counts[..layer_count])
+    }
+
+    /// The size in bytes of the result of the minibatch whose state is `m`, in the format the
+    /// job returns; `None` if it does not fit the format.
+    fn result_size(&self, m: &MinibatchState) -> Option<usize> {
+        if self.sampled_ids {
+            self.sampled_ids_layout(m).map(|l| l.total_size_bytes())
+        } else {
+            self.layout(m).map(|l| l.total_size_bytes())
+        }
     }
 
     fn is_collected(&self, m: usize) -> bool {
@@ -368,6 +397,7 @@ impl Isp {
         job.minibatch_count = cfg.minibatch_count() as u16;
         job.graph = *graph;
         job.feature_row_bytes = feature_row_bytes;
+        job.sampled_ids = cfg.sampled_ids;
         job.collected = [0; COLLECTED_WORDS];
         job.orphaned = false;
         self.next_seq = self.next_seq.wrapping_add(1);
@@ -386,10 +416,8 @@ impl Isp {
             JobState::Failed(s) => Collect::Failed(s),
             JobState::Done => {
                 let state = MinibatchState::load(self.regions[slot].minibatches, dram, m);
-                job.layout(&state)
-                    .map_or(Collect::Failed(Status::INTERNAL_ERROR), |l| {
-                        Collect::Done(l.total_size_bytes())
-                    })
+                job.result_size(&state)
+                    .map_or(Collect::Failed(Status::INTERNAL_ERROR), Collect::Done)
             }
         }
     }
@@ -407,6 +435,9 @@ impl Isp {
         let job = &self.jobs[slot];
         let regions = &self.regions[slot];
         let state = MinibatchState::load(regions.minibatches, dram, m);
+        if job.sampled_ids {
+            return self.write_sampled_ids(dram, slot, &state, host, cmd);
+        }
         let layout = job.layout(&state).ok_or(DmaError)?;
         let mut head = [0u8; 32 + 16 * MAX_LAYERS];
         layout.write_head(state.seed, &mut head).ok_or(DmaError)?;
@@ -446,6 +477,37 @@ impl Isp {
             // the host's buffer held.
             let pad = layout.features_offset().saturating_sub(end).min(8);
             host.dma_to_host(cmd, end, &[0u8; 8][..pad])?;
+        }
+        Ok(layout.total_size_bytes())
+    }
+
+    /// [`Self::write_result`] of a job that returns its sampled ids: the head, then each
+    /// layer's `indptr` row and its edges (global ids), straight from the slot's arrays.
+    fn write_sampled_ids<H: HostInterface>(
+        &self,
+        dram: &[u8],
+        slot: usize,
+        state: &MinibatchState,
+        host: &mut H,
+        cmd: CommandId,
+    ) -> Result<usize, DmaError> {
+        let job = &self.jobs[slot];
+        let regions = &self.regions[slot];
+        let layout = job.sampled_ids_layout(state).ok_or(DmaError)?;
+        let mut head = [0u8; 32 + 8 * MAX_LAYERS];
+        layout.write_head(state.seed, &mut head).ok_or(DmaError)?;
+        host.dma_to_host(cmd, 0, &head[..layout.head_size_bytes()])?;
+        for l in 0..usize::from(job.layer_count) {
+            let row = regions.indptr.sub(
+                4 * state.indptr_row[l] as usize,
+                4 * (state.nodes_through(l) as usize + 1),
+            );
+            host.dma_to_host(cmd, layout.indptr_offset(l), row.bytes(dram))?;
+            let edges = regions.indices.sub(
+                4 * state.edge_start[l] as usize,
+                4 * state.edge_count[l] as usize,
+            );
+            host.dma_to_host(cmd, layout.ids_offset(l), edges.bytes(dram))?;
         }
         Ok(layout.total_size_bytes())
     }

@@ -19,6 +19,10 @@ pub struct WorkCounters {
     /// Neighbours the ISP engine sampled: each one's offset in its page staged, its id copied
     /// out of the page, probed in the node table and its local index written out.
     pub edges_sampled: u64,
+    /// Neighbours the ISP engine returned as global ids without deduplicating them (the last
+    /// layer of a job that returns its sampled ids, [`sagessd_abi::sampled_ids`]): each one's
+    /// offset staged, its id copied out of the page, checked and written out; no probe.
+    pub edges_emitted: u64,
     /// Sampled edges (and targets) whose node the node table already held since more than
     /// 4,096 nodes were added after it: the probe finds its entry where the caches have most
     /// likely lost it (counted beside the edge: the extra cost of that miss).
@@ -59,7 +63,7 @@ pub struct WorkCounters {
 
 impl WorkCounters {
     /// Number of counters.
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
 
     /// The counters' names (their field names), in the order of [`WorkCounters::values`]: how
     /// reports and `sagessd firmware calibrate` name each unit of work.
@@ -70,6 +74,7 @@ impl WorkCounters {
         "pages_scanned",
         "rows_gathered",
         "edges_sampled",
+        "edges_emitted",
         "stale_repeats",
         "edges_drawn",
         "targets_deduplicated",
@@ -92,6 +97,7 @@ impl WorkCounters {
             self.pages_scanned,
             self.rows_gathered,
             self.edges_sampled,
+            self.edges_emitted,
             self.stale_repeats,
             self.edges_drawn,
             self.targets_deduplicated,
@@ -115,6 +121,7 @@ impl WorkCounters {
             pages_scanned,
             rows_gathered,
             edges_sampled,
+            edges_emitted,
             stale_repeats,
             edges_drawn,
             targets_deduplicated,
@@ -134,6 +141,7 @@ impl WorkCounters {
             pages_scanned,
             rows_gathered,
             edges_sampled,
+            edges_emitted,
             stale_repeats,
             edges_drawn,
             targets_deduplicated,

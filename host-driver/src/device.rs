@@ -18,7 +18,7 @@ use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
 use sagessd_abi::tunnel::TunnelWindow;
 
 use crate::error::DriverError;
-use crate::ns;
+use crate::ns::{self, Returns};
 use crate::transport::{Completion, DeviceCounters, Transport};
 
 /// The admin submission queue.
@@ -648,11 +648,11 @@ impl<T: Transport> Device<T> {
     ) -> Result<Vec<u8>, DriverError> {
         self.require_feature_region()?;
         let (submit, mut config) = ns::ns_submit(seed, fanouts, targets)?;
-        sagessd_abi::ns_config::request_features(&mut config);
+        Returns::WithFeatures.request(&mut config);
         let cid = self.submit(IO_QUEUE, submit, config)?;
         let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
         let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
-        self.collect_windows(tag, window, seed, fanouts.len())
+        self.collect_windows(tag, window, seed, fanouts.len(), Returns::WithFeatures)
     }
 
     /// Samples many minibatches inside the device with up to `depth` jobs in flight at once:
@@ -672,7 +672,25 @@ impl<T: Transport> Device<T> {
                 .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
                 .collect();
         }
-        self.run_jobs_or_abandon(fanouts, requests, depth, false)
+        self.run_jobs_or_abandon(fanouts, requests, depth, Returns::Subgraph)
+    }
+
+    /// [`Self::sample_many`] with the device returning each minibatch's sampled ids
+    /// ([`sagessd_abi::sampled_ids`]) instead of its subgraph, for the host to build the subgraph
+    /// from (the device skips the last layer's deduplication and the relabelling); not through
+    /// the tunnel. Each result is validated as sampled ids of its request.
+    pub fn sample_many_sampled_ids(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        depth: usize,
+    ) -> Result<Vec<Vec<u8>>, DriverError> {
+        if self.use_tunnel {
+            return Err(DriverError::InvalidArgument(
+                "sampled ids go through vendor commands, not the tunnel".into(),
+            ));
+        }
+        self.run_jobs_or_abandon(fanouts, requests, depth.max(1), Returns::SampledIds)
     }
 
     /// [`Self::sample_many`] with each job also gathering its nodes' features
@@ -689,7 +707,7 @@ impl<T: Transport> Device<T> {
                 "feature gather goes through vendor commands, not the tunnel".into(),
             ));
         }
-        self.run_jobs_or_abandon(fanouts, requests, depth.max(1), true)
+        self.run_jobs_or_abandon(fanouts, requests, depth.max(1), Returns::WithFeatures)
     }
 
     /// Samples `requests` as one in-storage hyperbatch: one `NS_SUBMIT` carrying every
@@ -706,14 +724,14 @@ impl<T: Transport> Device<T> {
         &mut self,
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
-        features: bool,
+        returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         if self.use_tunnel {
             return Err(DriverError::InvalidArgument(
                 "hyperbatches go through vendor commands, not the tunnel".into(),
             ));
         }
-        if features {
+        if returns == Returns::WithFeatures {
             self.require_feature_region()?;
         }
         // A device that reports no limits takes plain NS_configs only.
@@ -737,7 +755,7 @@ impl<T: Transport> Device<T> {
                 .count()
                 .max(1);
             let (group, after) = rest.split_at(take);
-            out.extend(self.sample_fitting_hyperbatch(fanouts, group, features)?);
+            out.extend(self.sample_fitting_hyperbatch(fanouts, group, returns)?);
             rest = after;
         }
         Ok(out)
@@ -748,9 +766,9 @@ impl<T: Transport> Device<T> {
         &mut self,
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
-        features: bool,
+        returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
-        match self.sample_hyperbatch_once(fanouts, requests, features) {
+        match self.sample_hyperbatch_once(fanouts, requests, returns) {
             Err(e)
                 if requests.len() > 1
                     && e.vendor_status() == Some(VendorStatus::ResultTooLarge) =>
@@ -761,8 +779,8 @@ impl<T: Transport> Device<T> {
                 );
                 self.stats.hyperbatch_splits += 1;
                 let (first, second) = requests.split_at(requests.len() / 2);
-                let mut out = self.sample_fitting_hyperbatch(fanouts, first, features)?;
-                out.extend(self.sample_fitting_hyperbatch(fanouts, second, features)?);
+                let mut out = self.sample_fitting_hyperbatch(fanouts, first, returns)?;
+                out.extend(self.sample_fitting_hyperbatch(fanouts, second, returns)?);
                 Ok(out)
             }
             other => other,
@@ -774,19 +792,17 @@ impl<T: Transport> Device<T> {
         &mut self,
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
-        features: bool,
+        returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         let (submit, mut config) = ns::ns_submit_hyperbatch(fanouts, requests)?;
-        if features {
-            sagessd_abi::ns_config::request_features(&mut config);
-        }
+        returns.request(&mut config);
         let cid = self.submit(IO_QUEUE, submit, config)?;
         let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
         let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
         let mut out = Vec::with_capacity(requests.len());
         for (m, (seed, _)) in requests.iter().enumerate() {
             let tag_m = ns::minibatch_tag(tag, m);
-            match self.collect_windows(tag_m, window, *seed, fanouts.len()) {
+            match self.collect_windows(tag_m, window, *seed, fanouts.len(), returns) {
                 Ok(bytes) => out.push(bytes),
                 Err(e) => {
                     // The minibatches not collected (this one too, if it failed part-way)
@@ -822,10 +838,10 @@ impl<T: Transport> Device<T> {
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
         depth: usize,
-        features: bool,
+        returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         let mut stages = BTreeMap::new();
-        let result = self.run_jobs(fanouts, requests, depth, features, &mut stages);
+        let result = self.run_jobs(fanouts, requests, depth, returns, &mut stages);
         if result.is_err() {
             self.abandon_jobs(stages);
         }
@@ -838,7 +854,7 @@ impl<T: Transport> Device<T> {
         fanouts: &[u16],
         requests: &[(u64, Vec<u64>)],
         mut depth: usize,
-        features: bool,
+        returns: Returns,
         stages: &mut BTreeMap<u16, (usize, JobStage)>,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
@@ -852,9 +868,7 @@ impl<T: Transport> Device<T> {
             {
                 let (seed, targets) = &requests[i];
                 let (submit, mut config) = ns::ns_submit(*seed, fanouts, targets)?;
-                if features {
-                    sagessd_abi::ns_config::request_features(&mut config);
-                }
+                returns.request(&mut config);
                 let cid = self.submit(IO_QUEUE, submit, config)?;
                 stages.insert(cid, (i, JobStage::Submitting));
             }
@@ -887,7 +901,7 @@ impl<T: Transport> Device<T> {
                     let piece = c.data.len().min(size.saturating_sub(got.len()));
                     got.extend_from_slice(&c.data[..piece]);
                     if got.len() >= size || piece == 0 {
-                        results[i] = Some(ns::validate(got, *seed, fanouts.len())?);
+                        results[i] = Some(ns::validate(got, *seed, fanouts.len(), returns)?);
                         finished += 1;
                         continue;
                     }
@@ -950,13 +964,20 @@ impl<T: Transport> Device<T> {
         );
         let window = self.info.max_transfer_bytes as usize / 4 * 4;
         if len > window {
-            return self.collect_windows(tag, window, seed, fanouts.len());
+            return self.collect_windows(tag, window, seed, fanouts.len(), Returns::Subgraph);
         }
         let mut retried = false;
         loop {
             let (collect, buffer) = ns::ns_collect(tag, len);
             let cid = self.submit(IO_QUEUE, collect, buffer)?;
-            match ns::collected(self.wait(IO_QUEUE, cid)?, len, retried, seed, fanouts.len())? {
+            match ns::collected(
+                self.wait(IO_QUEUE, cid)?,
+                len,
+                retried,
+                seed,
+                fanouts.len(),
+                Returns::Subgraph,
+            )? {
                 ns::Collected::Subgraph(data) => return Ok(data),
                 ns::Collected::Retry(needed) => {
                     len = needed;
@@ -1007,7 +1028,7 @@ impl<T: Transport> Device<T> {
             data.extend_from_slice(&more);
         }
         data.truncate(size);
-        ns::validate(data, seed, fanouts.len())
+        ns::validate(data, seed, fanouts.len(), Returns::Subgraph)
     }
 
     /// Collects job `tag`'s subgraph in windows of at most `window` bytes (one transfer each),
@@ -1019,6 +1040,7 @@ impl<T: Transport> Device<T> {
         window: usize,
         seed: u64,
         layer_count: usize,
+        returns: Returns,
     ) -> Result<Vec<u8>, DriverError> {
         let mut out: Vec<u8> = Vec::new();
         loop {
@@ -1032,7 +1054,7 @@ impl<T: Transport> Device<T> {
                 c.data = out;
                 let len = c.data.len();
                 // `retried` is set, so a short buffer is an error, never a retry.
-                return match ns::collected(c, len, true, seed, layer_count)? {
+                return match ns::collected(c, len, true, seed, layer_count, returns)? {
                     ns::Collected::Subgraph(data) => Ok(data),
                     ns::Collected::Retry(_) => Err(DriverError::Identify(
                         "windowed NS_COLLECT returned less than the subgraph size",

@@ -36,6 +36,7 @@ pub use error::{DriverError, describe_status, opcode_name};
 pub use fabrics_auth::DhchapSecrets;
 #[cfg(feature = "local")]
 pub use local::LocalTransport;
+pub use ns::Returns;
 pub use passthru::PassthruTransport;
 pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Completion, DeviceCounters, Transport, TransportError};

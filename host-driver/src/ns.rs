@@ -8,11 +8,45 @@ use sagessd_abi::ns_config::{
     MAX_LAYERS, encode_hyperbatch, encode_ns_config, hyperbatch_size_bytes, ns_config_size_bytes,
 };
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
+use sagessd_abi::sampled_ids::SampledIdsView;
 use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
 
 use crate::device::{IO_QUEUE, NAMESPACE_ID, check, subgraph_size_bound};
 use crate::error::DriverError;
 use crate::transport::Completion;
+
+/// What a sampling job returns, set by its NS_config's flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Returns {
+    /// The subgraph ([`sagessd_abi::subgraph`]).
+    #[default]
+    Subgraph,
+    /// The subgraph with its nodes' features ([`sagessd_abi::ns_config::NS_FLAG_FEATURES`]).
+    WithFeatures,
+    /// Each layer's sampled ids, for the host to build the subgraph from
+    /// ([`sagessd_abi::ns_config::NS_FLAG_SAMPLED_IDS`], [`sagessd_abi::sampled_ids`]).
+    SampledIds,
+}
+
+impl Returns {
+    /// The subgraph, with its nodes' features or without.
+    pub fn subgraph(features: bool) -> Self {
+        if features {
+            Self::WithFeatures
+        } else {
+            Self::Subgraph
+        }
+    }
+
+    /// Sets the flags that ask for it in an encoded NS_config.
+    pub fn request(self, config: &mut [u8]) {
+        match self {
+            Self::Subgraph => {}
+            Self::WithFeatures => sagessd_abi::ns_config::request_features(config),
+            Self::SampledIds => sagessd_abi::ns_config::request_sampled_ids(config),
+        }
+    }
+}
 
 /// The `NS_SUBMIT` of one minibatch and its NS_config payload. Refuses what cannot be encoded
 /// (0 or more than [`MAX_LAYERS`] fanouts, more than `u32::MAX` targets); the device judges the
@@ -131,7 +165,7 @@ pub enum Collected {
 }
 
 /// Reads the completion of an `NS_COLLECT` of `len` bytes for a request with `seed` and
-/// `layer_count` layers. A too-small buffer is worth one retry (`retried` says whether it was
+/// `layer_count` layers that returns `returns`. A too-small buffer is worth one retry (`retried` says whether it was
 /// spent); any other error status is a [`DriverError::Command`], and a subgraph that is not the
 /// request's is [`DriverError::BadSubgraph`].
 pub fn collected(
@@ -140,6 +174,7 @@ pub fn collected(
     retried: bool,
     seed: u64,
     layer_count: usize,
+    returns: Returns,
 ) -> Result<Collected, DriverError> {
     let status = c.cqe.status();
     let size = c.cqe.result.get() as usize;
@@ -159,14 +194,28 @@ pub fn collected(
         return Err(DriverError::BadSubgraph(SubgraphError::Truncated));
     }
     data.truncate(size);
-    validate(data, seed, layer_count).map(Collected::Subgraph)
+    validate(data, seed, layer_count, returns).map(Collected::Subgraph)
 }
 
-/// Checks that `data` is a well-formed subgraph of the request with `seed` and `layer_count`
-/// layers, and hands it back.
-pub fn validate(data: Vec<u8>, seed: u64, layer_count: usize) -> Result<Vec<u8>, DriverError> {
-    let view = SubgraphView::parse(&data).map_err(DriverError::BadSubgraph)?;
-    if view.seed() != seed || view.layer_count() != layer_count {
+/// Checks that `data` is a well-formed result of the request with `seed` and `layer_count`
+/// layers that returns `returns` (a subgraph, or its sampled ids), and hands it back.
+pub fn validate(
+    data: Vec<u8>,
+    seed: u64,
+    layer_count: usize,
+    returns: Returns,
+) -> Result<Vec<u8>, DriverError> {
+    let (got_seed, got_layers) = match returns {
+        Returns::SampledIds => {
+            let view = SampledIdsView::parse(&data).map_err(DriverError::BadSubgraph)?;
+            (view.seed(), view.layer_count())
+        }
+        Returns::Subgraph | Returns::WithFeatures => {
+            let view = SubgraphView::parse(&data).map_err(DriverError::BadSubgraph)?;
+            (view.seed(), view.layer_count())
+        }
+    };
+    if got_seed != seed || got_layers != layer_count {
         return Err(DriverError::BadSubgraph(SubgraphError::Inconsistent(
             "seed/layers",
         )));

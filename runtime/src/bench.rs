@@ -116,6 +116,69 @@ fn sample_all(
         .fold((0, 0), |(e, n), (de, dn)| (e + de, n + dn)))
 }
 
+/// The host's build of subgraphs from sampled ids ([`crate::host_build`]), timed: what the
+/// host pays per minibatch when the device returns sampled ids instead of the subgraph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostBuildResult {
+    /// Minibatches built per run.
+    pub minibatches: usize,
+    /// Sampled edges over those minibatches.
+    pub edges: u64,
+    /// Bytes of their sampled ids (what the device returns).
+    pub ids_bytes: u64,
+    /// Bytes of their subgraphs (what the device returns when it builds them).
+    pub subgraph_bytes: u64,
+    /// Wall-clock seconds of each run's builds.
+    pub runs_s: Vec<f64>,
+}
+
+/// Samples each of `rows` with the reference sampler (a seed per row), turns each subgraph into
+/// the sampled ids a device returns for it, checks that the host's build gives the subgraph
+/// back, then times `runs` runs of building every minibatch, one builder reused throughout as a
+/// sampler reuses it.
+pub fn host_build(
+    graph: &CsrGraph,
+    rows: &[Vec<u64>],
+    fanouts: &[u16],
+    runs: usize,
+) -> Result<HostBuildResult, SamplerError> {
+    let mut reference = ReferenceSampler::new(graph);
+    let mut inputs = Vec::with_capacity(rows.len());
+    let (mut edges, mut ids_bytes, mut subgraph_bytes) = (0, 0, 0);
+    let mut builder = crate::host_build::HostBuilder::new(graph.node_count());
+    for (i, targets) in rows.iter().enumerate() {
+        let seed = mix(i as u64);
+        let sub = reference.sample(seed, fanouts, targets)?;
+        let ids = crate::host_build::sampled_ids_of(&sub)?;
+        let built = builder.build(&ids, graph.node_count(), seed, fanouts, targets)?;
+        if built != sub {
+            return Err(SamplerError::InvalidRequest(format!(
+                "minibatch {i}: the host's build differs from the reference"
+            )));
+        }
+        edges += sub.edge_count();
+        ids_bytes += ids.len() as u64;
+        subgraph_bytes += sub.as_bytes().len() as u64;
+        inputs.push((seed, targets, ids));
+    }
+    let mut runs_s = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        for (seed, targets, ids) in &inputs {
+            let built = builder.build(ids, graph.node_count(), *seed, fanouts, targets)?;
+            std::hint::black_box(built);
+        }
+        runs_s.push(started.elapsed().as_secs_f64());
+    }
+    Ok(HostBuildResult {
+        minibatches: rows.len(),
+        edges,
+        ids_bytes,
+        subgraph_bytes,
+        runs_s,
+    })
+}
+
 /// Minibatch targets the harness's way: consecutive chunks of `batch_size` of one seeded
 /// permutation of the nodes that have neighbours.
 pub fn harness_seeds(graph: &CsrGraph, rows: usize, batch_size: usize, seed: u64) -> Vec<Vec<u64>> {
@@ -134,6 +197,17 @@ pub fn harness_seeds(graph: &CsrGraph, rows: usize, batch_size: usize, seed: u64
 mod tests {
     use super::*;
     use crate::rmat::{RmatParams, generate};
+
+    #[test]
+    fn the_host_build_benchmark_checks_and_counts_what_it_times() {
+        let g = generate(&RmatParams::graph500(10, 8, 5)).unwrap();
+        let rows = harness_seeds(&g, 3, 64, 1);
+        let r = host_build(&g, &rows, &[5, 3], 2).unwrap();
+        assert_eq!((r.minibatches, r.runs_s.len()), (3, 2));
+        assert!(r.edges > 0 && r.ids_bytes > 0);
+        // Sampled ids carry no node list: fewer bytes than the subgraphs.
+        assert!(r.ids_bytes < r.subgraph_bytes, "{r:?}");
+    }
 
     #[test]
     fn thread_counts_sample_the_same_subgraphs() {

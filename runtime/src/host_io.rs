@@ -48,6 +48,9 @@
 //!   `NS_SUBMIT` the device refuses with "no free slot" leaves its worker asleep until another
 //!   worker collects a job (a driver's wait on the device's slots; the refused ioctl is
 //!   charged), then it submits again: [`HostIoStats::slot_waits`].
+//! * **isp-ids** ([`HostIoMode::IspIds`]): as isp, the device returning sampled ids; the host
+//!   builds the subgraph from them at `C.edge_sampled_ns` per sampled neighbour
+//!   ([`HostStackConfig::host_build_ns`]), charged as sampling compute.
 //!
 //! # Workers
 //!
@@ -92,6 +95,7 @@ use sagessd_host_driver::{
     NAMESPACE_ID,
 };
 
+use crate::host_build::HostBuilder;
 use crate::sampler::{
     EdgeRange, FNV_OFFSET, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
     fnv1a,
@@ -113,6 +117,11 @@ pub enum HostIoMode {
     /// In-storage sampling: one `NS_SUBMIT` and one `NS_COLLECT` per minibatch, each a
     /// synchronous passthrough ioctl.
     Isp,
+    /// In-storage sampling returning sampled ids ([`sagessd_abi::sampled_ids`]): one
+    /// `NS_SUBMIT` and one `NS_COLLECT` per minibatch, as [`Self::Isp`], and the host builds
+    /// the subgraph from the ids ([`crate::host_build`]), so the device skips the last layer's
+    /// deduplication and the relabelling.
+    IspIds,
     /// In-storage hyperbatches: one `NS_SUBMIT` per hyperbatch of
     /// [`HostIoSampler::set_hyperbatch`] minibatches (the device reads each flash page once per
     /// hop for all of them), then one `NS_COLLECT` per minibatch.
@@ -121,12 +130,13 @@ pub enum HostIoMode {
 
 impl HostIoMode {
     /// Every mode, in report order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Memory,
         Self::Mmap,
         Self::Direct,
         Self::Async,
         Self::Isp,
+        Self::IspIds,
         Self::IspHyperbatch,
     ];
 
@@ -138,13 +148,14 @@ impl HostIoMode {
             Self::Direct => "direct",
             Self::Async => "async",
             Self::Isp => "isp",
+            Self::IspIds => "isp-ids",
             Self::IspHyperbatch => "isp-hyperbatch",
         }
     }
 
     /// Whether the device samples (one NS_config per minibatch, or per hyperbatch).
     pub fn in_storage(self) -> bool {
-        matches!(self, Self::Isp | Self::IspHyperbatch)
+        matches!(self, Self::Isp | Self::IspIds | Self::IspHyperbatch)
     }
 
     /// The mode named `name` (as [`Self::name`] prints it).
@@ -191,7 +202,8 @@ pub struct HostIoStats {
     /// their worker's clock (see the module documentation; always 0 with one worker).
     pub submit_lag_ns: u64,
     /// Host sampling compute charged (`node_ns` per destination, `edge_sampled_ns` per sampled
-    /// neighbour), included in `host_cpu_ns`; 0 for ISP.
+    /// neighbour; with sampled ids, the host's build of the subgraph), included in
+    /// `host_cpu_ns`; 0 for ISP that returns subgraphs.
     pub compute_ns: u64,
     /// Cache lines of host memory loaded (each charged `memory_access_ns`).
     pub memory_lines: u64,
@@ -320,6 +332,8 @@ struct Shared {
     done: HashMap<u16, Completion>,
     /// ISP: the run's sampling slots as the host sees them ([`Worker::isp_sample`]).
     slots: SlotQueue,
+    /// ISP with sampled ids: the host's builder of subgraphs from them.
+    builder: HostBuilder,
 }
 
 /// The host's side of the device's sampling slots in ISP mode: workers the device refused wait
@@ -1275,6 +1289,7 @@ impl HostIoSampler {
                 states: Vec::new(),
                 done: HashMap::new(),
                 slots: SlotQueue::default(),
+                builder: HostBuilder::new(graph.node_count),
             }),
             sampler: SamplerStats::default(),
             hyperbatch: DEFAULT_HYPERBATCH,
@@ -1461,6 +1476,7 @@ impl Sampler for HostIoSampler {
             HostIoMode::Direct => "host direct I/O",
             HostIoMode::Async => "host async I/O",
             HostIoMode::Isp => "ISP",
+            HostIoMode::IspIds => "ISP, host-built",
             HostIoMode::IspHyperbatch => "ISP hyperbatch",
         }
     }

@@ -25,11 +25,12 @@ use rustc_hash::FxHashMap;
 use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::sample::{MAX_FANOUT, sample_positions};
 use sagessd_abi::subgraph::{LayerCounts, SubgraphError, SubgraphLayout, SubgraphView};
-use sagessd_host_driver::{Device, DeviceCounters, DriverError, DriverStats, Transport};
+use sagessd_host_driver::{Device, DeviceCounters, DriverError, DriverStats, Returns, Transport};
 
 use sagessd_emulator::synthetic_graph::SyntheticGraph;
 
 use crate::graph::CsrGraph;
+use crate::host_build::HostBuilder;
 use crate::synthetic::SyntheticSource;
 
 /// Why a sample could not be produced.
@@ -179,6 +180,11 @@ pub struct SamplerStats {
     /// Modelled (virtual) time spent in minibatches: from the transport's clock at the start of
     /// each minibatch to its last completion; `None` when no command ran on a timed transport.
     pub modelled_time_ns: Option<u64>,
+    /// Bytes the device returned (subgraphs, or sampled ids the host built subgraphs from).
+    pub collected_bytes: u64,
+    /// Host wall-clock nanoseconds spent building subgraphs from sampled ids
+    /// ([`IspSampler::with_host_build`]; 0 for every other sampler).
+    pub host_build_ns: u64,
 }
 
 impl SamplerStats {
@@ -657,6 +663,41 @@ impl SubgraphBuilder {
         Ok(())
     }
 
+    /// The current layer's sampled neighbours as a device returned them
+    /// ([`sagessd_abi::sampled_ids`]), in place of [`Self::set_ranges`] and
+    /// [`Self::set_neighbours`]: `indptr` has a row per destination (in order), `ids` the
+    /// neighbours' global ids. Checks what the host can: one row per destination, rows
+    /// monotone from 0 to the id count, none longer than the layer's fanout, every id below
+    /// the node count.
+    pub fn set_sampled(&mut self, indptr: &[u32], ids: &[u64]) -> Result<(), SamplerError> {
+        let layer = self.local.len();
+        let fanout = *self
+            .fanouts
+            .get(layer)
+            .ok_or_else(|| SamplerError::InvalidRequest("every layer is done".into()))?;
+        let dst_count = self.nodes.len();
+        let corrupt = |what: String| SamplerError::GraphCorrupt(format!("sampled ids: {what}"));
+        if indptr.len() != dst_count + 1 {
+            return Err(corrupt(format!(
+                "{} rows for {dst_count} destinations in layer {layer}",
+                indptr.len().saturating_sub(1)
+            )));
+        }
+        let bad_row = indptr.first() != Some(&0)
+            || indptr
+                .windows(2)
+                .any(|w| w[1] < w[0] || w[1] - w[0] > u32::from(fanout))
+            || indptr.last().map(|&e| e as usize) != Some(ids.len());
+        if bad_row {
+            return Err(corrupt(format!(
+                "layer {layer}'s rows are not monotone up to {} ids of at most {fanout} each",
+                ids.len()
+            )));
+        }
+        self.pending = Some((dst_count, indptr.to_vec(), ids.len()));
+        self.set_neighbours(ids)
+    }
+
     /// Serialises the message-flow graph (every layer must be done).
     pub fn finish(self) -> Result<SampledSubgraph, SamplerError> {
         self.finish_with_index().0
@@ -941,11 +982,17 @@ impl Meter {
 /// `NS_SUBMIT` and one `NS_COLLECT` (plus one retry if its first buffer was too small). With
 /// hyperbatches ([`Self::with_hyperbatch`]), [`Sampler::sample_many`] sends one `NS_SUBMIT` per
 /// hyperbatch, so that the device reads each flash page once per hop for all its minibatches.
+///
+/// With [`Self::with_host_build`], the device returns each minibatch's sampled ids
+/// ([`sagessd_abi::sampled_ids`]) and the host builds the subgraph from them
+/// ([`crate::host_build`]): the same bytes, with the last layer's deduplication and the
+/// relabelling moved from the device's core to the host's.
 #[derive(Debug)]
 pub struct IspSampler<T: Transport> {
     device: Device<T>,
     stats: SamplerStats,
     hyperbatch: usize,
+    host_build: Option<HostBuilder>,
 }
 
 impl<T: Transport> IspSampler<T> {
@@ -955,7 +1002,43 @@ impl<T: Transport> IspSampler<T> {
             device,
             stats: SamplerStats::default(),
             hyperbatch: 1,
+            host_build: None,
         }
+    }
+
+    /// The same sampler, with the host building each subgraph from the sampled ids the device
+    /// returns instead of the device building it.
+    pub fn with_host_build(mut self) -> Self {
+        let node_count = self.device.attached_graph().map_or(0, |g| g.node_count);
+        self.host_build = Some(HostBuilder::new(node_count));
+        self
+    }
+
+    /// Turns what the device returned for `requests` into subgraphs (building them on the host
+    /// from sampled ids, with [`Self::with_host_build`]), counting them.
+    fn finish(
+        &mut self,
+        fanouts: &[u16],
+        requests: &[(u64, Vec<u64>)],
+        results: Vec<Vec<u8>>,
+    ) -> Result<Vec<SampledSubgraph>, SamplerError> {
+        let node_count = self.device.attached_graph().map_or(0, |g| g.node_count);
+        let mut out = Vec::with_capacity(results.len());
+        for ((seed, targets), bytes) in requests.iter().zip(results) {
+            self.stats.collected_bytes += bytes.len() as u64;
+            let s = match &mut self.host_build {
+                Some(host) => {
+                    let t = std::time::Instant::now();
+                    let s = host.build(&bytes, node_count, *seed, fanouts, targets);
+                    self.stats.host_build_ns += t.elapsed().as_nanos() as u64;
+                    s?
+                }
+                None => SampledSubgraph::from_bytes(bytes)?,
+            };
+            self.stats.add_subgraph(&s);
+            out.push(s);
+        }
+        Ok(out)
     }
 
     /// The same sampler, whose [`Sampler::sample_many`] samples up to `minibatches` at once as
@@ -978,10 +1061,11 @@ impl<T: Transport> IspSampler<T> {
 
 impl<T: Transport + Send> Sampler for IspSampler<T> {
     fn name(&self) -> &'static str {
-        if self.hyperbatch > 1 {
-            "ISP hyperbatch"
-        } else {
-            "ISP"
+        match (self.hyperbatch > 1, self.host_build.is_some()) {
+            (true, true) => "ISP hyperbatch, host-built",
+            (true, false) => "ISP hyperbatch",
+            (false, true) => "ISP, host-built",
+            (false, false) => "ISP",
         }
     }
 
@@ -991,12 +1075,17 @@ impl<T: Transport + Send> Sampler for IspSampler<T> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
+        let request = [(seed, targets.to_vec())];
         let meter = Meter::start(&self.device);
-        let result = self.device.sample(seed, fanouts, targets);
+        let result = if self.host_build.is_some() {
+            self.device.sample_many_sampled_ids(fanouts, &request, 1)
+        } else {
+            self.device.sample(seed, fanouts, targets).map(|b| vec![b])
+        };
         meter.finish(&self.device, &mut self.stats);
-        let s = SampledSubgraph::from_bytes(result?)?;
-        self.stats.add_subgraph(&s);
-        Ok(s)
+        let mut out = self.finish(fanouts, &request, result?)?;
+        out.pop()
+            .ok_or_else(|| SamplerError::InvalidRequest("no subgraph came back".into()))
     }
 
     fn sample_many(
@@ -1010,16 +1099,17 @@ impl<T: Transport + Send> Sampler for IspSampler<T> {
                 .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
                 .collect();
         }
+        let returns = if self.host_build.is_some() {
+            Returns::SampledIds
+        } else {
+            Returns::Subgraph
+        };
         let mut out = Vec::with_capacity(requests.len());
         for group in requests.chunks(self.hyperbatch) {
             let meter = Meter::start(&self.device);
-            let result = self.device.sample_hyperbatch(fanouts, group, false);
+            let result = self.device.sample_hyperbatch(fanouts, group, returns);
             meter.finish(&self.device, &mut self.stats);
-            for bytes in result? {
-                let s = SampledSubgraph::from_bytes(bytes)?;
-                self.stats.add_subgraph(&s);
-                out.push(s);
-            }
+            out.extend(self.finish(fanouts, group, result?)?);
         }
         Ok(out)
     }

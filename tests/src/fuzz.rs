@@ -18,6 +18,7 @@ use std::path::Path;
 
 use sagessd_abi::graph::GraphDescriptor;
 use sagessd_abi::ns_config::{NsConfig, NsLimits};
+use sagessd_abi::sampled_ids::SampledIdsView;
 use sagessd_abi::subgraph::SubgraphView;
 use sagessd_abi::tcp::Framing;
 use sagessd_abi::tcp::stream::read_pdu;
@@ -36,6 +37,7 @@ pub const TARGETS: &[Target] = &[
     ("hw_config", hw_config),
     ("npy", npy),
     ("ns_config", ns_config),
+    ("sampled_ids", sampled_ids),
     ("subgraph", subgraph),
     ("tcp_pdus", tcp_pdus),
     ("tcp_auth", tcp_auth),
@@ -101,6 +103,50 @@ pub fn subgraph(data: &[u8]) {
         assert!(layer.indices.iter().all(|i| i.get() < c.src_count));
     }
     let _ = v.nodes().len();
+}
+
+/// Sampled ids (what NS_COLLECT returns when the host builds the subgraph) and the host's build
+/// of a subgraph from them. The first 8 bytes give the graph's node count (bits 0..16, plus 1)
+/// and the number of targets (bits 16..24, plus 1), the targets being the nodes `0..count`
+/// (modulo the node count); the rest is the device's result, whose every layer's fanout is the
+/// largest. An accepted result's layers have `dst_count + 1` non-decreasing row pointers ending
+/// at its edge count; a subgraph the host builds from them parses and keeps the ids' counts.
+pub fn sampled_ids(data: &[u8]) {
+    let (word, rest) = take_u64(data);
+    let Ok(v) = SampledIdsView::parse(rest) else {
+        return;
+    };
+    assert!(v.as_bytes().len() <= rest.len());
+    for l in 0..v.layer_count() {
+        let layer = v.layer(l);
+        let c = layer.counts;
+        assert_eq!(layer.indptr.len(), c.dst_count as usize + 1);
+        assert_eq!(layer.ids.len(), c.edge_count as usize);
+        assert!(layer.indptr.windows(2).all(|w| w[0].get() <= w[1].get()));
+        assert_eq!(layer.indptr.last().map(|p| p.get()), Some(c.edge_count));
+    }
+    let node_count = (word & 0xFFFF) + 1;
+    let targets: Vec<u64> = (0..(word >> 16 & 0xFF) + 1)
+        .map(|t| t % node_count)
+        .collect();
+    let fanouts = vec![sagessd_abi::sample::MAX_FANOUT; v.layer_count()];
+    let built = sagessd_runtime::host_build::HostBuilder::default().build(
+        rest,
+        node_count,
+        v.seed(),
+        &fanouts,
+        &targets,
+    );
+    if let Ok(sub) = built {
+        let view = SubgraphView::parse(sub.as_bytes()).expect("a built subgraph parses");
+        for l in 0..v.layer_count() {
+            assert_eq!(
+                view.layer(l).counts.edge_count,
+                v.layer(l).counts.edge_count
+            );
+            assert_eq!(view.layer(l).counts.dst_count, v.layer(l).counts.dst_count);
+        }
+    }
 }
 
 /// A GRAPH_ATTACH descriptor (with its optional FEAT extension) against a namespace whose LBA

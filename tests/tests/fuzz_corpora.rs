@@ -99,6 +99,18 @@ fn encoder_inputs(target: &str) -> Vec<Vec<u8>> {
                 [&le(1024, 64, 1000)[..], &hyperbatch].concat(),
             ]
         }
+        "sampled_ids" => {
+            // What an emulated device returns for a two-layer minibatch, after the node count
+            // and target count that make its request (targets 0, 1, 2 of a 64-node graph).
+            let g = generate(&RmatParams::graph500(6, 4, 1)).expect("a graph");
+            let mut device = sagessd_tests::open(&sagessd_tests::small_config());
+            sagessd_runtime::load::load_graph(&mut device, &g, 0).expect("loaded");
+            let ids = device
+                .sample_many_sampled_ids(&[3, 2], &[(3, vec![0, 1, 2])], 1)
+                .expect("sampled ids");
+            let head = ((g.node_count() - 1) | 2 << 16).to_le_bytes();
+            vec![[&head[..], &ids[0]].concat()]
+        }
         "subgraph" => {
             let g = generate(&RmatParams::graph500(6, 4, 1)).expect("a graph");
             let sub = ReferenceSampler::new(&g)
@@ -310,6 +322,16 @@ fn the_encoders_inputs_are_accepted() {
         assert!(sagessd_abi::ns_config::NsConfig::parse(&ns[8..], &limits, 1000).is_ok());
     }
     assert!(SubgraphView::parse(&encoder_inputs("subgraph")[0]).is_ok());
+    // The sampled-ids seed builds on the host into the reference's subgraph.
+    let ids = &encoder_inputs("sampled_ids")[0];
+    let g = generate(&RmatParams::graph500(6, 4, 1)).expect("a graph");
+    let want = ReferenceSampler::new(&g)
+        .sample(3, &[3, 2], &[0, 1, 2])
+        .expect("a sample");
+    let built = sagessd_runtime::host_build::HostBuilder::default()
+        .build(&ids[8..], g.node_count(), 3, &[3, 2], &[0, 1, 2])
+        .expect("the seed builds");
+    assert!(built == want, "the seed's host build is the reference");
     let edges = &encoder_inputs("edge_list")[0];
     let parsed = sagessd_runtime::dataset::snap::parse_edges(&edges[..], Path::new("x.txt"));
     assert_eq!(parsed.expect("the edge-list seed parses").len(), 4);

@@ -1,6 +1,6 @@
 //! The project's strongest oracle: for any graph, seed, fanouts and targets, the subgraph the
-//! firmware samples inside the emulated SSD is byte-identical to the in-memory reference and to
-//! the host-over-device samplers (direct I/O, mmap and io_uring-style reads of the graph through
+//! firmware samples inside the emulated SSD (or the host builds from the sampled ids the firmware
+//! returns) is byte-identical to the in-memory reference and to the host-over-device samplers (direct I/O, mmap and io_uring-style reads of the graph through
 //! the device).
 
 use proptest::prelude::*;
@@ -48,6 +48,12 @@ proptest! {
         isp_device.transport_mut().ssd_mut().drop_caches();
         let mut reference = ReferenceSampler::new(&g);
         let mut isp = IspSampler::new(isp_device);
+        // The device returns sampled ids and the host builds the subgraph from them.
+        let mut host_built = {
+            let mut device = open(&hw);
+            assert_eq!(load_graph(&mut device, &g, 0).expect("load"), descriptor);
+            IspSampler::new(device).with_host_build()
+        };
         // Host-over-device: direct I/O (SmartSAGE's software path), and the same graph read
         // through the page cache (mmap) and in io_uring-style batches, each on its own device.
         let mut hosts: Vec<HostIoSampler> = [HostIoMode::Direct, HostIoMode::Mmap, HostIoMode::Async]
@@ -63,6 +69,11 @@ proptest! {
             let want = reference.sample(seed, &fanouts, &targets).expect("reference");
             let got = isp.sample(seed, &fanouts, &targets).expect("isp");
             prop_assert!(want == got, "ISP differs: seed {seed} fanouts {fanouts:?} targets {targets:?}");
+            let got = host_built.sample(seed, &fanouts, &targets).expect("host-built ISP");
+            prop_assert!(
+                want == got,
+                "host-built ISP differs: seed {seed} fanouts {fanouts:?} targets {targets:?}"
+            );
             for host in &mut hosts {
                 let got = host.sample(seed, &fanouts, &targets).expect("host-over-device");
                 prop_assert!(

@@ -5,9 +5,11 @@
 //! pages than an NS_config per minibatch.
 
 use proptest::prelude::*;
+use sagessd_host_driver::Returns;
 use sagessd_runtime::compare::{self, CompareConfig};
 use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::graph_spec::GraphSpec;
+use sagessd_runtime::host_build::HostBuilder;
 use sagessd_runtime::host_io::HostIoMode;
 use sagessd_runtime::load::load_graph;
 use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
@@ -46,7 +48,7 @@ proptest! {
         let descriptor = load_graph(&mut device, &g, 0).expect("load");
         device.attach_graph(&descriptor).expect("attach");
         let before = device.stats();
-        let got = device.sample_hyperbatch(&fanouts, &requests, false).expect("sampled");
+        let got = device.sample_hyperbatch(&fanouts, &requests, Returns::Subgraph).expect("sampled");
         let d = device.stats().since(&before);
         prop_assert_eq!(got.len(), requests.len());
         let mut reference = ReferenceSampler::new(&g);
@@ -59,6 +61,13 @@ proptest! {
         prop_assert_eq!(d.hyperbatch_splits, 0);
         // A collect (or several windows of one transfer each) per minibatch.
         prop_assert!(d.ns_collects >= requests.len() as u64);
+        // The same hyperbatch returning sampled ids, each built on the host: the same bytes.
+        let ids = device.sample_hyperbatch(&fanouts, &requests, Returns::SampledIds).expect("ids");
+        let mut host = HostBuilder::new(g.node_count());
+        for (m, ((s, targets), bytes)) in requests.iter().zip(&ids).enumerate() {
+            let built = host.build(bytes, g.node_count(), *s, &fanouts, targets).expect("built");
+            prop_assert!(built.as_bytes() == got[m], "host-built minibatch {} of {}", m, requests.len());
+        }
     }
 }
 
@@ -92,13 +101,13 @@ fn a_hyperbatch_past_the_result_buffers_is_sampled_as_halves() {
     let descriptor = load_graph(&mut device, &g, 0).expect("load");
     device.attach_graph(&descriptor).expect("attach");
     let got = device
-        .sample_hyperbatch(&fanouts, &requests, false)
+        .sample_hyperbatch(&fanouts, &requests, Returns::Subgraph)
         .expect("sampled, split");
     assert!(got == want, "a split hyperbatch changed a subgraph");
     let splits = device.stats().hyperbatch_splits;
     assert!(splits >= 1, "no split");
     // And the device is left clean: it samples the same again.
-    let again = device.sample_hyperbatch(&fanouts, &requests[..2], false);
+    let again = device.sample_hyperbatch(&fanouts, &requests[..2], Returns::Subgraph);
     assert!(again.expect("two fit") == want[..2]);
 }
 

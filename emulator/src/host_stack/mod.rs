@@ -228,6 +228,14 @@ impl HostStackConfig {
             + sampled_edges * self.edge_sampled_ns
     }
 
+    /// Host compute for building a subgraph of `sampled_edges` neighbours from the sampled ids a
+    /// device returned ([`sagessd_abi::sampled_ids`]): per neighbour the per-edge share of
+    /// sampling, `edge_sampled_ns` (its deduplication probe and output write, and a random draw
+    /// the build does not make: an upper bound). No per-node work: the device sampled.
+    pub fn host_build_ns(&self, sampled_edges: u64) -> u64 {
+        sampled_edges * self.edge_sampled_ns
+    }
+
     /// Checks every field; the error names the first bad one (e.g. `host.submit_ns`).
     pub fn validate(&self) -> Result<(), EmulatorError> {
         for (value, field) in [

@@ -9,6 +9,7 @@
 //! * [`graph`]: the graph descriptor registered with `GRAPH_ATTACH`;
 //! * [`ns_config`]: the neighbour-sampling configuration carried by `NS_SUBMIT`;
 //! * [`subgraph`]: the sampled-subgraph (message-flow graph) format returned by `NS_COLLECT`;
+//!   [`sampled_ids`]: the per-layer sampled ids a device returns instead when the host builds it;
 //! * [`fabrics`]: NVMe-oF Connect / Property commands, controller properties, SGL data pointers;
 //! * [`auth`]: DH-HMAC-CHAP in-band authentication (its messages; with feature `auth`, its
 //!   secrets, responses and DH groups);
@@ -36,6 +37,7 @@ pub mod ns_config;
 pub mod nvme;
 pub mod rng;
 pub mod sample;
+pub mod sampled_ids;
 pub mod subgraph;
 pub mod tcp;
 pub mod tunnel;

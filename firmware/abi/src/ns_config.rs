@@ -38,7 +38,8 @@ pub struct NsConfigHeader {
     pub version: U16,
     /// Number of layers to sample, 1..=[`MAX_LAYERS`].
     pub layer_count: u8,
-    /// Flags: [`NS_FLAG_FEATURES`], [`NS_FLAG_HYPERBATCH`]; every other bit must be 0.
+    /// Flags: [`NS_FLAG_FEATURES`], [`NS_FLAG_HYPERBATCH`], [`NS_FLAG_SAMPLED_IDS`]; every
+    /// other bit must be 0.
     pub flags: u8,
     /// Seed of the sampling function (0 in a hyperbatch: each minibatch has its own).
     pub seed: U64,
@@ -86,6 +87,20 @@ pub const NS_FLAG_FEATURES: u8 = 1;
 /// NS_config flag: a hyperbatch; `minibatch_count` [`MinibatchHeader`]s follow the header.
 pub const NS_FLAG_HYPERBATCH: u8 = 2;
 
+/// NS_config flag: return each layer's sampled neighbours as global ids
+/// ([`crate::sampled_ids`]) for the host to build the subgraph from, instead of the subgraph
+/// itself: the device skips the last layer's deduplication and the relabelling. Not with
+/// [`NS_FLAG_FEATURES`] (the device would need the last layer's unique nodes to gather their
+/// rows).
+pub const NS_FLAG_SAMPLED_IDS: u8 = 4;
+
+/// Sets [`NS_FLAG_SAMPLED_IDS`] in an encoded NS_config.
+pub fn request_sampled_ids(config: &mut [u8]) {
+    if let Some(flags) = config.get_mut(offset_of!(NsConfigHeader, flags)) {
+        *flags |= NS_FLAG_SAMPLED_IDS;
+    }
+}
+
 /// Most minibatches a hyperbatch may carry on any device (the tag has 8 bits for the index).
 pub const MAX_MINIBATCHES: u16 = 256;
 
@@ -116,6 +131,8 @@ pub struct NsConfig<'a> {
     pub features: bool,
     /// Whether it was sent as a hyperbatch ([`NS_FLAG_HYPERBATCH`]).
     pub hyperbatch: bool,
+    /// Whether the result is the sampled ids ([`NS_FLAG_SAMPLED_IDS`]), not the subgraph.
+    pub sampled_ids: bool,
     seed: u64,
     layer_count: u8,
     fanouts: [u16; MAX_LAYERS],
@@ -150,7 +167,12 @@ impl<'a> NsConfig<'a> {
         if header.version.get() != NS_CONFIG_VERSION {
             return Err(VendorStatus::BadVersion);
         }
-        if header.flags & !(NS_FLAG_FEATURES | NS_FLAG_HYPERBATCH) != 0 {
+        if header.flags & !(NS_FLAG_FEATURES | NS_FLAG_HYPERBATCH | NS_FLAG_SAMPLED_IDS) != 0 {
+            return Err(VendorStatus::ReservedField);
+        }
+        let features = header.flags & NS_FLAG_FEATURES != 0;
+        let sampled_ids = header.flags & NS_FLAG_SAMPLED_IDS != 0;
+        if features && sampled_ids {
             return Err(VendorStatus::ReservedField);
         }
         let hyperbatch = header.flags & NS_FLAG_HYPERBATCH != 0;
@@ -207,8 +229,9 @@ impl<'a> NsConfig<'a> {
             return Err(VendorStatus::NodeOutOfRange);
         }
         Ok(Self {
-            features: header.flags & NS_FLAG_FEATURES != 0,
+            features,
             hyperbatch,
+            sampled_ids,
             seed: header.seed.get(),
             layer_count: header.layer_count,
             fanouts,
@@ -532,9 +555,20 @@ mod tests {
         let mut with = good.clone();
         request_features(&mut with);
         assert_eq!(
-            NsConfig::parse(&with, &LIMITS, 10).map(|c| c.features),
-            Ok(true)
+            NsConfig::parse(&with, &LIMITS, 10).map(|c| (c.features, c.sampled_ids)),
+            Ok((true, false))
         );
+        let mut ids = good.clone();
+        request_sampled_ids(&mut ids);
+        assert_eq!(ids[7], NS_FLAG_SAMPLED_IDS);
+        assert_eq!(
+            NsConfig::parse(&ids, &LIMITS, 10).map(|c| (c.features, c.sampled_ids)),
+            Ok((false, true))
+        );
+        // Features need the unique nodes the sampled ids leave to the host.
+        request_features(&mut ids);
+        assert_eq!(parse(&ids), Err(VendorStatus::ReservedField));
+        assert_eq!(parse(&patched(7, &[8])), Err(VendorStatus::ReservedField));
         assert_eq!(parse(&patched(28, &[1])), Err(VendorStatus::ReservedField));
         assert_eq!(parse(&patched(16, &[0, 0])), Err(VendorStatus::BadFanout));
         assert_eq!(parse(&patched(18, &[26, 0])), Err(VendorStatus::BadFanout));

@@ -51,7 +51,7 @@ pub struct Workload {
 }
 
 /// Every workload, in run order.
-pub const WORKLOADS: [Workload; 24] = [
+pub const WORKLOADS: [Workload; 27] = [
     Workload {
         name: "idle_polls",
         aim: Aim::Unit("polls"),
@@ -147,6 +147,12 @@ pub const WORKLOADS: [Workload; 24] = [
         what: "64 jobs of 2 degree-0 nodes whose bounds lie 256 pages apart, fanout 1",
     },
     Workload {
+        name: "isp_emitted_uniform",
+        aim: Aim::Unit("edges_emitted"),
+        what: "2 jobs of 16,384 random nodes of the uniform graph, fanout 10, returning sampled \
+               ids: a minibatch's last layer's worth of neighbours emitted, none deduplicated",
+    },
+    Workload {
         name: "uniform_minibatch",
         aim: Aim::Mix,
         what: "2 jobs of 1,024 random nodes of a uniform graph, fanouts 10,10",
@@ -156,6 +162,11 @@ pub const WORKLOADS: [Workload; 24] = [
         aim: Aim::Mix,
         what: "2 jobs of 1,024 random nodes of a skewed graph, fanouts 25,10 (other seeds than \
                the check's)",
+    },
+    Workload {
+        name: "skewed_sampled_ids",
+        aim: Aim::Mix,
+        what: "skewed_minibatch's jobs returning sampled ids",
     },
     Workload {
         name: "uniform_wide_fanout",
@@ -178,7 +189,21 @@ pub const WORKLOADS: [Workload; 24] = [
         aim: Aim::Check,
         what: "4 jobs of 1,024 random nodes of a skewed graph, fanouts 25,10 (SmartSAGE's)",
     },
+    Workload {
+        name: "check_sampled_ids",
+        aim: Aim::Check,
+        what: "check_minibatch's jobs returning sampled ids, for the host to build the subgraph",
+    },
 ];
+
+/// Whether workload `name`'s jobs return their sampled ids ([`sagessd_abi::sampled_ids`])
+/// instead of their subgraphs.
+fn returns_sampled_ids(name: &str) -> bool {
+    matches!(
+        name,
+        "isp_emitted_uniform" | "skewed_sampled_ids" | "check_sampled_ids"
+    )
+}
 
 /// Jobs per ISP workload, but for `isp_tiny_jobs` and the minibatches.
 const JOBS: u32 = 4;
@@ -208,6 +233,10 @@ const DESTINATION_TARGETS: u64 = 16_000;
 /// Nodes of the never-written graph `isp_high_ids` samples: 2^23, so that ids near the top
 /// take three radix passes of 11 bits.
 const ZERO_GRAPH_NODES: u64 = 1 << 23;
+/// Targets of `isp_emitted_uniform`: about as many destinations as a SmartSAGE minibatch's last
+/// layer has (1,024 targets and their 25 neighbours each), so that its arrays outgrow the L2 as
+/// that layer's do.
+const EMITTED_TARGETS: u64 = 16_384;
 /// Bytes of the plain data region the read workloads use.
 const READ_REGION_BYTES: u64 = 8 << 20;
 
@@ -364,8 +393,11 @@ fn prepare<K: Marks>(
             device.sample(len)?;
             return Ok(());
         }
-        "skewed_minibatch" | "check_minibatch" => device.attach(&layout.skewed)?,
-        "uniform_minibatch"
+        "skewed_minibatch" | "skewed_sampled_ids" | "check_minibatch" | "check_sampled_ids" => {
+            device.attach(&layout.skewed)?
+        }
+        "isp_emitted_uniform"
+        | "uniform_minibatch"
         | "uniform_wide_fanout"
         | "uniform_three_layer_mix"
         | "uniform_three_layers" => device.attach(&layout.uniform)?,
@@ -430,7 +462,11 @@ fn perform<K: Marks>(
         _ => {
             let jobs = match name {
                 "isp_tiny_jobs" => TINY_JOBS,
-                "uniform_minibatch" | "skewed_minibatch" | "uniform_three_layers" => MIX_JOBS,
+                "isp_emitted_uniform"
+                | "uniform_minibatch"
+                | "skewed_minibatch"
+                | "skewed_sampled_ids"
+                | "uniform_three_layers" => MIX_JOBS,
                 "uniform_wide_fanout" | "uniform_three_layer_mix" => 1,
                 _ => JOBS,
             };
@@ -449,6 +485,20 @@ fn perform<K: Marks>(
 /// Writes the NS_config of job `job` of ISP workload `name` into the host buffer; returns its
 /// length.
 fn job_config<K: Marks>(
+    device: &mut Device<'_, K>,
+    plan: &Plan,
+    name: &str,
+    job: u32,
+) -> Result<usize, CalibrateError> {
+    let len = job_targets(device, plan, name, job)?;
+    if returns_sampled_ids(name) {
+        sagessd_abi::ns_config::request_sampled_ids(&mut device.buffer()[..len]);
+    }
+    Ok(len)
+}
+
+/// [`job_config`]'s NS_config, its flags aside.
+fn job_targets<K: Marks>(
     device: &mut Device<'_, K>,
     plan: &Plan,
     name: &str,
@@ -501,6 +551,12 @@ fn job_config<K: Marks>(
             let far = UnitGraph::ISOLATED_NODES / 2;
             ns_config(device, seed, &[1], 2, |i| i * far + u64::from(job))
         }
+        "isp_emitted_uniform" => {
+            let n = UniformGraph.node_count();
+            ns_config(device, seed, &[10], EMITTED_TARGETS, |i| {
+                mix(seed << 32 | i) % n
+            })
+        }
         "uniform_minibatch" => {
             let n = UniformGraph.node_count();
             ns_config(device, seed, &[10, 10], 1024, |i| mix(seed << 32 | i) % n)
@@ -519,7 +575,7 @@ fn job_config<K: Marks>(
             let first = UnitGraph::REPEAT + 4096 * u64::from(job % 2);
             ns_config(device, seed, &[32], 4096, |i| first + i)
         }
-        "skewed_minibatch" => {
+        "skewed_minibatch" | "skewed_sampled_ids" => {
             // Other seeds than the check minibatch's (0x5A9E_0000 on).
             let seed = seed ^ 0x7777_0000;
             let n = SkewedGraph.node_count();
@@ -608,7 +664,7 @@ mod tests {
         let mut memory = vec![0u8; 600 << 20];
         let mut out = String::new();
         run(&plan, &mut memory, 16 << 20, NoMarks, &mut out).unwrap();
-        assert!(out.ends_with("calibrate done segments 48\n"), "{out}");
+        assert!(out.ends_with("calibrate done segments 54\n"), "{out}");
         // Each workload's line reads back, in order, with the segment after its preparation's.
         let reports: Vec<_> = out.lines().filter_map(parse_report).collect();
         assert_eq!(reports.len(), WORKLOADS.len());

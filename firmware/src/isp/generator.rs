@@ -10,7 +10,9 @@
 //!    and read the neighbour id at every sampled position;
 //! 3. **Local pass**: for each destination in local order, fill the layer's local `indptr`;
 //!    for each of its sampled edges, deduplicate its neighbour into the node list
-//!    ([`super::node_table`]) and record its local index.
+//!    ([`super::node_table`]) and record its local index. A job that returns its sampled ids
+//!    ([`sagessd_abi::sampled_ids`]) records the neighbour's global id instead, and in its last
+//!    layer, whose nodes are no layer's destinations, deduplicates nothing.
 //!
 //! The local pass runs in local-id order, so the output never depends on the order pages
 //! arrive in, nor on which lane runs the job or what the other lanes do; and a minibatch's
@@ -361,6 +363,7 @@ impl Isp {
             regions.indptr.words_mut::<u32>(dram)[st.indptr_row[run.layer] as usize] = 0;
         }
         let known = self.jobs[run.slot].node_count;
+        let another_layer = run.layer + 1 < usize::from(self.jobs[run.slot].layer_count);
         let lane_regions = self.lanes[lane].regions;
         let node_count = run.graph.node_count;
         let row = st.indptr_row[run.layer] as usize;
@@ -381,26 +384,43 @@ impl Isp {
             let indices = as_words_mut::<u32>(indices);
             let indptr = as_words_mut::<u32>(indptr);
             let work = &mut backend.work;
+            let global = self.jobs[run.slot].sampled_ids;
             let mut dedup = self.dedup(lane, run.slot, usize::from(m), entries, nodes);
             let (mut i, mut done) = (from, 0u32);
             let mut result = Ok(end);
             'destinations: while i < end {
                 let placed = local[(st.dst_first + i) as usize];
                 let (first, k) = (placed as u32, (placed >> 32) as u32);
-                for &id in &neighbours[first as usize..(first + k) as usize] {
-                    if u64::from(id) >= node_count {
-                        result = Err(VendorStatus::GraphCorrupt.into());
-                        break 'destinations;
+                let ids = &neighbours[first as usize..(first + k) as usize];
+                if global && !another_layer {
+                    // The host builds the subgraph: no node of the last layer is a destination
+                    // again, so none is deduplicated.
+                    for &id in ids {
+                        if u64::from(id) >= node_count {
+                            result = Err(VendorStatus::GraphCorrupt.into());
+                            break 'destinations;
+                        }
+                        indices[(run.edge_base + run.local_edges) as usize] = id.to_le();
+                        run.local_edges += 1;
                     }
-                    let Some(local) = dedup.local_id(st, phase, id, work) else {
-                        result = Err(VendorStatus::ResultTooLarge.into());
-                        break 'destinations;
-                    };
-                    indices[(run.edge_base + run.local_edges) as usize] = local.to_le();
-                    run.local_edges += 1;
+                    work.edges_emitted += u64::from(k);
+                } else {
+                    for &id in ids {
+                        if u64::from(id) >= node_count {
+                            result = Err(VendorStatus::GraphCorrupt.into());
+                            break 'destinations;
+                        }
+                        let Some(local) = dedup.local_id(st, phase, id, work) else {
+                            result = Err(VendorStatus::ResultTooLarge.into());
+                            break 'destinations;
+                        };
+                        let out = if global { id } else { local };
+                        indices[(run.edge_base + run.local_edges) as usize] = out.to_le();
+                        run.local_edges += 1;
+                    }
+                    work.edges_sampled += u64::from(k);
                 }
                 indptr[row + i as usize + 1] = (run.local_edges - st.edge_first).to_le();
-                work.edges_sampled += u64::from(k);
                 i += 1;
                 done += k + 1;
                 if done >= PASS_CHUNK_ITEMS && i < end {
@@ -413,7 +433,6 @@ impl Isp {
         if result == Ok(end) {
             st.edge_count[run.layer] = run.local_edges - st.edge_first;
         }
-        let another_layer = run.layer + 1 < usize::from(self.jobs[run.slot].layer_count);
         if self.read_ahead && another_layer && result.is_ok() {
             // The nodes this chunk added, in the order it added them.
             let base = run.graph.indptr.slba * self.block_size_bytes;
@@ -483,8 +502,10 @@ impl Isp {
     pub(super) fn finish(&mut self, dram: &[u8], slot: usize, error: Option<Status>) {
         let states = self.regions[slot].minibatches;
         let job = self.jobs[slot];
-        let fits = (0..usize::from(job.minibatch_count))
-            .all(|m| job.layout(&MinibatchState::load(states, dram, m)).is_some());
+        let fits = (0..usize::from(job.minibatch_count)).all(|m| {
+            job.result_size(&MinibatchState::load(states, dram, m))
+                .is_some()
+        });
         let job = &mut self.jobs[slot];
         job.state = match error {
             _ if job.orphaned => JobState::Free,

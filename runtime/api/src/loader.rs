@@ -12,6 +12,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use sagessd_host_driver::Returns;
 use sagessd_runtime::dataset::Dataset;
 use sagessd_runtime::npy::Dtype;
 use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
@@ -666,7 +667,11 @@ impl Worker {
                     let mut d = held()?;
                     let with_features = region.is_some();
                     let out = if kind == SamplerKind::IspHyperbatch {
-                        d.sample_hyperbatch(&spec.fanouts, group, with_features)?
+                        d.sample_hyperbatch(
+                            &spec.fanouts,
+                            group,
+                            Returns::subgraph(with_features),
+                        )?
                     } else if with_features {
                         d.sample_many_with_features(&spec.fanouts, group, ISP_JOBS_IN_FLIGHT)?
                     } else {

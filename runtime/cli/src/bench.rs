@@ -13,6 +13,10 @@ pub(crate) enum BenchCommand {
     /// `--graph-dir` (indptr.npy, indices.npy) and `--seeds` (int64 [W+B, batch]), its last
     /// stdout line is the JSON the harness reads.
     Sampler(BenchSamplerArgs),
+    /// The host's build of subgraphs from the sampled ids a device returns (`isp-ids`): wall
+    /// ns per minibatch and per sampled edge, and the bytes the device returns both ways, on a
+    /// generated graph (each build checked against the reference sampler first).
+    HostBuild(BenchHostBuildArgs),
     /// Training throughput on this machine's CPU: the in-memory sampler's minibatches/s,
     /// GraphSAGE's training steps/s, and the whole pipeline's minibatches/s with one worker
     /// per stage and with --workers auto, at fanouts 10,10,10 and 25,10.
@@ -61,15 +65,82 @@ pub(crate) struct BenchSamplerArgs {
     batch_size: usize,
 }
 
+/// Flags of `bench host-build`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchHostBuildArgs {
+    /// R-MAT scale of the graph generated here.
+    #[arg(long, default_value_t = 22)]
+    scale: u32,
+    /// R-MAT edge factor.
+    #[arg(long, default_value_t = 16)]
+    edge_factor: u32,
+    /// Fanouts in hop order.
+    #[arg(long, value_delimiter = ',', default_value = "25,10")]
+    fanouts: Vec<u16>,
+    /// Minibatches built per run.
+    #[arg(long, default_value_t = 50)]
+    batches: usize,
+    /// Targets per minibatch.
+    #[arg(long, default_value_t = 1024)]
+    batch_size: usize,
+    /// Timed runs (the summary reports the median).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+}
+
 /// Runs a `bench` subcommand.
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Sampler(args) => run_bench_sampler(args),
+        BenchCommand::HostBuild(args) => run_bench_host_build(args),
         #[cfg(feature = "train")]
         BenchCommand::Train(args) => crate::bench_train::run_bench_train(args),
         #[cfg(feature = "train")]
         BenchCommand::Step(args) => crate::bench_step::run_bench_step(args),
     }
+}
+
+/// `bench host-build`.
+fn run_bench_host_build(a: BenchHostBuildArgs) -> anyhow::Result<ExitCode> {
+    use sagessd_runtime::bench;
+    anyhow::ensure!(
+        a.runs > 0 && a.batches > 0,
+        "--runs and --batches must be ≥ 1"
+    );
+    let graph = sagessd_runtime::rmat::generate(&sagessd_runtime::rmat::RmatParams::graph500(
+        a.scale,
+        a.edge_factor,
+        1,
+    ))?;
+    let rows = bench::harness_seeds(&graph, a.batches, a.batch_size, 0);
+    let r = bench::host_build(&graph, &rows, &a.fanouts, a.runs)?;
+    let mut times = r.runs_s.clone();
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let per_mb = |x: f64| x / r.minibatches as f64;
+    println!(
+        "host build from sampled ids: R-MAT scale {} edge factor {} ({} nodes), fanouts {:?}, {} minibatches of {} targets, {} runs, one thread (WALL CLOCK)",
+        a.scale,
+        a.edge_factor,
+        graph.node_count(),
+        a.fanouts,
+        r.minibatches,
+        a.batch_size,
+        a.runs
+    );
+    println!(
+        "  median {:.3} ms a minibatch, {:.1} ns a sampled edge ({:.0} edges a minibatch)",
+        per_mb(median) * 1e3,
+        median * 1e9 / r.edges as f64,
+        per_mb(r.edges as f64)
+    );
+    println!(
+        "  device to host: {:.1} KiB of sampled ids a minibatch, {:.1} KiB of subgraph when the device builds it ({:.1} % less)",
+        per_mb(r.ids_bytes as f64) / 1024.0,
+        per_mb(r.subgraph_bytes as f64) / 1024.0,
+        100.0 * (1.0 - r.ids_bytes as f64 / r.subgraph_bytes as f64)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `bench sampler`.

@@ -171,10 +171,11 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Modes to run, comma-separated, in this order: mmap (page cache), direct (O_DIRECT reads at
-    /// QD 1), async (io_uring-style batches), isp (in-storage sampling); also dram (the graph
+    /// QD 1), async (io_uring-style batches), isp (in-storage sampling), isp-ids (in-storage
+    /// sampling returning sampled ids, the host building the subgraph); also dram (the graph
     /// resident in host memory: the in-memory baseline) and isp-hyperbatch (in-storage
     /// hyperbatches of --hyperbatch minibatches, one NS_config each).
-    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp")]
+    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp,isp-ids")]
     mode: Vec<String>,
     /// Minibatches per in-storage hyperbatch (--mode isp-hyperbatch).
     #[arg(long, default_value_t = sagessd_runtime::host_io::DEFAULT_HYPERBATCH)]

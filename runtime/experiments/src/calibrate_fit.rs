@@ -76,6 +76,11 @@ pub const UNITS: [Unit; WorkCounters::COUNT] = [
         per: 1,
     },
     Unit {
+        counter: "edges_emitted",
+        field: "cycles_per_edge_emitted",
+        per: 1,
+    },
+    Unit {
         counter: "stale_repeats",
         field: "cycles_per_stale_repeat",
         per: 1,
@@ -141,6 +146,7 @@ pub fn configured(cores: &CoresConfig) -> [u64; WorkCounters::COUNT] {
         cores.cycles_per_page_scanned,
         cores.cycles_per_row_gathered,
         cores.cycles_per_edge_sampled,
+        cores.edge_emitted_cycles(),
         cores.stale_repeat_cycles(),
         cores.edge_drawn_cycles(),
         cores.target_cycles(),

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sagessd_emulator::host_stack::HostStackConfig;
-use sagessd_host_driver::{Device, Transport};
+use sagessd_host_driver::{Device, Returns, Transport};
 use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::ooc::AgnesSampler;
@@ -168,7 +168,7 @@ impl SampleStage for DeviceStage<'_> {
                 let out = {
                     let mut d = self.device()?;
                     if hyperbatch {
-                        d.sample_hyperbatch(&fanouts, group, features)?
+                        d.sample_hyperbatch(&fanouts, group, Returns::subgraph(features))?
                     } else if features {
                         d.sample_many_with_features(&fanouts, group, depth)?
                     } else {

@@ -1,12 +1,16 @@
 //! A worker's in-storage sampling, in virtual time: the device samples, the host submits and
 //! collects ([`super::HostIoMode::Isp`]: one minibatch per `NS_SUBMIT`;
-//! [`super::HostIoMode::IspHyperbatch`]: a hyperbatch per `NS_SUBMIT`), each command one
+//! [`super::HostIoMode::IspIds`]: the same, returning sampled ids the host builds the subgraph
+//! from; [`super::HostIoMode::IspHyperbatch`]: a hyperbatch per `NS_SUBMIT`), each command one
 //! synchronous passthrough ioctl, and waits for a sampling slot when the device has none free.
 
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
-use sagessd_host_driver::{NAMESPACE_ID, ns};
+use sagessd_host_driver::{NAMESPACE_ID, Returns, ns};
 
-use super::{DEFAULT_COLLECT_CAP_BYTES, Park, Request, Shared, Worker, WorkerState, command_error};
+use super::{
+    DEFAULT_COLLECT_CAP_BYTES, HostIoMode, Park, Request, Shared, Worker, WorkerState,
+    command_error,
+};
 use crate::sampler::{SampledSubgraph, SamplerError};
 
 impl Worker {
@@ -85,15 +89,17 @@ impl Worker {
         }
     }
 
-    /// Collects the subgraph `tag` names (one retry with the exact size if the device answers
-    /// `BufferTooSmall`), of a minibatch with `seed` and `target_count` targets.
+    /// Collects what `tag` names (one retry with the exact size if the device answers
+    /// `BufferTooSmall`), of a minibatch with `seed` and `target_count` targets that returns
+    /// `returns`; validated, not yet a subgraph.
     async fn collect_job(
         &self,
         tag: u32,
         seed: u64,
         fanouts: &[u16],
         target_count: usize,
-    ) -> Result<SampledSubgraph, SamplerError> {
+        returns: Returns,
+    ) -> Result<Vec<u8>, SamplerError> {
         let node_count = self.sh.borrow().graph.node_count;
         let mut len = ns::first_collect_len(
             fanouts,
@@ -105,10 +111,10 @@ impl Worker {
         loop {
             let (collect, buffer) = ns::ns_collect(tag, len);
             let c = self.ioctl(collect, buffer).await?;
-            match ns::collected(c, len, retried, seed, fanouts.len())? {
+            match ns::collected(c, len, retried, seed, fanouts.len(), returns)? {
                 ns::Collected::Subgraph(data) => {
                     self.sh.borrow_mut().stats.bytes_used += data.len() as u64;
-                    return SampledSubgraph::from_bytes(data);
+                    return Ok(data);
                 }
                 ns::Collected::Retry(needed) => {
                     len = needed;
@@ -119,20 +125,42 @@ impl Worker {
     }
 
     /// In-storage sampling of one minibatch: `NS_SUBMIT` with the whole NS_config, then
-    /// `NS_COLLECT`.
+    /// `NS_COLLECT`; with [`HostIoMode::IspIds`], the host builds the subgraph from the sampled
+    /// ids collected (charged as sampling compute).
     pub(super) async fn isp_sample(
         &self,
         seed: u64,
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
-        let node_count = self.sh.borrow().graph.node_count;
+        let (node_count, mode) = {
+            let s = self.sh.borrow();
+            (s.graph.node_count, s.mode)
+        };
         crate::sampler::validate_request(fanouts, targets, node_count)?;
-        let (submit, config) = ns::ns_submit(seed, fanouts, targets)?;
+        let returns = if mode == HostIoMode::IspIds {
+            Returns::SampledIds
+        } else {
+            Returns::Subgraph
+        };
+        let (submit, mut config) = ns::ns_submit(seed, fanouts, targets)?;
+        returns.request(&mut config);
         let tag = self.submit_job(submit, config).await?;
-        let sub = self.collect_job(tag, seed, fanouts, targets.len()).await;
+        let bytes = self
+            .collect_job(tag, seed, fanouts, targets.len(), returns)
+            .await;
         self.slot_freed();
-        sub
+        if returns == Returns::Subgraph {
+            return SampledSubgraph::from_bytes(bytes?);
+        }
+        let sub = {
+            let mut s = self.sh.borrow_mut();
+            s.builder
+                .build(&bytes?, node_count, seed, fanouts, targets)?
+        };
+        let ns = self.sh.borrow().host.host_build_ns(sub.edge_count());
+        self.charge_compute(ns);
+        Ok(sub)
     }
 
     /// In-storage sampling of a hyperbatch of `requests`: one `NS_SUBMIT` carrying them all
@@ -162,8 +190,9 @@ impl Worker {
             for (m, r) in group.iter().enumerate() {
                 let tag_m = ns::minibatch_tag(tag, m);
                 match self
-                    .collect_job(tag_m, r.seed, fanouts, r.targets.len())
+                    .collect_job(tag_m, r.seed, fanouts, r.targets.len(), Returns::Subgraph)
                     .await
+                    .and_then(SampledSubgraph::from_bytes)
                 {
                     Ok(s) => subs.push(s),
                     Err(e) => {
