@@ -87,14 +87,18 @@ pub fn sampled_ids_of(sub: &SampledSubgraph) -> Result<Vec<u8>, SamplerError> {
     let too_large = || SamplerError::Subgraph(SubgraphError::Inconsistent("total_size_bytes"));
     let layout = SampledIdsLayout::new(&counts).ok_or_else(too_large)?;
     let mut out = vec![0u8; layout.total_size_bytes()];
-    layout.write_head(v.seed(), &mut out).ok_or_else(too_large)?;
+    layout
+        .write_head(v.seed(), &mut out)
+        .ok_or_else(too_large)?;
     for l in 0..v.layer_count() {
         let layer = v.layer(l);
         let mut at = layout.indptr_offset(l);
         let ids = layer.indices.iter().map(|i| {
             // A parsed subgraph's indices are below its node count, and the device's ids fit
             // 32 bits.
-            nodes.get(i.get() as usize).map_or(u32::MAX, |n| n.get() as u32)
+            nodes
+                .get(i.get() as usize)
+                .map_or(u32::MAX, |n| n.get() as u32)
         });
         for w in layer.indptr.iter().map(|p| p.get()).chain(ids) {
             out[at..at + 4].copy_from_slice(&w.to_le_bytes());

@@ -128,6 +128,65 @@ impl Dedup<'_> {
     }
 }
 
+/// The arrays a local pass reads and writes, for one minibatch's destinations of one layer.
+struct Pass<'a> {
+    /// Each destination's edges among the gathered neighbours, `k << 32 | first`, in the
+    /// layer's order of destinations (all minibatches together).
+    local: &'a [u64],
+    /// The neighbour ids the gather read, in key order.
+    neighbours: &'a [u32],
+    /// The slot's edges (what each sampled edge is written as).
+    indices: &'a mut [u32],
+    /// The slot's `indptr` rows.
+    indptr: &'a mut [u32],
+    /// The minibatch's row of this layer in `indptr`.
+    row: usize,
+    /// The minibatch's first destination among the layer's.
+    dst_first: u32,
+    /// The minibatch's first edge among the layer's.
+    edge_first: u32,
+    /// The graph's node count (a neighbour id at or past it is corruption).
+    node_count: u64,
+}
+
+impl Pass<'_> {
+    /// For destinations `from..end` in local order, until about [`PASS_CHUNK_ITEMS`] edges are
+    /// done: writes what `edge` makes of each sampled neighbour's id (its local id, or its
+    /// global id; `None`: the node list is full) and the destination's `indptr` entry. Returns
+    /// the destination it stopped before.
+    #[inline(always)]
+    fn destinations(
+        &mut self,
+        run: &mut Run,
+        from: u32,
+        end: u32,
+        mut edge: impl FnMut(u32) -> Option<u32>,
+    ) -> Result<u32, Status> {
+        let (mut i, mut done) = (from, 0u32);
+        while i < end {
+            let placed = self.local[(self.dst_first + i) as usize];
+            let (first, k) = (placed as u32, (placed >> 32) as u32);
+            for &id in &self.neighbours[first as usize..(first + k) as usize] {
+                if u64::from(id) >= self.node_count {
+                    return Err(VendorStatus::GraphCorrupt.into());
+                }
+                let Some(out) = edge(id) else {
+                    return Err(VendorStatus::ResultTooLarge.into());
+                };
+                self.indices[(run.edge_base + run.local_edges) as usize] = out.to_le();
+                run.local_edges += 1;
+            }
+            self.indptr[self.row + i as usize + 1] = (run.local_edges - self.edge_first).to_le();
+            i += 1;
+            done += k + 1;
+            if done >= PASS_CHUNK_ITEMS && i < end {
+                return Ok(i);
+            }
+        }
+        Ok(end)
+    }
+}
+
 impl Isp {
     /// Advances every lane once, in lane order; returns whether anything happened.
     pub fn step(&mut self, dram: &mut [u8], backend: &mut Backend) -> bool {
@@ -379,54 +438,38 @@ impl Isp {
                     regions.indptr,
                 ],
             );
-            let local = as_words::<u64>(local);
-            let neighbours = as_words::<u32>(neighbours);
-            let indices = as_words_mut::<u32>(indices);
-            let indptr = as_words_mut::<u32>(indptr);
+            let mut pass = Pass {
+                local: as_words::<u64>(local),
+                neighbours: as_words::<u32>(neighbours),
+                indices: as_words_mut::<u32>(indices),
+                indptr: as_words_mut::<u32>(indptr),
+                row,
+                dst_first: st.dst_first,
+                edge_first: st.edge_first,
+                node_count,
+            };
             let work = &mut backend.work;
+            let emit = self.jobs[run.slot].sampled_ids && !another_layer;
             let global = self.jobs[run.slot].sampled_ids;
             let mut dedup = self.dedup(lane, run.slot, usize::from(m), entries, nodes);
-            let (mut i, mut done) = (from, 0u32);
-            let mut result = Ok(end);
-            'destinations: while i < end {
-                let placed = local[(st.dst_first + i) as usize];
-                let (first, k) = (placed as u32, (placed >> 32) as u32);
-                let ids = &neighbours[first as usize..(first + k) as usize];
-                if global && !another_layer {
-                    // The host builds the subgraph: no node of the last layer is a destination
-                    // again, so none is deduplicated.
-                    for &id in ids {
-                        if u64::from(id) >= node_count {
-                            result = Err(VendorStatus::GraphCorrupt.into());
-                            break 'destinations;
-                        }
-                        indices[(run.edge_base + run.local_edges) as usize] = id.to_le();
-                        run.local_edges += 1;
-                    }
-                    work.edges_emitted += u64::from(k);
-                } else {
-                    for &id in ids {
-                        if u64::from(id) >= node_count {
-                            result = Err(VendorStatus::GraphCorrupt.into());
-                            break 'destinations;
-                        }
-                        let Some(local) = dedup.local_id(st, phase, id, work) else {
-                            result = Err(VendorStatus::ResultTooLarge.into());
-                            break 'destinations;
-                        };
-                        let out = if global { id } else { local };
-                        indices[(run.edge_base + run.local_edges) as usize] = out.to_le();
-                        run.local_edges += 1;
-                    }
-                    work.edges_sampled += u64::from(k);
-                }
-                indptr[row + i as usize + 1] = (run.local_edges - st.edge_first).to_le();
-                i += 1;
-                done += k + 1;
-                if done >= PASS_CHUNK_ITEMS && i < end {
-                    result = Ok(i);
-                    break;
-                }
+            let before = run.local_edges;
+            // One loop, monomorphised for what an edge writes, so no edge tests the mode.
+            let result = if emit {
+                // The host builds the subgraph: no node of the last layer is a destination
+                // again, so none is deduplicated.
+                pass.destinations(run, from, end, Some)
+            } else if global {
+                pass.destinations(run, from, end, |id| {
+                    dedup.local_id(st, phase, id, work).map(|_| id)
+                })
+            } else {
+                pass.destinations(run, from, end, |id| dedup.local_id(st, phase, id, work))
+            };
+            let edges = u64::from(run.local_edges - before);
+            if emit {
+                work.edges_emitted += edges;
+            } else {
+                work.edges_sampled += edges;
             }
             result
         };

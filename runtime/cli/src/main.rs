@@ -175,7 +175,11 @@ struct RunArgs {
     /// sampling returning sampled ids, the host building the subgraph); also dram (the graph
     /// resident in host memory: the in-memory baseline) and isp-hyperbatch (in-storage
     /// hyperbatches of --hyperbatch minibatches, one NS_config each).
-    #[arg(long, value_delimiter = ',', default_value = "mmap,direct,async,isp,isp-ids")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "mmap,direct,async,isp,isp-ids"
+    )]
     mode: Vec<String>,
     /// Minibatches per in-storage hyperbatch (--mode isp-hyperbatch).
     #[arg(long, default_value_t = sagessd_runtime::host_io::DEFAULT_HYPERBATCH)]
