@@ -26,7 +26,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::ns_config::MAX_LAYERS;
-use crate::subgraph::SubgraphError;
+use crate::subgraph::{SubgraphError, check_indptr};
 
 /// Magic number of a sampled-ids result: the bytes `SGID`.
 pub const SAMPLED_IDS_MAGIC: [u8; 4] = *b"SGID";
@@ -259,16 +259,7 @@ impl<'a> SampledIdsView<'a> {
         };
         for l in 0..layer_count {
             let layer = view.layer(l);
-            let mut prev = 0;
-            for p in layer.indptr.iter().map(|p| p.get()) {
-                if p < prev {
-                    return Err(SubgraphError::Inconsistent("indptr"));
-                }
-                prev = p;
-            }
-            if layer.indptr.first().map(|p| p.get()) != Some(0) || prev != layer.counts.edge_count {
-                return Err(SubgraphError::Inconsistent("indptr"));
-            }
+            check_indptr(layer.indptr, layer.counts.edge_count)?;
         }
         Ok(view)
     }

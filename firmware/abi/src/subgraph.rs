@@ -244,6 +244,22 @@ pub enum SubgraphError {
     Inconsistent(&'static str),
 }
 
+/// Checks that a layer's row pointers start at 0, never decrease and end at its `edge_count`
+/// (the subgraph's local CSR and the sampled ids' rows alike).
+pub(crate) fn check_indptr(indptr: &[U32], edge_count: u32) -> Result<(), SubgraphError> {
+    let mut prev = 0;
+    for p in indptr.iter().map(|p| p.get()) {
+        if p < prev {
+            return Err(SubgraphError::Inconsistent("indptr"));
+        }
+        prev = p;
+    }
+    if indptr.first().map(|p| p.get()) != Some(0) || prev != edge_count {
+        return Err(SubgraphError::Inconsistent("indptr"));
+    }
+    Ok(())
+}
+
 /// A validated view of a subgraph's bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct SubgraphView<'a> {
@@ -277,16 +293,7 @@ impl<'a> SubgraphView<'a> {
         let view = Self::parse_layout(bytes)?;
         for l in 0..view.layer_count() {
             let layer = view.layer(l);
-            let mut prev = 0;
-            for p in layer.indptr.iter().map(|p| p.get()) {
-                if p < prev {
-                    return Err(SubgraphError::Inconsistent("indptr"));
-                }
-                prev = p;
-            }
-            if layer.indptr.first().map(|p| p.get()) != Some(0) || prev != layer.counts.edge_count {
-                return Err(SubgraphError::Inconsistent("indptr"));
-            }
+            check_indptr(layer.indptr, layer.counts.edge_count)?;
             if layer
                 .indices
                 .iter()
