@@ -1209,8 +1209,8 @@ mod tests {
             c.modes = modes;
             run(&c, None, &mut |_| {}).unwrap()
         };
-        use HostIoMode::{Async, Direct, Isp, IspHyperbatch, Memory, Mmap};
-        let free = vec![Memory, Direct, Async, Isp, IspHyperbatch];
+        use HostIoMode::{Async, Direct, Isp, IspHyperbatch, IspIds, Memory, Mmap};
+        let free = vec![Memory, Direct, Async, Isp, IspIds, IspHyperbatch];
         // The modes that bypass the page cache do not notice its size (a tiny cache against
         // one holding the graph); mmap does.
         let tiny = with_cache(8192, free.clone());
@@ -1260,7 +1260,7 @@ mod tests {
         })
         .unwrap();
         // Generation, the reference, then a load and a sampling phase per (workers, mode).
-        assert_eq!(phases.len(), 2 + 2 * 12, "{phases:?}");
+        assert_eq!(phases.len(), 2 + 2 * 14, "{phases:?}");
         assert_eq!(
             phases.last().unwrap(),
             "sampling (isp-hyperbatch, 3 workers)"
@@ -1268,12 +1268,12 @@ mod tests {
         assert_eq!(last_progress, 6);
         let b = run(&small(), None, &mut |_| {}).unwrap();
         assert!(a.identical(), "{:?}", a.mismatch);
-        assert_eq!(a.results.len(), 12);
+        assert_eq!(a.results.len(), 14);
         assert_eq!(a.results, b.results);
         assert_eq!(a.render(), b.render());
         let text = a.render();
         assert!(
-            text.contains("samples identical: yes (6 minibatches × 12 runs"),
+            text.contains("samples identical: yes (6 minibatches × 14 runs"),
             "{text}"
         );
         // Hyperbatches of three: an NS_SUBMIT each, a collect per minibatch, and a line
@@ -1295,6 +1295,11 @@ mod tests {
         assert!(mmap.page_cache_hit_rate.is_some());
         let isp = a.result(HostIoMode::Isp, 1).unwrap();
         assert_eq!(isp.commands, 2 * 6);
+        // Sampled ids: the same commands, fewer bytes to the host, the host's build charged.
+        let ids = a.result(HostIoMode::IspIds, 1).unwrap();
+        assert_eq!(ids.commands, isp.commands);
+        assert!(ids.pcie_c2h_bytes < isp.pcie_c2h_bytes, "{ids:?}");
+        assert!(ids.host_cpu_ns > isp.host_cpu_ns, "{ids:?}");
         assert!(isp.core_utilisation() > 0.0 && isp.core_utilisation() <= 1.0);
         // The graph in DRAM makes no I/O: its only NVMe commands are the load's.
         let dram = a.result(HostIoMode::Memory, 1).unwrap();
@@ -1470,7 +1475,7 @@ mod tests {
         assert_eq!(
             small().command_line(Some("x.toml")),
             "sagessd compare --graph rmat:10:8:3 --batches 6 --batch-size 64 \
-             --fanouts 5,5 --seed 11 --mode dram,mmap,direct,async,isp,isp-hyperbatch \
+             --fanouts 5,5 --seed 11 --mode dram,mmap,direct,async,isp,isp-ids,isp-hyperbatch \
              --workers 1,3 --hyperbatch 3 --config x.toml"
         );
     }

@@ -391,11 +391,12 @@ impl Isp {
     /// For destinations `from..end` of minibatch `m` (state `st`), in local order, until about
     /// [`PASS_CHUNK_ITEMS`] edges are done: fill the layer's local `indptr` row, and for each
     /// of its sampled edges deduplicate the neighbour the gather read and record its local
-    /// index; then, when another layer follows, read ahead the page of each new node's
+    /// index (a job returning sampled ids: its global id, and in the last layer no
+    /// deduplication); then, when another layer follows, read ahead the page of each new node's
     /// `indptr` entries, which its bounds gather will want. Returns the destination it stopped
     /// before. Counted once per edge as "sampled" (a probe and a write; the draw that chose
-    /// it, if its list was not taken whole, was counted by the issuer that drew it), and once per new
-    /// node as "added".
+    /// it, if its list was not taken whole, was counted by the issuer that drew it) or, with no
+    /// probe, "emitted", and once per new node as "added".
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn local_pass(
