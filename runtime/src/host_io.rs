@@ -332,7 +332,8 @@ struct Shared {
     done: HashMap<u16, Completion>,
     /// ISP: the run's sampling slots as the host sees them ([`Worker::isp_sample`]).
     slots: SlotQueue,
-    /// ISP with sampled ids: the host's builder of subgraphs from them.
+    /// ISP with sampled ids: the host's builder of subgraphs from them (its node index made at
+    /// its first build, so that the other modes allocate none).
     builder: HostBuilder,
 }
 
@@ -1289,7 +1290,7 @@ impl HostIoSampler {
                 states: Vec::new(),
                 done: HashMap::new(),
                 slots: SlotQueue::default(),
-                builder: HostBuilder::new(graph.node_count),
+                builder: HostBuilder::default(),
             }),
             sampler: SamplerStats::default(),
             hyperbatch: DEFAULT_HYPERBATCH,
