@@ -317,7 +317,8 @@ pub fn run_seed(seed: u64) -> Result<SeedOutcome, SeedFailure> {
     };
     let nand = NandArray::with_timing(geometry(), timing()).with_faults(faults);
     let config = firmware_config();
-    let size = Fw::dram_size_bytes(&config, &geometry()).map_err(|e| fail(format!("{e:?}")))?;
+    let size = sagessd_firmware::dram_size_bytes(&config, &geometry())
+        .map_err(|e| fail(format!("{e:?}")))?;
     let fw = Fw::new(config, nand, vec![0u8; size]).map_err(|e| fail(format!("{e:?}")))?;
     let lbas = fw.namespace_block_count();
     let mut run = Run {
@@ -678,7 +679,8 @@ impl Run {
             erase_fail_ppm: 0,
             ..f
         }));
-        let size = Fw::dram_size_bytes(&config, &geometry()).map_err(|e| format!("{e:?}"))?;
+        let size = sagessd_firmware::dram_size_bytes(&config, &geometry())
+            .map_err(|e| format!("{e:?}"))?;
         let (fw, boot) = Fw::recover(
             config,
             nand,

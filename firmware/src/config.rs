@@ -125,7 +125,7 @@ pub enum ConfigError {
     MaxTransfer,
     /// The flash is too small to hold a namespace after reserves and over-provisioning.
     TooLittleFlash,
-    /// The DRAM arena given is smaller than [`crate::Firmware::dram_size_bytes`].
+    /// The DRAM arena given is smaller than [`crate::dram_size_bytes`].
     DramTooSmall,
     /// The arena this configuration needs does not fit the address space.
     DramLayoutOverflow,

@@ -39,6 +39,36 @@ use crate::work::WorkCounters;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Busy;
 
+/// Bytes of DRAM arena the firmware needs for `config` on `geometry`: what
+/// [`Firmware::new`] must be given, whatever its flash HAL and arena type.
+pub fn dram_size_bytes(
+    config: &FirmwareConfig,
+    geometry: &crate::hal::Geometry,
+) -> Result<usize, ConfigError> {
+    layout(config, geometry).map(|l| l.total_bytes)
+}
+
+/// Every region of the DRAM arena for `config` on `geometry`, with its size and what it
+/// scales with: the footprint report. Its total equals [`dram_size_bytes`].
+pub fn dram_regions(
+    config: &FirmwareConfig,
+    geometry: &crate::hal::Geometry,
+) -> Result<DramRegions, ConfigError> {
+    layout(config, geometry)
+        .map(|l| l.regions(usize::from(config.isp_lanes), usize::from(config.isp_slots)))
+}
+
+/// The arena layout for a configuration, after checking it.
+fn layout(
+    config: &FirmwareConfig,
+    geometry: &crate::hal::Geometry,
+) -> Result<DramLayout, ConfigError> {
+    config.validate(geometry)?;
+    let pages = logical_page_count(geometry, config.over_provisioning_percent)
+        .ok_or(ConfigError::TooLittleFlash)?;
+    DramLayout::new(config, geometry, pages).ok_or(ConfigError::DramLayoutOverflow)
+}
+
 /// The firmware: generic over the flash HAL and over the DRAM arena's owner.
 #[derive(Debug)]
 pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
@@ -70,37 +100,8 @@ pub struct Firmware<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> {
 }
 
 impl<F: Flash, M: AsRef<[u8]> + AsMut<[u8]>> Firmware<F, M> {
-    /// Bytes of DRAM arena the firmware needs for `config` on `geometry`.
-    pub fn dram_size_bytes(
-        config: &FirmwareConfig,
-        geometry: &crate::hal::Geometry,
-    ) -> Result<usize, ConfigError> {
-        Self::layout(config, geometry).map(|l| l.total_bytes)
-    }
-
-    /// Every region of the DRAM arena for `config` on `geometry`, with its size and what it
-    /// scales with: the footprint report. Its total equals [`Self::dram_size_bytes`].
-    pub fn dram_regions(
-        config: &FirmwareConfig,
-        geometry: &crate::hal::Geometry,
-    ) -> Result<DramRegions, ConfigError> {
-        Self::layout(config, geometry)
-            .map(|l| l.regions(usize::from(config.isp_lanes), usize::from(config.isp_slots)))
-    }
-
-    /// The arena layout for a configuration, after checking it.
-    fn layout(
-        config: &FirmwareConfig,
-        geometry: &crate::hal::Geometry,
-    ) -> Result<DramLayout, ConfigError> {
-        config.validate(geometry)?;
-        let pages = logical_page_count(geometry, config.over_provisioning_percent)
-            .ok_or(ConfigError::TooLittleFlash)?;
-        DramLayout::new(config, geometry, pages).ok_or(ConfigError::DramLayoutOverflow)
-    }
-
     /// Boots on freshly erased flash: formats the FTL and clears the firmware's tables.
-    /// The arena must be at least [`Self::dram_size_bytes`] long and zero-filled (the mapping
+    /// The arena must be at least [`dram_size_bytes`] long and zero-filled (the mapping
     /// tables, which scale with capacity, are not cleared here).
     pub fn new(config: FirmwareConfig, flash: F, mut dram: M) -> Result<Self, ConfigError> {
         let geometry = flash.geometry();

@@ -307,7 +307,7 @@ pub(crate) fn hash_capacity(max_nodes: u32) -> usize {
     (2 * max_nodes as usize).next_power_of_two()
 }
 
-/// One region of the DRAM arena, as reported by [`crate::Firmware::dram_regions`].
+/// One region of the DRAM arena, as reported by [`crate::dram_regions`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DramRegion {
     /// The region's name, e.g. `l2p` or `slot0.nodes`.
@@ -425,7 +425,7 @@ const SLOT_REGION_NAMES: [[&str; 6]; 8] = [
 const _: () = assert!(SLOT_REGION_NAMES.len() == crate::config::MAX_ISP_SLOTS);
 
 /// Every region of the DRAM arena for one configuration, in arena order: the footprint report
-/// of [`crate::Firmware::dram_regions`], read off the same `DramLayout` the firmware boots with.
+/// of [`crate::dram_regions`], read off the same `DramLayout` the firmware boots with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DramRegions {
     regions: [DramRegion; MAX_REGIONS],
@@ -440,7 +440,7 @@ impl DramRegions {
     }
 
     /// The arena size the firmware needs: the sum of the regions plus alignment padding, equal to
-    /// [`crate::Firmware::dram_size_bytes`].
+    /// [`crate::dram_size_bytes`].
     pub fn total_bytes(&self) -> usize {
         self.total_bytes
     }
@@ -543,11 +543,8 @@ impl DramLayout {
 
 #[cfg(test)]
 mod tests {
-    use crate::fake::MemFlash;
     use crate::hal::Geometry;
-    use crate::{ConfigError, Firmware, FirmwareConfig};
-
-    type Fw = Firmware<MemFlash, std::vec::Vec<u8>>;
+    use crate::{ConfigError, FirmwareConfig};
 
     /// Two neighbouring regions, the second filled with a marker.
     fn neighbours() -> (super::Region, std::vec::Vec<u8>) {
@@ -614,8 +611,8 @@ mod tests {
                 },
                 ..FirmwareConfig::default()
             };
-            let regions = Fw::dram_regions(&config, &geometry).unwrap();
-            let total = Fw::dram_size_bytes(&config, &geometry).unwrap();
+            let regions = crate::dram_regions(&config, &geometry).unwrap();
+            let total = crate::dram_size_bytes(&config, &geometry).unwrap();
             assert_eq!(regions.total_bytes(), total);
             let count = regions.iter().count();
             assert_eq!(
@@ -650,7 +647,7 @@ mod tests {
             ..FirmwareConfig::default()
         };
         assert_eq!(
-            Fw::dram_regions(&bad, &geometry_of_default()),
+            crate::dram_regions(&bad, &geometry_of_default()),
             Err(ConfigError::IspSlots)
         );
         for isp_lanes in [0, crate::MAX_ISP_LANES as u8 + 1, 3] {
@@ -660,7 +657,7 @@ mod tests {
                 ..FirmwareConfig::default()
             };
             assert_eq!(
-                Fw::dram_regions(&bad, &geometry_of_default()),
+                crate::dram_regions(&bad, &geometry_of_default()),
                 Err(ConfigError::IspLanes)
             );
         }

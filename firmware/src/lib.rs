@@ -14,7 +14,7 @@
 //! ```
 //!
 //! All sizeable state (mapping tables, page buffer, sampling buffers) lives in one DRAM arena the
-//! integrator provides; [`Firmware::dram_size_bytes`] says how big it must be for a
+//! integrator provides; [`dram_size_bytes`] says how big it must be for a
 //! configuration. Small bookkeeping (command slots, job slots) has compile-time bounds.
 //! Nothing that arrives from the host can make the firmware panic: every bad field becomes an
 //! NVMe status.
@@ -51,7 +51,7 @@ pub use checkpoint::{CHECKPOINT_MAGIC, CHECKPOINT_VERSION, CheckpointStats};
 pub use config::{
     ConfigError, FirmwareConfig, MAX_COMMANDS, MAX_ISP_LANES, MAX_ISP_SLOTS, MAX_LANE_WINDOW_PAGES,
 };
-pub use dispatch::{Busy, Firmware};
+pub use dispatch::{Busy, Firmware, dram_regions, dram_size_bytes};
 pub use dram::{DRAM_REGION_ALIGN_BYTES, DramRegion, DramRegions};
 pub use ftl::FtlStats;
 pub use oob::data_page_spare;

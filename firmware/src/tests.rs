@@ -65,7 +65,7 @@ pub(crate) struct Device {
 
 impl Device {
     pub fn new(geometry: Geometry, config: FirmwareConfig, seed: u64) -> Self {
-        let size = Fw::dram_size_bytes(&config, &geometry).unwrap();
+        let size = crate::dram_size_bytes(&config, &geometry).unwrap();
         let fw = Fw::new(config, MemFlash::new(geometry, 32, seed), vec![0u8; size]).unwrap();
         Self {
             fw,
@@ -155,7 +155,7 @@ impl Device {
 
     /// A firmware recovered from `flash`.
     pub fn boot(config: FirmwareConfig, flash: MemFlash) -> Result<Device, crate::RestoreError> {
-        let size = Fw::dram_size_bytes(&config, &flash.geometry()).unwrap();
+        let size = crate::dram_size_bytes(&config, &flash.geometry()).unwrap();
         let (fw, _) = Fw::recover(config, flash, vec![0u8; size], &mut |_| {})?;
         Ok(Self::from_firmware(fw))
     }

@@ -109,8 +109,7 @@ impl<'a, K: Marks> Device<'a, K> {
         host_bytes: usize,
         marks: K,
     ) -> Result<Self, CalibrateError> {
-        type Fw<'b, K> = Firmware<SparseFlash<'b, K>, &'b mut [u8]>;
-        let arena_bytes = Fw::<K>::dram_size_bytes(&plan.config, &plan.geometry)
+        let arena_bytes = sagessd_firmware::dram_size_bytes(&plan.config, &plan.geometry)
             .map_err(CalibrateError::Config)?;
         if memory.len() < arena_bytes.saturating_add(host_bytes) {
             return Err(CalibrateError::Memory);

@@ -154,7 +154,7 @@ pub unsafe extern "C" fn sagessd_fw_dram_size(
         Ok(v) => v,
         Err(code) => return code,
     };
-    match Fw::dram_size_bytes(&config, &geometry) {
+    match sagessd_firmware::dram_size_bytes(&config, &geometry) {
         Ok(bytes) => {
             // SAFETY: non-null, and by the contract valid for writing a `size_t`.
             unsafe { bytes_out.write_unaligned(bytes) };
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn sagessd_fw_init(
     if !(dram as usize).is_multiple_of(DRAM_ALIGN as usize) || !range_ok(dram, dram_len) {
         return ERR_ARGUMENT;
     }
-    let need = match Fw::dram_size_bytes(&config, &geometry) {
+    let need = match sagessd_firmware::dram_size_bytes(&config, &geometry) {
         Ok(n) => n,
         Err(e) => return config_error_code(e),
     };

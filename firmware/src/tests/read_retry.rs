@@ -96,7 +96,7 @@ fn the_boot_reads_past_a_transient_fault_and_replays_the_page() {
     flash.power_cut(1, d.fw.dram_bytes());
     flash.fail_next_reads_of(ppn, 2);
     let config = *d.fw.config();
-    let size = Fw::dram_size_bytes(&config, &small_geometry()).unwrap();
+    let size = crate::dram_size_bytes(&config, &small_geometry()).unwrap();
     let (fw, report) = Fw::recover(config, flash, vec![0u8; size], &mut |_| {}).unwrap();
     assert!(
         report.pages_replayed >= 1 && report.read_retries >= 2,

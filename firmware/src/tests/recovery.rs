@@ -223,7 +223,7 @@ fn a_boot_erases_nothing_and_a_free_block_is_erased_only_before_it_is_opened() {
     flash.power_cut(5, d.fw.dram_bytes());
     let erased = flash.stats.erases;
     let config = *d.fw.config();
-    let size = super::Fw::dram_size_bytes(&config, &small_geometry()).unwrap();
+    let size = crate::dram_size_bytes(&config, &small_geometry()).unwrap();
     let (fw, _) = super::Fw::recover(config, flash, vec![0u8; size], &mut |_| {}).unwrap();
     assert_eq!(fw.flash().stats.erases, erased, "the boot erased blocks");
     let mut d = Device::from_firmware(fw);
@@ -286,7 +286,7 @@ fn a_trim_is_on_flash_when_it_completes_without_a_checkpoint_and_a_later_write_w
     let mut flash = d.fw.flash().clone();
     flash.power_cut(6, d.fw.dram_bytes());
     let config = *d.fw.config();
-    let size = super::Fw::dram_size_bytes(&config, &small_geometry()).unwrap();
+    let size = crate::dram_size_bytes(&config, &small_geometry()).unwrap();
     let (_, report) = super::Fw::recover(config, flash, vec![0u8; size], &mut |_| {}).unwrap();
     assert!(report.trim_records >= 2, "{report:?}");
     // ... and what it recovers reads as trimmed.

@@ -77,8 +77,6 @@ library's static state (.bss), which scripts/footprint.sh prints.";
 /// `firmware footprint`: the DRAM arena, region by region.
 fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
     use std::fmt::Write as _;
-    type Fw = sagessd_firmware::Firmware<sagessd_emulator::NandArray, Vec<u8>>;
-
     let hw = load_hw(args.config.as_ref())?;
     let source = args
         .config
@@ -88,7 +86,7 @@ fn run_footprint(args: FootprintArgs) -> anyhow::Result<ExitCode> {
         });
     let geometry = hw.nand.geometry();
     let config = hw.firmware_config();
-    let regions = Fw::dram_regions(&config, &geometry)
+    let regions = sagessd_firmware::dram_regions(&config, &geometry)
         .map_err(|e| anyhow::anyhow!("the firmware cannot run this configuration: {e:?}"))?;
     let f = &hw.firmware;
     let mut out = String::new();

@@ -20,7 +20,7 @@ use sagessd_calibrate::{Board, HOST_BUFFER_BYTES, Plan, RAM_MIB, VEXPRESS_A9, VI
 use sagessd_emulator::HwConfig;
 use sagessd_emulator::config::CoreTimingConfig;
 use sagessd_firmware::work::WorkCounters;
-use sagessd_firmware::{Firmware, FirmwareConfig, hal::Geometry};
+use sagessd_firmware::{FirmwareConfig, hal::Geometry};
 use sagessd_qemu_a9_profile::profile::Segment;
 use zerocopy::IntoBytes;
 
@@ -346,8 +346,7 @@ pub(crate) fn plan_for(hw: &HwConfig) -> anyhow::Result<(Plan, Option<String>)> 
         + FLASH_PAGES.min(geometry.page_count()) * geometry.window_bytes() as u64;
     let described = config.isp_slots;
     loop {
-        type Fw = Firmware<sagessd_emulator::NandArray, Vec<u8>>;
-        let arena = Fw::dram_size_bytes(&config, &geometry)
+        let arena = sagessd_firmware::dram_size_bytes(&config, &geometry)
             .map_err(|e| anyhow::anyhow!("the firmware cannot run this description: {e:?}"))?
             as u64;
         if arena + HOST_BUFFER_BYTES as u64 + flash + RESERVED_BYTES <= ram {
