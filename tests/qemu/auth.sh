@@ -37,7 +37,7 @@ make_secrets() { # host secret (SHA-256-transformed, 32 bytes), a wrong one, two
 
 start_emulator() { # in the background; check runs it in a subshell, hence the PID file
     : >/tmp/emulator.log
-    RUST_LOG=sagessd_emulator::target=info sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" \
+    RUST_LOG=sagessd_emulator::nvme_tcp_target=info sagessd emulator serve --listen 127.0.0.1:4420 --nqn "$NQN" \
         --host-secret "$HOSTNQN=@/tmp/host.key" --ctrl-secret "$HOSTNQN=@/tmp/ctrl.key" \
         >>/tmp/emulator.log 2>&1 &
     echo $! >/tmp/emulator.pid

@@ -9,7 +9,7 @@ use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsComm
 use sagessd_abi::nvme::{CompletionEntry, SubmissionEntry};
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
 use sagessd_abi::tcp::{CapsuleCmd, CapsuleResp, Framing, IcReq, IcResp, pdu_type};
-use sagessd_emulator::target::{Target, TargetOptions};
+use sagessd_emulator::nvme_tcp_target::{Target, TargetOptions};
 use zerocopy::{FromZeros, IntoBytes};
 
 /// The host NQN every raw connection gives.

@@ -192,7 +192,7 @@ fn run_kill_test(args: KillTestArgs) -> anyhow::Result<ExitCode> {
                 std::time::Duration::from_millis(args.min_run_ms),
                 std::time::Duration::from_millis(args.max_run_ms),
             ),
-            nqn: sagessd_emulator::target::DEFAULT_NQN.into(),
+            nqn: sagessd_emulator::nvme_tcp_target::DEFAULT_NQN.into(),
         },
         &mut |line| eprintln!("{line}"),
     )?;

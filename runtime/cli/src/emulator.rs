@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use sagessd_abi::auth::secret::Secret;
 use sagessd_abi::auth::{DhGroup, HashId};
 use sagessd_emulator::AllowedHosts;
-use sagessd_emulator::target::auth::{AuthOptions, HostSecrets};
+use sagessd_emulator::nvme_tcp_target::auth::{AuthOptions, HostSecrets};
 
 use crate::child_target::ChildTarget;
 use crate::{hw_source, load_hw};
@@ -110,7 +110,7 @@ pub(crate) struct ServeArgs {
     )]
     dhchap_dhgroup: String,
     /// Subsystem NQN.
-    #[arg(long, default_value = sagessd_emulator::target::DEFAULT_NQN)]
+    #[arg(long, default_value = sagessd_emulator::nvme_tcp_target::DEFAULT_NQN)]
     nqn: String,
     /// Complete commands no earlier than their modelled time (wall clock); default: virtual
     /// time, as fast as the host drives it.
@@ -151,7 +151,10 @@ fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let (addr, connection) = match addr.strip_prefix("tcp://") {
-        None => (addr, TcpOptions::new(sagessd_emulator::target::DEFAULT_NQN)),
+        None => (
+            addr,
+            TcpOptions::new(sagessd_emulator::nvme_tcp_target::DEFAULT_NQN),
+        ),
         Some(_) => {
             let uri: sagessd_host_driver::DeviceUri = addr
                 .parse()

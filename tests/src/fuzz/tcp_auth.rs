@@ -1,4 +1,4 @@
-//! Fuzz body `tcp_auth`: DH-HMAC-CHAP against a real target (`sagessd_emulator::target`,
+//! Fuzz body `tcp_auth`: DH-HMAC-CHAP against a real target (`sagessd_emulator::nvme_tcp_target`,
 //! serving the small test device on loopback) whose host must authenticate, driven from the
 //! input step by step on the admin queue of that host.
 //!
@@ -24,8 +24,8 @@ use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsComm
 use sagessd_abi::nvme::{CompletionEntry, SubmissionEntry};
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
 use sagessd_abi::tcp::{CapsuleResp, Framing, pdu_type};
-use sagessd_emulator::target::auth::{AuthOptions, HostSecrets};
-use sagessd_emulator::target::{Target, TargetOptions};
+use sagessd_emulator::nvme_tcp_target::auth::{AuthOptions, HostSecrets};
+use sagessd_emulator::nvme_tcp_target::{Target, TargetOptions};
 use zerocopy::IntoBytes;
 
 use super::input::Input;

@@ -1,5 +1,5 @@
 //! Fuzz body `tcp_connection`: an NVMe/TCP host's byte stream into a real target's connection
-//! state machine (`sagessd_emulator::target`, serving the small test device on loopback), read
+//! state machine (`sagessd_emulator::nvme_tcp_target`, serving the small test device on loopback), read
 //! from the input field by field.
 //!
 //! Each input gets a fresh target, so a crash replays from its input alone. If the input's first
@@ -24,7 +24,7 @@ use sagessd_abi::fabrics::{CNTLID_DYNAMIC, ConnectData, DataPointer, FabricsComm
 use sagessd_abi::nvme::SubmissionEntry;
 use sagessd_abi::tcp::stream::{read_pdu, write_pdu};
 use sagessd_abi::tcp::{CapsuleResp, DataHeader, Framing, TermReq, flags, pdu_type};
-use sagessd_emulator::target::{Target, TargetOptions};
+use sagessd_emulator::nvme_tcp_target::{Target, TargetOptions};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use super::input::Input;
