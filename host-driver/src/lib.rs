@@ -23,20 +23,22 @@ pub mod load;
 #[cfg(feature = "local")]
 mod local;
 pub mod ns;
+mod nvme;
 mod passthru;
 mod tcp;
 mod transport;
 mod uri;
 
 pub use device::{
-    ADMIN_QUEUE, DEFAULT_COLLECT_CAP_BYTES, DEFAULT_QUEUE_DEPTH, Device, DeviceInfo, DriverStats,
-    FALLBACK_MAX_TRANSFER_BYTES, IO_QUEUE, NAMESPACE_ID, subgraph_size_bound,
+    DEFAULT_COLLECT_CAP_BYTES, DEFAULT_QUEUE_DEPTH, Device, DeviceInfo, DriverStats,
+    FALLBACK_MAX_TRANSFER_BYTES,
 };
 pub use error::{DriverError, describe_status, opcode_name};
 pub use fabrics_auth::DhchapSecrets;
 #[cfg(feature = "local")]
 pub use local::LocalTransport;
-pub use ns::Returns;
+pub use ns::{Returns, subgraph_size_bound};
+pub use nvme::{ADMIN_QUEUE, IO_QUEUE, NAMESPACE_ID};
 pub use passthru::PassthruTransport;
 pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Completion, DeviceCounters, Transport, TransportError};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use sagessd_abi::nvme::SubmissionEntry;
 use sagessd_abi::rng::SplitMix64;
 
-use crate::device::NAMESPACE_ID;
+use crate::nvme::NAMESPACE_ID;
 use crate::transport::{Transport, TransportError};
 
 /// Bytes of the stamp at the start of every block.

@@ -1,6 +1,7 @@
 //! The in-storage sampling exchange, command by command: one `NS_SUBMIT` carrying the whole
 //! minibatch (or a hyperbatch of several), then one `NS_COLLECT` per minibatch (retried once with
-//! the size the device asks for if the first buffer was too small). The blocking [`crate::Device::sample`] and asynchronous callers that
+//! the size the device asks for if the first buffer was too small). [`crate::Device`]'s blocking
+//! sampling (`exchange`: [`crate::Device::sample`] and the rest) and asynchronous callers that
 //! interleave several exchanges in modelled time both build their commands and read their
 //! completions here, so the protocol is written once.
 
@@ -9,11 +10,34 @@ use sagessd_abi::ns_config::{
 };
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_abi::sampled_ids::SampledIdsView;
+use sagessd_abi::subgraph::{LayerEntry, SubgraphHeader};
 use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
 
-use crate::device::{IO_QUEUE, NAMESPACE_ID, check, subgraph_size_bound};
 use crate::error::DriverError;
+use crate::nvme::{IO_QUEUE, NAMESPACE_ID, check};
 use crate::transport::Completion;
+
+mod exchange;
+
+/// An upper bound on the size in bytes of the subgraph sampled for `target_count` targets with
+/// `fanouts` (hop order) on a graph of `node_count` nodes (unknown: `None`), following the
+/// format of [`sagessd_abi::subgraph`]: every destination samples at most its fanout, and no
+/// prefix grows beyond the node count. Saturates instead of overflowing.
+pub fn subgraph_size_bound(fanouts: &[u16], target_count: u64, node_count: Option<u64>) -> u64 {
+    let cap = |n: u64| node_count.map_or(n, |c| n.min(c));
+    let mut size = (size_of::<SubgraphHeader>() + fanouts.len() * size_of::<LayerEntry>()) as u64;
+    let mut dst = cap(target_count);
+    for f in fanouts {
+        let edges = dst.saturating_mul(u64::from(*f));
+        size = size.saturating_add(
+            dst.saturating_add(1)
+                .saturating_add(edges)
+                .saturating_mul(4),
+        );
+        dst = cap(dst.saturating_add(edges));
+    }
+    size.saturating_add(dst.saturating_mul(8))
+}
 
 /// What a sampling job returns, set by its NS_config's flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -226,6 +250,18 @@ pub fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_bound_follows_the_format() {
+        // One layer, 2 targets, fanout 3, unknown node count: 32 + 16 + 4·(2 + 1 + 6) + 8·8.
+        assert_eq!(subgraph_size_bound(&[3], 2, None), 32 + 16 + 36 + 64);
+        // Capped by the node count.
+        assert_eq!(subgraph_size_bound(&[3], 2, Some(4)), 32 + 16 + 36 + 32);
+        assert_eq!(
+            subgraph_size_bound(&[u16::MAX; 4], u64::MAX, None),
+            u64::MAX
+        );
+    }
 
     #[test]
     fn collect_buffers_are_whole_4k_units_and_cdw10_cdw12_agree() {
