@@ -100,7 +100,7 @@ impl<T: Transport> Device<T> {
     /// minibatch. More minibatches (or targets) than one NS_config may carry on this device
     /// (its Identify limits) go in several hyperbatches, in order; a hyperbatch whose subgraphs
     /// together do not fit the device's result buffers (`ResultTooLarge`) is sampled again as
-    /// two halves (counted in [`DriverStats::hyperbatch_splits`]).
+    /// two halves (counted in [`crate::DriverStats::hyperbatch_splits`]).
     pub fn sample_hyperbatch(
         &mut self,
         fanouts: &[u16],
