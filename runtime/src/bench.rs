@@ -116,7 +116,7 @@ fn sample_all(
         .fold((0, 0), |(e, n), (de, dn)| (e + de, n + dn)))
 }
 
-/// The host's build of subgraphs from sampled ids ([`crate::host_build`]), timed: what the
+/// The host's build of subgraphs from sampled ids ([`crate::sampler::host_build`]), timed: what the
 /// host pays per minibatch when the device returns sampled ids instead of the subgraph.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostBuildResult {
@@ -145,11 +145,11 @@ pub fn host_build(
     let mut reference = ReferenceSampler::new(graph);
     let mut inputs = Vec::with_capacity(rows.len());
     let (mut edges, mut ids_bytes, mut subgraph_bytes) = (0, 0, 0);
-    let mut builder = crate::host_build::HostBuilder::new(graph.node_count());
+    let mut builder = crate::sampler::host_build::HostBuilder::new(graph.node_count());
     for (i, targets) in rows.iter().enumerate() {
         let seed = mix(i as u64);
         let sub = reference.sample(seed, fanouts, targets)?;
-        let ids = crate::host_build::sampled_ids_of(&sub)?;
+        let ids = crate::sampler::host_build::sampled_ids_of(&sub)?;
         let built = builder.build(&ids, graph.node_count(), seed, fanouts, targets)?;
         if built != sub {
             return Err(SamplerError::InvalidRequest(format!(

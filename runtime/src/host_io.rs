@@ -95,7 +95,7 @@ use sagessd_host_driver::{
     NAMESPACE_ID,
 };
 
-use crate::host_build::HostBuilder;
+use crate::sampler::host_build::HostBuilder;
 use crate::sampler::{
     EdgeRange, FNV_OFFSET, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
     fnv1a,
@@ -119,7 +119,7 @@ pub enum HostIoMode {
     Isp,
     /// In-storage sampling returning sampled ids ([`sagessd_abi::sampled_ids`]): one
     /// `NS_SUBMIT` and one `NS_COLLECT` per minibatch, as [`Self::Isp`], and the host builds
-    /// the subgraph from the ids ([`crate::host_build`]), so the device skips the last layer's
+    /// the subgraph from the ids ([`crate::sampler::host_build`]), so the device skips the last layer's
     /// deduplication and the relabelling.
     IspIds,
     /// In-storage hyperbatches: one `NS_SUBMIT` per hyperbatch of

@@ -29,7 +29,6 @@ pub mod dataset;
 pub mod footprint;
 pub mod graph;
 pub mod graph_spec;
-pub mod host_build;
 pub mod host_check;
 pub mod host_io;
 pub mod load;

@@ -130,7 +130,7 @@ pub fn sampled_ids(data: &[u8]) {
         .map(|t| t % node_count)
         .collect();
     let fanouts = vec![sagessd_abi::sample::MAX_FANOUT; v.layer_count()];
-    let built = sagessd_runtime::host_build::HostBuilder::default().build(
+    let built = sagessd_runtime::sampler::host_build::HostBuilder::default().build(
         rest,
         node_count,
         v.seed(),

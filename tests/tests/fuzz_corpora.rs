@@ -328,7 +328,7 @@ fn the_encoders_inputs_are_accepted() {
     let want = ReferenceSampler::new(&g)
         .sample(3, &[3, 2], &[0, 1, 2])
         .expect("a sample");
-    let built = sagessd_runtime::host_build::HostBuilder::default()
+    let built = sagessd_runtime::sampler::host_build::HostBuilder::default()
         .build(&ids[8..], g.node_count(), 3, &[3, 2], &[0, 1, 2])
         .expect("the seed builds");
     assert!(built == want, "the seed's host build is the reference");

@@ -9,9 +9,9 @@ use sagessd_host_driver::Returns;
 use sagessd_runtime::compare::{self, CompareConfig};
 use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::graph_spec::GraphSpec;
-use sagessd_runtime::host_build::HostBuilder;
 use sagessd_runtime::host_io::HostIoMode;
 use sagessd_runtime::load::load_graph;
+use sagessd_runtime::sampler::host_build::HostBuilder;
 use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
 use sagessd_tests::{hub_graph, open, small_config};
 

@@ -6,7 +6,7 @@
 use sagessd_abi::sampled_ids::{SampledCounts, SampledIdsLayout, SampledIdsView};
 use sagessd_abi::subgraph::SubgraphError;
 
-use crate::sampler::{NodeIndex, SampledSubgraph, SamplerError, SubgraphBuilder};
+use super::{NodeIndex, SampledSubgraph, SamplerError, SubgraphBuilder};
 
 /// Builds subgraphs from sampled ids, keeping its node index and buffers from one minibatch to
 /// the next (so that they stop growing after the first).
