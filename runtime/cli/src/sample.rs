@@ -128,7 +128,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         let bytes = layout.manifest.block_count * layout.manifest.block_bytes;
         out.note(format!(
             "AGNES layout {} ({}): {} blocks of {} = {}, {} split nodes; graph buffer {} ({:.1}x smaller)",
-            sagessd_runtime::ooc::agnes::layout_dir(&dataset, block_bytes).display(),
+            sagessd_runtime::ooc::agnes::format::layout_dir(&dataset, block_bytes).display(),
             if written { "written now" } else { "existing" },
             layout.manifest.block_count,
             human_bytes(layout.manifest.block_bytes),

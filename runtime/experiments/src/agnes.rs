@@ -40,7 +40,7 @@ use sagessd_host_driver::{Device, LocalTransport};
 use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
 use sagessd_runtime::host_io::{HostIoMode, HostIoSampler, Request};
-use sagessd_runtime::ooc::agnes_synthetic::SyntheticLayout;
+use sagessd_runtime::ooc::agnes::synthetic::SyntheticLayout;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
 use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 

@@ -19,7 +19,6 @@
 //! drive the same [`SubgraphBuilder`](crate::sampler::SubgraphBuilder).
 
 pub mod agnes;
-pub mod agnes_synthetic;
 pub mod direct;
 pub mod features;
 pub mod file;

@@ -1,5 +1,5 @@
 //! AGNES's block layout of a synthetic graph, computed instead of written: the bytes
-//! [`AgnesLayout`](super::agnes::AgnesLayout) would write for the graph, as a pure function of
+//! [`AgnesLayout`](super::AgnesLayout) would write for the graph, as a pure function of
 //! the graph and the block size, so that the emulated flash can serve a papers100M-sized layout
 //! (about 7 GiB) that no disk holds and no pass writes.
 //!
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use sagessd_emulator::nand::synthetic::LogicalContent;
 use sagessd_emulator::synthetic_graph::{CHUNK_NODES, SyntheticGraph};
 
-use super::agnes::{block_bytes_valid, object_start};
+use super::format::{block_bytes_valid, object_start};
 
 /// A synthetic graph's AGNES layout (see the module documentation).
 #[derive(Debug)]
