@@ -22,11 +22,9 @@
 //! each host mode, the subgraphs' mean size, and whether the samples were identical (with a
 //! checksum of them).
 
-use std::collections::HashSet;
-
 use sagessd_abi::graph::GraphDescriptor;
 use sagessd_abi::ns_config::MAX_LAYERS;
-use sagessd_abi::sample::{MAX_FANOUT, mix};
+use sagessd_abi::sample::MAX_FANOUT;
 use sagessd_emulator::{DeviceStats, HwConfig};
 use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport, Transport};
 
@@ -35,9 +33,9 @@ use sagessd_emulator::Ssd;
 use crate::footprint::Footprint;
 use crate::graph::DegreeStats;
 use crate::graph_spec::{GraphSpec, WorkloadGraph};
-use crate::host_io::{HostIoMode, HostIoSampler, Request};
+use crate::host_io::{HostIoMode, HostIoSampler};
 use crate::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
-use crate::rng::SplitMix64;
+use crate::minibatch::{Request, minibatch_requests};
 use crate::sampler::{
     FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, SamplerError, SamplerStats, fnv1a,
 };
@@ -221,55 +219,6 @@ pub struct CompareReport {
     pub checksum: u64,
     /// The first disagreement, if any.
     pub mismatch: Option<CompareMismatch>,
-}
-
-/// The sampling seed of minibatch `batch` under the run seed `seed`.
-pub fn minibatch_seed(seed: u64, batch: u32) -> u64 {
-    mix(seed ^ mix(u64::from(batch) + 1))
-}
-
-/// The `batches` minibatches of a run with seed `seed` over a graph of `node_count` nodes: each
-/// one's [`minibatch_seed`] and [`minibatch_targets`]. Every command that samples "the run's
-/// minibatches" (compare, sample, validate, footprint, the experiments) draws them here.
-pub fn minibatch_requests(
-    seed: u64,
-    batches: u32,
-    batch_size: u32,
-    node_count: u64,
-) -> Vec<Request> {
-    (0..batches)
-        .map(|b| Request {
-            seed: minibatch_seed(seed, b),
-            targets: minibatch_targets(seed, b, batch_size, node_count),
-        })
-        .collect()
-}
-
-/// The targets of minibatch `batch`: `batch_size` nodes drawn from `0..node_count` with the run
-/// seed, distinct while the graph has enough nodes (then the distinct draw repeats cyclically).
-pub fn minibatch_targets(seed: u64, batch: u32, batch_size: u32, node_count: u64) -> Vec<u64> {
-    let mut rng = SplitMix64::stream(seed, u64::from(batch));
-    let distinct = u64::from(batch_size).min(node_count) as usize;
-    let mut drawn: Vec<u64> = Vec::with_capacity(batch_size as usize);
-    if distinct as u64 * 2 > node_count {
-        let mut all: Vec<u64> = (0..node_count).collect();
-        rng.shuffle(&mut all);
-        drawn.extend_from_slice(&all[..distinct]);
-    } else {
-        let mut seen = HashSet::with_capacity(distinct);
-        while drawn.len() < distinct {
-            let v = rng.below(node_count);
-            if seen.insert(v) {
-                drawn.push(v);
-            }
-        }
-    }
-    let mut out = drawn.clone();
-    while out.len() < batch_size as usize && !drawn.is_empty() {
-        let need = batch_size as usize - out.len();
-        out.extend_from_slice(&drawn[..need.min(drawn.len())]);
-    }
-    out
 }
 
 /// The index of the first differing byte of `a` and `b` (their common length if one is a prefix
@@ -1181,24 +1130,6 @@ mod tests {
             workers: vec![1, 3],
             hyperbatch: 3,
         }
-    }
-
-    #[test]
-    fn targets_are_deterministic_distinct_and_in_range() {
-        let a = minibatch_targets(3, 0, 100, 1000);
-        assert_eq!(a, minibatch_targets(3, 0, 100, 1000));
-        assert_ne!(a, minibatch_targets(3, 1, 100, 1000));
-        assert_eq!(a.len(), 100);
-        assert_eq!(a.iter().collect::<HashSet<_>>().len(), 100);
-        assert!(a.iter().all(|t| *t < 1000));
-        // More targets than nodes: every node once, then repeats.
-        let b = minibatch_targets(3, 0, 10, 4);
-        assert_eq!(b.len(), 10);
-        assert_eq!(b[..4].iter().collect::<HashSet<_>>().len(), 4);
-        assert_eq!(&b[4..8], &b[..4]);
-        // The dense path (more than half the nodes).
-        let c = minibatch_targets(3, 2, 60, 100);
-        assert_eq!(c.iter().collect::<HashSet<_>>().len(), 60);
     }
 
     #[test]

@@ -10,8 +10,9 @@
 
 use std::collections::HashSet;
 
-use crate::host_io::Request;
-use crate::sampler::{EdgeRange, HostGraph, NeighbourSource, SamplerError, SubgraphBuilder};
+use crate::graph::HostGraph;
+use crate::minibatch::Request;
+use crate::sampler::{EdgeRange, NeighbourSource, SamplerError, SubgraphBuilder};
 
 /// Bytes of a page.
 pub const PAGE_BYTES: u64 = 4096;

@@ -2,7 +2,10 @@
 //!
 //! `indptr` has `node_count + 1` entries; the neighbours of node `v` are
 //! `indices[indptr[v]..indptr[v + 1]]`. This is exactly the layout written to a device by
-//! [`crate::load`] and described by a [`sagessd_abi::graph::GraphDescriptor`].
+//! [`crate::load`] and described by a [`sagessd_abi::graph::GraphDescriptor`]. A graph the host
+//! holds ([`HostGraph`]) is such a CSR, or a synthetic graph computed where it is read.
+
+use sagessd_emulator::synthetic_graph::SyntheticGraph;
 
 /// Why a pair of arrays is not a valid CSR graph.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -244,6 +247,44 @@ impl CsrGraph {
             mean: self.edge_count() as f64 / n as f64,
             median: degrees[(n - 1) / 2],
             isolated: degrees.partition_point(|&d| d == 0) as u64,
+        }
+    }
+}
+
+/// A graph the host holds: a CSR in memory, or a synthetic graph computed where it is read.
+#[derive(Clone, Copy, Debug)]
+pub enum HostGraph<'g> {
+    /// An in-memory CSR.
+    Csr(&'g CsrGraph),
+    /// A synthetic graph ([`sagessd_emulator::synthetic_graph`]).
+    Synthetic(&'g SyntheticGraph),
+}
+
+impl HostGraph<'_> {
+    /// Nodes.
+    pub fn node_count(&self) -> u64 {
+        match self {
+            Self::Csr(g) => g.node_count(),
+            Self::Synthetic(g) => g.node_count(),
+        }
+    }
+
+    /// CSR entries.
+    pub fn edge_count(&self) -> u64 {
+        match self {
+            Self::Csr(g) => g.edge_count(),
+            Self::Synthetic(g) => g.edge_count(),
+        }
+    }
+
+    /// Node `v`'s neighbour list, into `out` (cleared first).
+    pub fn neighbours_into(&self, v: u64, out: &mut Vec<u32>) {
+        match self {
+            Self::Csr(g) => {
+                out.clear();
+                out.extend_from_slice(g.neighbours(v));
+            }
+            Self::Synthetic(g) => g.neighbours_into(v, out),
         }
     }
 }

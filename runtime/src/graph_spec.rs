@@ -18,9 +18,9 @@ use sagessd_emulator::synthetic_graph::{
 };
 
 use crate::dataset::Dataset;
+use crate::graph::HostGraph;
 use crate::graph::{CsrGraph, DegreeStats};
 use crate::rmat::{self, RmatParams};
-use crate::sampler::HostGraph;
 
 /// A graph named on the command line.
 #[derive(Clone, Debug, PartialEq)]

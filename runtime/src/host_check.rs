@@ -12,7 +12,8 @@ use sagessd_emulator::synthetic_graph::SyntheticGraph;
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
 
-use crate::host_io::{HostIoMode, HostIoSampler, Request};
+use crate::host_io::{HostIoMode, HostIoSampler};
+use crate::minibatch::Request;
 use crate::sampler::SamplerError;
 
 /// What a sampler's storage I/O amounted to, as the kernel (or the model) counts it.
@@ -89,7 +90,7 @@ pub fn ratio(real: u64, modelled: u64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::minibatch_requests;
+    use crate::minibatch::minibatch_requests;
     use sagessd_emulator::synthetic_graph::SyntheticSpec;
 
     /// The model's counts are its statistics: a direct run reads whole blocks of what it needs,

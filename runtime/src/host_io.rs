@@ -95,6 +95,7 @@ use sagessd_host_driver::{
     NAMESPACE_ID,
 };
 
+use crate::minibatch::Request;
 use crate::sampler::host_build::HostBuilder;
 use crate::sampler::{
     EdgeRange, FNV_OFFSET, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
@@ -1093,15 +1094,6 @@ impl Worker {
         }
         b.finish()
     }
-}
-
-/// One minibatch request: its sampling seed and its targets.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    /// The sampling seed.
-    pub seed: u64,
-    /// The target nodes.
-    pub targets: Vec<u64>,
 }
 
 /// What [`HostIoSampler::run_workers`] produced.

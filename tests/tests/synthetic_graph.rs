@@ -8,8 +8,8 @@ use std::sync::Arc;
 use sagessd_emulator::synthetic_graph::{SyntheticGraph, SyntheticSpec};
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
-use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
 use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::minibatch::{minibatch_seed, minibatch_targets};
 use sagessd_runtime::sampler::{IspSampler, ReferenceSampler, Sampler};
 
 #[test]

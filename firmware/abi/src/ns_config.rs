@@ -330,13 +330,33 @@ pub fn encode_ns_config(
     Some(size)
 }
 
-/// Writes a hyperbatch NS_config of `minibatches` (seed, targets) into `out` and returns the
-/// number of bytes used, or `None` if `out` is too small or the arguments cannot be encoded
-/// (no minibatch or more than [`MAX_MINIBATCHES`], more than [`MAX_LAYERS`] fanouts, more than
-/// `u32::MAX` targets). As [`encode_ns_config`], the device judges the rest.
-pub fn encode_hyperbatch<T: AsRef<[u64]>>(
+/// A minibatch as the hyperbatch encoder reads it: its sampling seed and its targets.
+/// Implemented for `(seed, targets)` pairs and by the host runtime's request type, so that no
+/// caller copies its targets into pairs to encode them.
+pub trait MinibatchRequest {
+    /// Seed of the sampling function.
+    fn seed(&self) -> u64;
+    /// Its targets.
+    fn targets(&self) -> &[u64];
+}
+
+impl<T: AsRef<[u64]>> MinibatchRequest for (u64, T) {
+    fn seed(&self) -> u64 {
+        self.0
+    }
+
+    fn targets(&self) -> &[u64] {
+        self.1.as_ref()
+    }
+}
+
+/// Writes a hyperbatch NS_config of `minibatches` into `out` and returns the number of bytes
+/// used, or `None` if `out` is too small or the arguments cannot be encoded (no minibatch or
+/// more than [`MAX_MINIBATCHES`], more than [`MAX_LAYERS`] fanouts, more than `u32::MAX`
+/// targets). As [`encode_ns_config`], the device judges the rest.
+pub fn encode_hyperbatch<M: MinibatchRequest>(
     fanouts: &[u16],
-    minibatches: &[(u64, T)],
+    minibatches: &[M],
     out: &mut [u8],
 ) -> Option<usize> {
     if minibatches.is_empty() || minibatches.len() > usize::from(MAX_MINIBATCHES) {
@@ -344,26 +364,26 @@ pub fn encode_hyperbatch<T: AsRef<[u64]>>(
     }
     let target_count = minibatches
         .iter()
-        .try_fold(0usize, |n, (_, t)| n.checked_add(t.as_ref().len()))?;
+        .try_fold(0usize, |n, m| n.checked_add(m.targets().len()))?;
     let size = hyperbatch_size_bytes(minibatches.len(), target_count);
     let out = out.get_mut(..size)?;
     let mut header = header(0, fanouts, target_count, minibatches.len() as u32)?;
     header.flags = NS_FLAG_HYPERBATCH;
     let (head, mut body) = out.split_at_mut(size_of::<NsConfigHeader>());
     head.copy_from_slice(header.as_bytes());
-    for (seed, targets) in minibatches {
+    for m in minibatches {
         let record = MinibatchHeader {
-            seed: (*seed).into(),
-            target_count: u32::try_from(targets.as_ref().len()).ok()?.into(),
+            seed: m.seed().into(),
+            target_count: u32::try_from(m.targets().len()).ok()?.into(),
             reserved: 0.into(),
         };
         let (chunk, rest) = body.split_at_mut(size_of::<MinibatchHeader>());
         chunk.copy_from_slice(record.as_bytes());
         body = rest;
     }
-    for (_, targets) in minibatches {
-        let (chunk, rest) = body.split_at_mut(8 * targets.as_ref().len());
-        put_targets(chunk, targets.as_ref());
+    for m in minibatches {
+        let (chunk, rest) = body.split_at_mut(8 * m.targets().len());
+        put_targets(chunk, m.targets());
         body = rest;
     }
     Some(size)
@@ -534,7 +554,10 @@ mod tests {
             Err(VendorStatus::BadMinibatchCount)
         );
         let mut none = vec![0u8; 64];
-        assert_eq!(encode_hyperbatch::<Vec<u64>>(&[3], &[], &mut none), None);
+        assert_eq!(
+            encode_hyperbatch::<(u64, Vec<u64>)>(&[3], &[], &mut none),
+            None
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@ use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_abi::subgraph::{SubgraphError, SubgraphView};
 use sagessd_abi::tunnel::TunnelWindow;
 
+use sagessd_abi::ns_config::MinibatchRequest;
+
 use super::Returns;
 use crate::device::Device;
 use crate::error::DriverError;
@@ -41,16 +43,16 @@ impl<T: Transport> Device<T> {
     /// come back in request order. A job the device has no free slot for is submitted again
     /// once another one finishes (and no more than the device holds are kept in flight after
     /// that). Through the tunnel window, requests go one at a time.
-    pub fn sample_many(
+    pub fn sample_many<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         depth: usize,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         if self.use_tunnel || depth <= 1 {
             return requests
                 .iter()
-                .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
+                .map(|r| self.sample(r.seed(), fanouts, r.targets()))
                 .collect();
         }
         self.run_jobs_or_abandon(fanouts, requests, depth, Returns::Subgraph)
@@ -60,10 +62,10 @@ impl<T: Transport> Device<T> {
     /// ([`sagessd_abi::sampled_ids`]) instead of its subgraph, for the host to build the subgraph
     /// from (the device skips the last layer's deduplication and the relabelling); not through
     /// the tunnel. Each result is validated as sampled ids of its request.
-    pub fn sample_many_sampled_ids(
+    pub fn sample_many_sampled_ids<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         depth: usize,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         if self.use_tunnel {
@@ -76,10 +78,10 @@ impl<T: Transport> Device<T> {
 
     /// [`Self::sample_many`] with each job also gathering its nodes' features
     /// ([`Self::sample_with_features`]); not through the tunnel.
-    pub fn sample_many_with_features(
+    pub fn sample_many_with_features<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         depth: usize,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         self.require_feature_region()?;
@@ -101,10 +103,10 @@ impl<T: Transport> Device<T> {
     /// (its Identify limits) go in several hyperbatches, in order; a hyperbatch whose subgraphs
     /// together do not fit the device's result buffers (`ResultTooLarge`) is sampled again as
     /// two halves (counted in [`crate::DriverStats::hyperbatch_splits`]).
-    pub fn sample_hyperbatch(
+    pub fn sample_hyperbatch<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         if self.use_tunnel {
@@ -129,8 +131,8 @@ impl<T: Transport> Device<T> {
             let take = rest
                 .iter()
                 .take(usize::from(most_minibatches.max(1)))
-                .take_while(|(_, t)| {
-                    targets += t.len() as u64;
+                .take_while(|r| {
+                    targets += r.targets().len() as u64;
                     targets <= u64::from(most_targets)
                 })
                 .count()
@@ -143,10 +145,10 @@ impl<T: Transport> Device<T> {
     }
 
     /// [`Self::sample_hyperbatch`] of minibatches one NS_config can carry.
-    fn sample_fitting_hyperbatch(
+    fn sample_fitting_hyperbatch<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         match self.sample_hyperbatch_once(fanouts, requests, returns) {
@@ -169,10 +171,10 @@ impl<T: Transport> Device<T> {
     }
 
     /// One try of [`Self::sample_hyperbatch`].
-    fn sample_hyperbatch_once(
+    fn sample_hyperbatch_once<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
         let (submit, mut config) = ns::ns_submit_hyperbatch(fanouts, requests)?;
@@ -181,9 +183,9 @@ impl<T: Transport> Device<T> {
         let tag = ns::submitted_tag(self.wait(IO_QUEUE, cid)?)?;
         let window = (self.info.max_transfer_bytes as usize / 4 * 4).max(4);
         let mut out = Vec::with_capacity(requests.len());
-        for (m, (seed, _)) in requests.iter().enumerate() {
+        for (m, request) in requests.iter().enumerate() {
             let tag_m = ns::minibatch_tag(tag, m);
-            match self.collect_windows(tag_m, window, *seed, fanouts.len(), returns) {
+            match self.collect_windows(tag_m, window, request.seed(), fanouts.len(), returns) {
                 Ok(bytes) => out.push(bytes),
                 Err(e) => {
                     // The minibatches not collected (this one too, if it failed part-way)
@@ -214,10 +216,10 @@ impl<T: Transport> Device<T> {
     }
 
     /// [`Self::run_jobs`], discarding the device's jobs if it fails.
-    fn run_jobs_or_abandon(
+    fn run_jobs_or_abandon<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         depth: usize,
         returns: Returns,
     ) -> Result<Vec<Vec<u8>>, DriverError> {
@@ -230,10 +232,10 @@ impl<T: Transport> Device<T> {
     }
 
     /// [`Self::sample_many`]'s loop; `stages` holds each command in flight and its job.
-    fn run_jobs(
+    fn run_jobs<M: MinibatchRequest>(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[M],
         mut depth: usize,
         returns: Returns,
         stages: &mut BTreeMap<u16, (usize, JobStage)>,
@@ -247,8 +249,8 @@ impl<T: Transport> Device<T> {
             while stages.len() < depth
                 && let Some(i) = waiting.pop_front()
             {
-                let (seed, targets) = &requests[i];
-                let (submit, mut config) = ns::ns_submit(*seed, fanouts, targets)?;
+                let r = &requests[i];
+                let (submit, mut config) = ns::ns_submit(r.seed(), fanouts, r.targets())?;
                 returns.request(&mut config);
                 let cid = self.submit(IO_QUEUE, submit, config)?;
                 stages.insert(cid, (i, JobStage::Submitting));
@@ -262,7 +264,7 @@ impl<T: Transport> Device<T> {
             else {
                 continue;
             };
-            let (seed, targets) = &requests[i];
+            let (seed, targets) = (requests[i].seed(), requests[i].targets());
             let (tag, got) = match stage {
                 JobStage::Submitting => {
                     let status = c.cqe.status();
@@ -282,7 +284,7 @@ impl<T: Transport> Device<T> {
                     let piece = c.data.len().min(size.saturating_sub(got.len()));
                     got.extend_from_slice(&c.data[..piece]);
                     if got.len() >= size || piece == 0 {
-                        results[i] = Some(ns::validate(got, *seed, fanouts.len(), returns)?);
+                        results[i] = Some(ns::validate(got, seed, fanouts.len(), returns)?);
                         finished += 1;
                         continue;
                     }

@@ -6,7 +6,8 @@
 //! completions here, so the protocol is written once.
 
 use sagessd_abi::ns_config::{
-    MAX_LAYERS, encode_hyperbatch, encode_ns_config, hyperbatch_size_bytes, ns_config_size_bytes,
+    MAX_LAYERS, MinibatchRequest, encode_hyperbatch, encode_ns_config, hyperbatch_size_bytes,
+    ns_config_size_bytes,
 };
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_abi::sampled_ids::SampledIdsView;
@@ -86,15 +87,15 @@ pub fn ns_submit(
     submission(config, len, "too many targets")
 }
 
-/// The `NS_SUBMIT` of a hyperbatch of `requests` ((seed, targets) minibatches with the same
-/// fanouts) and its NS_config payload. Refuses what cannot be encoded (as [`ns_submit`], and
-/// no minibatch or more than the format's 256); the device judges the rest.
-pub fn ns_submit_hyperbatch<T: AsRef<[u64]>>(
+/// The `NS_SUBMIT` of a hyperbatch of `requests` (minibatches with the same fanouts) and its
+/// NS_config payload. Refuses what cannot be encoded (as [`ns_submit`], and no minibatch or
+/// more than the format's 256); the device judges the rest.
+pub fn ns_submit_hyperbatch<M: MinibatchRequest>(
     fanouts: &[u16],
-    requests: &[(u64, T)],
+    requests: &[M],
 ) -> Result<(SubmissionEntry, Vec<u8>), DriverError> {
     check_fanouts(fanouts)?;
-    let targets = requests.iter().map(|(_, t)| t.as_ref().len()).sum();
+    let targets = requests.iter().map(|r| r.targets().len()).sum();
     let mut config = vec![0u8; hyperbatch_size_bytes(requests.len(), targets)];
     let len = encode_hyperbatch(fanouts, requests, &mut config);
     submission(

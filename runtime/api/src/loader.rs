@@ -330,7 +330,7 @@ impl Loader {
                 self.pending
             )));
         }
-        self.submit(vec![(seed, targets)])?;
+        self.submit(vec![Request::new(seed, targets)])?;
         self.next_batch()
             .unwrap_or_else(|| Err(Error::Worker("no minibatch came back".into())))
     }
@@ -468,7 +468,7 @@ impl Worker {
                 // alike for every sampler); the group's others are sampled together.
                 let checks: Vec<Result<(), Error>> = group
                     .iter()
-                    .map(|(_, targets)| {
+                    .map(|Request { targets, .. }| {
                         validate_request(&self.spec.fanouts, targets, node_count)?;
                         // An in-storage feature buffer holds max_batch_size targets' rows.
                         if sized_for_batch && targets.len() as u64 > self.spec.max_batch_size {
@@ -514,7 +514,7 @@ impl Worker {
                     Err(e) => Err(e.to_string()),
                 };
                 *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = stats;
-                for ((seed, _), check) in group.iter().zip(checks) {
+                for (Request { seed, .. }, check) in group.iter().zip(checks) {
                     let result = check.and_then(|()| match &mut sampled {
                         Ok(each) => each
                             .next()

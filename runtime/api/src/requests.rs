@@ -2,24 +2,16 @@
 //! workload), or BGL's proximity-aware order of the training nodes; and one worker's share of
 //! them (worker `w` of `n` takes minibatches `w`, `w + n`, …, as modelled workers do).
 
-use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
 use sagessd_runtime::dataset::{Dataset, Split};
-use sagessd_runtime::minibatch::{Order, epoch_requests};
-use sagessd_runtime::sampler::HostGraph;
+use sagessd_runtime::graph::HostGraph;
+use sagessd_runtime::minibatch::{Order, epoch_requests, minibatch_requests};
 
 use crate::{Error, Request};
 
 /// `batches` minibatches of `batch_size` targets drawn from the `node_count` nodes with `seed`
 /// (minibatch `b`'s sampling seed and targets depend on `seed` and `b` only).
 pub fn random(seed: u64, batches: u32, batch_size: u32, node_count: u64) -> Vec<Request> {
-    (0..batches)
-        .map(|b| {
-            (
-                minibatch_seed(seed, b),
-                minibatch_targets(seed, b, batch_size, node_count),
-            )
-        })
-        .collect()
+    minibatch_requests(seed, batches, batch_size, node_count)
 }
 
 /// The run's `batches` minibatches of `batch_size` targets: for [`Order::Random`], [`random`]

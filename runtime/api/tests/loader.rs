@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sagessd::{Batch, FeatureCache, Loader, LoaderSpec, SamplerKind, Storage};
+use sagessd::{Batch, FeatureCache, Loader, LoaderSpec, Request, SamplerKind, Storage};
 use sagessd_runtime::dataset::Dataset;
 use sagessd_runtime::dataset::generate::{GenerateParams, generate};
 use sagessd_runtime::npy::Dtype;
@@ -37,9 +37,9 @@ fn dataset() -> PathBuf {
     dir
 }
 
-fn requests(n: u64) -> Vec<(u64, Vec<u64>)> {
+fn requests(n: u64) -> Vec<Request> {
     (0..10)
-        .map(|b| (100 + b, (0..32).map(|i| (b * 97 + i * 31) % n).collect()))
+        .map(|b| Request::new(100 + b, (0..32).map(|i| (b * 97 + i * 31) % n).collect()))
         .collect()
 }
 
@@ -59,14 +59,14 @@ fn spec(kind: SamplerKind, storage: Storage) -> LoaderSpec {
 }
 
 /// Checks each batch against the reference sampler and the dataset's arrays.
-fn check(dir: &Path, batches: &[Batch], requests: &[(u64, Vec<u64>)]) {
+fn check(dir: &Path, batches: &[Batch], requests: &[Request]) {
     let dataset = Dataset::open(dir).unwrap();
     let graph = dataset.graph().unwrap();
     let rows = dataset.feature_rows().unwrap().unwrap();
     let labels = dataset.labels().unwrap().unwrap();
     let mut reference = ReferenceSampler::new(&graph);
     assert_eq!(batches.len(), requests.len());
-    for (batch, (seed, targets)) in batches.iter().zip(requests) {
+    for (batch, Request { seed, targets }) in batches.iter().zip(requests) {
         let expected = reference.sample(*seed, &FANOUTS, targets).unwrap();
         assert_eq!(batch.seed, *seed);
         assert_eq!(batch.subgraph.as_bytes(), expected.as_bytes());

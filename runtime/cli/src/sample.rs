@@ -8,6 +8,7 @@ use clap::Args;
 
 use sagessd_runtime::agreement::{Agreement, Verdict};
 use sagessd_runtime::minibatch::Order;
+use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::registry::{FeatureCache, SamplerKind};
 
 use crate::records::{FormatArgs, Output, Record};
@@ -365,7 +366,7 @@ fn run_fields(
     a: &SampleArgs,
     dataset: &str,
     sampler: &str,
-    requests: &[(u64, Vec<u64>)],
+    requests: &[Request],
 ) -> Record {
     head.with("dataset", dataset)
         .with("sampler", sampler)
@@ -402,7 +403,7 @@ fn run_sample_on_device(
     a: &SampleArgs,
     samplers: &[SamplerKind],
     dataset: &sagessd_runtime::dataset::Dataset,
-    requests: &[(u64, Vec<u64>)],
+    requests: &[Request],
     block_bytes: usize,
     buffer_bytes: usize,
 ) -> anyhow::Result<ExitCode> {

@@ -37,9 +37,10 @@ use sagessd_emulator::synthetic_graph::SyntheticGraph;
 use sagessd_emulator::synthetic_image::Region;
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
-use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler, Request};
+use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::minibatch::minibatch_requests;
 use sagessd_runtime::ooc::agnes::synthetic::SyntheticLayout;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
 use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
@@ -337,7 +338,7 @@ pub(crate) fn reference(
     graph: &Arc<SyntheticGraph>,
     sweep: &Sweep,
 ) -> anyhow::Result<SampledSubgraph> {
-    let (seed, targets) = requests(1, sweep.batch_size, graph.node_count())
+    let Request { seed, targets } = minibatch_requests(1, 1, sweep.batch_size, graph.node_count())
         .pop()
         .ok_or_else(|| anyhow::anyhow!("experiment agnes: an epoch without minibatches"))?;
     Ok(ReferenceSampler::synthetic(graph).sample(seed, &sweep.fanouts, &targets)?)
@@ -393,12 +394,13 @@ fn point(
             .ok_or_else(|| anyhow::anyhow!("experiment agnes: the device keeps no virtual clock"))
     };
     let mut reader = SharedDevice::new(&device)?;
-    let requests = requests(
+    let requests = minibatch_requests(
+        1,
         sweep.epoch_minibatches,
         sweep.batch_size,
         graph.node_count(),
     );
-    let groups: Vec<&[(u64, Vec<u64>)]> = requests.chunks(hyperbatch.max(1)).collect();
+    let groups: Vec<&[Request]> = requests.chunks(hyperbatch.max(1)).collect();
     let sync_io_ns = hw.host.sync_io_ns();
     let graph_buffer_bytes = usize::try_from(buffer_bytes).map_err(|_| {
         anyhow::anyhow!(
@@ -461,18 +463,6 @@ fn point(
     })
 }
 
-/// `batches` minibatches of `batch_size` targets of `node_count` nodes: seeds and targets.
-fn requests(batches: u32, batch_size: u32, node_count: u64) -> Vec<(u64, Vec<u64>)> {
-    (0..batches)
-        .map(|b| {
-            (
-                minibatch_seed(1, b),
-                minibatch_targets(1, b, batch_size, node_count),
-            )
-        })
-        .collect()
-}
-
 /// The CSR of `graph` on a fresh device of `hw` that boots holding it (its flash computes it;
 /// attached, for a `mode` that samples in storage), a sampler of `mode` over it, the device's
 /// block size and the CSR's bytes on it, and the epoch's requests.
@@ -495,14 +485,12 @@ fn on_csr(
         .and_then(|lbas| lbas.checked_mul(lba_bytes))
         .ok_or_else(|| anyhow::anyhow!("experiment agnes: a CSR past 2^64 bytes"))?;
     let sampler = HostIoSampler::new(device, desc, mode, hw.host.clone())?;
-    let requests = requests(
+    let requests = minibatch_requests(
+        1,
         sweep.epoch_minibatches,
         sweep.batch_size,
         graph.node_count(),
-    )
-    .into_iter()
-    .map(|(seed, targets)| Request { seed, targets })
-    .collect();
+    );
     Ok((sampler, lba_bytes, csr_bytes, requests))
 }
 
@@ -746,7 +734,7 @@ pub(crate) fn thresholds(
     for chunk in counted.chunks(hyperbatch) {
         let subs = chunk
             .iter()
-            .map(|(seed, targets)| sampler.sample(*seed, &sweep.fanouts, targets))
+            .map(|Request { seed, targets }| sampler.sample(*seed, &sweep.fanouts, targets))
             .collect::<Result<Vec<_>, _>>()?;
         std::thread::scope(|scope| {
             let gathers: Vec<_> = caches

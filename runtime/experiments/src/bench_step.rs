@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use sagessd_abi::subgraph::LayerCounts;
-use sagessd_runtime::compare;
 use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_train::StepModel;
 
@@ -50,7 +49,7 @@ pub fn sampled(
     progress(&format!("bench step: tabulating {}", graph.describe()));
     let built = graph.build().map_err(anyhow::Error::msg)?;
     let host = built.host();
-    compare::minibatch_requests(1, batches, batch_size, host.node_count())
+    sagessd_runtime::minibatch::minibatch_requests(1, batches, batch_size, host.node_count())
         .iter()
         .map(|q| {
             let sub = host.sample(q.seed, fanouts, &q.targets)?;

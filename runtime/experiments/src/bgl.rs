@@ -15,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use sagessd_emulator::synthetic_features::SyntheticFeatures;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::minibatch::{Order, epoch_requests};
+use sagessd_runtime::minibatch::{Order, Request, epoch_requests};
 use sagessd_runtime::npy;
 use sagessd_runtime::ooc::features::{FeatureFile, GatherStats};
 use sagessd_runtime::registry::{CacheSettings, FeatureCache, FeatureGatherer};
@@ -245,7 +245,7 @@ pub(crate) fn run(
             let subs = requests
                 .iter()
                 .take(take)
-                .map(|(seed, targets)| sampler.sample(*seed, &sweep.fanouts, targets))
+                .map(|Request { seed, targets }| sampler.sample(*seed, &sweep.fanouts, targets))
                 .collect::<Result<Vec<_>, _>>()?;
             if epoch < sweep.warmup_epochs {
                 warmup.extend(subs);

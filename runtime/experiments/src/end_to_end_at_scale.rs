@@ -265,7 +265,8 @@ pub fn salient_check(
     let price = |counts: &[LayerCounts]| hw.trainer.step_ns(&model.layers_of(counts), 0) as f64;
     let built = graph.build().map_err(anyhow::Error::msg)?;
     let host = built.host();
-    let requests = compare::minibatch_requests(1, batches, 1024, host.node_count());
+    let requests =
+        sagessd_runtime::minibatch::minibatch_requests(1, batches, 1024, host.node_count());
     let mut total = 0.0;
     for q in &requests {
         let sub = host.sample(q.seed, &SALIENT_FANOUTS, &q.targets)?;

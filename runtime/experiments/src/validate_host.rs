@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use sagessd_emulator::host_stack::MmapWorkers;
 use sagessd_runtime::cgroup::{self, MemoryCgroup, ReadAheadGuard};
-use sagessd_runtime::compare::minibatch_requests;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
 use sagessd_runtime::host_check::{self, IoCounts};
-use sagessd_runtime::host_io::{HostIoMode, Request};
+use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::minibatch::minibatch_requests;
 
 /// Minibatches, their size, fanouts and seed: "16 minibatches of 1,024 targets, fanouts
 /// 25,10", the yardstick `dataset footprint` and `validate host` share, so that they measure

@@ -233,16 +233,9 @@ pub struct ModelledHostStage<'a> {
 impl SampleStage for ModelledHostStage<'_> {
     fn sample(&mut self, group: &[Request]) -> Result<SampledGroup, SamplerError> {
         let start_ns = self.sampler.host_stats().modelled_time_ns;
-        let requests: Vec<sagessd_runtime::host_io::Request> = group
-            .iter()
-            .map(|(seed, targets)| sagessd_runtime::host_io::Request {
-                seed: *seed,
-                targets: targets.clone(),
-            })
-            .collect();
         let run = self
             .sampler
-            .run_workers(self.workers.max(1), &self.fanouts, &requests)?;
+            .run_workers(self.workers.max(1), &self.fanouts, group)?;
         let t = std::time::Instant::now();
         let minibatches = run
             .subgraphs

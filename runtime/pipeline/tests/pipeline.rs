@@ -11,9 +11,9 @@ use sagessd_pipeline::{
     GatherStage, HostSampling, Minibatch, PipelineConfig, PipelineError, SampleStage, SampledGroup,
     Workers, run,
 };
-use sagessd_runtime::compare::{minibatch_seed, minibatch_targets};
 use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::minibatch::minibatch_requests;
 use sagessd_runtime::rmat::{RmatParams, generate};
 use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, SamplerError};
 
@@ -24,9 +24,7 @@ fn graph() -> CsrGraph {
 }
 
 fn requests(n: u64, count: u32) -> Vec<Request> {
-    (0..count)
-        .map(|b| (minibatch_seed(9, b), minibatch_targets(9, b, 16, n)))
-        .collect()
+    minibatch_requests(9, count, 16, n)
 }
 
 /// A reference sampler with a varying delay per group, failure or panic injection, and a count
@@ -42,7 +40,7 @@ struct Injected<'g, 'c> {
 
 impl SampleStage for Injected<'_, '_> {
     fn sample(&mut self, group: &[Request]) -> Result<SampledGroup, SamplerError> {
-        let first = self.index_of[&group[0].0];
+        let first = self.index_of[&group[0].seed];
         // Deterministic, uneven delays so that later groups often finish first.
         std::thread::sleep(Duration::from_micros((first as u64 * 7919 % 5) * 300));
         if self
@@ -149,7 +147,7 @@ impl Run {
         let g = graph();
         let reqs = requests(g.node_count(), 40);
         let index_of: HashMap<u64, usize> =
-            reqs.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
+            reqs.iter().enumerate().map(|(i, r)| (r.seed, i)).collect();
         let alive = AtomicUsize::new(0);
         let made = AtomicUsize::new(0);
         let peak = AtomicUsize::new(0);
@@ -215,8 +213,8 @@ fn expected() -> Vec<u64> {
     let mut s = ReferenceSampler::new(&g);
     requests(g.node_count(), 40)
         .iter()
-        .map(|(seed, t)| {
-            sagessd_runtime::sampler::Sampler::sample(&mut s, *seed, &FANOUTS, t)
+        .map(|r| {
+            sagessd_runtime::sampler::Sampler::sample(&mut s, r.seed, &FANOUTS, &r.targets)
                 .unwrap()
                 .checksum()
         })

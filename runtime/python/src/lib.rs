@@ -392,7 +392,7 @@ impl Loader {
     ) -> PyResult<()> {
         let requests = requests
             .into_iter()
-            .map(|(seed, targets)| Ok((seed, targets_of(targets)?)))
+            .map(|(seed, targets)| Ok(sagessd::Request::new(seed, targets_of(targets)?)))
             .collect::<PyResult<Vec<_>>>()?;
         py.detach(|| self.lock()?.submit(requests).map_err(py_err))
     }

@@ -22,8 +22,7 @@ use sagessd_emulator::synthetic_features::{FeatureBytes, SyntheticFeatures};
 use crate::dataset::Dataset;
 
 use crate::npy::{self, Dtype};
-use crate::rng::SplitMix64;
-use crate::sampler::{HostGraph, SamplerError};
+use crate::sampler::SamplerError;
 
 use super::IoStats;
 use super::file::{ALIGN_BYTES, covering_extent};
@@ -531,79 +530,10 @@ impl<'d> FifoCache<'d> {
     }
 }
 
-/// BGL's proximity-aware order of `nodes` (the training nodes): `sequences` BFS traversals of
-/// `graph` from random roots each claim the nodes they reach first; the order takes one node
-/// from each sequence in turn (round robin), each sequence rotated by a random shift, so that a
-/// minibatch of consecutive nodes holds a few neighbourhoods rather than scattered nodes.
-pub fn bgl_order(graph: HostGraph<'_>, nodes: &[u64], sequences: usize, seed: u64) -> Vec<u64> {
-    let n = graph.node_count() as usize;
-    let mut wanted = vec![false; n];
-    for &v in nodes {
-        if let Some(w) = wanted.get_mut(v as usize) {
-            *w = true;
-        }
-    }
-    let mut rng = SplitMix64::new(seed);
-    let mut seen = vec![false; n];
-    let sequences = sequences.max(1);
-    let mut seqs: Vec<Vec<u64>> = vec![Vec::new(); sequences];
-    let mut queues: Vec<VecDeque<u64>> = vec![VecDeque::new(); sequences];
-    let mut list = Vec::new();
-    let mut left: Vec<u64> = nodes.to_vec();
-    rng.shuffle(&mut left);
-    let mut next_root = left.into_iter();
-    // The traversals advance in lockstep, one node each per step, so they claim comparable
-    // regions; a sequence whose queue empties restarts from an unseen node.
-    loop {
-        let mut progressed = false;
-        for s in 0..sequences {
-            if queues[s].is_empty() {
-                match next_root
-                    .by_ref()
-                    .find(|r| seen.get(*r as usize).is_some_and(|s| !s))
-                {
-                    Some(r) => {
-                        seen[r as usize] = true;
-                        queues[s].push_back(r);
-                    }
-                    None => continue,
-                }
-            }
-            if let Some(v) = queues[s].pop_front() {
-                progressed = true;
-                if wanted[v as usize] {
-                    seqs[s].push(v);
-                }
-                graph.neighbours_into(v, &mut list);
-                for &u in &list {
-                    if !seen[u as usize] {
-                        seen[u as usize] = true;
-                        queues[s].push_back(u64::from(u));
-                    }
-                }
-            }
-        }
-        if !progressed {
-            break;
-        }
-    }
-    for seq in &mut seqs {
-        if !seq.is_empty() {
-            let shift = (rng.next_u64() % seq.len() as u64) as usize;
-            seq.rotate_left(shift);
-        }
-    }
-    let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
-    (0..longest)
-        .flat_map(|i| seqs.iter().filter_map(move |s| s.get(i).copied()))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dataset::generate::{GenerateParams, generate};
-    use crate::graph::CsrGraph;
 
     fn dataset(name: &str) -> (std::path::PathBuf, Dataset) {
         let dir = std::env::temp_dir().join(format!("sagessd-feat-{}-{name}", std::process::id()));
@@ -699,7 +629,7 @@ mod tests {
                 g.io.size_histogram,
             )
         };
-        let mut rng = SplitMix64::new(5);
+        let mut rng = crate::rng::SplitMix64::new(5);
         let batches: Vec<Vec<u64>> = (0..24)
             .map(|_| (0..40).map(|_| rng.next_u64() % 1024).collect())
             .collect();
@@ -744,44 +674,5 @@ mod tests {
         let mut f = FifoCache::new(FeatureFile::computed(other, header.data_offset).unwrap(), 0);
         assert_ne!(f.gather(&batches[0]).unwrap(), expect(&batches[0]));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn bgl_order_is_a_permutation_with_neighbourhoods_together() {
-        let (dir, d) = dataset("bgl");
-        let g = d.graph().unwrap();
-        let train: Vec<u64> = (0..g.node_count()).filter(|v| g.degree(*v) > 0).collect();
-        let order = bgl_order(HostGraph::Csr(&g), &train, 4, 9);
-        let mut sorted = order.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, train);
-        assert_eq!(
-            order,
-            bgl_order(HostGraph::Csr(&g), &train, 4, 9),
-            "deterministic"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// Over a synthetic graph (computed where it is read, as at papers100M's size) the order is
-    /// the one over the same lists held as a CSR, and another BFS seed gives another order.
-    #[test]
-    fn bgl_order_over_a_synthetic_graph_equals_it_over_its_csr() {
-        use sagessd_emulator::synthetic_graph::{SyntheticGraph, SyntheticSpec};
-        let syn = SyntheticGraph::new(SyntheticSpec::cnr_2000_like(5_000, 3)).unwrap();
-        let mut edges = Vec::new();
-        let mut list = Vec::new();
-        for v in 0..syn.node_count() {
-            syn.neighbours_into(v, &mut list);
-            edges.extend(list.iter().map(|&u| (v as u32, u)));
-        }
-        let csr = CsrGraph::from_edges(syn.node_count(), &edges).unwrap();
-        let train: Vec<u64> = (0..syn.node_count()).step_by(3).collect();
-        let order = bgl_order(HostGraph::Synthetic(&syn), &train, 8, 1);
-        assert_eq!(order, bgl_order(HostGraph::Csr(&csr), &train, 8, 1));
-        let mut sorted = order.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, train);
-        assert_ne!(order, bgl_order(HostGraph::Synthetic(&syn), &train, 8, 2));
     }
 }

@@ -1,6 +1,7 @@
 //! The in-storage sampler: the device samples each minibatch (or hyperbatch) through the host
 //! driver; the host may build the subgraph from sampled ids.
 
+use crate::minibatch::Request;
 use sagessd_host_driver::{Device, DeviceCounters, DriverStats, Returns, Transport};
 
 use super::host_build::HostBuilder;
@@ -75,12 +76,12 @@ impl<T: Transport> IspSampler<T> {
     fn finish(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[Request],
         results: Vec<Vec<u8>>,
     ) -> Result<Vec<SampledSubgraph>, SamplerError> {
         let node_count = self.device.attached_graph().map_or(0, |g| g.node_count);
         let mut out = Vec::with_capacity(results.len());
-        for ((seed, targets), bytes) in requests.iter().zip(results) {
+        for (Request { seed, targets }, bytes) in requests.iter().zip(results) {
             self.stats.collected_bytes += bytes.len() as u64;
             let s = match &mut self.host_build {
                 Some(host) => {
@@ -131,7 +132,7 @@ impl<T: Transport + Send> Sampler for IspSampler<T> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
-        let request = [(seed, targets.to_vec())];
+        let request = [Request::new(seed, targets.to_vec())];
         let meter = Meter::start(&self.device);
         let result = if self.host_build.is_some() {
             self.device.sample_many_sampled_ids(fanouts, &request, 1)
@@ -147,12 +148,12 @@ impl<T: Transport + Send> Sampler for IspSampler<T> {
     fn sample_many(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[Request],
     ) -> Result<Vec<SampledSubgraph>, SamplerError> {
         if self.hyperbatch == 1 {
             return requests
                 .iter()
-                .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
+                .map(|Request { seed, targets }| self.sample(*seed, fanouts, targets))
                 .collect();
         }
         let returns = if self.host_build.is_some() {

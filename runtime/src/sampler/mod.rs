@@ -5,7 +5,7 @@
 //! must produce the same bytes; that byte identity is the project's test oracle.
 //!
 //! * [`ReferenceSampler`]: over an in-memory [`CsrGraph`](crate::graph::CsrGraph) or a
-//!   synthetic graph ([`HostGraph`]: the DRAM-only upper bound, and the oracle).
+//!   synthetic graph ([`HostGraph`](crate::graph::HostGraph): the DRAM-only upper bound, and the oracle).
 //! * [`IspSampler`]: the device samples; one `NS_SUBMIT` plus one `NS_COLLECT` per minibatch,
 //!   through the host driver's [`Device::sample`](sagessd_host_driver::Device::sample).
 //! * The host-over-device samplers (mmap, direct I/O, io_uring-style, and ISP through
@@ -28,6 +28,7 @@ mod source;
 #[cfg(test)]
 mod tests;
 
+use crate::minibatch::Request;
 use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::sample::MAX_FANOUT;
 use sagessd_abi::subgraph::{LayerCounts, SubgraphError, SubgraphLayout, SubgraphView};
@@ -36,9 +37,7 @@ use sagessd_host_driver::{DeviceCounters, DriverError, DriverStats};
 pub use self::builder::{NodeIndex, SubgraphBuilder, build_subgraph};
 pub use self::isp::IspSampler;
 pub use self::reference::ReferenceSampler;
-pub use self::source::{
-    CsrSource, EdgeRange, HostGraph, HostSource, NeighbourSource, SyntheticSource,
-};
+pub use self::source::{CsrSource, EdgeRange, HostSource, NeighbourSource, SyntheticSource};
 
 /// Why a sample could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -254,11 +253,11 @@ pub trait Sampler: Send {
     fn sample_many(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[Request],
     ) -> Result<Vec<SampledSubgraph>, SamplerError> {
         requests
             .iter()
-            .map(|(seed, targets)| self.sample(*seed, fanouts, targets))
+            .map(|Request { seed, targets }| self.sample(*seed, fanouts, targets))
             .collect()
     }
 
@@ -283,7 +282,7 @@ impl<S: Sampler + ?Sized> Sampler for Box<S> {
     fn sample_many(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[Request],
     ) -> Result<Vec<SampledSubgraph>, SamplerError> {
         (**self).sample_many(fanouts, requests)
     }

@@ -4,10 +4,10 @@
 use sagessd_emulator::synthetic_graph::SyntheticGraph;
 
 use super::{
-    CsrSource, HostGraph, NeighbourSource, NodeIndex, SampledSubgraph, Sampler, SamplerError,
-    SamplerStats, SubgraphBuilder,
+    CsrSource, NeighbourSource, NodeIndex, SampledSubgraph, Sampler, SamplerError, SamplerStats,
+    SubgraphBuilder,
 };
-use crate::graph::CsrGraph;
+use crate::graph::{CsrGraph, HostGraph};
 
 /// The in-memory reference sampler: the graph lives in host DRAM (or, synthetic, is computed
 /// where it is read: the same bytes).

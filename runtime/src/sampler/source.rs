@@ -6,7 +6,7 @@ use sagessd_emulator::synthetic_graph::SyntheticGraph;
 
 use super::builder::prefetch_ahead;
 use super::{SampledSubgraph, SamplerError, build_subgraph};
-use crate::graph::CsrGraph;
+use crate::graph::{CsrGraph, HostGraph};
 
 /// Where a node's neighbour list sits in a source's edge array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,43 +77,9 @@ impl NeighbourSource for CsrSource<'_> {
     }
 }
 
-/// A graph the host holds: a CSR in memory, or a synthetic graph computed where it is read.
-#[derive(Clone, Copy, Debug)]
-pub enum HostGraph<'g> {
-    /// An in-memory CSR.
-    Csr(&'g CsrGraph),
-    /// A synthetic graph ([`sagessd_emulator::synthetic_graph`]).
-    Synthetic(&'g SyntheticGraph),
-}
-
+/// What the samplers add to a [`HostGraph`]: the graph read as a [`NeighbourSource`], and
+/// sampled through it.
 impl HostGraph<'_> {
-    /// Nodes.
-    pub fn node_count(&self) -> u64 {
-        match self {
-            Self::Csr(g) => g.node_count(),
-            Self::Synthetic(g) => g.node_count(),
-        }
-    }
-
-    /// CSR entries.
-    pub fn edge_count(&self) -> u64 {
-        match self {
-            Self::Csr(g) => g.edge_count(),
-            Self::Synthetic(g) => g.edge_count(),
-        }
-    }
-
-    /// Node `v`'s neighbour list, into `out` (cleared first).
-    pub fn neighbours_into(&self, v: u64, out: &mut Vec<u32>) {
-        match self {
-            Self::Csr(g) => {
-                out.clear();
-                out.extend_from_slice(g.neighbours(v));
-            }
-            Self::Synthetic(g) => g.neighbours_into(v, out),
-        }
-    }
-
     /// The graph as a [`NeighbourSource`].
     pub fn source(&self) -> HostSource<'_> {
         match *self {

@@ -211,7 +211,7 @@ pub fn fit(
             config.seed,
             epoch,
             first,
-            data.graph.map(sagessd_runtime::sampler::HostGraph::Csr),
+            data.graph.map(sagessd_runtime::graph::HostGraph::Csr),
         )
         .map_err(FitError::Invalid)?;
         let start_ns = feed.modelled_now_ns();

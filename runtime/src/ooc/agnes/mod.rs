@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::dataset::{Dataset, DatasetError, field_error};
+use crate::minibatch::Request;
 use crate::npy::{self, Dtype, NpyWriter};
 use crate::sampler::{
     EdgeRange, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
@@ -423,12 +424,12 @@ impl<'l> AgnesSampler<'l> {
     pub fn sample_hyperbatch(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[Request],
     ) -> Result<Vec<SampledSubgraph>, SamplerError> {
         let n = self.layout.node_count();
         let mut builders = requests
             .iter()
-            .map(|(seed, targets)| SubgraphBuilder::new(n, *seed, fanouts, targets))
+            .map(|Request { seed, targets }| SubgraphBuilder::new(n, *seed, fanouts, targets))
             .collect::<Result<Vec<_>, _>>()?;
         for hop in 0..fanouts.len() {
             let before = self.buffer.io.clone();
@@ -473,7 +474,7 @@ impl Sampler for AgnesSampler<'_> {
         fanouts: &[u16],
         targets: &[u64],
     ) -> Result<SampledSubgraph, SamplerError> {
-        let mut one = self.sample_hyperbatch(fanouts, &[(seed, targets.to_vec())])?;
+        let mut one = self.sample_hyperbatch(fanouts, &[Request::new(seed, targets.to_vec())])?;
         one.pop()
             .ok_or_else(|| SamplerError::InvalidRequest("empty hyperbatch".into()))
     }
@@ -481,7 +482,7 @@ impl Sampler for AgnesSampler<'_> {
     fn sample_many(
         &mut self,
         fanouts: &[u16],
-        requests: &[(u64, Vec<u64>)],
+        requests: &[Request],
     ) -> Result<Vec<SampledSubgraph>, SamplerError> {
         self.sample_hyperbatch(fanouts, requests)
     }

@@ -242,9 +242,9 @@ mod tests {
         layout.write_to_device(&mut written, slba).unwrap();
 
         let fanouts = [10u16, 5];
-        let requests: Vec<(u64, Vec<u64>)> = (0..4u64)
+        let requests: Vec<crate::minibatch::Request> = (0..4u64)
             .map(|m| {
-                (
+                crate::minibatch::Request::new(
                     m + 1,
                     (0..64).map(|i| (i * 131 + m * 7_919) % 30_000).collect(),
                 )
@@ -253,7 +253,7 @@ mod tests {
         let mut reference = ReferenceSampler::synthetic(&g);
         let expected: Vec<_> = requests
             .iter()
-            .map(|(s, t)| reference.sample(*s, &fanouts, t).unwrap())
+            .map(|r| reference.sample(r.seed, &fanouts, &r.targets).unwrap())
             .collect();
         let buffer = 8 * block_bytes as usize;
         for device in [&mut booted, &mut written] {
@@ -264,7 +264,14 @@ mod tests {
             );
             assert!(hyper.io_stats().reads > 0);
             let mut per_batch = AgnesSampler::on_device(&layout, buffer, device, slba).unwrap();
-            for ((s, t), e) in requests.iter().zip(&expected) {
+            for (
+                crate::minibatch::Request {
+                    seed: s,
+                    targets: t,
+                },
+                e,
+            ) in requests.iter().zip(&expected)
+            {
                 assert_eq!(&per_batch.sample(*s, &fanouts, t).unwrap(), e);
             }
         }

@@ -206,9 +206,9 @@ fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
     let graph_bytes = layout.manifest.block_count * layout.manifest.block_bytes;
     let buffer = (graph_bytes / 8) as usize;
 
-    let requests: Vec<(u64, Vec<u64>)> = (0..8u64)
+    let requests: Vec<crate::minibatch::Request> = (0..8u64)
         .map(|b| {
-            (
+            crate::minibatch::Request::new(
                 b,
                 (0..64)
                     .map(|i| (i * 97 + b * 13) % graph.node_count())
@@ -220,13 +220,20 @@ fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
     let mut reference = ReferenceSampler::new(&graph);
     let expected: Vec<SampledSubgraph> = requests
         .iter()
-        .map(|(s, t)| reference.sample(*s, &fanouts, t).unwrap())
+        .map(|r| reference.sample(r.seed, &fanouts, &r.targets).unwrap())
         .collect();
     let mut direct = DirectSampler::open(&dataset, false).unwrap();
     let mut uring = DirectSampler::open(&dataset, true).unwrap();
     let mut mapped = crate::ooc::MmapSampler::open(&dataset).unwrap();
     let mut blocks = AgnesSampler::new(&layout, buffer, false).unwrap();
-    for ((s, t), e) in requests.iter().zip(&expected) {
+    for (
+        crate::minibatch::Request {
+            seed: s,
+            targets: t,
+        },
+        e,
+    ) in requests.iter().zip(&expected)
+    {
         assert_eq!(&direct.sample(*s, &fanouts, t).unwrap(), e);
         assert_eq!(&uring.sample(*s, &fanouts, t).unwrap(), e);
         assert_eq!(&mapped.sample(*s, &fanouts, t).unwrap(), e);
@@ -281,7 +288,14 @@ fn every_sampler_matches_the_reference_and_hyperbatches_read_less() {
     }
     {
         let mut per_batch = AgnesSampler::on_device(&layout, buffer, &mut device, 4096).unwrap();
-        for ((s, t), e) in requests.iter().zip(&expected) {
+        for (
+            crate::minibatch::Request {
+                seed: s,
+                targets: t,
+            },
+            e,
+        ) in requests.iter().zip(&expected)
+        {
             assert_eq!(&per_batch.sample(*s, &fanouts, t).unwrap(), e);
         }
     }
