@@ -181,9 +181,7 @@ impl Worker {
         // Hyperbatches still to sample, the next one last.
         let mut todo = vec![requests];
         while let Some(group) = todo.pop() {
-            let pairs: Vec<(u64, &[u64])> =
-                group.iter().map(|r| (r.seed, &r.targets[..])).collect();
-            let (submit, config) = ns::ns_submit_hyperbatch(fanouts, &pairs)?;
+            let (submit, config) = ns::ns_submit_hyperbatch(fanouts, group)?;
             let tag = self.submit_job(submit, config).await?;
             let mut subs = Vec::with_capacity(group.len());
             let mut failed = None;
