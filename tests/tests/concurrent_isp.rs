@@ -3,8 +3,8 @@
 //! job, the passes read ahead so that the flash works while the core does. Every subgraph stays
 //! byte-identical to the in-memory reference (the comparison checks each one).
 
+use sagessd::compare::{self, CompareConfig, CompareReport};
 use sagessd_emulator::HwConfig;
-use sagessd_runtime::compare::{self, CompareConfig, CompareReport};
 use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
 

@@ -5,8 +5,8 @@
 //! pages than an NS_config per minibatch.
 
 use proptest::prelude::*;
+use sagessd::compare::{self, CompareConfig};
 use sagessd_host_driver::Returns;
-use sagessd_runtime::compare::{self, CompareConfig};
 use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;

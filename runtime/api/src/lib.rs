@@ -33,7 +33,10 @@
 //! samplers and storage through the producer/consumer pipeline; nothing else here links
 //! libtorch, so the data plane builds without it.
 
+pub mod agreement;
+pub mod compare;
 mod error;
+pub mod footprint;
 mod loader;
 mod placed;
 pub mod pyg;
@@ -46,9 +49,6 @@ pub use error::Error;
 pub use loader::{Batch, Loader, LoaderInfo, LoaderSpec, LoaderStats, MAX_AHEAD, Request};
 pub use placed::{AnyDevice, FeatureSizing, PlacedDevice};
 pub use sagessd_emulator::HwConfig;
-/// The comparison engine of `sagessd compare` and `demo`: host I/O designs against in-storage
-/// sampling on the emulated SSD, every minibatch checked against the in-memory reference.
-pub use sagessd_runtime::compare;
 pub use sagessd_runtime::dataset::{Dataset, Split};
 pub use sagessd_runtime::registry::{CacheSettings, FeatureCache, SamplerKind};
 pub use sagessd_runtime::sampler::SampledSubgraph;

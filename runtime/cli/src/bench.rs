@@ -102,7 +102,7 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
 
 /// `bench host-build`.
 fn run_bench_host_build(a: BenchHostBuildArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::bench;
+    use sagessd_experiments::bench_sampler;
     anyhow::ensure!(
         a.runs > 0 && a.batches > 0,
         "--runs and --batches must be ≥ 1"
@@ -112,8 +112,8 @@ fn run_bench_host_build(a: BenchHostBuildArgs) -> anyhow::Result<ExitCode> {
         a.edge_factor,
         1,
     ))?;
-    let rows = bench::harness_seeds(&graph, a.batches, a.batch_size, 0);
-    let r = bench::host_build(&graph, &rows, &a.fanouts, a.runs)?;
+    let rows = bench_sampler::harness_seeds(&graph, a.batches, a.batch_size, 0);
+    let r = bench_sampler::host_build(&graph, &rows, &a.fanouts, a.runs)?;
     let mut times = r.runs_s.clone();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
@@ -145,8 +145,7 @@ fn run_bench_host_build(a: BenchHostBuildArgs) -> anyhow::Result<ExitCode> {
 
 /// `bench sampler`.
 fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_experiments::bench_sampler;
-    use sagessd_runtime::bench::{self, BenchConfig};
+    use sagessd_experiments::bench_sampler::{self, BenchConfig};
     let setup = std::time::Instant::now();
     let graph = match &a.graph_dir {
         Some(dir) => bench_sampler::load_graph(dir)?,
@@ -159,7 +158,7 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
     let rows = a.warmup + a.batches;
     let seeds: Vec<Vec<u64>> = match &a.seeds {
         Some(path) => bench_sampler::read_seeds(path)?,
-        None => bench::harness_seeds(&graph, rows, a.batch_size, 0),
+        None => bench_sampler::harness_seeds(&graph, rows, a.batch_size, 0),
     };
     let setup_s = setup.elapsed().as_secs_f64();
     let config = BenchConfig {
@@ -173,7 +172,7 @@ fn run_bench_sampler(a: BenchSamplerArgs) -> anyhow::Result<ExitCode> {
         a.runs > 0 && a.batches > 0,
         "--runs and --batches must be ≥ 1"
     );
-    let runs = bench::run(&graph, &seeds, &config)?;
+    let runs = bench_sampler::run(&graph, &seeds, &config)?;
     let mut times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];

@@ -268,8 +268,8 @@ pub(crate) fn run(command: DatasetCommand) -> anyhow::Result<ExitCode> {
 
 /// `dataset footprint`: one row per graph.
 fn footprint(a: &DatasetFootprintArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::compare::human_bytes;
-    use sagessd_runtime::footprint;
+    use sagessd::compare::human_bytes;
+    use sagessd::footprint;
     use sagessd_runtime::graph_spec::GraphSpec;
     println!(
         "{}; pages of 4 KiB of the on-device CSR (8-byte indptr, 4-byte indices)",

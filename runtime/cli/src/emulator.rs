@@ -139,9 +139,9 @@ pub(crate) fn run(command: EmulatorCommand) -> anyhow::Result<ExitCode> {
 
 /// `emulator load`: the checked load and what it measured.
 fn run_load(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    use sagessd::compare::human_bytes;
     use sagessd_host_driver::load::{LoadSpec, run_load};
     use sagessd_host_driver::{Device, TcpOptions, TcpTransport};
-    use sagessd_runtime::compare::human_bytes;
     let (child, addr) = match &args.connect {
         Some(addr) => (None, addr.clone()),
         None => {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use sagessd_runtime::agreement::{Agreement, Verdict};
+use sagessd::agreement::{Agreement, Verdict};
 use sagessd_runtime::minibatch::Order;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::registry::{FeatureCache, SamplerKind};
@@ -70,7 +70,7 @@ pub(crate) struct SampleArgs {
 
 /// `sample`: out-of-core samplers on real files, with their I/O.
 pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::compare::human_bytes;
+    use sagessd::compare::human_bytes;
     use sagessd_runtime::dataset::Dataset;
     use sagessd_runtime::ooc::AgnesLayout;
 
@@ -407,7 +407,7 @@ fn run_sample_on_device(
     block_bytes: usize,
     buffer_bytes: usize,
 ) -> anyhow::Result<ExitCode> {
-    use sagessd_runtime::compare::human_bytes;
+    use sagessd::compare::human_bytes;
     use sagessd_runtime::registry::minibatch_checksum;
     let mut out = Output::new(a.output.format());
     let storage = sagessd::Storage::Device {
@@ -621,7 +621,7 @@ fn report_gather(
     a: &SampleArgs,
     wall_s: f64,
 ) -> anyhow::Result<()> {
-    use sagessd_runtime::compare::human_bytes;
+    use sagessd::compare::human_bytes;
     let cache_bytes = (a.cache.feature_cache as u64) << 20;
     out.text(format!(
         "features ({}, cache {}): {} rows gathered, cache hits {:.1}%, {} reads, {} read, {} used, {:.2} s wall ({:.2} s I/O wait)\n",

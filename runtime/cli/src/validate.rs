@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use clap::{Args, Subcommand};
+use sagessd::compare::human_bytes;
 use sagessd_experiments::validate_host::{self, HostValidation};
-use sagessd_runtime::compare::human_bytes;
 use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
 

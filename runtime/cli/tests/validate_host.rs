@@ -10,7 +10,7 @@ use std::process::Command;
 /// Whether cgroups can be used; without them the test fails, or skips loudly when
 /// SAGESSD_SKIP_CGROUP_TESTS is set.
 fn cgroups_or_skip() -> bool {
-    if let Err(why) = sagessd_runtime::cgroup::available() {
+    if let Err(why) = sagessd_experiments::cgroup::available() {
         if std::env::var_os("SAGESSD_SKIP_CGROUP_TESTS").is_some() {
             eprintln!("SKIPPED validate host: {why} (SAGESSD_SKIP_CGROUP_TESTS is set)");
             return false;

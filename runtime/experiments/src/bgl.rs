@@ -410,7 +410,7 @@ pub(crate) fn report(
     quick: bool,
     profile: &str,
 ) -> String {
-    use sagessd_runtime::compare::human_bytes;
+    use sagessd::compare::human_bytes;
     use std::fmt::Write as _;
     let mut r = String::new();
     let _ = writeln!(

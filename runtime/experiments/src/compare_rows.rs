@@ -1,7 +1,7 @@
 //! The rows of a comparison (`sagessd compare`, and the experiments' sampling figures): one per
 //! mode and worker count with its modelled figures, and the memory regime every row states.
 
-use sagessd_runtime::compare::{CompareReport, ModeResult};
+use sagessd::compare::{CompareReport, ModeResult};
 
 use crate::record::Record;
 

@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use sagessd::compare::human_bytes;
 use sagessd_emulator::HwConfig;
-use sagessd_runtime::compare::human_bytes;
 
 use crate::{end_to_end, end_to_end_at_scale, smartsage};
 

@@ -23,11 +23,11 @@
 
 use std::path::Path;
 
+#[cfg(feature = "train")]
+use sagessd::compare::{self, CompareConfig, CompareReport, ModeResult};
 use sagessd_emulator::HwConfig;
 #[cfg(feature = "train")]
 use sagessd_pipeline::Timeline;
-#[cfg(feature = "train")]
-use sagessd_runtime::compare::{self, CompareConfig, CompareReport, ModeResult};
 #[cfg(feature = "train")]
 use sagessd_runtime::host_io::HostIoMode;
 #[cfg(feature = "train")]

@@ -16,12 +16,14 @@ mod bgl;
 pub mod calibrate;
 pub mod calibrate_fit;
 pub mod calibrate_floor;
+pub mod cgroup;
 pub mod compare_rows;
 pub mod demo;
 pub mod device_bench;
 pub mod end_to_end;
 pub mod end_to_end_at_scale;
 pub mod firmware_profile;
+pub mod host_check;
 pub mod host_compute;
 pub mod kill_campaign;
 mod paper;
@@ -452,7 +454,7 @@ fn agnes_report(
     quick: bool,
     plots: &[String],
 ) -> String {
-    use sagessd_runtime::compare::human_bytes;
+    use sagessd::compare::human_bytes;
     let mut r = String::new();
     let _ = writeln!(
         r,
@@ -779,7 +781,7 @@ fn smartsage_report(
     quick: bool,
     plots: &[String],
 ) -> String {
-    use sagessd_runtime::compare::human_bytes;
+    use sagessd::compare::human_bytes;
     let mut r = String::new();
     let configs = devices
         .iter()

@@ -14,8 +14,8 @@
 //! Every figure is modelled (virtual time of the hardware description), so two runs write
 //! byte-identical CSVs.
 
+use sagessd::compare::{self, CompareConfig, CompareReport, ModeResult};
 use sagessd_emulator::HwConfig;
-use sagessd_runtime::compare::{self, CompareConfig, CompareReport, ModeResult};
 use sagessd_runtime::graph_spec::GraphSpec;
 use sagessd_runtime::host_io::HostIoMode;
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::cgroup::{self, MemoryCgroup, ReadAheadGuard};
+use crate::host_check::{self, IoCounts};
 use sagessd_emulator::host_stack::MmapWorkers;
-use sagessd_runtime::cgroup::{self, MemoryCgroup, ReadAheadGuard};
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_check::{self, IoCounts};
 use sagessd_runtime::host_io::HostIoMode;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::minibatch::minibatch_requests;

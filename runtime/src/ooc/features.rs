@@ -10,8 +10,9 @@
 //!   size, and each block a gather needs is read once — for a whole hyperbatch at a time with
 //!   [`ThresholdCache::gather_many`].
 //! * [`FifoCache`] (BGL): every row read is kept, the oldest evicted first. It pays off with
-//!   BGL's proximity-aware minibatch order ([`bgl_order`]), where consecutive minibatches share
-//!   neighbourhoods. Misses are read row by row (adjacent rows in one read).
+//!   BGL's proximity-aware minibatch order ([`bgl_order`](crate::minibatch::bgl_order)), where
+//!   consecutive minibatches share neighbourhoods. Misses are read row by row (adjacent rows in
+//!   one read).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! What a minibatch's sampling touches on storage: the distinct 4 KiB pages of `indptr` and
 //! `indices` it reads, per destination node, and as a share of a page cache.
 //!
-//! The pages are those of the on-device layout ([`crate::load::plan_layout`]: `indptr` as
+//! The pages are those of the on-device layout ([`sagessd_runtime::load::plan_layout`]: `indptr` as
 //! 8-byte entries, `indices` as 4-byte ids, each region from its own page boundary), counted by
 //! replaying the sampler with a [`NeighbourSource`] that records every entry it hands out: node
 //! `v`'s range reads `indptr[v]` and `indptr[v + 1]`, each sampled position `p` reads
@@ -10,9 +10,9 @@
 
 use std::collections::HashSet;
 
-use crate::graph::HostGraph;
-use crate::minibatch::Request;
-use crate::sampler::{EdgeRange, NeighbourSource, SamplerError, SubgraphBuilder};
+use sagessd_runtime::graph::HostGraph;
+use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::sampler::{EdgeRange, NeighbourSource, SamplerError, SubgraphBuilder};
 
 /// Bytes of a page.
 pub const PAGE_BYTES: u64 = 4096;
@@ -132,7 +132,7 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::CsrGraph;
+    use sagessd_runtime::graph::CsrGraph;
 
     #[test]
     fn counts_pages_by_hand() {

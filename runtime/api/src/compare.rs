@@ -31,12 +31,12 @@ use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport, Trans
 use sagessd_emulator::Ssd;
 
 use crate::footprint::Footprint;
-use crate::graph::DegreeStats;
-use crate::graph_spec::{GraphSpec, WorkloadGraph};
-use crate::host_io::{HostIoMode, HostIoSampler};
-use crate::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
-use crate::minibatch::{Request, minibatch_requests};
-use crate::sampler::{
+use sagessd_runtime::graph::DegreeStats;
+use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
+use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
+use sagessd_runtime::minibatch::{Request, minibatch_requests};
+use sagessd_runtime::sampler::{
     FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, SamplerError, SamplerStats, fnv1a,
 };
 
@@ -398,7 +398,7 @@ fn loaded_device(
     let transport = LocalTransport::from_config(hw).map_err(DriverError::from)?;
     let mut device = Device::open(transport)?;
     let bs = device.info().block_size_bytes;
-    let plan = crate::load::plan_layout(graph, 0, bs);
+    let plan = sagessd_runtime::load::plan_layout(graph, 0, bs);
     events(Event::Phase {
         name,
         total: (plan.indptr.block_count + plan.indices.block_count) * u64::from(bs),
@@ -711,7 +711,7 @@ pub fn run_on_device<T: Transport>(
             config.graph.describe()
         )));
     };
-    let plan = crate::load::plan_layout(graph, 0, device.info().block_size_bytes);
+    let plan = sagessd_runtime::load::plan_layout(graph, 0, device.info().block_size_bytes);
     events(Event::Phase {
         name: "writing and attaching the graph",
         total: (plan.indptr.block_count + plan.indices.block_count)
@@ -1115,7 +1115,7 @@ impl CompareReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rmat::RmatParams;
+    use sagessd_runtime::rmat::RmatParams;
 
     fn small() -> CompareConfig {
         CompareConfig {

@@ -12,9 +12,9 @@ use sagessd_emulator::synthetic_graph::SyntheticGraph;
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
 
-use crate::host_io::{HostIoMode, HostIoSampler};
-use crate::minibatch::Request;
-use crate::sampler::SamplerError;
+use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::sampler::SamplerError;
 
 /// What a sampler's storage I/O amounted to, as the kernel (or the model) counts it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,8 +90,8 @@ pub fn ratio(real: u64, modelled: u64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::minibatch::minibatch_requests;
     use sagessd_emulator::synthetic_graph::SyntheticSpec;
+    use sagessd_runtime::minibatch::minibatch_requests;
 
     /// The model's counts are its statistics: a direct run reads whole blocks of what it needs,
     /// an mmap run's faults read whole windows (here the graph fits the cache: every page once).
