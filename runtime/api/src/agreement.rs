@@ -1,5 +1,62 @@
 //! The agreement check between samplers: every sampler's minibatches must have the first
 //! sampler's checksums, minibatch by minibatch (subgraphs, and their features when gathered).
+//! [`run_loader`] takes one sampler's minibatches from its [`Loader`] as they come, keeping only
+//! their checksums (so memory is bounded by the loader's buffers, not by the run's length), and
+//! [`Agreement`] compares the samplers' checksums.
+
+use sagessd_runtime::registry::minibatch_checksum;
+
+use crate::{Error, Loader, LoaderStats, Request};
+
+/// One sampler's run over the requests: what it sampled, what the storage did, and how much of
+/// its output was alive at once.
+#[derive(Clone, Debug)]
+pub struct SamplerRun {
+    /// Each minibatch's checksum, in request order ([`minibatch_checksum`]: the subgraph's,
+    /// folded with its features' when the run compares them).
+    pub sums: Vec<u64>,
+    /// What the loader and its storage did.
+    pub stats: LoaderStats,
+    /// The largest group of minibatches (a minibatch, or a hyperbatch) alive at once: its
+    /// subgraph and feature bytes, and its minibatches.
+    pub largest_group: (u64, usize),
+}
+
+/// Submits `requests` to `loader` and takes every minibatch, `group` at a time alive together
+/// (a hyperbatch's, or one), keeping each one's checksum: its subgraph's, folded with its
+/// features' when `with_features` (samplers that gather the same rows compare equal; with it
+/// off, a sampler that gathers compares with one that does not).
+pub fn run_loader(
+    mut loader: Loader,
+    requests: Vec<Request>,
+    group: usize,
+    with_features: bool,
+) -> Result<SamplerRun, Error> {
+    let count = requests.len();
+    loader.submit(requests)?;
+    let mut sums = Vec::with_capacity(count);
+    let mut largest_group = (0u64, 0usize);
+    let mut current = (0u64, 0usize);
+    for batch in loader.by_ref() {
+        let batch = batch?;
+        current.0 += batch.subgraph.as_bytes().len() as u64
+            + batch.features.as_ref().map_or(0, |f| f.len() as u64);
+        current.1 += 1;
+        let features = batch.features.as_deref().filter(|_| with_features);
+        sums.push(minibatch_checksum(&batch.subgraph, features));
+        if current.1 == group.max(1) || sums.len() == count {
+            if current.0 > largest_group.0 {
+                largest_group = current;
+            }
+            current = (0, 0);
+        }
+    }
+    Ok(SamplerRun {
+        sums,
+        stats: loader.stats(),
+        largest_group,
+    })
+}
 
 /// The first difference between a sampler and the reference one.
 #[derive(Clone, Debug, PartialEq, Eq)]

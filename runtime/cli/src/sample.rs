@@ -185,132 +185,27 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         } else {
             " and their features"
         };
-        let mut loader = sagessd::Loader::open(&a.dataset, spec)?;
-        loader.submit(requests.clone())?;
-        let mut sums: Vec<u64> = Vec::with_capacity(requests.len());
-        // Each group is one minibatch, or one hyperbatch; its subgraphs are alive together
-        // (with their features, for the first sampler) until the next group.
-        let mut group_bytes = (0u64, 0usize);
-        for batch in loader.by_ref() {
-            let batch = batch?;
-            group_bytes.0 += batch.subgraph.as_bytes().len() as u64
-                + batch.features.as_ref().map_or(0, |f| f.len() as u64);
-            group_bytes.1 += 1;
-            if group_bytes.1 == group || sums.len() + 1 == requests.len() {
-                if group_bytes.0 > peak_output.0 {
-                    peak_output = (
-                        group_bytes.0,
-                        format!("{name}: {} subgraph(s){with}", group_bytes.1),
-                    );
-                }
-                group_bytes = (0, 0);
-            }
-            sums.push(batch.subgraph.checksum());
+        let loader = sagessd::Loader::open(&a.dataset, spec)?;
+        let run = sagessd::agreement::run_loader(loader, requests.clone(), group, false)?;
+        if run.largest_group.0 > peak_output.0 {
+            peak_output = (
+                run.largest_group.0,
+                format!("{name}: {} subgraph(s){with}", run.largest_group.1),
+            );
         }
-        let stats = loader.stats();
-        drop(loader);
+        let (sums, stats) = (run.sums, run.stats);
         let gather_s = stats.gather_wall_ns as f64 / 1e9;
         if !with.is_empty() {
             gathered = Some((stats.gather.clone(), gather_s));
         }
-        let io = stats.graph_io;
-        let wall = (stats.wall_ns - stats.gather_wall_ns) as f64 / 1e9;
-        let io_wait_s = io.io_wait_ns as f64 / 1e9;
-        let h = io.size_histogram;
-        out.text(format!(
-            "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10.2} {:>10} {:>10}\n",
-            name,
-            io.reads,
-            human_bytes(io.bytes_read),
-            human_bytes(io.bytes_used),
-            // mmap reads through the page cache: what it used may not have been read now.
-            if io.bytes_read >= io.bytes_used && io.bytes_read > 0 {
-                format!(
-                    "{:.2}%",
-                    100.0 * io.bytes_used as f64 / io.bytes_read as f64
-                )
-            } else {
-                "-".into()
-            },
-            io.hit_ratio()
-                .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
-            format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
-            // An mmap sampler reads in page faults, the in-memory one not at all.
-            if kind.faults_in() || kind == Memory {
-                "-".into()
-            } else {
-                io.syscalls.to_string()
-            },
-            wall,
-            // An mmap sampler's reads happen inside page faults: its wait cannot be told apart.
-            if kind.faults_in() {
-                "-".into()
-            } else {
-                format!("{:.2}", io_wait_s)
-            },
-            if kind.faults_in() {
-                "-".into()
-            } else {
-                format!("{:.2}", (wall - io_wait_s).max(0.0))
-            },
-        ));
-        // An mmap sampler's reads happen in page faults: no syscalls, and its I/O wait cannot
-        // be told from its compute.
-        let faults = kind.faults_in();
-        let hops = &io.hops[..a.fanouts.len()];
-        let per_hop = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String, sep: &str| {
-            hops.iter().map(f).collect::<Vec<_>>().join(sep)
-        };
-        out.record(
-            run_fields(
-                Record::new("sample.sampler"),
-                &a,
-                &dataset.manifest.name,
-                name,
-                &requests,
-            )
-            .with("reads", io.reads)
-            .with("bytes_read", io.bytes_read)
-            .with("bytes_used", io.bytes_used)
-            .with("buffer_hit_ratio", io.hit_ratio())
-            .with("reads_le_4k", h[0])
-            .with("reads_le_64k", h[1])
-            .with("reads_le_1m", h[2])
-            .with("reads_gt_1m", h[3])
-            .with(
-                "syscalls",
-                (!faults && kind != Memory).then_some(io.syscalls),
-            )
-            .with("major_faults", faults.then_some(io.major_faults))
-            .with("minor_faults", faults.then_some(io.minor_faults))
-            .with("sample_wall_s", wall)
-            .with("io_wait_s", (!faults).then_some(io_wait_s))
-            .with(
-                "compute_wall_s",
-                (!faults).then_some((wall - io_wait_s).max(0.0)),
-            )
-            .with("hop_reads", per_hop(&|h| h.reads.to_string(), "/"))
-            .with(
-                "hop_bytes_read",
-                per_hop(&|h| h.bytes_read.to_string(), "/"),
-            )
-            .with("timing", "wall clock"),
+        report_files_run(
+            &mut out,
+            &a,
+            &dataset.manifest.name,
+            kind,
+            &requests,
+            &stats,
         )?;
-        if kind != Memory {
-            out.text(format!(
-                "  per hop: reads {}, read {}{}\n",
-                per_hop(&|h| h.reads.to_string(), " / "),
-                per_hop(&|h| human_bytes(h.bytes_read), " / "),
-                if faults {
-                    String::new()
-                } else {
-                    format!(
-                        ", I/O wait s {}",
-                        per_hop(&|h| format!("{:.2}", h.io_wait_ns as f64 / 1e9), " / ")
-                    )
-                }
-            ));
-        }
         if let Some((g, gather_s)) = gathered.as_ref().filter(|_| k == 0) {
             report_gather(&mut out, g, &a, *gather_s)?;
         }
@@ -343,6 +238,115 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
     )?;
     out.finish()?;
     Ok(exit)
+}
+
+/// One file sampler's row: the table line, its `sample.sampler` record and, but for the
+/// in-memory sampler, its reads per hop.
+fn report_files_run(
+    out: &mut Output,
+    a: &SampleArgs,
+    dataset: &str,
+    kind: SamplerKind,
+    requests: &[Request],
+    stats: &sagessd::LoaderStats,
+) -> anyhow::Result<()> {
+    use SamplerKind::Memory;
+    use sagessd::compare::human_bytes;
+    let name = kind.name();
+
+    let io = &stats.graph_io;
+    let wall = (stats.wall_ns - stats.gather_wall_ns) as f64 / 1e9;
+    let io_wait_s = io.io_wait_ns as f64 / 1e9;
+    let h = io.size_histogram;
+    out.text(format!(
+        "{:<12} {:>10} {:>12} {:>12} {:>8} {:>9} {:>24} {:>10} {:>10.2} {:>10} {:>10}\n",
+        name,
+        io.reads,
+        human_bytes(io.bytes_read),
+        human_bytes(io.bytes_used),
+        // mmap reads through the page cache: what it used may not have been read now.
+        if io.bytes_read >= io.bytes_used && io.bytes_read > 0 {
+            format!(
+                "{:.2}%",
+                100.0 * io.bytes_used as f64 / io.bytes_read as f64
+            )
+        } else {
+            "-".into()
+        },
+        io.hit_ratio()
+            .map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
+        format!("{}/{}/{}/{}", h[0], h[1], h[2], h[3]),
+        // An mmap sampler reads in page faults, the in-memory one not at all.
+        if kind.faults_in() || kind == Memory {
+            "-".into()
+        } else {
+            io.syscalls.to_string()
+        },
+        wall,
+        // An mmap sampler's reads happen inside page faults: its wait cannot be told apart.
+        if kind.faults_in() {
+            "-".into()
+        } else {
+            format!("{:.2}", io_wait_s)
+        },
+        if kind.faults_in() {
+            "-".into()
+        } else {
+            format!("{:.2}", (wall - io_wait_s).max(0.0))
+        },
+    ));
+    // An mmap sampler's reads happen in page faults: no syscalls, and its I/O wait cannot
+    // be told from its compute.
+    let faults = kind.faults_in();
+    let hops = &io.hops[..a.fanouts.len()];
+    let per_hop = |f: &dyn Fn(&sagessd_runtime::ooc::HopIo) -> String, sep: &str| {
+        hops.iter().map(f).collect::<Vec<_>>().join(sep)
+    };
+    out.record(
+        run_fields(Record::new("sample.sampler"), a, dataset, name, requests)
+            .with("reads", io.reads)
+            .with("bytes_read", io.bytes_read)
+            .with("bytes_used", io.bytes_used)
+            .with("buffer_hit_ratio", io.hit_ratio())
+            .with("reads_le_4k", h[0])
+            .with("reads_le_64k", h[1])
+            .with("reads_le_1m", h[2])
+            .with("reads_gt_1m", h[3])
+            .with(
+                "syscalls",
+                (!faults && kind != Memory).then_some(io.syscalls),
+            )
+            .with("major_faults", faults.then_some(io.major_faults))
+            .with("minor_faults", faults.then_some(io.minor_faults))
+            .with("sample_wall_s", wall)
+            .with("io_wait_s", (!faults).then_some(io_wait_s))
+            .with(
+                "compute_wall_s",
+                (!faults).then_some((wall - io_wait_s).max(0.0)),
+            )
+            .with("hop_reads", per_hop(&|h| h.reads.to_string(), "/"))
+            .with(
+                "hop_bytes_read",
+                per_hop(&|h| h.bytes_read.to_string(), "/"),
+            )
+            .with("timing", "wall clock"),
+    )?;
+    if kind != Memory {
+        out.text(format!(
+            "  per hop: reads {}, read {}{}\n",
+            per_hop(&|h| h.reads.to_string(), " / "),
+            per_hop(&|h| human_bytes(h.bytes_read), " / "),
+            if faults {
+                String::new()
+            } else {
+                format!(
+                    ", I/O wait s {}",
+                    per_hop(&|h| format!("{:.2}", h.io_wait_ns as f64 / 1e9), " / ")
+                )
+            }
+        ));
+    }
+    Ok(())
 }
 
 /// The loader of `kind` with the run's fanouts, AGNES layout, buffers and feature cache.
@@ -408,7 +412,6 @@ fn run_sample_on_device(
     buffer_bytes: usize,
 ) -> anyhow::Result<ExitCode> {
     use sagessd::compare::human_bytes;
-    use sagessd_runtime::registry::minibatch_checksum;
     let mut out = Output::new(a.output.format());
     let storage = sagessd::Storage::Device {
         uri: a.target.device.clone(),
@@ -506,24 +509,19 @@ fn run_sample_on_device(
             // Every minibatch's job in one pipeline, ISP_JOBS_IN_FLIGHT deep.
             spec.prefetch = requests.len().min(sagessd::MAX_AHEAD);
         }
-        let mut loader = sagessd::Loader::on_device(&a.dataset, &placed, spec)?;
-        loader.submit(requests.to_vec())?;
+        let loader = sagessd::Loader::on_device(&a.dataset, &placed, spec)?;
         // Each minibatch's checksum: its subgraph's, folded with its features' when gathered.
-        let sums: Vec<u64> = loader
-            .by_ref()
-            .map(|b| b.map(|b| minibatch_checksum(&b.subgraph, b.features.as_deref())))
-            .collect::<Result<_, _>>()
-            .map_err(|e| match (kind, &e) {
-                (SamplerKind::Isp, sagessd::Error::Sampling(_)) if region.is_some() =>
-                {
+        let run = sagessd::agreement::run_loader(loader, requests.to_vec(), 1, true).map_err(
+            |e| match (kind, &e) {
+                (SamplerKind::Isp, sagessd::Error::Sampling(_)) if region.is_some() => {
                     anyhow::Error::new(e).context(
                         "in-storage feature gather: has the device's firmware a feature buffer ([firmware] max_feature_bytes in its hardware description, sagessd_config.max_feature_bytes on a board)? --features none samples without features",
                     )
                 }
                 _ => anyhow::Error::new(e),
-            })?;
-        let stats = loader.stats();
-        drop(loader);
+            },
+        )?;
+        let (sums, stats) = (run.sums, run.stats);
         let per_mb_ms = |ns: u64| ns as f64 / 1e6 / requests.len() as f64;
         let pages = stats.nand_pages_read;
         let feature_bytes = stats.feature_bytes;
