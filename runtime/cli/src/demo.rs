@@ -90,6 +90,16 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     out.text(format!("{}\n", demo.regime));
+    out.text(format!(
+        "samples identical: yes (every design's {} minibatches byte-identical to the in-memory reference's; checksum {:#018x})\n",
+        demo.sweep.batches, demo.checksum
+    ));
+    out.record(
+        Record::new("demo.samples")
+            .with("minibatches", demo.sweep.batches)
+            .with("samples_identical", true)
+            .with("checksum", format!("{:#018x}", demo.checksum)),
+    )?;
     out.note(format!(
         "modelled times (the producers' virtual time on the emulated device and host, each step priced on the [trainer] accelerator, GraphSAGE 128-256-172); test accuracy: the same designs' samplers training GraphSAGE for real (this machine's CPU) on a small generated labelled graph, the big one having no features. Plot: {}; the rest in {} ({:.0} s wall clock)",
         demo.plot.display(),

@@ -27,9 +27,9 @@ fn the_readme_shows_the_main_job_as_it_prints() {
         String::from_utf8_lossy(&out.stderr)
     );
     let printed = String::from_utf8_lossy(&out.stdout);
-    // The table and the memory regime; the note after them names the output folder and the
-    // wall-clock time.
-    let table: String = printed.lines().take(7).map(|l| format!("{l}\n")).collect();
+    // The table, the memory regime and the samples' agreement; the note after them names the
+    // output folder and the wall-clock time.
+    let table: String = printed.lines().take(8).map(|l| format!("{l}\n")).collect();
     assert_eq!(
         shown, table,
         "README.md's main-job output is stale: replace it with the table `sagessd demo` prints"

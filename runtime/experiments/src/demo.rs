@@ -28,6 +28,10 @@ pub struct Demo {
     pub trained: end_to_end::Section,
     /// The memory regime, a sentence.
     pub regime: String,
+    /// FNV-1a 64 over the minibatches' subgraphs, which every design sampled byte for byte
+    /// (each design's comparison is checked against the in-memory reference, and the
+    /// DRAM-only and oracle runs against the sweep's checksum; a difference is an error).
+    pub checksum: u64,
     /// The report it wrote.
     pub report: PathBuf,
     /// The end-to-end plot.
@@ -125,6 +129,10 @@ pub fn run(
             )
         })
         .unwrap_or_default();
+    let checksum = sampling
+        .first()
+        .map(|p| p.report.checksum)
+        .context("demo: the sampling sweep ran no point")?;
     let report = out.join("report.md");
     std::fs::write(
         &report,
@@ -144,6 +152,7 @@ pub fn run(
         at_scale,
         trained,
         regime,
+        checksum,
         report,
         plot,
     })
