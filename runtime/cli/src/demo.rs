@@ -6,8 +6,8 @@
 //! design the modelled time per minibatch end to end, its speedup over mmap and share of
 //! DRAM-only's, and the trainer's idle share (steps priced on the `[trainer]` accelerator,
 //! `sagessd_experiments::end_to_end_at_scale`). Nothing trains on that graph (it has no features);
-//! the accuracy column is a real GraphSAGE trained with the same design's sampler on a small
-//! generated, labelled graph, as the demo says. About a minute (release build).
+//! the accuracy column is a real GraphSAGE trained on Cora with the same design's sampler on the
+//! same devices, as the demo says. About half a minute (release build).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,7 +101,7 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
             .with("checksum", format!("{:#018x}", demo.checksum)),
     )?;
     out.note(format!(
-        "modelled times (the producers' virtual time on the emulated device and host, each step priced on the [trainer] accelerator, GraphSAGE 128-256-172); test accuracy: the same designs' samplers training GraphSAGE for real (this machine's CPU) on a small generated labelled graph, the big one having no features. Plot: {}; the rest in {} ({:.0} s wall clock)",
+        "modelled times (the producers' virtual time on the emulated device and host, each step priced on the [trainer] accelerator, GraphSAGE 128-256-172); test accuracy: GraphSAGE trained for real (this machine's CPU) on Cora with each design's sampler on the same devices, `sagessd train`'s defaults (the big graph has no features; every design samples the same minibatches, so every design reaches the same accuracy). Plot: {}; the rest in {} ({:.0} s wall clock)",
         demo.plot.display(),
         demo.report.display(),
         wall.elapsed().as_secs_f64()

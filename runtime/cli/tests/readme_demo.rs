@@ -34,11 +34,7 @@ fn the_readme_shows_the_main_job_as_it_prints() {
         shown, table,
         "README.md's main-job output is stale: replace it with the table `sagessd demo` prints"
     );
-    for f in [
-        "report.md",
-        "fig18_end_to_end_at_scale_cosmos-plus.svg",
-        "fig18_end_to_end_cosmos-plus.svg",
-    ] {
+    for f in ["report.md", "fig18_end_to_end_at_scale_cosmos-plus.svg"] {
         assert!(out_dir.join(f).is_file(), "demo wrote no {f}");
     }
     let _ = std::fs::remove_dir_all(&out_dir);

@@ -78,20 +78,6 @@ impl Sweep {
             ratios: vec![4],
         }
     }
-
-    /// The README's main job: one memory ratio, in about 10 s (release build).
-    pub fn demo() -> Self {
-        Self {
-            scale: 15,
-            feature_dim: 64,
-            classes: 8,
-            batch_size: 1024,
-            fanouts: vec![25, 10],
-            epochs: 2,
-            workers: 4,
-            ratios: vec![8],
-        }
-    }
 }
 
 /// The page cache and the controller page buffer each holding `1/ratio` of `graph_bytes` (the
@@ -148,7 +134,7 @@ impl Design {
     #[cfg(feature = "train")]
     /// `sagessd train`'s sampler flags for it.
     #[cfg(feature = "train")]
-    fn apply(self, spec: &mut sagessd::training::TrainSpec) {
+    pub(crate) fn apply(self, spec: &mut sagessd::training::TrainSpec) {
         use sagessd::SamplerKind;
         spec.sampler = match self {
             Self::DramOnly => SamplerKind::Memory,
@@ -198,7 +184,7 @@ fn graph_bytes(dataset: &Dataset) -> anyhow::Result<u64> {
 
 #[cfg(feature = "train")]
 /// Writes `hw` as TOML to `path`, for a design point's `--config`.
-fn write_config(path: &Path, hw: &HwConfig) -> anyhow::Result<()> {
+pub(crate) fn write_config(path: &Path, hw: &HwConfig) -> anyhow::Result<()> {
     let text = toml::to_string(hw).context("the hardware description as TOML")?;
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
