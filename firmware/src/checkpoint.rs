@@ -29,6 +29,7 @@
 
 use sagessd_abi::graph::GraphDescriptor;
 
+use crate::config::CHECKPOINT_WINDOWS;
 use crate::dram::Region;
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::{Ftl, FtlStats};
@@ -44,9 +45,6 @@ pub const CHECKPOINT_VERSION: u32 = 1;
 pub(crate) const HEADER_BYTES: usize = 256;
 /// Byte of the header where the graph descriptor starts.
 const GRAPH_AT: usize = 128;
-/// DRAM windows checkpoint pages are programmed from (and read into at boot): this many pages
-/// of a checkpoint are in flight at once.
-pub(crate) const CHECKPOINT_WINDOWS: usize = 16;
 /// Consecutive failed attempts after which the commands waiting for a checkpoint fail.
 const MAX_ATTEMPTS: u32 = 16;
 

@@ -18,6 +18,21 @@ pub const MAX_PAGES_PER_COMMAND: usize = 64;
 /// Page-buffer associativity: a logical page can live in one of this many slots.
 pub const PAGE_BUFFER_WAYS: u32 = 8;
 
+// The fixed sizes of DRAM regions, here so that the arena's layout (`crate::dram`) takes them
+// from the sizing module rather than from the modules that use the regions.
+
+/// DRAM windows checkpoint pages are programmed from (and read into at boot): this many pages
+/// of a checkpoint are in flight at once (`crate::checkpoint`).
+pub(crate) const CHECKPOINT_WINDOWS: usize = 16;
+/// DRAM windows trim records are built in: one open while the previous one is programmed
+/// (`crate::trim_log`).
+pub(crate) const TRIM_LOG_WINDOWS: usize = 2;
+/// Page windows of the trim log's DRAM region: the record windows and the read-back one.
+pub(crate) const TRIM_LOG_REGION_WINDOWS: usize = TRIM_LOG_WINDOWS + 1;
+/// Bytes of one minibatch's sampling state in DRAM (`crate::isp`'s `MinibatchState`, which
+/// asserts its size against this).
+pub(crate) const MINIBATCH_STATE_BYTES: usize = 112;
+
 /// The sizes the firmware runs with. Every field is checked by [`FirmwareConfig::validate`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FirmwareConfig {

@@ -7,11 +7,10 @@
 use sagessd_abi::ns_config::{MAX_LAYERS, ns_config_max_size_bytes};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::checkpoint::CHECKPOINT_WINDOWS;
-use crate::config::FirmwareConfig;
+use crate::config::{
+    CHECKPOINT_WINDOWS, FirmwareConfig, MINIBATCH_STATE_BYTES, TRIM_LOG_REGION_WINDOWS,
+};
 use crate::hal::Geometry;
-use crate::isp::STATE_BYTES;
-use crate::trim_log::TRIM_LOG_REGION_WINDOWS;
 
 /// Alignment of every arena region, relative to the arena's start, in bytes: a cache line of
 /// the Cortex-A9 (32 B) and of x86 (64 B). An arena whose base is aligned this much has every
@@ -268,7 +267,7 @@ impl DramLayout {
         for s in slot_regions.iter_mut().take(usize::from(config.isp_slots)) {
             *s = SlotRegions {
                 config: take(ns_config_max_size_bytes(&config.limits))?,
-                minibatches: take(minibatches.checked_mul(STATE_BYTES)?)?,
+                minibatches: take(minibatches.checked_mul(MINIBATCH_STATE_BYTES)?)?,
                 nodes: take(nodes.checked_mul(8)?)?,
                 // A layer's rows over all minibatches: at most every node once as a
                 // destination, plus each minibatch's leading 0.

@@ -15,8 +15,6 @@ mod minibatch;
 mod node_table;
 mod sort;
 
-pub(crate) use minibatch::STATE_BYTES;
-
 use heapless::Deque;
 use sagessd_abi::graph::{GraphDescriptor, LbaRange};
 use sagessd_abi::ns_config::{MAX_LAYERS, MAX_MINIBATCHES, NsConfig, NsLimits};

@@ -17,7 +17,8 @@
 //! checkpoint windows, and calls `wait` whenever it has nothing to do but wait for the flash (a
 //! board spins or sleeps; the emulator advances its NAND clock).
 
-use crate::checkpoint::{CHECKPOINT_WINDOWS, HEADER_BYTES, Header, Piece, for_each_run};
+use crate::checkpoint::{HEADER_BYTES, Header, Piece, for_each_run};
+use crate::config::CHECKPOINT_WINDOWS;
 use crate::config::{ConfigError, FirmwareConfig};
 use crate::dispatch::Firmware;
 use crate::ftl::{BlockScan, Replayed};

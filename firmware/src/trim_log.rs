@@ -35,6 +35,7 @@
 use sagessd_abi::crc32c::crc32c;
 
 use crate::checkpoint::{Checkpointer, Ticket};
+use crate::config::TRIM_LOG_WINDOWS;
 use crate::dram::Region;
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::Ftl;
@@ -42,12 +43,8 @@ use crate::hal::{FlashError, FlashOp, PhysPage, SPARE_BYTES, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
 use crate::read_retry::READ_RETRIES;
 
-/// DRAM windows records are built in: one open while the previous one is programmed.
-pub(crate) const TRIM_LOG_WINDOWS: usize = 2;
-/// The DRAM window after them, which a programmed record is read back into.
+/// The DRAM window after the record windows, which a programmed record is read back into.
 const READBACK: usize = TRIM_LOG_WINDOWS;
-/// Page windows of the trim log's DRAM region: the record windows and the read-back one.
-pub(crate) const TRIM_LOG_REGION_WINDOWS: usize = TRIM_LOG_WINDOWS + 1;
 /// Records opened and not yet covered by a durable checkpoint, at most.
 pub(crate) const MAX_UNSAVED_RECORDS: usize = 32;
 /// Bytes before a record's ranges: the range count and their CRC32C.
@@ -158,7 +155,7 @@ pub(crate) enum Admit {
 }
 
 impl TrimLog {
-    /// A log over `windows` ([`TRIM_LOG_REGION_WINDOWS`] page windows of `window_bytes`: the
+    /// A log over `windows` ([`TRIM_LOG_REGION_WINDOWS`](crate::config::TRIM_LOG_REGION_WINDOWS) page windows of `window_bytes`: the
     /// record windows, then the read-back one).
     pub fn new(windows: Region, window_bytes: usize, page_bytes: usize) -> Self {
         Self {

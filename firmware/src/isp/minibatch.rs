@@ -12,6 +12,7 @@ use sagessd_abi::ns_config::MAX_LAYERS;
 use sagessd_abi::subgraph::LayerCounts;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::config::MINIBATCH_STATE_BYTES;
 use crate::dram::Region;
 
 /// Phases of a minibatch's node list: its targets, then one per layer.
@@ -47,8 +48,10 @@ pub(crate) struct MinibatchState {
     pub edge_first: u32,
 }
 
-/// Bytes of one [`MinibatchState`] in DRAM.
+/// Bytes of one [`MinibatchState`] in DRAM (the arena's layout takes the size from
+/// [`MINIBATCH_STATE_BYTES`], checked here).
 pub(crate) const STATE_BYTES: usize = core::mem::size_of::<MinibatchState>();
+const _: () = assert!(STATE_BYTES == MINIBATCH_STATE_BYTES);
 // The footprint report (`crate::dram`) states the size.
 const _: () = assert!(STATE_BYTES == 112);
 
