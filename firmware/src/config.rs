@@ -29,6 +29,9 @@ pub(crate) const CHECKPOINT_WINDOWS: usize = 16;
 pub(crate) const TRIM_LOG_WINDOWS: usize = 2;
 /// Page windows of the trim log's DRAM region: the record windows and the read-back one.
 pub(crate) const TRIM_LOG_REGION_WINDOWS: usize = TRIM_LOG_WINDOWS + 1;
+/// Trim records opened and not yet covered by a durable checkpoint, at most (`crate::trim_log`;
+/// the FTL and the boot's replay size their tables of them by it).
+pub(crate) const MAX_UNSAVED_RECORDS: usize = 32;
 /// Bytes of one minibatch's sampling state in DRAM (`crate::isp`'s `MinibatchState`, which
 /// asserts its size against this).
 pub(crate) const MINIBATCH_STATE_BYTES: usize = 112;

@@ -21,7 +21,7 @@ mod rebuild;
 
 pub(crate) use rebuild::{BlockScan, Replayed};
 
-use crate::checkpoint::{CheckpointLayout, reserved_block_count};
+use crate::checkpoint_layout::{CheckpointLayout, reserved_block_count};
 use crate::dram::{DramLayout, Region};
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::hal::{FlashError, FlashOp, Geometry, PhysBlock, PhysPage, SPARE_BYTES, Sectors};
@@ -156,7 +156,7 @@ pub(crate) struct Ftl {
     /// Blocks holding trim records no durable checkpoint covers, with each record's program
     /// sequence (`crate::trim_log`): GC leaves them alone. Twice the log's bound: a boot may
     /// find the records of two checkpoint intervals (the newest checkpoint torn).
-    unsaved_records: heapless::Vec<(u32, u64), { 2 * crate::trim_log::MAX_UNSAVED_RECORDS }>,
+    unsaved_records: heapless::Vec<(u32, u64), { 2 * crate::config::MAX_UNSAVED_RECORDS }>,
     /// The snapshot sequence of the checkpoint being written (or last written).
     snapshot_seq: u64,
     /// GC found victims only among blocks trim records protect.
@@ -367,7 +367,7 @@ impl Ftl {
     pub fn wants_checkpoint(&self) -> bool {
         self.loss == LossRecord::Unsaved
             || self.gc_waits_for_checkpoint
-            || self.unsaved_records.len() >= crate::trim_log::MAX_UNSAVED_RECORDS / 2
+            || self.unsaved_records.len() >= crate::config::MAX_UNSAVED_RECORDS / 2
     }
 
     /// Pages programmed since the last snapshot.

@@ -27,6 +27,7 @@ extern crate std;
 mod admin;
 mod backend;
 mod checkpoint;
+mod checkpoint_layout;
 mod config;
 mod dispatch;
 mod dram;

@@ -17,15 +17,17 @@
 //! checkpoint windows, and calls `wait` whenever it has nothing to do but wait for the flash (a
 //! board spins or sleeps; the emulator advances its NAND clock).
 
-use crate::checkpoint::{HEADER_BYTES, Header, Piece, for_each_run};
+use crate::checkpoint::{Header, Piece, for_each_run};
+use crate::checkpoint_layout::HEADER_BYTES;
 use crate::config::CHECKPOINT_WINDOWS;
+use crate::config::MAX_UNSAVED_RECORDS;
 use crate::config::{ConfigError, FirmwareConfig};
 use crate::dispatch::Firmware;
 use crate::ftl::{BlockScan, Replayed};
 use crate::hal::{Flash, FlashError, FlashOp, PhysBlock, PhysPage, Sectors};
 use crate::oob::{PageKind, ReadSpare, Spare};
 use crate::read_retry::READ_RETRIES;
-use crate::trim_log::{MAX_UNSAVED_RECORDS, record_is_intact, record_range};
+use crate::trim_log::{record_is_intact, record_range};
 
 /// Why the firmware cannot boot from the flash it was given. Each variant names what is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,7 +35,7 @@
 use sagessd_abi::crc32c::crc32c;
 
 use crate::checkpoint::{Checkpointer, Ticket};
-use crate::config::TRIM_LOG_WINDOWS;
+use crate::config::{MAX_UNSAVED_RECORDS, TRIM_LOG_WINDOWS};
 use crate::dram::Region;
 use crate::flash_queue::{FlashQueue, Tag, TagKind};
 use crate::ftl::Ftl;
@@ -45,8 +45,6 @@ use crate::read_retry::READ_RETRIES;
 
 /// The DRAM window after the record windows, which a programmed record is read back into.
 const READBACK: usize = TRIM_LOG_WINDOWS;
-/// Records opened and not yet covered by a durable checkpoint, at most.
-pub(crate) const MAX_UNSAVED_RECORDS: usize = 32;
 /// Bytes before a record's ranges: the range count and their CRC32C.
 const RECORD_HEADER_BYTES: usize = 8;
 /// Program attempts of one record before its waiters are failed.
