@@ -16,7 +16,7 @@ use crate::rng::SplitMix64;
 
 /// One minibatch to sample: its sampling seed and its targets.
 /// Ordered as the (seed, targets) pair is.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Request {
     /// The sampling seed.
     pub seed: u64,

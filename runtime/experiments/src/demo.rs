@@ -196,14 +196,23 @@ pub fn accuracy(
             cora::import(&wheel, &dir)
                 .with_context(|| format!("demo: importing Cora into {}", dir.display()))?;
         }
-        let mut trained = Vec::new();
-        for design in Design::ALL {
-            let base = if design == Design::Oracle { oracle } else { hw };
+        // Each description written once, for the commands that rerun a design.
+        let mut configs = Vec::new();
+        for base in [hw, oracle] {
             let config = out.join(format!(
                 "accuracy-{}.toml",
                 crate::file_safe(&base.device.name)
             ));
             end_to_end::write_config(&config, base)?;
+            configs.push(config);
+        }
+        let mut trained = Vec::new();
+        for design in Design::ALL {
+            let (base, config) = if design == Design::Oracle {
+                (oracle, &configs[1])
+            } else {
+                (hw, &configs[0])
+            };
             let mut spec = sagessd::training::TrainSpec::new(&dir);
             spec.storage = sagessd::Storage::emulator(base.clone());
             design.apply(&mut spec);
@@ -213,7 +222,7 @@ pub fn accuracy(
                 sample: 1,
                 gather: 1,
             };
-            let command = spec.command_line(Some(&config));
+            let command = spec.command_line(Some(config));
             let run = sagessd::training::train(&spec, &mut ()).with_context(|| command.clone())?;
             progress(&format!(
                 "  {}: test accuracy {}",
