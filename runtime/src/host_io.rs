@@ -11,10 +11,10 @@
 //!
 //! What each mode charges, per layer of a minibatch (`C` = the host stack configuration):
 //!
-//! * **dram** ([`HostIoMode::Memory`]): the graph is read into host memory once, before the run
+//! * **memory** ([`SamplerKind::Memory`]): the graph is read into host memory once, before the run
 //!   (untimed: the in-memory baseline assumes memory holds it); every entry is then a load from
 //!   DRAM, charged like every mode's loads below, and no I/O is made.
-//! * **mmap** ([`HostIoMode::Mmap`]): every 8-byte `indptr` entry and every `indices` entry is a
+//! * **mmap** ([`SamplerKind::Mmap`]): every 8-byte `indptr` entry and every `indices` entry is a
 //!   load from the mapped graph, in the order the sampler needs them. A load of a mapped, cached
 //!   page costs nothing in the kernel; of a cached page not yet mapped, a minor fault
 //!   (`C.minor_fault_ns`); of a page not cached, a major fault: `C.major_fault_ns +
@@ -24,31 +24,31 @@
 //!   pages centred on the fault, clipped to the file (`indptr` and `indices` are separate
 //!   files, each with its own `mmap_miss` state), of which the run of uncached pages containing
 //!   the fault is read. One I/O at a time per worker: the faulting thread blocks.
-//! * **direct** ([`HostIoMode::Direct`]): per call, the LBAs holding the needed entries (the
+//! * **direct** ([`SamplerKind::Direct`]): per call, the LBAs holding the needed entries (the
 //!   device's LBA size, 512 B or 4 KiB), deduplicated and merged into runs, each run one
 //!   `pread(O_DIRECT)` into a user scratchpad (split at the device's maximum transfer size):
 //!   `C.syscall_ns + C.submit_ns` before, `C.complete_ns + C.context_switch_ns` after; queue
 //!   depth 1. The entries are then read from the scratchpad.
-//! * **async** ([`HostIoMode::Async`]): the same reads, in batches of `C.uring_queue_depth`; per
+//! * **uring** ([`SamplerKind::Uring`]): the same reads, in batches of `C.uring_queue_depth`; per
 //!   batch one `io_uring_enter` (`C.syscall_ns`), `C.uring_sqe_ns + C.submit_ns` per SQE (SQE
 //!   *i* reaches the device when its share is done), completions handled in completion order at
 //!   `C.complete_ns` each, then `C.context_switch_ns` to wake the thread and `C.uring_cqe_ns`
 //!   per CQE reaped. Entry loads as for direct.
 //!
-//! * In every host mode (dram, mmap, direct, async), loads from host memory cost `C.memory_access_ns`
+//! * In every host mode (memory, mmap, direct, uring), loads from host memory cost `C.memory_access_ns`
 //!   per 64-byte cache line (a load on the line the previous load touched is free:
 //!   `indptr[v]` and `indptr[v + 1]` usually share one, as do a node's sampled neighbours), and
 //!   the host's own sampling work costs `C.node_ns` per destination node (charged when its edge
 //!   range is known) and `C.edge_sampled_ns` per sampled neighbour (charged when the neighbours
 //!   are loaded): [`HostIoStats::compute_ns`].
-//! * **isp** ([`HostIoMode::Isp`]): no host sampling compute or graph loads (the device
+//! * **isp** ([`SamplerKind::Isp`]): no host sampling compute or graph loads (the device
 //!   samples): `NS_SUBMIT` then `NS_COLLECT`, each one synchronous
 //!   passthrough ioctl: `C.syscall_ns + C.submit_ns` before, `C.complete_ns +
 //!   C.context_switch_ns` after. With more workers than the device has sampling slots, an
 //!   `NS_SUBMIT` the device refuses with "no free slot" leaves its worker asleep until another
 //!   worker collects a job (a driver's wait on the device's slots; the refused ioctl is
 //!   charged), then it submits again: [`HostIoStats::slot_waits`].
-//! * **isp-ids** ([`HostIoMode::IspIds`]): as isp, the device returning sampled ids; the host
+//! * **isp-ids** ([`SamplerKind::IspIds`]): as isp, the device returning sampled ids; the host
 //!   builds the subgraph from them at `C.edge_sampled_ns` per sampled neighbour
 //!   ([`HostStackConfig::host_build_ns`]), charged as sampling compute.
 //!
@@ -96,74 +96,12 @@ use sagessd_host_driver::{
 };
 
 use crate::minibatch::Request;
+use crate::registry::SamplerKind;
 use crate::sampler::host_build::HostBuilder;
 use crate::sampler::{
     EdgeRange, FNV_OFFSET, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
     fnv1a,
 };
-
-/// How the host gets its minibatches' subgraphs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HostIoMode {
-    /// The graph resident in host DRAM, as if memory held it (the in-memory baseline of
-    /// SmartSAGE Figs. 6 and 18, "DRAM-only"): read once from the device before the run, then
-    /// every load is a memory access and no I/O.
-    Memory,
-    /// Memory-mapped file through the kernel page cache (page faults, readahead).
-    Mmap,
-    /// `O_DIRECT` reads of exactly the needed blocks into a user buffer, queue depth 1.
-    Direct,
-    /// io_uring-style: the same reads as direct, batched at the configured queue depth.
-    Async,
-    /// In-storage sampling: one `NS_SUBMIT` and one `NS_COLLECT` per minibatch, each a
-    /// synchronous passthrough ioctl.
-    Isp,
-    /// In-storage sampling returning sampled ids ([`sagessd_abi::sampled_ids`]): one
-    /// `NS_SUBMIT` and one `NS_COLLECT` per minibatch, as [`Self::Isp`], and the host builds
-    /// the subgraph from the ids ([`crate::sampler::host_build`]), so the device skips the last layer's
-    /// deduplication and the relabelling.
-    IspIds,
-    /// In-storage hyperbatches: one `NS_SUBMIT` per hyperbatch of
-    /// [`HostIoSampler::set_hyperbatch`] minibatches (the device reads each flash page once per
-    /// hop for all of them), then one `NS_COLLECT` per minibatch.
-    IspHyperbatch,
-}
-
-impl HostIoMode {
-    /// Every mode, in report order.
-    pub const ALL: [Self; 7] = [
-        Self::Memory,
-        Self::Mmap,
-        Self::Direct,
-        Self::Async,
-        Self::Isp,
-        Self::IspIds,
-        Self::IspHyperbatch,
-    ];
-
-    /// A short name for reports and command lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Memory => "dram",
-            Self::Mmap => "mmap",
-            Self::Direct => "direct",
-            Self::Async => "async",
-            Self::Isp => "isp",
-            Self::IspIds => "isp-ids",
-            Self::IspHyperbatch => "isp-hyperbatch",
-        }
-    }
-
-    /// Whether the device samples (one NS_config per minibatch, or per hyperbatch).
-    pub fn in_storage(self) -> bool {
-        matches!(self, Self::Isp | Self::IspIds | Self::IspHyperbatch)
-    }
-
-    /// The mode named `name` (as [`Self::name`] prints it).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
-}
 
 /// Minibatches per in-storage hyperbatch unless [`HostIoSampler::set_hyperbatch`] says otherwise.
 pub const DEFAULT_HYPERBATCH: usize = 8;
@@ -321,7 +259,7 @@ enum WorkerState {
 struct Shared {
     device: Device<LocalTransport>,
     graph: GraphDescriptor,
-    mode: HostIoMode,
+    mode: SamplerKind,
     host: HostStackConfig,
     mmap: Option<MmapState>,
     /// DRAM mode: `indptr` and `indices` as read from the device before the run.
@@ -556,7 +494,7 @@ impl Worker {
                 done += n;
             }
         }
-        if mode == HostIoMode::Async {
+        if mode == SamplerKind::Uring {
             let qd = host.uring_queue_depth as usize;
             for batch in chunks.chunks(qd) {
                 let datas = self.read_batch(batch).await?;
@@ -986,10 +924,10 @@ impl Worker {
         len: usize,
     ) -> Result<Vec<Vec<u8>>, SamplerError> {
         let mode = self.sh.borrow().mode;
-        if mode == HostIoMode::Memory {
+        if mode == SamplerKind::Memory {
             return self.resident_load(region, entries, len);
         }
-        if mode == HostIoMode::Mmap {
+        if mode == SamplerKind::Mmap {
             // Each load through the page cache, then its memory access if it moves to another
             // cache line (the same count as `cache_lines_touched`, charged as the loads happen).
             let mut out = Vec::with_capacity(entries.len());
@@ -1217,13 +1155,13 @@ fn deliver(s: &mut Shared, c: Completion) {
 }
 
 /// A host sampler reading a graph from an emulated device through a modelled host I/O stack
-/// (or asking the device to sample, [`HostIoMode::Isp`]), with one worker
+/// (or asking the device to sample, [`SamplerKind::Isp`]), with one worker
 /// ([`Sampler::sample`]) or several contending for the device ([`Self::run_workers`]).
 #[derive(Debug)]
 pub struct HostIoSampler {
     shared: Option<Shared>,
     sampler: SamplerStats,
-    /// Minibatches per hyperbatch ([`HostIoMode::IspHyperbatch`]).
+    /// Minibatches per hyperbatch ([`SamplerKind::IspHyperbatch`]).
     hyperbatch: usize,
 }
 
@@ -1233,19 +1171,26 @@ impl HostIoSampler {
     pub fn new(
         device: Device<LocalTransport>,
         graph: GraphDescriptor,
-        mode: HostIoMode,
+        mode: SamplerKind,
         host: HostStackConfig,
     ) -> Result<Self, SamplerError> {
         host.validate()
             .map_err(|e| SamplerError::InvalidRequest(e.to_string()))?;
+        if !mode.modelled_host() {
+            return Err(SamplerError::InvalidRequest(format!(
+                "the modelled host does not run the {mode} sampler (`sagessd experiment agnes` \
+                 prices AGNES)"
+            )));
+        }
         let bs = u64::from(device.info().block_size_bytes);
-        if mode == HostIoMode::Mmap && (bs > PAGE_SIZE_BYTES || !PAGE_SIZE_BYTES.is_multiple_of(bs))
+        if mode == SamplerKind::Mmap
+            && (bs > PAGE_SIZE_BYTES || !PAGE_SIZE_BYTES.is_multiple_of(bs))
         {
             return Err(SamplerError::InvalidRequest(format!(
                 "mmap mode needs a block size dividing {PAGE_SIZE_BYTES} (got {bs})"
             )));
         }
-        let mmap = (mode == HostIoMode::Mmap).then(|| MmapState {
+        let mmap = (mode == SamplerKind::Mmap).then(|| MmapState {
             cache: host.page_cache(),
             pages: FxHashMap::default(),
             readahead: Vec::new(),
@@ -1257,7 +1202,7 @@ impl HostIoSampler {
         });
         let mut device = device;
         let resident = match mode {
-            HostIoMode::Memory => {
+            SamplerKind::Memory => {
                 let mut read = |r: LbaRange| match r.block_count {
                     0 => Ok(Vec::new()),
                     _ => device.read(r.slba, r.block_count),
@@ -1294,7 +1239,7 @@ impl HostIoSampler {
     }
 
     /// The mode.
-    pub fn mode(&self) -> HostIoMode {
+    pub fn mode(&self) -> SamplerKind {
         self.shared().mode
     }
 
@@ -1318,7 +1263,7 @@ impl HostIoSampler {
         self.shared.expect("not inside a run").device
     }
 
-    /// Minibatches of each in-storage hyperbatch ([`HostIoMode::IspHyperbatch`]; default
+    /// Minibatches of each in-storage hyperbatch ([`SamplerKind::IspHyperbatch`]; default
     /// [`DEFAULT_HYPERBATCH`]; at least 1).
     pub fn set_hyperbatch(&mut self, minibatches: usize) {
         self.hyperbatch = minibatches.max(1);
@@ -1326,7 +1271,7 @@ impl HostIoSampler {
 
     /// Samples `requests` with `workers` host workers sharing the device (and, for mmap, the
     /// page cache): worker `w` takes requests `w`, `w + workers`, …, one after another, on its
-    /// own clock, all starting at the device's current time ([`HostIoMode::IspHyperbatch`]:
+    /// own clock, all starting at the device's current time ([`SamplerKind::IspHyperbatch`]:
     /// hyperbatches, in request order, in the same way). Deterministic: no threads, no
     /// wall clock (see the module documentation for the scheduling).
     pub fn run_workers(
@@ -1352,7 +1297,7 @@ impl HostIoSampler {
         }
         let mut shared = self.shared.take().expect("not inside a run");
         // Minibatches a worker samples at once: a hyperbatch's, or one.
-        let group = if shared.mode == HostIoMode::IspHyperbatch {
+        let group = if shared.mode == SamplerKind::IspHyperbatch {
             self.hyperbatch
         } else {
             1
@@ -1463,15 +1408,7 @@ impl HostIoSampler {
 
 impl Sampler for HostIoSampler {
     fn name(&self) -> &'static str {
-        match self.mode() {
-            HostIoMode::Memory => "host DRAM",
-            HostIoMode::Mmap => "host mmap",
-            HostIoMode::Direct => "host direct I/O",
-            HostIoMode::Async => "host async I/O",
-            HostIoMode::Isp => "ISP",
-            HostIoMode::IspIds => "ISP, host-built",
-            HostIoMode::IspHyperbatch => "ISP hyperbatch",
-        }
+        self.mode().description()
     }
 
     fn sample(

@@ -10,17 +10,23 @@ use crate::sampler::{FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, Sam
 /// In-storage sampling jobs a host keeps in flight (one NS_SUBMIT each, collected in order).
 pub const ISP_JOBS_IN_FLIGHT: usize = 4;
 
-/// A neighbour sampler, by name.
+/// A neighbour sampler, by name: the one list of access methods. The CLI (`--sampler`,
+/// `--mode`), the Python package (`sagessd.samplers()`), the loader, the modelled host
+/// ([`crate::host_io`]) and every report and record name a method by [`Self::name`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum SamplerKind {
-    /// The CSR in memory (the DRAM-only upper bound, and the reference).
+    /// The CSR in memory (the DRAM-only upper bound, and the reference). Old name `dram`
+    /// (deprecated).
+    #[cfg_attr(feature = "clap", value(alias = "dram"))]
     Memory,
     /// The CSR files mapped: page cache and readahead; I/O = major page faults.
     Mmap,
     /// `O_DIRECT` reads of exactly the CSR sectors needed, one at a time.
     Direct,
-    /// The same reads through io_uring, a hop's reads in flight together.
+    /// The same reads through io_uring, a hop's reads in flight together. Old name `async`
+    /// (deprecated).
+    #[cfg_attr(feature = "clap", value(alias = "async"))]
     Uring,
     /// AGNES: the block layout, each block a minibatch needs read through a graph buffer.
     Agnes,
@@ -28,14 +34,18 @@ pub enum SamplerKind {
     Hyperbatch,
     /// In-storage sampling: the device samples (needs a device).
     Isp,
+    /// In-storage sampling returning sampled ids (`sagessd_abi::sampled_ids`): the device
+    /// skips the last layer's deduplication and the relabelling, the host builds the subgraph
+    /// (needs a device).
+    IspIds,
     /// In-storage hyperbatches: one NS_config per hyperbatch, each flash page read once per
     /// hop for all its minibatches inside the device (needs a device).
     IspHyperbatch,
 }
 
 impl SamplerKind {
-    /// Every sampler, in the order the help lists them.
-    pub const ALL: [Self; 8] = [
+    /// Every sampler, in the order the help and the reports list them.
+    pub const ALL: [Self; 9] = [
         Self::Memory,
         Self::Mmap,
         Self::Direct,
@@ -43,15 +53,34 @@ impl SamplerKind {
         Self::Agnes,
         Self::Hyperbatch,
         Self::Isp,
+        Self::IspIds,
         Self::IspHyperbatch,
     ];
 
-    /// The sampler named `name` (as [`Self::name`] spells it).
+    /// Old names still accepted, and the sampler each names (deprecated: reports print
+    /// [`Self::name`]).
+    pub const ALIASES: [(&'static str, Self); 2] = [("dram", Self::Memory), ("async", Self::Uring)];
+
+    /// The sampler named `name` (as [`Self::name`] spells it, or an old name of
+    /// [`Self::ALIASES`]).
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .or_else(|| {
+                Self::ALIASES
+                    .into_iter()
+                    .find(|(alias, _)| *alias == name)
+                    .map(|(_, k)| k)
+            })
     }
 
-    /// The name on the command line and in reports.
+    /// Every name, comma-separated, for error messages.
+    pub fn names() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
+
+    /// The name on the command line, in Python and in reports and records.
     pub fn name(self) -> &'static str {
         match self {
             Self::Memory => "memory",
@@ -61,7 +90,23 @@ impl SamplerKind {
             Self::Agnes => "agnes",
             Self::Hyperbatch => "hyperbatch",
             Self::Isp => "isp",
+            Self::IspIds => "isp-ids",
             Self::IspHyperbatch => "isp-hyperbatch",
+        }
+    }
+
+    /// A longer description, for reports that name the sampler in words.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Memory => "host DRAM",
+            Self::Mmap => "host mmap",
+            Self::Direct => "host direct I/O",
+            Self::Uring => "host io_uring",
+            Self::Agnes => "AGNES blocks",
+            Self::Hyperbatch => "AGNES hyperbatch",
+            Self::Isp => "ISP",
+            Self::IspIds => "ISP, host-built",
+            Self::IspHyperbatch => "ISP hyperbatch",
         }
     }
 
@@ -72,28 +117,30 @@ impl SamplerKind {
 
     /// Whether the device samples (one NS_config per minibatch, or per hyperbatch).
     pub fn in_storage(self) -> bool {
+        matches!(self, Self::Isp | Self::IspIds | Self::IspHyperbatch)
+    }
+
+    /// Whether the device also gathers its subgraphs' feature rows (the in-storage samplers
+    /// that return subgraphs; isp-ids's host gathers them, as every host sampler does).
+    pub fn gathers_in_storage(self) -> bool {
         matches!(self, Self::Isp | Self::IspHyperbatch)
     }
 
     /// Whether it samples from an NVMe device (block reads, or in storage).
     pub fn on_device(self) -> bool {
-        matches!(
-            self,
-            Self::Agnes | Self::Hyperbatch | Self::Isp | Self::IspHyperbatch
-        )
+        matches!(self, Self::Agnes | Self::Hyperbatch) || self.in_storage()
     }
 
-    /// The modelled host I/O stack mode it corresponds to (the graph in DRAM, mmap, direct I/O,
-    /// io_uring over an emulated device's modelled host stack: [`crate::host_io`]), if any.
-    pub fn modelled_host_mode(self) -> Option<crate::host_io::HostIoMode> {
-        use crate::host_io::HostIoMode;
-        match self {
-            Self::Memory => Some(HostIoMode::Memory),
-            Self::Mmap => Some(HostIoMode::Mmap),
-            Self::Direct => Some(HostIoMode::Direct),
-            Self::Uring => Some(HostIoMode::Async),
-            _ => None,
-        }
+    /// Whether the modelled host ([`crate::host_io::HostIoSampler`], over the emulated SSD in
+    /// virtual time) runs it; AGNES is priced by its own experiment (`sagessd experiment
+    /// agnes`).
+    pub fn modelled_host(self) -> bool {
+        !self.needs_layout()
+    }
+
+    /// The samplers the modelled host runs ([`Self::modelled_host`]), in [`Self::ALL`]'s order.
+    pub fn modelled() -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(|k| k.modelled_host())
     }
 
     /// Whether it reads the AGNES block layout.
@@ -105,7 +152,7 @@ impl SamplerKind {
     pub fn group_size(self, hyperbatch: usize) -> usize {
         match self {
             Self::Hyperbatch | Self::IspHyperbatch => hyperbatch.max(1),
-            Self::Isp => ISP_JOBS_IN_FLIGHT,
+            Self::Isp | Self::IspIds => ISP_JOBS_IN_FLIGHT,
             _ => 1,
         }
     }
@@ -181,7 +228,7 @@ impl<'a> FileSource<'a> {
                 self.buffer_bytes,
                 kind == SamplerKind::Hyperbatch && self.prefetch,
             )?),
-            SamplerKind::Isp | SamplerKind::IspHyperbatch => {
+            SamplerKind::Isp | SamplerKind::IspIds | SamplerKind::IspHyperbatch => {
                 return Err(missing("a device (--on-device)"));
             }
         })

@@ -6,7 +6,7 @@
 use sagessd::compare::{self, CompareConfig, CompareReport};
 use sagessd_emulator::HwConfig;
 use sagessd_runtime::graph_spec::GraphSpec;
-use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::registry::SamplerKind;
 
 /// In-storage sampling of `batches` minibatches of `batch_size` targets (fanouts 10,10) on an
 /// R-MAT of `scale` with `hw`, by each of `workers` worker counts; every subgraph checked.
@@ -26,7 +26,7 @@ fn isp(
         fanouts: vec![10, 10],
         seed: 3,
         hw,
-        modes: vec![HostIoMode::Isp],
+        modes: vec![SamplerKind::Isp],
         workers: workers.to_vec(),
         hyperbatch: 1,
     };
@@ -49,7 +49,7 @@ fn isp_with_workers(isp_cores: u32) -> CompareReport {
 fn four_over_one(report: &CompareReport) -> f64 {
     let per = |w| {
         report
-            .result(HostIoMode::Isp, w)
+            .result(SamplerKind::Isp, w)
             .expect("ran")
             .time_per_minibatch_ns()
     };
@@ -78,7 +78,7 @@ fn four_isp_cores_sample_four_jobs_in_about_a_quarter_of_the_time() {
     // Each core is busy with its own job: the four cores together did about as much as the
     // one (the same jobs), within the makespan of four cores.
     let util = |r: &CompareReport| {
-        let m = r.result(HostIoMode::Isp, 4).expect("ran");
+        let m = r.result(SamplerKind::Isp, 4).expect("ran");
         m.isp_core_busy_ns as f64 / m.makespan_ns as f64
     };
     assert!(util(&four_cores) > 2.5, "{}", util(&four_cores));
@@ -93,7 +93,7 @@ fn flash_bound_isp(read_ahead: bool) -> (f64, u64) {
     hw.firmware.page_buffer_pages = 128;
     hw.firmware.isp_read_ahead = read_ahead;
     let report = isp(hw, 15, 4, 512, &[1]);
-    let r = report.result(HostIoMode::Isp, 1).expect("ran");
+    let r = report.result(SamplerKind::Isp, 1).expect("ran");
     (r.time_per_minibatch_ns(), r.nand_pages_read)
 }
 

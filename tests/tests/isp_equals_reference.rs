@@ -6,8 +6,9 @@
 use proptest::prelude::*;
 use sagessd_abi::subgraph::SubgraphView;
 use sagessd_runtime::graph::CsrGraph;
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::load::{load_graph, load_graph_with_features};
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::sampler::{IspSampler, ReferenceSampler, Sampler};
 use sagessd_tests::{hub_graph, open, small_config};
 
@@ -56,7 +57,7 @@ proptest! {
         };
         // Host-over-device: direct I/O (SmartSAGE's software path), and the same graph read
         // through the page cache (mmap) and in io_uring-style batches, each on its own device.
-        let mut hosts: Vec<HostIoSampler> = [HostIoMode::Direct, HostIoMode::Mmap, HostIoMode::Async]
+        let mut hosts: Vec<HostIoSampler> = [SamplerKind::Direct, SamplerKind::Mmap, SamplerKind::Uring]
             .into_iter()
             .map(|mode| {
                 let mut device = open(&hw);

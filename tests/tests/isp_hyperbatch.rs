@@ -9,8 +9,8 @@ use sagessd::compare::{self, CompareConfig};
 use sagessd_host_driver::Returns;
 use sagessd_runtime::graph::CsrGraph;
 use sagessd_runtime::graph_spec::GraphSpec;
-use sagessd_runtime::host_io::HostIoMode;
 use sagessd_runtime::load::load_graph;
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::sampler::host_build::HostBuilder;
 use sagessd_runtime::sampler::{ReferenceSampler, Sampler};
 use sagessd_tests::{hub_graph, open, small_config};
@@ -123,14 +123,14 @@ fn hyperbatches_read_fewer_flash_pages_than_a_config_per_minibatch() {
         fanouts: vec![10, 5],
         seed: 4,
         hw: small_config(),
-        modes: vec![HostIoMode::Isp, HostIoMode::IspHyperbatch],
+        modes: vec![SamplerKind::Isp, SamplerKind::IspHyperbatch],
         workers: vec![1],
         hyperbatch: 8,
     };
     let report = compare::run(&config, None, &mut |_| {}).expect("comparison runs");
     assert!(report.identical(), "a subgraph differs from the reference");
-    let one = report.result(HostIoMode::Isp, 1).unwrap();
-    let hb = report.result(HostIoMode::IspHyperbatch, 1).unwrap();
+    let one = report.result(SamplerKind::Isp, 1).unwrap();
+    let hb = report.result(SamplerKind::IspHyperbatch, 1).unwrap();
     assert!(
         2 * hb.nand_pages_read < one.nand_pages_read,
         "hyperbatch {} pages, one NS_config each {}",

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use sagessd_emulator::synthetic_graph::{SyntheticGraph, SyntheticSpec};
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::{minibatch_seed, minibatch_targets};
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::sampler::{IspSampler, ReferenceSampler, Sampler};
 
 #[test]
@@ -34,7 +35,7 @@ fn papers100m_sized_graph_samples_identically_in_storage_and_on_the_host() {
     let (isp_device, _) = boot(true);
     let mut isp = IspSampler::new(isp_device);
     let (direct_device, desc) = boot(false);
-    let mut direct = HostIoSampler::new(direct_device, desc, HostIoMode::Direct, hw.host.clone())
+    let mut direct = HostIoSampler::new(direct_device, desc, SamplerKind::Direct, hw.host.clone())
         .expect("direct");
     let mut reference = ReferenceSampler::synthetic(&graph);
     let fanouts = [25, 10];

@@ -33,9 +33,10 @@ use sagessd_emulator::Ssd;
 use crate::footprint::Footprint;
 use sagessd_runtime::graph::DegreeStats;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
 use sagessd_runtime::minibatch::{Request, minibatch_requests};
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::sampler::{
     FNV_OFFSET, ReferenceSampler, SampledSubgraph, Sampler, SamplerError, SamplerStats, fnv1a,
 };
@@ -62,10 +63,10 @@ pub struct CompareConfig {
     /// The emulated device (and, in `[host]`, the host I/O stack).
     pub hw: HwConfig,
     /// The modes to run, in order.
-    pub modes: Vec<HostIoMode>,
+    pub modes: Vec<SamplerKind>,
     /// The worker counts to run each mode with.
     pub workers: Vec<usize>,
-    /// Minibatches per in-storage hyperbatch ([`HostIoMode::IspHyperbatch`]; `--hyperbatch`).
+    /// Minibatches per in-storage hyperbatch ([`SamplerKind::IspHyperbatch`]; `--hyperbatch`).
     pub hyperbatch: usize,
 }
 
@@ -120,7 +121,7 @@ pub enum CompareError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModeResult {
     /// The mode.
-    pub mode: HostIoMode,
+    pub mode: SamplerKind,
     /// Host workers.
     pub workers: usize,
     /// Minibatches sampled.
@@ -181,7 +182,7 @@ impl ModeResult {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompareMismatch {
     /// The mode.
-    pub mode: HostIoMode,
+    pub mode: SamplerKind,
     /// Its worker count.
     pub workers: usize,
     /// The minibatch.
@@ -272,7 +273,7 @@ impl CompareConfig {
         if self.warmup_batches > 0 {
             s.push_str(&format!(" --warmup-batches {}", self.warmup_batches));
         }
-        if self.modes.contains(&HostIoMode::IspHyperbatch) {
+        if self.modes.contains(&SamplerKind::IspHyperbatch) {
             s.push_str(&format!(" --hyperbatch {}", self.hyperbatch));
         }
         if let Some(c) = config_arg {
@@ -309,10 +310,15 @@ impl CompareConfig {
         {
             return bad(format!("--mode lists {m} twice"));
         }
+        if let Some(m) = self.modes.iter().find(|m| !m.modelled_host()) {
+            return bad(format!(
+                "the modelled host does not run {m} (`sagessd experiment agnes` prices AGNES)"
+            ));
+        }
         if self.modes.iter().any(|m| m.in_storage()) && !self.hw.firmware.isp {
             return bad(format!(
-                "{} does not sample in storage (firmware.isp = false): drop isp and \
-                 isp-hyperbatch from --mode, e.g. --mode mmap,direct,async",
+                "{} does not sample in storage (firmware.isp = false): drop isp, isp-ids and \
+                 isp-hyperbatch from --mode, e.g. --mode mmap,direct,uring",
                 self.hw.device.name
             ));
         }
@@ -342,7 +348,7 @@ impl CompareConfig {
         let Some(limits) = info.limits else {
             return Ok(());
         };
-        if self.modes.contains(&HostIoMode::IspHyperbatch) {
+        if self.modes.contains(&SamplerKind::IspHyperbatch) {
             let targets = u64::from(self.batch_size) * self.hyperbatch as u64;
             if self.hyperbatch > usize::from(limits.max_minibatches)
                 || targets > u64::from(limits.max_targets)
@@ -615,7 +621,7 @@ pub fn run(
                 pcie_h2c_bytes: after.pcie_h2c_bytes - before.pcie_h2c_bytes,
                 pcie_c2h_bytes: after.pcie_c2h_bytes - before.pcie_c2h_bytes,
                 nand_pages_read: after.nand_pages_read - before.nand_pages_read,
-                page_cache_hit_rate: (mode == HostIoMode::Mmap).then(|| page_cache.hit_rate()),
+                page_cache_hit_rate: (mode == SamplerKind::Mmap).then(|| page_cache.hit_rate()),
                 core_busy_ns: after.core_busy_ns - before.core_busy_ns,
                 isp_core_busy_ns: after.isp_core_busy_ns - before.isp_core_busy_ns,
                 isp_lane_cores: config.hw.isp_lane_cores(),
@@ -766,7 +772,7 @@ pub fn run_on_device<T: Transport>(
 
 impl CompareReport {
     /// The result for `mode` with `workers`, if it ran.
-    pub fn result(&self, mode: HostIoMode, workers: usize) -> Option<&ModeResult> {
+    pub fn result(&self, mode: SamplerKind, workers: usize) -> Option<&ModeResult> {
         self.results
             .iter()
             .find(|r| r.mode == mode && r.workers == workers)
@@ -779,14 +785,14 @@ impl CompareReport {
 
     /// Time per minibatch of mmap divided by that of `r` (same worker count), if mmap ran.
     pub fn speedup_vs_mmap(&self, r: &ModeResult) -> Option<f64> {
-        let m = self.result(HostIoMode::Mmap, r.workers)?;
+        let m = self.result(SamplerKind::Mmap, r.workers)?;
         Some(m.time_per_minibatch_ns() / r.time_per_minibatch_ns())
     }
 
     /// Time per minibatch of host mode `mode` divided by ISP's, with `workers`, if both ran.
-    pub fn isp_speedup(&self, mode: HostIoMode, workers: usize) -> Option<f64> {
+    pub fn isp_speedup(&self, mode: SamplerKind, workers: usize) -> Option<f64> {
         let host = self.result(mode, workers)?;
-        let isp = self.result(HostIoMode::Isp, workers)?;
+        let isp = self.result(SamplerKind::Isp, workers)?;
         let t = isp.time_per_minibatch_ns();
         (t > 0.0).then(|| host.time_per_minibatch_ns() / t)
     }
@@ -794,7 +800,7 @@ impl CompareReport {
     /// Adds `other`'s results to this report: the same comparison (graph, minibatches,
     /// worker counts, hardware) run with another host page cache, whose modes do not read
     /// through the page cache (everything but mmap). A page-cache sweep runs those modes once
-    /// and mmap at every size. Results stay workers-major in [`HostIoMode::ALL`] order.
+    /// and mmap at every size. Results stay workers-major in [`SamplerKind::ALL`] order.
     pub fn merge_page_cache_free(&mut self, other: CompareReport) -> Result<(), CompareError> {
         let refuse = |why: &str| Err(CompareError::Config(format!("cannot merge reports: {why}")));
         let (a, b) = (&self.config, &other.config);
@@ -821,7 +827,7 @@ impl CompareReport {
         if self.checksum != other.checksum || self.descriptor != other.descriptor {
             return refuse("their reference samples or graph layouts differ");
         }
-        if b.modes.contains(&HostIoMode::Mmap) {
+        if b.modes.contains(&SamplerKind::Mmap) {
             return refuse(
                 "mmap reads through the page cache: its results belong to their own size",
             );
@@ -831,7 +837,7 @@ impl CompareReport {
         }
         self.mismatch = self.mismatch.take().or(other.mismatch);
         self.results.extend(other.results);
-        let order = |m: HostIoMode| HostIoMode::ALL.iter().position(|&x| x == m);
+        let order = |m: SamplerKind| SamplerKind::ALL.iter().position(|&x| x == m);
         self.results.sort_by_key(|r| (r.workers, order(r.mode)));
         self.config.modes.extend(other.config.modes);
         self.config.modes.sort_by_key(|&m| order(m));
@@ -1030,13 +1036,13 @@ impl CompareReport {
                 "core util \"A% + ISP B%\": firmware core A (with sampling lane 0 when sampling time-shares the cores, [cores] isp_cores = 0), the cores that only sample B (their mean), each busy time / makespan\n",
             );
         }
-        let host_modes: Vec<HostIoMode> = c
+        let host_modes: Vec<SamplerKind> = c
             .modes
             .iter()
             .copied()
             .filter(|m| !m.in_storage())
             .collect();
-        if !c.modes.contains(&HostIoMode::Isp) {
+        if !c.modes.contains(&SamplerKind::Isp) {
             out.push_str("ISP speedup: n/a (isp mode not run)\n");
         } else if host_modes.is_empty() {
             out.push_str("ISP speedup: n/a (no host mode run)\n");
@@ -1060,8 +1066,8 @@ impl CompareReport {
         }
         for &w in &c.workers {
             if let (Some(one), Some(hb)) = (
-                self.result(HostIoMode::Isp, w),
-                self.result(HostIoMode::IspHyperbatch, w),
+                self.result(SamplerKind::Isp, w),
+                self.result(SamplerKind::IspHyperbatch, w),
             ) {
                 out.push_str(&format!(
                     "ISP hyperbatches of {}, {}: {:.2}x ISP's time per minibatch, {:.2}x its NAND pages read ({} vs {}){}\n",
@@ -1126,7 +1132,7 @@ mod tests {
             fanouts: vec![5, 5],
             seed: 11,
             hw: HwConfig::cosmos_plus(),
-            modes: HostIoMode::ALL.to_vec(),
+            modes: SamplerKind::modelled().collect(),
             workers: vec![1, 3],
             hyperbatch: 3,
         }
@@ -1134,14 +1140,14 @@ mod tests {
 
     #[test]
     fn only_mmap_reads_through_the_page_cache_and_sweeps_merge() {
-        let with_cache = |bytes: u64, modes: Vec<HostIoMode>| {
+        let with_cache = |bytes: u64, modes: Vec<SamplerKind>| {
             let mut c = small();
             c.hw.host.page_cache_bytes = bytes;
             c.modes = modes;
             run(&c, None, &mut |_| {}).unwrap()
         };
-        use HostIoMode::{Async, Direct, Isp, IspHyperbatch, IspIds, Memory, Mmap};
-        let free = vec![Memory, Direct, Async, Isp, IspIds, IspHyperbatch];
+        use SamplerKind::{Direct, Isp, IspHyperbatch, IspIds, Memory, Mmap, Uring};
+        let free = vec![Memory, Direct, Uring, Isp, IspIds, IspHyperbatch];
         // The modes that bypass the page cache do not notice its size (a tiny cache against
         // one holding the graph); mmap does.
         let tiny = with_cache(8192, free.clone());
@@ -1153,7 +1159,7 @@ mod tests {
         // mmap at the tiny cache plus the rest from the large one is the full run at the tiny one.
         let mut merged = mmap_tiny.clone();
         merged.merge_page_cache_free(large.clone()).unwrap();
-        let full = with_cache(8192, HostIoMode::ALL.to_vec());
+        let full = with_cache(8192, SamplerKind::modelled().collect());
         assert_eq!(merged.results, full.results);
         assert_eq!(merged.config, full.config);
         assert_eq!(merged.render(), full.render());
@@ -1209,7 +1215,7 @@ mod tests {
         );
         // Hyperbatches of three: an NS_SUBMIT each, a collect per minibatch, and a line
         // against an NS_config each.
-        let hb = a.result(HostIoMode::IspHyperbatch, 1).unwrap();
+        let hb = a.result(SamplerKind::IspHyperbatch, 1).unwrap();
         assert_eq!(hb.commands, 2 + 6);
         assert!(text.contains("ISP hyperbatches of 3, 1 worker: "), "{text}");
         assert!(text.contains(&format!("checksum {:#018x}", a.checksum)));
@@ -1221,24 +1227,24 @@ mod tests {
                 "{text}"
             );
         }
-        let mmap = a.result(HostIoMode::Mmap, 1).unwrap();
+        let mmap = a.result(SamplerKind::Mmap, 1).unwrap();
         assert_eq!(a.speedup_vs_mmap(mmap), Some(1.0));
         assert!(mmap.page_cache_hit_rate.is_some());
-        let isp = a.result(HostIoMode::Isp, 1).unwrap();
+        let isp = a.result(SamplerKind::Isp, 1).unwrap();
         assert_eq!(isp.commands, 2 * 6);
         // Sampled ids: the same commands, fewer bytes to the host, the host's build charged.
-        let ids = a.result(HostIoMode::IspIds, 1).unwrap();
+        let ids = a.result(SamplerKind::IspIds, 1).unwrap();
         assert_eq!(ids.commands, isp.commands);
         assert!(ids.pcie_c2h_bytes < isp.pcie_c2h_bytes, "{ids:?}");
         assert!(ids.host_cpu_ns > isp.host_cpu_ns, "{ids:?}");
         assert!(isp.core_utilisation() > 0.0 && isp.core_utilisation() <= 1.0);
         // The graph in DRAM makes no I/O: its only NVMe commands are the load's.
-        let dram = a.result(HostIoMode::Memory, 1).unwrap();
+        let dram = a.result(SamplerKind::Memory, 1).unwrap();
         assert_eq!(dram.commands, 0, "{dram:?}");
         assert!(dram.time_per_minibatch_ns() < mmap.time_per_minibatch_ns());
-        let direct = a.result(HostIoMode::Direct, 1).unwrap();
+        let direct = a.result(SamplerKind::Direct, 1).unwrap();
         assert_eq!(
-            a.isp_speedup(HostIoMode::Direct, 1),
+            a.isp_speedup(SamplerKind::Direct, 1),
             Some(direct.time_per_minibatch_ns() / isp.time_per_minibatch_ns())
         );
         for r in &a.results {
@@ -1252,7 +1258,7 @@ mod tests {
     #[test]
     fn a_warm_up_is_sampled_first_and_not_counted() {
         let cold = CompareConfig {
-            modes: vec![HostIoMode::Mmap],
+            modes: vec![SamplerKind::Mmap],
             workers: vec![1],
             ..small()
         };
@@ -1291,7 +1297,7 @@ mod tests {
     #[test]
     fn a_subset_of_modes_reports_what_ran() {
         let c = CompareConfig {
-            modes: vec![HostIoMode::Direct, HostIoMode::Isp],
+            modes: vec![SamplerKind::Direct, SamplerKind::Isp],
             workers: vec![1],
             batches: 2,
             ..small()
@@ -1307,7 +1313,7 @@ mod tests {
             "{text}"
         );
         let isp_only = CompareConfig {
-            modes: vec![HostIoMode::Isp],
+            modes: vec![SamplerKind::Isp],
             ..c.clone()
         };
         let text = run(&isp_only, None, &mut |_| {}).unwrap().render();
@@ -1316,7 +1322,7 @@ mod tests {
             "{text}"
         );
         let host_only = CompareConfig {
-            modes: vec![HostIoMode::Async],
+            modes: vec![SamplerKind::Uring],
             ..c
         };
         let text = run(&host_only, None, &mut |_| {}).unwrap().render();
@@ -1333,7 +1339,7 @@ mod tests {
     #[test]
     fn a_mismatch_is_reported_with_a_replay_command() {
         let c = CompareConfig {
-            modes: vec![HostIoMode::Isp],
+            modes: vec![SamplerKind::Isp],
             workers: vec![1],
             batches: 1,
             ..small()
@@ -1341,7 +1347,7 @@ mod tests {
         let mut bad = run(&c, Some("x.toml"), &mut |_| {}).unwrap();
         let replay = c.command_line(Some("x.toml"));
         bad.mismatch = Some(CompareMismatch {
-            mode: HostIoMode::Isp,
+            mode: SamplerKind::Isp,
             workers: 1,
             batch: 0,
             sizes_bytes: (10, 12),
@@ -1366,7 +1372,9 @@ mod tests {
     fn bad_configurations_are_refused() {
         for patch in [
             |c: &mut CompareConfig| c.modes.clear(),
-            |c: &mut CompareConfig| c.modes = vec![HostIoMode::Isp, HostIoMode::Isp],
+            |c: &mut CompareConfig| c.modes = vec![SamplerKind::Isp, SamplerKind::Isp],
+            // A sampler the modelled host does not run.
+            |c: &mut CompareConfig| c.modes = vec![SamplerKind::Hyperbatch],
             |c: &mut CompareConfig| c.workers = vec![0],
             |c: &mut CompareConfig| c.workers = vec![2, 2],
             |c: &mut CompareConfig| c.batches = 0,
@@ -1406,7 +1414,7 @@ mod tests {
         assert_eq!(
             small().command_line(Some("x.toml")),
             "sagessd compare --graph rmat:10:8:3 --batches 6 --batch-size 64 \
-             --fanouts 5,5 --seed 11 --mode dram,mmap,direct,async,isp,isp-ids,isp-hyperbatch \
+             --fanouts 5,5 --seed 11 --mode memory,mmap,direct,uring,isp,isp-ids,isp-hyperbatch \
              --workers 1,3 --hyperbatch 3 --config x.toml"
         );
     }

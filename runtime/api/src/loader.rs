@@ -450,7 +450,7 @@ impl Worker {
         mut sample: impl FnMut(&[Request], &mut LoaderStats) -> Result<Sampled, Error>,
     ) -> Result<(), Error> {
         let node_count = info.node_count;
-        let sized_for_batch = self.spec.sampler.in_storage() && info.feature_dim > 0;
+        let sized_for_batch = self.spec.sampler.gathers_in_storage() && info.feature_dim > 0;
         if let Some(opened) = self.opened.take()
             && opened.send(Ok(info)).is_err()
         {
@@ -629,7 +629,7 @@ impl Worker {
         let mut feature_device = SharedDevice::new(device)?;
         let n = placed.node_count;
         let mut gatherer = match region {
-            Some(r) if !kind.in_storage() => FeatureGatherer::new(
+            Some(r) if !kind.gathers_in_storage() => FeatureGatherer::new(
                 spec.features,
                 FeatureFile::on_device(&mut feature_device, &r, n)?,
                 spec.cache,
@@ -648,6 +648,7 @@ impl Worker {
         let info = self.info(dataset, region.is_some())?;
         let labels = self.labels(dataset)?;
         let mut host_built_ns = 0u64;
+        let mut builder = sagessd_runtime::sampler::host_build::HostBuilder::new(n);
         self.serve(info, labels, |group, stats| {
             let sampled: Sampled = match agnes.as_mut() {
                 Some(sampler) => {
@@ -661,6 +662,27 @@ impl Worker {
                     stats.reads = io.reads;
                     stats.bytes_read = io.bytes_read;
                     stats.graph_io = io;
+                    subs.into_iter().zip(rows).collect()
+                }
+                None if kind == SamplerKind::IspIds => {
+                    let ids = {
+                        let mut d = held()?;
+                        let ids = d.sample_many_sampled_ids(&spec.fanouts, group, ISP_JOBS_IN_FLIGHT)?;
+                        let delta = d.stats().since(&before);
+                        stats.reads = delta.commands;
+                        stats.bytes_read = delta.c2h_bytes;
+                        ids
+                    };
+                    let subs = ids
+                        .iter()
+                        .zip(group)
+                        .map(|(bytes, r)| {
+                            let sub = builder.build(bytes, n, r.seed, &spec.fanouts, &r.targets)?;
+                            host_built_ns += hw.host.host_build_ns(sub.edge_count());
+                            Ok(sub)
+                        })
+                        .collect::<Result<Vec<_>, Error>>()?;
+                    let rows = gather(gatherer.as_mut(), &subs, stats)?;
                     subs.into_iter().zip(rows).collect()
                 }
                 None => {

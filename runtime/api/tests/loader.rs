@@ -107,26 +107,16 @@ fn run(kind: SamplerKind, storage: Storage) -> Vec<Batch> {
 
 #[test]
 fn every_sampler_on_files_hands_back_the_reference() {
-    for kind in [
-        SamplerKind::Memory,
-        SamplerKind::Mmap,
-        SamplerKind::Direct,
-        SamplerKind::Uring,
-        SamplerKind::Agnes,
-        SamplerKind::Hyperbatch,
-    ] {
+    // Every sampler the registry runs on files.
+    for kind in SamplerKind::ALL.into_iter().filter(|k| k.on_files()) {
         run(kind, Storage::Files);
     }
 }
 
 #[test]
 fn every_sampler_on_the_emulated_ssd_hands_back_the_reference() {
-    for kind in [
-        SamplerKind::Agnes,
-        SamplerKind::Hyperbatch,
-        SamplerKind::Isp,
-        SamplerKind::IspHyperbatch,
-    ] {
+    // Every sampler the registry runs on a device.
+    for kind in SamplerKind::ALL.into_iter().filter(|k| k.on_device()) {
         let dir = dataset();
         let mut loader =
             Loader::open(&dir, spec(kind, Storage::parse("emulator").unwrap())).unwrap();

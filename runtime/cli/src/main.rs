@@ -10,7 +10,7 @@ use sagessd::compare::{self, CompareConfig, Event};
 use sagessd_emulator::HwConfig;
 use sagessd_host_driver::{DeviceUri, Endpoint};
 use sagessd_runtime::graph_spec::GraphSpec;
-use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::rmat::RmatParams;
 
 /// mimalloc: the samplers allocate and free multi-MiB buffers every minibatch. glibc's malloc
@@ -171,16 +171,18 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Modes to run, comma-separated, in this order: mmap (page cache), direct (O_DIRECT reads at
-    /// QD 1), async (io_uring-style batches), isp (in-storage sampling), isp-ids (in-storage
-    /// sampling returning sampled ids, the host building the subgraph); also dram (the graph
+    /// QD 1), uring (io_uring batches), isp (in-storage sampling), isp-ids (in-storage
+    /// sampling returning sampled ids, the host building the subgraph); also memory (the graph
     /// resident in host memory: the in-memory baseline) and isp-hyperbatch (in-storage
-    /// hyperbatches of --hyperbatch minibatches, one NS_config each).
+    /// hyperbatches of --hyperbatch minibatches, one NS_config each). The old names dram
+    /// (memory) and async (uring) are still accepted, deprecated.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "mmap,direct,async,isp,isp-ids"
+        default_value = "mmap,direct,uring,isp,isp-ids",
+        value_parser = parse_modelled_mode
     )]
-    mode: Vec<String>,
+    mode: Vec<SamplerKind>,
     /// Minibatches per in-storage hyperbatch (--mode isp-hyperbatch).
     #[arg(long, default_value_t = sagessd_runtime::host_io::DEFAULT_HYPERBATCH)]
     hyperbatch: usize,
@@ -212,7 +214,7 @@ impl RunArgs {
     fn compare_config(
         &self,
         hw: HwConfig,
-        modes: Vec<HostIoMode>,
+        modes: Vec<SamplerKind>,
         workers: Vec<usize>,
     ) -> anyhow::Result<CompareConfig> {
         let graph = match &self.graph {
@@ -238,6 +240,25 @@ impl RunArgs {
     }
 }
 
+/// A `--mode`: a sampler the modelled host runs, by its name or an old one.
+fn parse_modelled_mode(name: &str) -> Result<SamplerKind, String> {
+    let modes = || {
+        SamplerKind::modelled()
+            .map(SamplerKind::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match SamplerKind::from_name(name.trim()) {
+        Some(kind) if kind.modelled_host() => Ok(kind),
+        Some(kind) => Err(format!(
+            "the modelled host does not run {kind} (`sagessd experiment agnes` prices AGNES); \
+             modes: {}",
+            modes()
+        )),
+        None => Err(format!("unknown mode (modes: {})", modes())),
+    }
+}
+
 /// Runs the comparison engine (`compare`): the report on stdout, progress bars and
 /// the wall-clock time on stderr.
 fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
@@ -248,17 +269,7 @@ fn run_compare(args: RunArgs, workers: Vec<usize>) -> anyhow::Result<ExitCode> {
     {
         return run_on_device(args, &uri);
     }
-    let modes = args
-        .mode
-        .iter()
-        .map(|m| {
-            HostIoMode::from_name(m.trim()).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown mode {m:?} (dram, mmap, direct, async, isp, isp-hyperbatch)"
-                )
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let modes = args.mode.clone();
     let config = args.compare_config(load_hw(args.config.as_ref())?, modes, workers)?;
     let config_arg = args.config.as_ref().map(|p| p.display().to_string());
 
@@ -383,7 +394,7 @@ fn run_on_device(args: RunArgs, uri: &DeviceUri) -> anyhow::Result<ExitCode> {
     let hw = load_hw(args.config.as_ref())?;
     let name = uri.to_string();
     let mut device = sagessd_host_driver::open_device(uri, &hw)?;
-    let config = args.compare_config(hw, vec![HostIoMode::Isp], vec![1])?;
+    let config = args.compare_config(hw, vec![SamplerKind::Isp], vec![1])?;
     let report = compare::run_on_device(&config, &mut device, &name, &mut |_| {})?;
     let mut out = records::Output::new(args.output.format());
     out.text(report.render());

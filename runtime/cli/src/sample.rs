@@ -24,8 +24,10 @@ pub(crate) struct SampleArgs {
     /// cache and readahead; I/O = major page faults), direct (O_DIRECT reads of the CSR
     /// sectors needed, one at a time), uring (the same reads through io_uring, a hop's reads in
     /// flight together), agnes (AGNES blocks per minibatch), hyperbatch (AGNES hyperbatches);
-    /// with --on-device: agnes, hyperbatch, isp (in-storage sampling) and isp-hyperbatch
-    /// (in-storage hyperbatches: one NS_config per hyperbatch). Default:
+    /// with --on-device: agnes, hyperbatch, isp (in-storage sampling), isp-ids (in-storage
+    /// sampling returning sampled ids, the host building each subgraph) and isp-hyperbatch
+    /// (in-storage hyperbatches: one NS_config per hyperbatch). Old names: dram (memory) and
+    /// async (uring), deprecated. Default:
     /// hyperbatch,agnes,direct, or with --on-device hyperbatch,agnes,isp.
     #[arg(long, value_delimiter = ',', value_enum)]
     sampler: Option<Vec<SamplerKind>>,
@@ -99,7 +101,7 @@ pub(crate) fn run_sample(a: SampleArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!(
             "sampler {bad} {}",
             if a.target.on_device {
-                "does not run on a device (agnes, hyperbatch, isp, isp-hyperbatch do)"
+                "does not run on a device (agnes, hyperbatch, isp, isp-ids, isp-hyperbatch do)"
             } else {
                 "needs a device: add --on-device"
             }
@@ -536,7 +538,8 @@ fn run_sample_on_device(
             _ => (None, None, per_mb_ms(wall.elapsed().as_nanos() as u64)),
         };
         // The host's feature reads (ISP's come within its own commands).
-        let feature_reads = (region.is_some() && !kind.in_storage()).then_some(stats.feature_reads);
+        let feature_reads =
+            (region.is_some() && !kind.gathers_in_storage()).then_some(stats.feature_reads);
         let io = stats;
         let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         out.text(format!(

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use sagessd::compare::human_bytes;
 use sagessd_experiments::validate_host::{self, HostValidation};
 use sagessd_runtime::graph_spec::GraphSpec;
-use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::registry::SamplerKind;
 
 use crate::records::{FormatArgs, Output, Record};
 use crate::workload_args::WorkloadArgs;
@@ -69,13 +69,13 @@ pub(crate) fn run(command: ValidateCommand) -> anyhow::Result<ExitCode> {
 /// `validate host`.
 fn host(a: HostArgs) -> anyhow::Result<ExitCode> {
     let graph = GraphSpec::parse(&a.graph).map_err(anyhow::Error::msg)?;
-    let samplers: Vec<(String, HostIoMode)> = a
+    let samplers: Vec<(String, SamplerKind)> = a
         .samplers
         .iter()
         .map(|s| match s.as_str() {
-            "mmap" => Ok((s.clone(), HostIoMode::Mmap)),
-            "direct" => Ok((s.clone(), HostIoMode::Direct)),
-            "uring" => Ok((s.clone(), HostIoMode::Async)),
+            "mmap" => Ok((s.clone(), SamplerKind::Mmap)),
+            "direct" => Ok((s.clone(), SamplerKind::Direct)),
+            "uring" => Ok((s.clone(), SamplerKind::Uring)),
             other => anyhow::bail!("--samplers {other}: mmap, direct or uring"),
         })
         .collect::<anyhow::Result<_>>()?;
@@ -148,7 +148,7 @@ fn host(a: HostArgs) -> anyhow::Result<ExitCode> {
                 "{:<7} {:>3} {:>11}   {:>11} · {:>9} · {:>5}   {:>9} · {:>9} · {:>5}   {:>9} · {:>9}\n",
                 row.sampler,
                 row.ratio,
-                if row.mode == HostIoMode::Mmap {
+                if row.mode == SamplerKind::Mmap {
                     human_bytes(row.page_cache_bytes)
                 } else {
                     "-".into()

@@ -38,11 +38,12 @@ use sagessd_emulator::synthetic_image::Region;
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::minibatch::minibatch_requests;
 use sagessd_runtime::ooc::agnes::synthetic::SyntheticLayout;
 use sagessd_runtime::ooc::{AgnesLayout, AgnesSampler, SharedDevice};
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::sampler::{ReferenceSampler, SampledSubgraph, Sampler};
 
 use super::paper;
@@ -470,7 +471,7 @@ fn on_csr(
     hw: &HwConfig,
     graph: &Arc<SyntheticGraph>,
     sweep: &Sweep,
-    mode: HostIoMode,
+    mode: SamplerKind,
 ) -> anyhow::Result<(HostIoSampler, u64, u64, Vec<Request>)> {
     let (ssd, desc, _) = Ssd::with_synthetic_graph(hw, graph.clone(), 0)?;
     let mut device = Device::open(LocalTransport::new(ssd))?;
@@ -503,7 +504,7 @@ fn small_reads(
     graph: &Arc<SyntheticGraph>,
     sweep: &Sweep,
     reference: &SampledSubgraph,
-    mode: HostIoMode,
+    mode: SamplerKind,
 ) -> anyhow::Result<Point> {
     let (mut s, lba_bytes, layout_bytes, requests) = on_csr(hw, graph, sweep, mode)?;
     let mut first = true;
@@ -538,7 +539,7 @@ fn small_reads(
         sweep: "small reads",
         ratio: sweep.ratio,
         sampler: match mode {
-            HostIoMode::Async => "io_uring",
+            SamplerKind::Uring => "io_uring",
             _ => "direct I/O",
         },
         block_bytes: lba_bytes,
@@ -564,9 +565,9 @@ fn in_storage(
     hyperbatch: usize,
 ) -> anyhow::Result<Point> {
     let mode = if hyperbatch > 1 {
-        HostIoMode::IspHyperbatch
+        SamplerKind::IspHyperbatch
     } else {
-        HostIoMode::Isp
+        SamplerKind::Isp
     };
     let (mut s, _, layout_bytes, requests) = on_csr(hw, graph, sweep, mode)?;
     s.set_hyperbatch(hyperbatch);
@@ -663,7 +664,7 @@ pub(crate) fn run(
         };
         points.push(point);
     }
-    for mode in [HostIoMode::Direct, HostIoMode::Async] {
+    for mode in [SamplerKind::Direct, SamplerKind::Uring] {
         progress(&format!("small reads: {mode:?}"));
         points.push(small_reads(hw, graph, sweep, reference, mode)?);
     }
@@ -1139,7 +1140,7 @@ mod tests {
         assert!(point(&hw, &graph, &sweep, &right, at).is_ok());
         let err = point(&hw, &graph, &sweep, &wrong, at).unwrap_err();
         assert!(err.to_string().contains("reference"), "{err}");
-        let err = small_reads(&hw, &graph, &sweep, &wrong, HostIoMode::Direct).unwrap_err();
+        let err = small_reads(&hw, &graph, &sweep, &wrong, SamplerKind::Direct).unwrap_err();
         assert!(err.to_string().contains("reference"), "{err}");
     }
 }

@@ -29,7 +29,7 @@ use sagessd_emulator::HwConfig;
 #[cfg(feature = "train")]
 use sagessd_pipeline::Timeline;
 #[cfg(feature = "train")]
-use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::registry::SamplerKind;
 #[cfg(feature = "train")]
 use sagessd_train::{ModelKind, StepModel};
 
@@ -388,14 +388,14 @@ pub fn run(
         anyhow::bail!("no sampling points to train from");
     };
     let workers = first.report.config.workers.clone();
-    let config = |hw: &HwConfig, mode: HostIoMode, workers: Vec<usize>| CompareConfig {
+    let config = |hw: &HwConfig, mode: SamplerKind, workers: Vec<usize>| CompareConfig {
         modes: vec![mode],
         workers,
         hw: hw.clone(),
         ..first.report.config.clone()
     };
     // A comparison of `mode` on `hw`, checked to sample what the sweep sampled.
-    let run_checked = |hw: &HwConfig, mode: HostIoMode, what: &str| {
+    let run_checked = |hw: &HwConfig, mode: SamplerKind, what: &str| {
         let report = compare::run(&config(hw, mode, workers.clone()), None, &mut |_| {})?;
         anyhow::ensure!(
             report.identical() && report.checksum == first.report.checksum,
@@ -406,12 +406,12 @@ pub fn run(
     progress(&format!(
         "  DRAM-only (the graph in host memory), workers {workers:?}"
     ));
-    let dram = run_checked(hw, HostIoMode::Memory, "DRAM-only")?;
+    let dram = run_checked(hw, SamplerKind::Memory, "DRAM-only")?;
     progress(&format!(
         "  SmartSAGE(oracle): in-storage sampling on {}, workers {workers:?}",
         oracle.device.name
     ));
-    let oracle_report = run_checked(oracle, HostIoMode::Isp, "the oracle")?;
+    let oracle_report = run_checked(oracle, SamplerKind::Isp, "the oracle")?;
     let step = step_model(hw);
     let steps: Vec<u64> = first
         .report
@@ -425,22 +425,22 @@ pub fn run(
     for &w in &workers {
         let mut points = Vec::new();
         let dram_t = dram
-            .result(HostIoMode::Memory, w)
+            .result(SamplerKind::Memory, w)
             .map(|r| timeline(r, &dram, &step));
         if let Some(t) = &dram_t {
             dram_busy.push((w, 1.0 - t.idle_fraction()));
         }
         let oracle_t = oracle_report
-            .result(HostIoMode::Isp, w)
+            .result(SamplerKind::Isp, w)
             .map(|r| timeline(r, &oracle_report, &step));
         for p in sampling {
             if let Some(t) = &dram_t {
                 points.push(point(Design::DramOnly, &hw.device.name, p.ratio, t));
             }
             for (design, mode) in [
-                (Design::Mmap, HostIoMode::Mmap),
-                (Design::Sw, HostIoMode::Direct),
-                (Design::HwSw, HostIoMode::Isp),
+                (Design::Mmap, SamplerKind::Mmap),
+                (Design::Sw, SamplerKind::Direct),
+                (Design::HwSw, SamplerKind::Isp),
             ] {
                 if let Some(r) = p.report.result(mode, w) {
                     let t = timeline(r, &p.report, &step);

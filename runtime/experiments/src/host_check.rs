@@ -12,8 +12,9 @@ use sagessd_emulator::synthetic_graph::SyntheticGraph;
 use sagessd_emulator::{HwConfig, Ssd};
 use sagessd_host_driver::{Device, LocalTransport};
 
-use sagessd_runtime::host_io::{HostIoMode, HostIoSampler};
+use sagessd_runtime::host_io::HostIoSampler;
 use sagessd_runtime::minibatch::Request;
+use sagessd_runtime::registry::SamplerKind;
 use sagessd_runtime::sampler::SamplerError;
 
 /// What a sampler's storage I/O amounted to, as the kernel (or the model) counts it.
@@ -36,7 +37,7 @@ pub struct IoCounts {
 pub fn modelled(
     hw: &HwConfig,
     graph: Arc<SyntheticGraph>,
-    mode: HostIoMode,
+    mode: SamplerKind,
     host: HostStackConfig,
     fanouts: &[u16],
     requests: &[Request],
@@ -49,7 +50,7 @@ pub fn modelled(
     let mut s = HostIoSampler::new(device, desc, mode, host)?;
     s.run_workers(workers.max(1), fanouts, requests)?;
     let st = s.host_stats();
-    let mmap = mode == HostIoMode::Mmap;
+    let mmap = mode == SamplerKind::Mmap;
     Ok(IoCounts {
         pages_read: st.bytes_read / PAGE_SIZE_BYTES,
         reads: st.ios,
@@ -108,7 +109,7 @@ mod tests {
         let m = modelled(
             &hw,
             g.clone(),
-            HostIoMode::Mmap,
+            SamplerKind::Mmap,
             host.clone(),
             &[10, 5],
             &requests,
@@ -120,7 +121,7 @@ mod tests {
             m.pages_read <= csr_pages + 2,
             "{m:?}: a page is read at most once"
         );
-        let d = modelled(&hw, g, HostIoMode::Direct, host, &[10, 5], &requests, 1).unwrap();
+        let d = modelled(&hw, g, SamplerKind::Direct, host, &[10, 5], &requests, 1).unwrap();
         assert_eq!((d.major_faults, d.minor_faults), (None, None));
         assert!(d.pages_read >= d.reads && d.reads > 0);
         assert_eq!(ratio(0, 0), Some(1.0));

@@ -185,11 +185,11 @@ fn run_smartsage(args: &Options, progress: &mut dyn FnMut(&str)) -> anyhow::Resu
             ("fig14", smartsage::fig14_plot(points)),
             (
                 "fig16",
-                smartsage::workers_plot(points, sagessd_runtime::host_io::HostIoMode::Mmap),
+                smartsage::workers_plot(points, sagessd_runtime::registry::SamplerKind::Mmap),
             ),
             (
                 "fig17",
-                smartsage::workers_plot(points, sagessd_runtime::host_io::HostIoMode::Direct),
+                smartsage::workers_plot(points, sagessd_runtime::registry::SamplerKind::Direct),
             ),
             ("fig15", smartsage::fig15_plot(points)),
         ];
@@ -909,7 +909,7 @@ fn smartsage_report(
             for &w in &p.report.config.workers {
                 let s = p
                     .report
-                    .isp_speedup(sagessd_runtime::host_io::HostIoMode::Direct, w)
+                    .isp_speedup(sagessd_runtime::registry::SamplerKind::Direct, w)
                     .unwrap_or(f64::NAN);
                 let _ = writeln!(r, "| {} | {w} | {s:.2}× |", p.ratio);
             }

@@ -17,7 +17,7 @@
 use sagessd::compare::{self, CompareConfig, CompareReport, ModeResult};
 use sagessd_emulator::HwConfig;
 use sagessd_runtime::graph_spec::GraphSpec;
-use sagessd_runtime::host_io::HostIoMode;
+use sagessd_runtime::registry::SamplerKind;
 
 use super::paper;
 use super::plot::{Figure, Series};
@@ -121,7 +121,7 @@ impl Point {
     pub fn coalescing_speedups(&self) -> impl Iterator<Item = (u32, f64, Option<f64>)> + '_ {
         let mmap = self
             .report
-            .result(HostIoMode::Mmap, 1)
+            .result(SamplerKind::Mmap, 1)
             .map(ModeResult::time_per_minibatch_ns);
         self.coalescing
             .iter()
@@ -146,7 +146,7 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Vec<Point>> {
     let config =
-        |hw: HwConfig, batches: u32, modes: Vec<HostIoMode>, workers: Vec<usize>| CompareConfig {
+        |hw: HwConfig, batches: u32, modes: Vec<SamplerKind>, workers: Vec<usize>| CompareConfig {
             graph: sweep.graph.clone(),
             batches,
             warmup_batches: sweep.warmup_batches,
@@ -177,7 +177,7 @@ pub fn run(
             &config(
                 hw.clone(),
                 sweep.batches,
-                vec![HostIoMode::Direct, HostIoMode::Isp],
+                vec![SamplerKind::Direct, SamplerKind::Isp],
                 workers.clone(),
             ),
             None,
@@ -195,7 +195,7 @@ pub fn run(
                 &config(
                     at_ratio.clone(),
                     sweep.batches,
-                    vec![HostIoMode::Mmap],
+                    vec![SamplerKind::Mmap],
                     workers.clone(),
                 ),
                 None,
@@ -227,7 +227,7 @@ pub fn run(
 fn coalescing(
     hw: &HwConfig,
     sweep: &Sweep,
-    config: &dyn Fn(HwConfig, u32, Vec<HostIoMode>, Vec<usize>) -> CompareConfig,
+    config: &dyn Fn(HwConfig, u32, Vec<SamplerKind>, Vec<usize>) -> CompareConfig,
 ) -> anyhow::Result<Vec<(u32, f64)>> {
     let batch = sweep.batch_size;
     let mut out = Vec::new();
@@ -240,7 +240,7 @@ fn coalescing(
         let mut c = config(
             hw.clone(),
             sweep.batches * per_batch,
-            vec![HostIoMode::Isp],
+            vec![SamplerKind::Isp],
             vec![1],
         );
         c.batch_size = g;
@@ -250,7 +250,7 @@ fn coalescing(
             "in-storage samples of {g}-target NS_configs differ from the in-memory reference"
         );
         let isp = report
-            .result(HostIoMode::Isp, 1)
+            .result(SamplerKind::Isp, 1)
             .ok_or_else(|| anyhow::anyhow!("no ISP result"))?;
         out.push((g, isp.time_per_minibatch_ns() * f64::from(per_batch)));
     }
@@ -306,11 +306,11 @@ pub fn fig15_plot(points: &[Point]) -> Figure {
 }
 
 /// The paper's names of the modes.
-pub fn design(mode: HostIoMode) -> &'static str {
+pub fn design(mode: SamplerKind) -> &'static str {
     match mode {
-        HostIoMode::Mmap => "SSD(mmap)",
-        HostIoMode::Direct => "SmartSAGE(SW)",
-        HostIoMode::Isp => "SmartSAGE(HW/SW)",
+        SamplerKind::Mmap => "SSD(mmap)",
+        SamplerKind::Direct => "SmartSAGE(SW)",
+        SamplerKind::Isp => "SmartSAGE(HW/SW)",
         _ => mode.name(),
     }
 }
@@ -361,7 +361,7 @@ pub fn fig17(points: &[Point]) -> Vec<Record> {
         for &w in &p.report.config.workers {
             rows.push(point_head("smartsage.fig17", p).with("workers", w).with(
                 "hwsw_speedup_vs_sw",
-                p.report.isp_speedup(HostIoMode::Direct, w),
+                p.report.isp_speedup(SamplerKind::Direct, w),
             ));
         }
     }
@@ -372,9 +372,9 @@ pub fn fig17(points: &[Point]) -> Vec<Record> {
 /// memory ratios (the paper's are over its datasets, each at its own ratio), and for "several
 /// workers" over every worker count above one.
 pub fn ours(points: &[Point], key: &str) -> Option<f64> {
-    use HostIoMode::{Direct, Isp, Mmap};
+    use SamplerKind::{Direct, Isp, Mmap};
     // `mode`'s speedup over `over` at every worker count of the points, one worker or several.
-    let speedups = |mode: HostIoMode, over: HostIoMode, one_worker: bool| -> Vec<f64> {
+    let speedups = |mode: SamplerKind, over: SamplerKind, one_worker: bool| -> Vec<f64> {
         points
             .iter()
             .flat_map(|p| {
@@ -424,7 +424,7 @@ fn paper_line(key: &str, label: &str) -> Option<Series> {
 
 /// Fig. 14 of one device: speedup over mmap against the memory ratio, one worker.
 pub fn fig14_plot(points: &[Point]) -> Figure {
-    let line = |mode: HostIoMode| Series {
+    let line = |mode: SamplerKind| Series {
         label: format!("{}, ours", design(mode)),
         points: points
             .iter()
@@ -435,7 +435,7 @@ pub fn fig14_plot(points: &[Point]) -> Figure {
             .collect(),
         paper: false,
     };
-    let mut series = vec![line(HostIoMode::Direct), line(HostIoMode::Isp)];
+    let mut series = vec![line(SamplerKind::Direct), line(SamplerKind::Isp)];
     series.extend(paper_line("fig14.sw_vs_mmap.mean", "SmartSAGE(SW)"));
     series.extend(paper_line("fig14.hwsw_vs_mmap.mean", "SmartSAGE(HW/SW)"));
     Figure {
@@ -452,7 +452,7 @@ pub fn fig14_plot(points: &[Point]) -> Figure {
 
 /// Fig. 16 (`isp_over` = Mmap) or Fig. 17 (`isp_over` = Direct) of one device: ISP's speedup
 /// against the worker count, a line per memory ratio.
-pub fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
+pub fn workers_plot(points: &[Point], isp_over: SamplerKind) -> Figure {
     let mut series: Vec<Series> = points
         .iter()
         .map(|p| Series {
@@ -468,7 +468,7 @@ pub fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
         })
         .collect();
     let (figure, over) = match isp_over {
-        HostIoMode::Mmap => {
+        SamplerKind::Mmap => {
             series.extend(paper_line("fig16.hwsw_vs_mmap.mean", "several workers"));
             ("Fig. 16", "SSD(mmap)")
         }
@@ -490,7 +490,7 @@ pub fn workers_plot(points: &[Point], isp_over: HostIoMode) -> Figure {
 pub fn diagnosis(p: &Point) -> String {
     let one = |m| p.report.result(m, 1);
     let mut parts = Vec::new();
-    if let (Some(mmap), Some(direct)) = (one(HostIoMode::Mmap), one(HostIoMode::Direct)) {
+    if let (Some(mmap), Some(direct)) = (one(SamplerKind::Mmap), one(SamplerKind::Direct)) {
         parts.push(format!(
             "mmap reads {:.1}× the NAND pages direct I/O reads ({} vs {}; page-cache hit ratio {:.1} %, fault read-around up to {} pages into a cache of 1/{} of the graph)",
             mmap.nand_pages_read as f64 / direct.nand_pages_read.max(1) as f64,
@@ -504,7 +504,7 @@ pub fn diagnosis(p: &Point) -> String {
     // One worker has one job in flight: it runs on lane 0, on the firmware core when sampling
     // time-shares the cores, on the first ISP core otherwise.
     let isp_cores = p.report.config.hw.cores.isp_cores;
-    if let Some(isp) = one(HostIoMode::Isp) {
+    if let Some(isp) = one(SamplerKind::Isp) {
         let (where_, busy) = if isp_cores == 0 {
             ("the firmware core it time-shares", isp.core_utilisation())
         } else {

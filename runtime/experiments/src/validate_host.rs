@@ -15,9 +15,9 @@ use crate::cgroup::{self, MemoryCgroup, ReadAheadGuard};
 use crate::host_check::{self, IoCounts};
 use sagessd_emulator::host_stack::MmapWorkers;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_io::HostIoMode;
 use sagessd_runtime::minibatch::Request;
 use sagessd_runtime::minibatch::minibatch_requests;
+use sagessd_runtime::registry::SamplerKind;
 
 /// Minibatches, their size, fanouts and seed: "16 minibatches of 1,024 targets, fanouts
 /// 25,10", the yardstick `dataset footprint` and `validate host` share, so that they measure
@@ -60,7 +60,7 @@ pub struct HostValidation {
     /// Graph-to-page-cache ratios, in the order run.
     pub ratios: Vec<u32>,
     /// The samplers, each with its name as the child takes it (`mmap`, `direct`, `uring`).
-    pub samplers: Vec<(String, HostIoMode)>,
+    pub samplers: Vec<(String, SamplerKind)>,
     /// The minibatches.
     pub workload: Workload,
     /// Worker processes sharing the minibatches (worker w takes w, w + N, …), run at once in
@@ -89,7 +89,7 @@ pub struct Row {
     /// The sampler's name.
     pub sampler: String,
     /// Its host I/O mode.
-    pub mode: HostIoMode,
+    pub mode: SamplerKind,
     /// Graph over page cache.
     pub ratio: u32,
     /// The page cache the children had (and the model was given), bytes.
@@ -298,7 +298,7 @@ impl Drop for StopOnDrop<'_> {
 }
 
 /// The real run's counts from `sagessd sample --format json`, and its anonymous memory.
-fn parse_sample(stdout: &[u8], mode: HostIoMode) -> anyhow::Result<(IoCounts, Option<u64>)> {
+fn parse_sample(stdout: &[u8], mode: SamplerKind) -> anyhow::Result<(IoCounts, Option<u64>)> {
     let text = String::from_utf8_lossy(stdout);
     let mut counts = None;
     let mut anon = None;
@@ -312,10 +312,10 @@ fn parse_sample(stdout: &[u8], mode: HostIoMode) -> anyhow::Result<(IoCounts, Op
                 counts = Some(IoCounts {
                     pages_read: n("bytes_read").unwrap_or(0) / 4096,
                     reads: n("reads").unwrap_or(0),
-                    major_faults: (mode == HostIoMode::Mmap)
+                    major_faults: (mode == SamplerKind::Mmap)
                         .then(|| n("major_faults"))
                         .flatten(),
-                    minor_faults: (mode == HostIoMode::Mmap)
+                    minor_faults: (mode == SamplerKind::Mmap)
                         .then(|| n("minor_faults"))
                         .flatten(),
                 });

@@ -227,8 +227,7 @@ struct Loader {
 
 fn parse_kind(name: &str) -> PyResult<SamplerKind> {
     SamplerKind::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = SamplerKind::ALL.iter().map(|k| k.name()).collect();
-        PyValueError::new_err(format!("sampler {name:?}: one of {}", names.join(", ")))
+        PyValueError::new_err(format!("sampler {name:?}: one of {}", SamplerKind::names()))
     })
 }
 
@@ -489,11 +488,19 @@ impl Loader {
     }
 }
 
+/// Every sampler's name, in the registry's order (`SamplerKind::ALL`): what a `Loader` takes,
+/// the CLI's `--sampler` and every record spell the same names.
+#[pyfunction]
+fn samplers() -> Vec<&'static str> {
+    SamplerKind::ALL.map(SamplerKind::name).to_vec()
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
     m.add_class::<Dataset>()?;
     m.add_class::<Loader>()?;
+    m.add_function(wrap_pyfunction!(samplers, m)?)?;
     Ok(())
 }

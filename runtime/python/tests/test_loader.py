@@ -2,6 +2,9 @@
 of the stored graph (checked against its arrays, not against sagessd), every sampler draws the
 same ones, features and labels are the dataset's, and errors are clear."""
 
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +15,30 @@ from conftest import neighbours
 
 FANOUTS = [6, 3]
 ON_FILES = ["memory", "mmap", "direct", "uring", "agnes", "hyperbatch"]
-ON_DEVICE = ["agnes", "hyperbatch", "isp", "isp-hyperbatch"]
+ON_DEVICE = ["agnes", "hyperbatch", "isp", "isp-ids", "isp-hyperbatch"]
 CASES = [(k, "files") for k in ON_FILES] + [(k, "emulator") for k in ON_DEVICE]
+
+
+def test_every_registered_sampler_is_tested_and_the_cli_names_the_same_ones():
+    """``sagessd.samplers()`` is the registry's list: each one is among this file's cases, and
+    ``sagessd sample --help`` lists exactly these names (the CLI the suite built: target/debug,
+    or $SAGESSD_CLI)."""
+    names = sagessd.samplers()
+    assert names == sagessd.SAMPLERS
+    assert set(names) == set(ON_FILES) | set(ON_DEVICE), "a sampler this file does not test"
+    root = Path(__file__).resolve().parents[3]
+    cli = Path(os.environ.get("SAGESSD_CLI", root / "target" / "debug" / "sagessd"))
+    assert cli.is_file(), f"no sagessd CLI at {cli} (cargo build -p sagessd-cli, or set SAGESSD_CLI)"
+    help_text = subprocess.run([str(cli), "sample", "--help"], check=True, capture_output=True,
+                               text=True).stdout
+    section = help_text[help_text.index("--sampler"):]
+    listed = re.search(r"\[possible values: ([^\]]*)\]", section)
+    if listed:
+        cli_names = tuple(n.strip() for n in listed.group(1).split(","))
+    else:
+        block = section[section.index("Possible values:"):].split("\n\n")[0]
+        cli_names = tuple(re.findall(r"^\s*- ([a-z-]+)", block, re.M))
+    assert cli_names == names
 
 
 def options():

@@ -1,14 +1,14 @@
 //! A worker's in-storage sampling, in virtual time: the device samples, the host submits and
-//! collects ([`super::HostIoMode::Isp`]: one minibatch per `NS_SUBMIT`;
-//! [`super::HostIoMode::IspIds`]: the same, returning sampled ids the host builds the subgraph
-//! from; [`super::HostIoMode::IspHyperbatch`]: a hyperbatch per `NS_SUBMIT`), each command one
+//! collects ([`super::SamplerKind::Isp`]: one minibatch per `NS_SUBMIT`;
+//! [`super::SamplerKind::IspIds`]: the same, returning sampled ids the host builds the subgraph
+//! from; [`super::SamplerKind::IspHyperbatch`]: a hyperbatch per `NS_SUBMIT`), each command one
 //! synchronous passthrough ioctl, and waits for a sampling slot when the device has none free.
 
 use sagessd_abi::nvme::{SubmissionEntry, VendorStatus, io_opcode};
 use sagessd_host_driver::{NAMESPACE_ID, Returns, ns};
 
 use super::{
-    DEFAULT_COLLECT_CAP_BYTES, HostIoMode, Park, Request, Shared, Worker, WorkerState,
+    DEFAULT_COLLECT_CAP_BYTES, Park, Request, SamplerKind, Shared, Worker, WorkerState,
     command_error,
 };
 use crate::sampler::{SampledSubgraph, SamplerError};
@@ -125,7 +125,7 @@ impl Worker {
     }
 
     /// In-storage sampling of one minibatch: `NS_SUBMIT` with the whole NS_config, then
-    /// `NS_COLLECT`; with [`HostIoMode::IspIds`], the host builds the subgraph from the sampled
+    /// `NS_COLLECT`; with [`SamplerKind::IspIds`], the host builds the subgraph from the sampled
     /// ids collected (charged as sampling compute).
     pub(super) async fn isp_sample(
         &self,
@@ -138,7 +138,7 @@ impl Worker {
             (s.graph.node_count, s.mode)
         };
         crate::sampler::validate_request(fanouts, targets, node_count)?;
-        let returns = if mode == HostIoMode::IspIds {
+        let returns = if mode == SamplerKind::IspIds {
             Returns::SampledIds
         } else {
             Returns::Subgraph

@@ -6,7 +6,7 @@ use crate::graph::CsrGraph;
 use crate::rmat::{RmatParams, generate};
 use crate::sampler::ReferenceSampler;
 
-const MODES: [HostIoMode; 3] = [HostIoMode::Mmap, HostIoMode::Direct, HostIoMode::Async];
+const MODES: [SamplerKind; 3] = [SamplerKind::Mmap, SamplerKind::Direct, SamplerKind::Uring];
 
 fn loaded_device(g: &CsrGraph) -> (Device<LocalTransport>, GraphDescriptor) {
     let transport = LocalTransport::from_config(&HwConfig::cosmos_plus()).unwrap();
@@ -15,7 +15,7 @@ fn loaded_device(g: &CsrGraph) -> (Device<LocalTransport>, GraphDescriptor) {
     (dev, desc)
 }
 
-fn sampler(g: &CsrGraph, mode: HostIoMode, host: HostStackConfig) -> HostIoSampler {
+fn sampler(g: &CsrGraph, mode: SamplerKind, host: HostStackConfig) -> HostIoSampler {
     let (dev, desc) = loaded_device(g);
     HostIoSampler::new(dev, desc, mode, host).unwrap()
 }
@@ -56,7 +56,7 @@ fn every_mode_equals_the_reference() {
             .iter()
             .map(|&m| sampler(&g, m, HostStackConfig::default()))
             .collect();
-        samplers.push(sampler(&g, HostIoMode::Mmap, tiny_cache.clone()));
+        samplers.push(sampler(&g, SamplerKind::Mmap, tiny_cache.clone()));
         for (seed, fanouts) in REQUESTS {
             let t = targets(seed, g.node_count());
             let r = reference.sample(seed, fanouts, &t).unwrap();
@@ -77,7 +77,7 @@ fn every_mode_equals_the_reference() {
             assert_eq!(st.driver.commands, st.driver.reads);
             assert_eq!(h.bytes_read, st.driver.c2h_bytes);
             assert!(
-                h.bytes_used > 0 && h.bytes_used <= h.bytes_read || s.mode() == HostIoMode::Mmap
+                h.bytes_used > 0 && h.bytes_used <= h.bytes_read || s.mode() == SamplerKind::Mmap
             );
             assert!(h.modelled_time_ns > 0);
             assert_eq!(st.modelled_time_ns, Some(h.modelled_time_ns));
@@ -101,7 +101,7 @@ fn modes_charge_what_they_should() {
         s.sample(9, &[10, 10], &t).unwrap();
         s
     };
-    let (direct, uring) = (run(HostIoMode::Direct), run(HostIoMode::Async));
+    let (direct, uring) = (run(SamplerKind::Direct), run(SamplerKind::Uring));
     let (d, a) = (direct.host_stats(), uring.host_stats());
     // The same reads, but async batches them: fewer syscalls, less time.
     assert_eq!(
@@ -119,7 +119,7 @@ fn modes_charge_what_they_should() {
     assert!(d.read_efficiency() < 1.0 && d.read_efficiency() > 0.0);
 
     // mmap: a warm, large cache serves a repeated minibatch without I/O.
-    let mut mmap = sampler(&g, HostIoMode::Mmap, host.clone());
+    let mut mmap = sampler(&g, SamplerKind::Mmap, host.clone());
     mmap.sample(9, &[10, 10], &t).unwrap();
     let cold = mmap.host_stats();
     // Each major fault reads at least its own page; the rest of its window reads too.
@@ -164,7 +164,7 @@ fn direct_and_async_read_only_the_blocks_they_need() {
         .collect();
     edges.sort_unstable();
     let g = CsrGraph::from_edges(2000, &edges).unwrap();
-    for mode in [HostIoMode::Direct, HostIoMode::Async] {
+    for mode in [SamplerKind::Direct, SamplerKind::Uring] {
         let mut host = sampler(&g, mode, HostStackConfig::default());
         // Target 511, one layer: indptr LBAs 7 and 8 (one 2-block run), then the one indices
         // block holding positions 1022 and 1023.
@@ -194,7 +194,7 @@ fn read_around_covers_a_small_file_in_one_fault() {
     let n = 6000u32;
     let g = path_graph(n);
     let host = HostStackConfig::default();
-    let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
+    let mut s = sampler(&g, SamplerKind::Mmap, host.clone());
     let all: Vec<u64> = (0..u64::from(n)).collect();
     let r = ReferenceSampler::new(&g).sample(1, &[2], &all).unwrap();
     assert!(s.sample(1, &[2], &all).unwrap() == r);
@@ -215,7 +215,7 @@ fn a_fault_reads_the_window_centred_on_it() {
     // 60 000 nodes: indptr spans 118 pages. One target in the middle of the file.
     let g = path_graph(60_000);
     let host = HostStackConfig::default();
-    let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
+    let mut s = sampler(&g, SamplerKind::Mmap, host.clone());
     let v = 30_000u64;
     let r = ReferenceSampler::new(&g).sample(1, &[2], &[v]).unwrap();
     assert!(s.sample(1, &[2], &[v]).unwrap() == r);
@@ -286,7 +286,7 @@ fn bad_host_configs_are_refused() {
         uring_queue_depth: 0,
         ..HostStackConfig::default()
     };
-    let e = HostIoSampler::new(dev, desc, HostIoMode::Async, bad).unwrap_err();
+    let e = HostIoSampler::new(dev, desc, SamplerKind::Uring, bad).unwrap_err();
     assert!(e.to_string().contains("host.uring_queue_depth"), "{e}");
 }
 
@@ -302,7 +302,7 @@ fn requests(n: u64, node_count: u64) -> Vec<Request> {
 #[test]
 fn isp_mode_equals_the_reference_and_charges_two_ioctls() {
     let g = generate(&RmatParams::graph500(9, 8, 5)).unwrap();
-    let mut s = sampler(&g, HostIoMode::Isp, HostStackConfig::default());
+    let mut s = sampler(&g, SamplerKind::Isp, HostStackConfig::default());
     let mut reference = ReferenceSampler::new(&g);
     for (seed, fanouts) in REQUESTS {
         let t = targets(seed, g.node_count());
@@ -327,7 +327,7 @@ fn isp_workers_beyond_the_sampling_slots_wait_for_one() {
     let fanouts = [10u16, 5];
     let slots = usize::from(HwConfig::cosmos_plus().firmware.isp_slots);
     let run = |workers: usize| {
-        let mut s = sampler(&g, HostIoMode::Isp, HostStackConfig::default());
+        let mut s = sampler(&g, SamplerKind::Isp, HostStackConfig::default());
         let r = s.run_workers(workers, &fanouts, &reqs).unwrap();
         (r, s.host_stats(), s.stats())
     };
@@ -377,7 +377,7 @@ fn worker_processes_map_the_file_each_and_threads_share_it() {
             mmap_workers: kind,
             ..HostStackConfig::default()
         };
-        let mut s = sampler(&g, HostIoMode::Mmap, host);
+        let mut s = sampler(&g, SamplerKind::Mmap, host);
         let r = s.run_workers(workers, &fanouts, &reqs).unwrap();
         (r, s.host_stats())
     };
@@ -411,14 +411,14 @@ fn several_workers_sample_what_one_does_deterministically() {
         page_cache_bytes: 32 * PAGE_SIZE_BYTES,
         ..HostStackConfig::default()
     };
-    for mode in HostIoMode::ALL {
-        let host = if mode == HostIoMode::Mmap {
+    for mode in SamplerKind::modelled() {
+        let host = if mode == SamplerKind::Mmap {
             small_cache.clone()
         } else {
             HostStackConfig::default()
         };
         // Hyperbatches of two: worker w takes the requests of hyperbatches w, w + 4, ….
-        let group = if mode == HostIoMode::IspHyperbatch {
+        let group = if mode == SamplerKind::IspHyperbatch {
             2
         } else {
             1
@@ -478,11 +478,11 @@ fn mmap_workers_touch_the_page_cache_in_time_order() {
         page_cache_bytes: 24 * PAGE_SIZE_BYTES,
         ..HostStackConfig::default()
     };
-    let one = sampler(&g, HostIoMode::Mmap, host.clone())
+    let one = sampler(&g, SamplerKind::Mmap, host.clone())
         .run_workers(1, &fanouts, &reqs)
         .unwrap();
     for workers in [2, 3] {
-        let mut s = sampler(&g, HostIoMode::Mmap, host.clone());
+        let mut s = sampler(&g, SamplerKind::Mmap, host.clone());
         let run = s.run_workers(workers, &fanouts, &reqs).unwrap();
         assert_eq!(run.subgraphs, one.subgraphs);
         let h = s.host_stats();
@@ -499,8 +499,8 @@ fn dram_mode_equals_the_reference_with_no_io_and_costs_what_a_warm_mmap_does() {
     let g = generate(&RmatParams::graph500(11, 8, 3)).unwrap();
     let host = HostStackConfig::default();
     let mut reference = ReferenceSampler::new(&g);
-    let mut dram = sampler(&g, HostIoMode::Memory, host.clone());
-    let mut mmap = sampler(&g, HostIoMode::Mmap, host.clone());
+    let mut dram = sampler(&g, SamplerKind::Memory, host.clone());
+    let mut mmap = sampler(&g, SamplerKind::Mmap, host.clone());
     for (seed, fanouts) in REQUESTS {
         let t = targets(seed, g.node_count());
         let r = reference.sample(seed, fanouts, &t).unwrap();
@@ -532,5 +532,5 @@ fn dram_mode_equals_the_reference_with_no_io_and_costs_what_a_warm_mmap_does() {
         "all of it is host CPU time"
     );
     assert_eq!(dram.name(), "host DRAM");
-    assert_eq!(HostIoMode::from_name("dram"), Some(HostIoMode::Memory));
+    assert_eq!(SamplerKind::from_name("dram"), Some(SamplerKind::Memory));
 }

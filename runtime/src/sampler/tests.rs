@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 
 use sagessd_abi::graph::GraphDescriptor;
 
-use crate::host_io::{HostIoMode, HostIoSampler};
+use crate::host_io::HostIoSampler;
+use crate::registry::SamplerKind;
 use crate::rmat::{RmatParams, generate};
 
 /// A brute-force, obviously-correct rendering of the module's semantics, independent of
@@ -267,7 +268,7 @@ fn host_over_device_and_isp_equal_the_reference() {
     for g in [generate(&RmatParams::graph500(9, 8, 5)).unwrap(), star] {
         let (dev, desc) = loaded_device(&g);
         let mut host =
-            HostIoSampler::new(dev, desc, HostIoMode::Direct, Default::default()).unwrap();
+            HostIoSampler::new(dev, desc, SamplerKind::Direct, Default::default()).unwrap();
         let (dev, _) = loaded_device(&g);
         let mut isp = IspSampler::new(dev);
         let mut reference = ReferenceSampler::new(&g);

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use sagessd_host_driver::Endpoint;
-use sagessd_runtime::host_io::HostIoMode;
 
 use super::{DeviceChoice, Evaluation, ModelKind, Order, Workers};
 use crate::{CacheSettings, Error, FeatureCache, SamplerKind, Storage};
@@ -139,13 +138,14 @@ impl TrainSpec {
 
     /// The modelled host I/O stack the sampler runs on (memory, mmap, direct and uring on a
     /// device, and isp with host features): `None` where it samples on files or on the device.
-    pub(super) fn modelled_host(&self) -> Option<HostIoMode> {
+    pub(super) fn modelled_host(&self) -> Option<SamplerKind> {
         if !self.storage.is_device() {
             return None;
         }
-        self.sampler
-            .modelled_host_mode()
-            .or((self.sampler == SamplerKind::Isp && self.host_features).then_some(HostIoMode::Isp))
+        (!self.sampler.on_device())
+            .then_some(self.sampler)
+            .or((self.sampler == SamplerKind::Isp && self.host_features)
+                .then_some(SamplerKind::Isp))
     }
 
     /// The in-process emulated device, if that is the storage.
@@ -284,6 +284,9 @@ impl TrainSpec {
                     .into(),
             );
         }
+        if kind == SamplerKind::IspIds {
+            return fail("sampler isp-ids: training samples in storage with isp or isp-hyperbatch (isp-ids, the host building each subgraph, runs in `sagessd sample` and `sagessd compare`)".into());
+        }
         if self.host_features && !(kind == SamplerKind::Isp && device) {
             return fail("host features are for in-storage sampling (sampler isp) on a device (the samplers on the host always take their features from host memory)".into());
         }
@@ -296,7 +299,7 @@ impl TrainSpec {
         if device {
             if !kind.on_device() && modelled_host.is_none() {
                 return fail(format!(
-                    "sampler {kind} does not run on a device (agnes, hyperbatch, isp, isp-hyperbatch do; memory, mmap, direct and uring on the in-process emulator's modelled host)"
+                    "sampler {kind} does not run on a device (agnes, hyperbatch, isp, isp-ids, isp-hyperbatch do; memory, mmap, direct and uring on the in-process emulator's modelled host)"
                 ));
             }
             if modelled_host.is_some() && !self.emulated() {
@@ -307,7 +310,7 @@ impl TrainSpec {
         } else if !kind.on_files() {
             return fail(format!("sampler {kind} needs a device"));
         }
-        if let (Some(HostIoMode::Isp), Storage::Device { hardware: hw, .. }) =
+        if let (Some(SamplerKind::Isp), Storage::Device { hardware: hw, .. }) =
             (modelled_host, &self.storage)
         {
             if !hw.firmware.isp {

@@ -3,7 +3,7 @@
 A :class:`Dataset` is a folder of ``.npy`` arrays and a ``manifest.toml`` (open one, generate an
 R-MAT, or import Cora, a SNAP edge list or OGB arrays). A :class:`Loader` samples it with any
 sampler -- ``memory``, ``mmap``, ``direct``, ``uring`` (this machine's files), ``agnes``,
-``hyperbatch`` (AGNES block layout), ``isp``, ``isp-hyperbatch`` (in-storage sampling on an
+``hyperbatch`` (AGNES block layout), ``isp``, ``isp-ids``, ``isp-hyperbatch`` (in-storage sampling on an
 SSD) -- reading from ``storage`` (``files``; ``emulator`` or ``emulator:HW.toml``, the in-process
 emulated SSD; ``tcp://HOST:PORT/NQN``; ``passthru:/dev/ngXnY``), with feature rows gathered
 through the AGNES cache, the BGL FIFO cache, or in storage. Sampling runs on a Rust worker
@@ -25,10 +25,17 @@ from . import _native
 from ._native import Error
 
 __all__ = ["Block", "Dataset", "Error", "Loader", "MiniBatch", "SAMPLERS", "STORAGE_HELP",
-           "minibatch_seed"]
+           "minibatch_seed", "samplers"]
 
-#: Every sampler, by the name a :class:`Loader` takes.
-SAMPLERS = ("memory", "mmap", "direct", "uring", "agnes", "hyperbatch", "isp", "isp-hyperbatch")
+
+def samplers() -> "tuple[str, ...]":
+    """Every sampler, by the name a :class:`Loader` takes: the registry's names, as the CLI's
+    ``--sampler`` and every record spell them."""
+    return tuple(_native.samplers())
+
+
+#: Every sampler, by the name a :class:`Loader` takes (``samplers()``).
+SAMPLERS = samplers()
 
 #: What ``storage=`` takes.
 STORAGE_HELP = "files | emulator | emulator:HW.toml | tcp://HOST:PORT/NQN | passthru:/dev/ngXnY"
