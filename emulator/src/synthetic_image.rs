@@ -120,6 +120,18 @@ fn csr_regions(
     ])
 }
 
+/// The namespace's bytes when it holds `graph` as `desc` places it on LBAs of
+/// `block_size_bytes`: the content the device's flash computes its pages from
+/// ([`Ssd::with_synthetic_graph`]), for a host that needs the file's bytes without holding
+/// them (the modelled host's page cache); `None` on an overflowing descriptor.
+pub fn csr_content(
+    graph: &Arc<SyntheticGraph>,
+    desc: &GraphDescriptor,
+    block_size_bytes: u32,
+) -> Option<RegionContent> {
+    RegionContent::new(csr_regions(graph, desc, block_size_bytes)?)
+}
+
 impl Ssd {
     /// A device of `config` whose flash holds `graph` from LBA `start_lba` on (laid out by
     /// [`GraphDescriptor::csr_layout`]), booted by the firmware's recovery

@@ -97,11 +97,13 @@ use sagessd_host_driver::{
 
 use crate::minibatch::Request;
 use crate::registry::SamplerKind;
+
 use crate::sampler::host_build::HostBuilder;
 use crate::sampler::{
     EdgeRange, FNV_OFFSET, SampledSubgraph, Sampler, SamplerError, SamplerStats, SubgraphBuilder,
     fnv1a,
 };
+pub use graph_bytes::GraphBytes;
 
 /// Minibatches per in-storage hyperbatch unless [`HostIoSampler::set_hyperbatch`] says otherwise.
 pub const DEFAULT_HYPERBATCH: usize = 8;
@@ -174,7 +176,12 @@ enum Region {
 #[derive(Debug)]
 struct MmapState {
     cache: PageCache,
+    /// The cached pages' bytes, when they are kept ([`GraphBytes::Kept`]).
     pages: FxHashMap<u64, Vec<u8>>,
+    /// Where the cached pages' bytes come from.
+    bytes: GraphBytes,
+    /// A read nobody waited for that returned bytes not the graph's: the next load's error.
+    corrupt: Option<SamplerError>,
     /// Each mapping's readahead state of the two files (indptr, indices): one mapping for
     /// threads, one per worker for processes ([`MmapState::mapping`]).
     readahead: Vec<[FileReadahead; 2]>,
@@ -213,27 +220,39 @@ impl MmapState {
     /// with the readahead mark, and drops their pending state. `last` (a faulting page, which
     /// its fault holds until it is mapped) goes in after the others, so that none of them
     /// evicts it.
-    fn insert_read(&mut self, first: u64, data: &[u8], mark: Option<u64>, last: Option<u64>) {
+    fn insert_read(
+        &mut self,
+        first: u64,
+        data: &[u8],
+        mark: Option<u64>,
+        last: Option<u64>,
+    ) -> Result<(), SamplerError> {
         let n = (data.len() as u64).div_ceil(PAGE_SIZE_BYTES);
+        for (i, page) in data.chunks(PAGE_SIZE_BYTES as usize).enumerate() {
+            self.bytes
+                .check((first + i as u64) * PAGE_SIZE_BYTES, page)?;
+        }
         let order = (first..first + n)
             .filter(|&p| Some(p) != last)
             .chain(last.filter(|p| (first..first + n).contains(p)));
         for p in order {
             if !self.cache.contains(p) {
-                // The evicted page's buffer holds the new one (no allocation per page).
-                let mut buffer = self
-                    .cache
-                    .insert(p, mark == Some(p))
-                    .and_then(|old| self.pages.remove(&old))
-                    .unwrap_or_default();
-                let at = ((p - first) * PAGE_SIZE_BYTES) as usize;
-                let end = (at + PAGE_SIZE_BYTES as usize).min(data.len());
-                buffer.clear();
-                buffer.extend_from_slice(&data[at..end]);
-                self.pages.insert(p, buffer);
+                let evicted = self.cache.insert(p, mark == Some(p));
+                if self.bytes.kept() {
+                    // The evicted page's buffer holds the new one (no allocation per page).
+                    let mut buffer = evicted
+                        .and_then(|old| self.pages.remove(&old))
+                        .unwrap_or_default();
+                    let at = ((p - first) * PAGE_SIZE_BYTES) as usize;
+                    let end = (at + PAGE_SIZE_BYTES as usize).min(data.len());
+                    buffer.clear();
+                    buffer.extend_from_slice(&data[at..end]);
+                    self.pages.insert(p, buffer);
+                }
             }
             self.pending.remove(&p);
         }
+        Ok(())
     }
 }
 
@@ -262,8 +281,11 @@ struct Shared {
     mode: SamplerKind,
     host: HostStackConfig,
     mmap: Option<MmapState>,
-    /// DRAM mode: `indptr` and `indices` as read from the device before the run.
+    /// Memory mode: `indptr` and `indices` as read from the device before the run (kept bytes
+    /// only: [`GraphBytes`]).
     resident: Option<[Vec<u8>; 2]>,
+    /// Where the page cache's and the resident copy's bytes come from.
+    bytes: GraphBytes,
     stats: HostIoStats,
     clocks: Vec<u64>,
     states: Vec<WorkerState>,
@@ -630,6 +652,15 @@ impl Worker {
         let first_page = r.slba * bs / PAGE_SIZE_BYTES;
         let file_pages = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES) - first_page;
         let h = self.sh.borrow().host.clone();
+        if let Some(e) = self
+            .sh
+            .borrow_mut()
+            .mmap
+            .as_mut()
+            .and_then(|m| m.corrupt.take())
+        {
+            return Err(e);
+        }
         let mut waited = false;
         loop {
             // The page cache is touched in virtual-time order.
@@ -665,10 +696,15 @@ impl Worker {
             let mut s = me.sh.borrow_mut();
             s.stats.bytes_used += len as u64;
             let state = s.mmap.as_ref().expect("mmap mode");
+            let mut out = vec![0; len];
+            if state.bytes.fill(addr, &mut out) {
+                return Ok(out);
+            }
             let bytes = state.pages.get(&page).ok_or_else(|| {
                 SamplerError::GraphCorrupt(format!("page {page} is not cached after its fault"))
             })?;
-            Ok(bytes[in_page..in_page + len].to_vec())
+            out.copy_from_slice(&bytes[in_page..in_page + len]);
+            Ok(out)
         };
         match access {
             Access::Hit => bytes_now(self),
@@ -808,7 +844,12 @@ impl Worker {
         let mut s = self.sh.borrow_mut();
         let now = s.clocks[self.w];
         let state = s.mmap.as_mut().expect("mmap mode");
-        state.insert_read(start, &data, mark, wait_for);
+        if let Err(e) = state.insert_read(start, &data, mark, wait_for) {
+            for p in start..start + n {
+                state.pending.remove(&p);
+            }
+            return Err(e);
+        }
         // The fault maps its page at once (fault-around follows).
         if let Some(p) = wait_for {
             let mapping = state.mapping(self.w);
@@ -854,9 +895,26 @@ impl Worker {
         len: usize,
     ) -> Result<Vec<Vec<u8>>, SamplerError> {
         let mut out = Vec::with_capacity(entries.len());
-        {
+        if !self.sh.borrow().bytes.kept() {
+            let r = self.region(region);
+            let (at, size) = (
+                r.slba * self.block_size(),
+                r.block_count * self.block_size(),
+            );
             let s = self.sh.borrow();
-            let bytes = &s.resident.as_ref().expect("DRAM mode")[region as usize];
+            for &b in entries {
+                if b.checked_add(len as u64).is_none_or(|end| end > size) {
+                    return Err(SamplerError::GraphCorrupt(format!(
+                        "a load at byte {b} of {region:?} lies past its {size} bytes"
+                    )));
+                }
+                let mut entry = vec![0; len];
+                s.bytes.fill(at + b, &mut entry);
+                out.push(entry);
+            }
+        } else {
+            let s = self.sh.borrow();
+            let bytes = &s.resident.as_ref().expect("memory mode")[region as usize];
             for &b in entries {
                 let entry = usize::try_from(b)
                     .ok()
@@ -1120,7 +1178,12 @@ fn deliver(s: &mut Shared, c: Completion) {
         // completion are host CPU time off every worker's path.
         let len = (pages * PAGE_SIZE_BYTES) as usize;
         if c.cqe.status().is_success() && c.data.len() >= len {
-            state.insert_read(first, &c.data[..len], mark, None);
+            if let Err(e) = state.insert_read(first, &c.data[..len], mark, None) {
+                for p in first..first + pages {
+                    state.pending.remove(&p);
+                }
+                state.corrupt.get_or_insert(e);
+            }
         } else {
             // A failed readahead leaves its pages uncached; a fault on one reads it again.
             for p in first..first + pages {
@@ -1174,6 +1237,19 @@ impl HostIoSampler {
         mode: SamplerKind,
         host: HostStackConfig,
     ) -> Result<Self, SamplerError> {
+        Self::with_graph_bytes(device, graph, mode, host, GraphBytes::Kept)
+    }
+
+    /// [`Self::new`], the host's copies of the graph's bytes held as `bytes` says (computed
+    /// from the content the device's flash computes its pages from, for a computed graph:
+    /// the same loads and modelled times, without holding the page cache's bytes).
+    pub fn with_graph_bytes(
+        device: Device<LocalTransport>,
+        graph: GraphDescriptor,
+        mode: SamplerKind,
+        host: HostStackConfig,
+        bytes: GraphBytes,
+    ) -> Result<Self, SamplerError> {
         host.validate()
             .map_err(|e| SamplerError::InvalidRequest(e.to_string()))?;
         if !mode.modelled_host() {
@@ -1193,6 +1269,8 @@ impl HostIoSampler {
         let mmap = (mode == SamplerKind::Mmap).then(|| MmapState {
             cache: host.page_cache(),
             pages: FxHashMap::default(),
+            bytes: bytes.clone(),
+            corrupt: None,
             readahead: Vec::new(),
             workers: host.mmap_workers,
             fresh: host.file_readahead(),
@@ -1202,7 +1280,7 @@ impl HostIoSampler {
         });
         let mut device = device;
         let resident = match mode {
-            SamplerKind::Memory => {
+            SamplerKind::Memory if bytes.kept() => {
                 let mut read = |r: LbaRange| match r.block_count {
                     0 => Ok(Vec::new()),
                     _ => device.read(r.slba, r.block_count),
@@ -1219,6 +1297,7 @@ impl HostIoSampler {
                 host,
                 mmap,
                 resident,
+                bytes,
                 stats: HostIoStats {
                     timeline_hash: FNV_OFFSET,
                     ..HostIoStats::default()
@@ -1430,6 +1509,7 @@ impl Sampler for HostIoSampler {
     }
 }
 
+mod graph_bytes;
 mod isp;
 #[cfg(test)]
 mod tests;

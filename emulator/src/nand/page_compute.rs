@@ -168,9 +168,14 @@ impl ProcessBudget {
     }
 }
 
+/// Most memory the computed pages of the process's devices keep by default, 1.5 GiB: so that an
+/// experiment at papers100M scale fits a 4 GiB budget beside its graph (a run that can spare
+/// more sets `SAGESSD_COMPUTED_PAGES_MIB`).
+pub const DEFAULT_MEMO_CAP_BYTES: u64 = 1536 << 20;
+
 /// The memory the computed pages of the process's devices may keep: `SAGESSD_COMPUTED_PAGES_MIB`
-/// if set (0: none), else a quarter of the memory Linux reports available (`MemAvailable`),
-/// else none.
+/// if set (0: none), else a quarter of the memory Linux reports available (`MemAvailable`) up to
+/// [`DEFAULT_MEMO_CAP_BYTES`], else none.
 pub fn memo_budget_bytes() -> u64 {
     if let Some(mib) = std::env::var("SAGESSD_COMPUTED_PAGES_MIB")
         .ok()
@@ -185,7 +190,7 @@ pub fn memo_budget_bytes() -> u64 {
                 .find_map(|l| l.strip_prefix("MemAvailable:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
-        .map_or(0, |kib| kib * 1024 / 4)
+        .map_or(0, |kib| (kib * 1024 / 4).min(DEFAULT_MEMO_CAP_BYTES))
 }
 
 /// The queue the helpers share.

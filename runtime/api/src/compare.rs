@@ -31,9 +31,10 @@ use sagessd_host_driver::{Device, DeviceInfo, DriverError, LocalTransport, Trans
 use sagessd_emulator::Ssd;
 
 use crate::footprint::Footprint;
+use sagessd_emulator::synthetic_image::csr_content;
 use sagessd_runtime::graph::DegreeStats;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_io::HostIoSampler;
+use sagessd_runtime::host_io::{GraphBytes, HostIoSampler};
 use sagessd_runtime::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
 use sagessd_runtime::minibatch::{Request, minibatch_requests};
 use sagessd_runtime::registry::SamplerKind;
@@ -376,6 +377,19 @@ impl CompareConfig {
     }
 }
 
+/// How the modelled host holds `graph`'s bytes: a computed graph's from the content its
+/// device's flash computes from (so that the page cache and the memory mode's copy hold no
+/// bytes), a stored graph's as the device returned them.
+fn host_graph_bytes(graph: &WorkloadGraph, desc: &GraphDescriptor, block_size: u32) -> GraphBytes {
+    match graph {
+        WorkloadGraph::Synthetic(g) => csr_content(g, desc, block_size)
+            .map_or(GraphBytes::Kept, |c| {
+                GraphBytes::Computed(std::sync::Arc::new(c))
+            }),
+        WorkloadGraph::Csr(_) => GraphBytes::Kept,
+    }
+}
+
 fn loaded_device(
     hw: &HwConfig,
     graph: &WorkloadGraph,
@@ -555,8 +569,10 @@ pub fn run(
                 sampler: format!("{} with {}", mode.name(), workers_label(workers)),
                 source,
             };
-            let mut s = HostIoSampler::new(device, desc, mode, config.hw.host.clone())
-                .map_err(sample_error)?;
+            let bytes = host_graph_bytes(&graph, &desc, device.info().block_size_bytes);
+            let mut s =
+                HostIoSampler::with_graph_bytes(device, desc, mode, config.hw.host.clone(), bytes)
+                    .map_err(sample_error)?;
             s.set_hyperbatch(config.hyperbatch);
             if !warmup.is_empty() {
                 events(Event::Phase {

@@ -534,3 +534,65 @@ fn dram_mode_equals_the_reference_with_no_io_and_costs_what_a_warm_mmap_does() {
     assert_eq!(dram.name(), "host DRAM");
     assert_eq!(SamplerKind::from_name("dram"), Some(SamplerKind::Memory));
 }
+
+/// A computed graph's bytes worked out by the host (the page cache and the resident copy keep
+/// none) give the same subgraphs, the same modelled times and the same counts as the bytes the
+/// device returned; content that is not the device's is an error, not a sample.
+#[test]
+fn computed_graph_bytes_change_nothing_but_memory() {
+    use sagessd_emulator::Ssd;
+    use sagessd_emulator::synthetic_graph::{SyntheticGraph, SyntheticSpec};
+    use sagessd_emulator::synthetic_image::csr_content;
+    use std::sync::Arc;
+
+    let graph =
+        |seed| Arc::new(SyntheticGraph::new(SyntheticSpec::cnr_2000_like(5_000, seed)).unwrap());
+    let g = graph(3);
+    let hw = HwConfig::cosmos_plus();
+    let bs = hw.firmware.block_size_bytes;
+    // A page cache of 32 pages: the graph's ~100 pages are read, evicted and read again.
+    let host = HostStackConfig {
+        page_cache_bytes: 32 * PAGE_SIZE_BYTES,
+        ..HostStackConfig::default()
+    };
+    let open = |mode, content: Option<&Arc<SyntheticGraph>>| {
+        let (ssd, desc, _) = Ssd::with_synthetic_graph(&hw, g.clone(), 0).unwrap();
+        let dev = Device::open(LocalTransport::new(ssd)).unwrap();
+        let bytes = content.map_or(GraphBytes::Kept, |c| {
+            GraphBytes::Computed(Arc::new(csr_content(c, &desc, bs).unwrap()))
+        });
+        HostIoSampler::with_graph_bytes(dev, desc, mode, host.clone(), bytes).unwrap()
+    };
+    let requests: Vec<Request> = (0..6)
+        .map(|i| Request {
+            seed: i,
+            targets: targets(i, g.node_count()),
+        })
+        .collect();
+    let fanouts = [10, 5];
+    for mode in [SamplerKind::Memory, SamplerKind::Mmap] {
+        let (mut kept, mut computed) = (open(mode, None), open(mode, Some(&g)));
+        let a = kept.run_workers(2, &fanouts, &requests).unwrap();
+        let b = computed.run_workers(2, &fanouts, &requests).unwrap();
+        assert_eq!(a.subgraphs, b.subgraphs, "{mode}");
+        assert_eq!(
+            (a.makespan_ns, a.worker_end_ns, a.done_ns),
+            (b.makespan_ns, b.worker_end_ns, b.done_ns),
+            "{mode}"
+        );
+        assert_eq!(kept.host_stats(), computed.host_stats(), "{mode}");
+        if mode == SamplerKind::Mmap {
+            assert!(
+                kept.host_stats().ios > 1,
+                "the cache thrashes: {:?}",
+                kept.host_stats()
+            );
+        }
+    }
+    // The host's content is another graph's: the first page read is refused.
+    let other = graph(4);
+    let e = open(SamplerKind::Mmap, Some(&other))
+        .run_workers(1, &fanouts, &requests)
+        .unwrap_err();
+    assert!(e.to_string().contains("not the graph's"), "{e}");
+}
