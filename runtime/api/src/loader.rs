@@ -648,7 +648,8 @@ impl Worker {
         let info = self.info(dataset, region.is_some())?;
         let labels = self.labels(dataset)?;
         let mut host_built_ns = 0u64;
-        let mut builder = sagessd_runtime::sampler::host_build::HostBuilder::new(n);
+        // isp-ids builds its subgraphs here; its node index is made at the first build.
+        let mut builder = sagessd_runtime::sampler::host_build::HostBuilder::default();
         self.serve(info, labels, |group, stats| {
             let sampled: Sampled = match agnes.as_mut() {
                 Some(sampler) => {
