@@ -105,6 +105,17 @@ use crate::sampler::{
 };
 pub use graph_bytes::GraphBytes;
 
+/// Refuses a sampler the modelled host does not run ([`SamplerKind::modelled_host`]: AGNES's
+/// two, which `sagessd experiment agnes` prices), with the message every caller shows.
+pub fn check_modelled(kind: SamplerKind) -> Result<(), SamplerError> {
+    if kind.modelled_host() {
+        return Ok(());
+    }
+    Err(SamplerError::InvalidRequest(format!(
+        "the modelled host does not run {kind} (`sagessd experiment agnes` prices AGNES)"
+    )))
+}
+
 /// Minibatches per in-storage hyperbatch unless [`HostIoSampler::set_hyperbatch`] says otherwise.
 pub const DEFAULT_HYPERBATCH: usize = 8;
 
@@ -178,9 +189,7 @@ struct MmapState {
     cache: PageCache,
     /// The cached pages' bytes, when they are kept ([`GraphBytes::Kept`]).
     pages: FxHashMap<u64, Vec<u8>>,
-    /// Where the cached pages' bytes come from.
-    bytes: GraphBytes,
-    /// A read nobody waited for that returned bytes not the graph's: the next load's error.
+    /// A read nobody waited for that returned bytes not the graph's: the run's error.
     corrupt: Option<SamplerError>,
     /// Each mapping's readahead state of the two files (indptr, indices): one mapping for
     /// threads, one per worker for processes ([`MmapState::mapping`]).
@@ -219,9 +228,10 @@ impl MmapState {
     /// Inserts the pages a read brought (`data`, from page `first`), the one `mark` names
     /// with the readahead mark, and drops their pending state. `last` (a faulting page, which
     /// its fault holds until it is mapped) goes in after the others, so that none of them
-    /// evicts it.
+    /// evicts it. Each page is checked against `bytes` first, and kept only if `bytes` says so.
     fn insert_read(
         &mut self,
+        bytes: &GraphBytes,
         first: u64,
         data: &[u8],
         mark: Option<u64>,
@@ -229,8 +239,7 @@ impl MmapState {
     ) -> Result<(), SamplerError> {
         let n = (data.len() as u64).div_ceil(PAGE_SIZE_BYTES);
         for (i, page) in data.chunks(PAGE_SIZE_BYTES as usize).enumerate() {
-            self.bytes
-                .check((first + i as u64) * PAGE_SIZE_BYTES, page)?;
+            bytes.check((first + i as u64) * PAGE_SIZE_BYTES, page)?;
         }
         let order = (first..first + n)
             .filter(|&p| Some(p) != last)
@@ -238,7 +247,7 @@ impl MmapState {
         for p in order {
             if !self.cache.contains(p) {
                 let evicted = self.cache.insert(p, mark == Some(p));
-                if self.bytes.kept() {
+                if bytes.kept() {
                     // The evicted page's buffer holds the new one (no allocation per page).
                     let mut buffer = evicted
                         .and_then(|old| self.pages.remove(&old))
@@ -652,15 +661,6 @@ impl Worker {
         let first_page = r.slba * bs / PAGE_SIZE_BYTES;
         let file_pages = ((r.slba + r.block_count) * bs).div_ceil(PAGE_SIZE_BYTES) - first_page;
         let h = self.sh.borrow().host.clone();
-        if let Some(e) = self
-            .sh
-            .borrow_mut()
-            .mmap
-            .as_mut()
-            .and_then(|m| m.corrupt.take())
-        {
-            return Err(e);
-        }
         let mut waited = false;
         loop {
             // The page cache is touched in virtual-time order.
@@ -695,11 +695,11 @@ impl Worker {
         let bytes_now = |me: &Self| -> Result<Vec<u8>, SamplerError> {
             let mut s = me.sh.borrow_mut();
             s.stats.bytes_used += len as u64;
-            let state = s.mmap.as_ref().expect("mmap mode");
             let mut out = vec![0; len];
-            if state.bytes.fill(addr, &mut out) {
+            if s.bytes.fill(addr, &mut out) {
                 return Ok(out);
             }
+            let state = s.mmap.as_ref().expect("mmap mode");
             let bytes = state.pages.get(&page).ok_or_else(|| {
                 SamplerError::GraphCorrupt(format!("page {page} is not cached after its fault"))
             })?;
@@ -843,8 +843,9 @@ impl Worker {
         self.touch_cache();
         let mut s = self.sh.borrow_mut();
         let now = s.clocks[self.w];
-        let state = s.mmap.as_mut().expect("mmap mode");
-        if let Err(e) = state.insert_read(start, &data, mark, wait_for) {
+        let Shared { mmap, bytes, .. } = &mut *s;
+        let state = mmap.as_mut().expect("mmap mode");
+        if let Err(e) = state.insert_read(bytes, start, &data, mark, wait_for) {
             for p in start..start + n {
                 state.pending.remove(&p);
             }
@@ -1178,7 +1179,7 @@ fn deliver(s: &mut Shared, c: Completion) {
         // completion are host CPU time off every worker's path.
         let len = (pages * PAGE_SIZE_BYTES) as usize;
         if c.cqe.status().is_success() && c.data.len() >= len {
-            if let Err(e) = state.insert_read(first, &c.data[..len], mark, None) {
+            if let Err(e) = state.insert_read(&s.bytes, first, &c.data[..len], mark, None) {
                 for p in first..first + pages {
                     state.pending.remove(&p);
                 }
@@ -1252,12 +1253,7 @@ impl HostIoSampler {
     ) -> Result<Self, SamplerError> {
         host.validate()
             .map_err(|e| SamplerError::InvalidRequest(e.to_string()))?;
-        if !mode.modelled_host() {
-            return Err(SamplerError::InvalidRequest(format!(
-                "the modelled host does not run the {mode} sampler (`sagessd experiment agnes` \
-                 prices AGNES)"
-            )));
-        }
+        check_modelled(mode)?;
         let bs = u64::from(device.info().block_size_bytes);
         if mode == SamplerKind::Mmap
             && (bs > PAGE_SIZE_BYTES || !PAGE_SIZE_BYTES.is_multiple_of(bs))
@@ -1269,7 +1265,6 @@ impl HostIoSampler {
         let mmap = (mode == SamplerKind::Mmap).then(|| MmapState {
             cache: host.page_cache(),
             pages: FxHashMap::default(),
-            bytes: bytes.clone(),
             corrupt: None,
             readahead: Vec::new(),
             workers: host.mmap_workers,
@@ -1442,6 +1437,9 @@ impl HostIoSampler {
         let mut shared = Rc::try_unwrap(sh)
             .expect("the workers are gone")
             .into_inner();
+        // A read nobody waited for that returned bytes not the graph's fails the run.
+        let corrupt = shared.mmap.as_mut().and_then(|m| m.corrupt.take());
+        let outcome = outcome.and(corrupt.map_or(Ok(()), Err));
         if outcome.is_err() {
             // Leave no command behind for the next run.
             while let Ok(Some(_)) = shared.device.wait_next() {}

@@ -34,7 +34,7 @@ use crate::footprint::Footprint;
 use sagessd_emulator::synthetic_image::csr_content;
 use sagessd_runtime::graph::DegreeStats;
 use sagessd_runtime::graph_spec::{GraphSpec, WorkloadGraph};
-use sagessd_runtime::host_io::{GraphBytes, HostIoSampler};
+use sagessd_runtime::host_io::{GraphBytes, HostIoSampler, check_modelled};
 use sagessd_runtime::load::{LoadError, load_graph_with_progress, write_graph_with_progress};
 use sagessd_runtime::minibatch::{Request, minibatch_requests};
 use sagessd_runtime::registry::SamplerKind;
@@ -311,10 +311,8 @@ impl CompareConfig {
         {
             return bad(format!("--mode lists {m} twice"));
         }
-        if let Some(m) = self.modes.iter().find(|m| !m.modelled_host()) {
-            return bad(format!(
-                "the modelled host does not run {m} (`sagessd experiment agnes` prices AGNES)"
-            ));
+        if let Err(e) = self.modes.iter().try_for_each(|&m| check_modelled(m)) {
+            return bad(e.to_string());
         }
         if self.modes.iter().any(|m| m.in_storage()) && !self.hw.firmware.isp {
             return bad(format!(
